@@ -1,0 +1,505 @@
+"""C++/OpenMP code generation: one `extern "C"` function per fused kernel.
+
+Loop shapes (Note [Fused loop shape]):
+  pointwise  for xo (OpenMP threads) { for xi (simd) { body; stores } }
+  reduction  for x (OpenMP threads) { pass 1: for r (simd reduction) {...}; ...; last: for r { stores } }
+Values that do not depend on the innermost loop variable are hoisted out of it (loop-invariant code motion
+in the printer), so a row's mean or a broadcast bias is computed once per row, not once per element.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sympy
+import torch
+
+from engine.codegen.provenance import LineTag
+from engine.ir.handlers import TextHandler, Var
+from engine.ir.indexing import c_index, simplify_index
+from engine.ir.nodes import Buffer, Pointwise, Reduction
+from engine.ir.ops import reduction_identity, use_handler
+from engine.schedule.fusion import Kernel
+from engine.schedule.kernel_plan import Inliner, KernelPlan
+
+PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
+
+C_TYPES = {
+    torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.float16: "float", torch.bfloat16: "float",  # computed in float
+}
+STORAGE_TYPES = {**C_TYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
+PARALLEL_MIN_ELEMENTS = 32768  # below this, starting OpenMP threads costs more than it saves
+
+UNARY_FLOAT_CALLS = {
+    "exp": "std::exp", "exp2": "std::exp2", "expm1": "std::expm1", "log": "std::log", "log2": "std::log2",
+    "log10": "std::log10", "log1p": "std::log1p", "sqrt": "std::sqrt", "sin": "std::sin", "cos": "std::cos",
+    "tan": "std::tan", "asin": "std::asin", "acos": "std::acos", "atan": "std::atan", "sinh": "std::sinh",
+    "cosh": "std::cosh", "tanh": "std::tanh", "asinh": "std::asinh", "acosh": "std::acosh",
+    "atanh": "std::atanh", "erf": "std::erf", "erfc": "std::erfc", "lgamma": "std::lgamma",
+    "floor": "std::floor", "ceil": "std::ceil", "trunc": "std::trunc", "round": "std::nearbyint",
+    "erfinv": "gb_erfinv", "sign": "gb_sign",
+}
+INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+         "ge": ">=", "logical_and": "&&", "logical_or": "||", "bitwise_and": "&", "bitwise_or": "|",
+         "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>"}
+
+
+def c_type(dtype: torch.dtype) -> str:
+    return C_TYPES[dtype]
+
+
+def c_constant(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        ctype = c_type(dtype)
+        value = float(value)
+        if math.isnan(value):
+            return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+        if math.isinf(value):
+            return f"{'-' if value < 0 else ''}std::numeric_limits<{ctype}>::infinity()"
+        text = repr(value)
+        return f"{text}f" if ctype == "float" else text
+    value = int(value)
+    if value == -(2 ** 63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"({c_type(dtype)}){value}LL" if dtype == torch.int64 else f"({c_type(dtype)}){value}"
+
+
+class CppPrinter(TextHandler):
+    """Writes one kernel body. Loads of this kernel's own nodes are inlined (see kernel_plan.Inliner)."""
+
+    def __init__(self, plan: KernelPlan, buffers: dict, inner_var: sympy.Symbol, index_ranges: dict):
+        super().__init__()
+        self.buffers = buffers
+        self.inner_var = inner_var
+        self.index_ranges = index_ranges
+        self.substitution: dict = {}
+        self.varying_symbols: set = {inner_var}
+        self.hoisted: list[str] = []  # lines that do not depend on the inner loop variable
+        self.hoisted_tags: list = []
+        self.inliner = Inliner(plan, external=self._load_memory, accumulator=self._accumulator,
+                               on_inline=self._enter_node)
+        self.accumulators: dict[str, Var] = {}
+
+    # -- scopes ------------------------------------------------------------------------------------------------
+    def emit(self, text, dtype, varying=True):
+        key = (text, dtype)
+        if key in self._cache:
+            return self._cache[key]
+        var = Var(next(self._names), dtype, varying)
+        line = self.declare(var, text)
+        if varying:
+            self.lines.append(line)
+            self.line_tags.append(self.tag)
+        else:
+            self.hoisted.append(line)
+            self.hoisted_tags.append(self.tag)
+        self._cache[key] = var
+        return var
+
+    def start_inner_loop(self):
+        """Forget values computed inside the previous inner loop (they are out of scope now)."""
+        self._cache = {k: v for k, v in self._cache.items() if not v.varying}
+        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
+        self.lines, self.line_tags = [], []
+
+    def take_hoisted(self) -> tuple[list[str], list]:
+        lines, tags = self.hoisted, self.hoisted_tags
+        self.hoisted, self.hoisted_tags = [], []
+        return lines, tags
+
+    def _enter_node(self, node: Buffer):
+        previous = self.tag
+        self.tag = LineTag(node.name)
+        return lambda: setattr(self, "tag", previous)
+
+    # -- ops -------------------------------------------------------------------------------------------------
+    def declare(self, var, text):
+        return f"const {c_type(var.dtype)} {var} = {text};"
+
+    def index(self, expr) -> tuple[str, bool]:
+        expr = simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
+        return c_index(expr), bool(expr.free_symbols & self.varying_symbols)
+
+    def load(self, name, index):
+        return self.inliner.load(name, index)
+
+    def _load_memory(self, name, index):
+        buffer = self.buffers[name]
+        text, varying = self.index(buffer.storage_offset(index))
+        access = f"{name}[{text}]"
+        if buffer.dtype == torch.float16:
+            access = f"gb_half_to_float({access})"
+        elif buffer.dtype == torch.bfloat16:
+            access = f"gb_bf16_to_float({access})"
+        return self.emit(access, buffer.dtype, varying)
+
+    def _accumulator(self, name):
+        return self.accumulators[name]
+
+    def constant(self, value, dtype):
+        return Var(c_constant(value, dtype), dtype, False)
+
+    def index_expr(self, expr, dtype):
+        text, varying = self.index(expr)
+        return self.emit(f"static_cast<{c_type(dtype)}>({text})", dtype, varying)
+
+    def to_dtype(self, x, dtype):
+        if dtype == torch.bool:
+            return self.emit(f"({x} != 0)", dtype, x.varying)
+        if dtype == torch.float16:
+            return self.emit(f"gb_round_half(static_cast<float>({x}))", dtype, x.varying)
+        if dtype == torch.bfloat16:
+            return self.emit(f"gb_round_bf16(static_cast<float>({x}))", dtype, x.varying)
+        return self.emit(f"static_cast<{c_type(dtype)}>({x})", dtype, x.varying)
+
+    def where(self, cond, a, b):
+        return self.emit(f"{cond} ? {a} : {b}", a.dtype, cond.varying or a.varying or b.varying)
+
+    def indirect(self, value, size):
+        symbol = self.new_indirect_symbol()
+        size_text, size_varying = self.index(size)
+        line = f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : static_cast<int64_t>({value});"
+        (self.lines if value.varying else self.hoisted).append(line)
+        (self.line_tags if value.varying else self.hoisted_tags).append(self.tag)
+        if value.varying:
+            self.varying_symbols.add(symbol)
+        return symbol
+
+    def expr(self, op, args):
+        a = args[0]
+        floating = a.dtype.is_floating_point
+        if op in INFIX:
+            return f"{a} {INFIX[op]} {args[1]}"
+        if op in UNARY_FLOAT_CALLS:
+            if not floating and op in ("floor", "ceil", "trunc", "round"):
+                return f"{a}"
+            if not floating and op != "sign":
+                return f"{UNARY_FLOAT_CALLS[op]}(static_cast<double>({a}))"
+            return f"{UNARY_FLOAT_CALLS[op]}({a})"
+        zero, one = c_constant(0, a.dtype), c_constant(1, a.dtype)
+        simple = {
+            "neg": f"-{a}", "abs": f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
+            "rsqrt": f"{one} / std::sqrt({a})", "sigmoid": f"{one} / ({one} + std::exp(-{a}))",
+            "relu": f"{a} < {zero} ? {zero} : {a}", "reciprocal": f"{one} / {a}", "square": f"{a} * {a}",
+            "logical_not": f"!{a}", "bitwise_not": f"!{a}" if a.dtype == torch.bool else f"~{a}",
+            "isnan": f"{a} != {a}", "isinf": f"std::isinf({a})" if floating else "false",
+            "signbit": f"std::signbit({a})" if floating else f"{a} < 0",
+        }
+        if op in simple:
+            return simple[op]
+        b = args[1]
+        if op == "truediv":
+            return f"{a} / {b}"
+        if op == "floordiv":
+            return f"std::floor({a} / {b})" if floating else f"gb_floordiv<{c_type(a.dtype)}>({a}, {b})"
+        if op == "truncdiv":
+            return f"std::trunc({a} / {b})" if floating else f"{a} / {b}"
+        if op == "remainder":
+            return f"gb_fmod_py({a}, {b})" if floating else f"gb_mod<{c_type(a.dtype)}>({a}, {b})"
+        if op == "fmod":
+            return f"std::fmod({a}, {b})" if floating else f"{a} % {b}"
+        if op == "pow":
+            return f"std::pow({a}, {b})" if floating else f"gb_ipow<{c_type(a.dtype)}>({a}, {b})"
+        if op in ("maximum", "minimum"):
+            return f"gb_{op}<{c_type(a.dtype)}>({a}, {b})"
+        if op in ("atan2", "hypot", "copysign"):
+            return f"std::{op}({a}, {b})"
+        if op == "logical_xor":
+            return f"(bool){a} != (bool){b}"
+        raise NotImplementedError(f"C++ printer has no rule for {op}")
+
+
+@dataclass
+class CppKernel:
+    name: str
+    source: str
+    args: list[str]  # buffer names in signature order, then size symbols
+    size_args: list[str]
+    line_tags: list = field(default_factory=list)  # one per source line
+
+
+def _pointwise_split(plan: KernelPlan, kernel: Kernel) -> tuple[sympy.Expr, sympy.Expr]:
+    """(outer, inner) trip counts: the inner loop walks the last dim(s) so that it vectorizes."""
+    sizes = max((n.size for n in kernel.nodes if n.name in kernel.stored), key=len, default=())
+    inner = sympy.Integer(1)
+    for size in reversed(sizes):
+        if inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer):
+            if inner == 1:
+                inner = size
+            break
+        inner = inner * size
+    if inner == 1 and sizes:
+        inner = sizes[-1]
+    outer = sympy.cancel(plan.rows / inner)
+    if outer.is_Integer and inner.is_Integer and int(outer) < 16 and int(inner) % 1024 == 0 and int(inner) > 4096:
+        outer, inner = outer * (inner // 1024), sympy.Integer(1024)  # give the threads work
+    return outer, inner
+
+
+def _parallel_clause(work) -> str:
+    if work.is_Integer and int(work) < PARALLEL_MIN_ELEMENTS:
+        return ""
+    condition = "" if work.is_Integer else f" if({c_index(work)} >= {PARALLEL_MIN_ELEMENTS})"
+    return f"#pragma omp parallel for{condition}"
+
+
+def _store_text(node: Buffer, index_text: str, value: Var) -> str:
+    if node.dtype == torch.float16:
+        value_text = f"gb_float_to_half({value})"
+    elif node.dtype == torch.bfloat16:
+        value_text = f"gb_float_to_bf16({value})"
+    else:
+        value_text = f"{value}"
+    return f"{node.name}[{index_text}] = {value_text};"
+
+
+class _Source:
+    """Lines with indentation and one provenance tag each."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.tags: list = []
+        self.depth = 0
+
+    def add(self, line: str, tag=None):
+        self.lines.append("    " * self.depth + line)
+        self.tags.append(tag)
+
+    def extend(self, lines, tags):
+        for line, tag in zip(lines, tags):
+            self.add(line, tag)
+
+
+def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symbol]) -> CppKernel:
+    plan = kernel.plan
+    if kernel.kind == "reduction":
+        return _reduction_kernel(kernel, plan, buffers, size_symbols)
+    return _pointwise_kernel(kernel, plan, buffers, size_symbols)
+
+
+def _signature(kernel: Kernel, buffers: dict, body_text: str, size_symbols) -> tuple[str, list[str], list[str]]:
+    params, names = [], []
+    for name in kernel.reads:
+        if f"{name}[" in body_text:
+            params.append(f"const {STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
+            names.append(name)
+    for name in kernel.stored:
+        params.append(f"{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
+        names.append(name)
+    sizes = [str(s) for s in size_symbols if str(s) in body_text.replace("(", " ").replace(")", " ")
+             .replace("*", " ").replace("+", " ").replace(";", " ").replace("<", " ").replace(",", " ").split()]
+    params += [f"const int64_t {s}" for s in sizes]
+    return f'extern "C" void {kernel.name}({", ".join(params)})', names, sizes
+
+
+def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -> CppKernel:
+    outer, inner = _pointwise_split(plan, kernel)
+    xo, xi = sympy.Symbol("xo", integer=True, nonnegative=True), sympy.Symbol("xi", integer=True, nonnegative=True)
+    printer = CppPrinter(plan, buffers, xi, {xo: outer, xi: inner})
+    printer.substitution = {plan.x: xo * inner + xi}
+    stores, store_tags = [], []
+    with use_handler(printer):
+        for node in kernel.nodes:
+            if node.name not in kernel.stored:
+                continue
+            printer.tag = LineTag(node.name)
+            value = node.inner_fn(plan.index(node))
+            index_text, _ = printer.index(node.storage_offset(plan.index(node)))
+            stores.append(_store_text(node, index_text, value))
+            store_tags.append(LineTag(node.name))
+    hoisted, hoisted_tags = printer.take_hoisted()
+    body = _Source()
+    body.add("{")
+    body.depth += 1
+    parallel = _parallel_clause(outer * inner)
+    if parallel:
+        body.add(parallel)
+    body.add(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo) {{")
+    body.depth += 1
+    body.extend(hoisted, hoisted_tags)
+    body.add("#pragma omp simd")
+    body.add(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi) {{")
+    body.depth += 1
+    body.extend(printer.lines, printer.line_tags)
+    body.extend(stores, store_tags)
+    body.depth -= 1
+    body.add("}")
+    body.depth -= 1
+    body.add("}")
+    body.depth -= 1
+    body.add("}")
+    return _finish(kernel, buffers, body, size_symbols)
+
+
+def _finish(kernel, buffers, body: _Source, size_symbols) -> CppKernel:
+    text = "\n".join(body.lines)
+    header, names, sizes = _signature(kernel, buffers, text, size_symbols)
+    lines = [header] + body.lines
+    tags = [None] + body.tags
+    return CppKernel(kernel.name, "\n".join(lines), names, sizes, tags)
+
+
+# Note [Reductions in C++]
+# Sums, products, min/max and any/all use an OpenMP simd reduction clause, so the inner loop vectorizes.
+# max/min must propagate NaN like torch.amax: the vector loop tracks "saw a NaN" beside the running max.
+# argmax/argmin keep (best value, first index) and run as a plain loop.
+SIMD_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+def _reduction_passes(kernel: Kernel, plan: KernelPlan, buffers) -> list[list[Reduction]]:
+    from engine.schedule.fusion import node_reads
+    names = {n.name for n in kernel.nodes}
+    depth: dict[str, int] = {}
+    for node in kernel.nodes:
+        deps = [depth.get(r, 0) for r in node_reads(node, buffers) if r in names]
+        depth[node.name] = max(deps, default=0) + (1 if isinstance(node, Reduction) else 0)
+    passes: dict[int, list[Reduction]] = {}
+    for node in kernel.nodes:
+        if isinstance(node, Reduction):
+            passes.setdefault(depth[node.name], []).append(node)
+    return [passes[k] for k in sorted(passes)]
+
+
+def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -> CppKernel:
+    x, r = plan.x, plan.r
+    printer = CppPrinter(plan, buffers, r, {x: plan.rows, r: plan.red})
+    body = _Source()
+    body.add("{")
+    body.depth += 1
+    parallel = _parallel_clause(plan.rows * plan.red)
+    if parallel:
+        body.add(parallel)
+    body.add(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0) {{")
+    body.depth += 1
+    printer.substitution = {x: sympy.Symbol("x0", integer=True, nonnegative=True)}
+    printer.index_ranges = {printer.substitution[x]: plan.rows, r: plan.red}
+    r_symbol = sympy.Symbol("r0", integer=True, nonnegative=True)
+    printer.substitution[r] = r_symbol
+    printer.index_ranges[r_symbol] = plan.red
+    printer.varying_symbols = {r_symbol}
+    printer.inner_var = r_symbol
+    with use_handler(printer):
+        for group in _reduction_passes(kernel, plan, buffers):
+            _emit_pass(group, plan, printer, body, r_symbol)
+        stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
+        stored_rows = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) != "full"]
+        for node in stored_rows:
+            printer.tag = LineTag(node.name)
+            value = printer.accumulators[node.name] if isinstance(node, Reduction) else node.inner_fn(plan.index(node))
+            index_text, _ = printer.index(node.storage_offset(plan.index(node)))
+            lines, tags = printer.take_hoisted()
+            body.extend(lines, tags)
+            body.add(_store_text(node, index_text, value), LineTag(node.name))
+        if stored_full:
+            printer.start_inner_loop()
+            stores, store_tags = [], []
+            for node in stored_full:
+                printer.tag = LineTag(node.name)
+                value = node.inner_fn(plan.index(node))
+                index_text, _ = printer.index(node.storage_offset(plan.index(node)))
+                stores.append(_store_text(node, index_text, value))
+                store_tags.append(LineTag(node.name))
+            lines, tags = printer.take_hoisted()
+            body.extend(lines, tags)
+            body.add("#pragma omp simd")
+            body.add(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0) {{")
+            body.depth += 1
+            body.extend(printer.lines, printer.line_tags)
+            body.extend(stores, store_tags)
+            body.depth -= 1
+            body.add("}")
+    body.depth -= 1
+    body.add("}")
+    body.depth -= 1
+    body.add("}")
+    return _finish(kernel, buffers, body, size_symbols)
+
+
+def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: _Source, r_symbol):
+    printer.start_inner_loop()
+    updates, update_tags, clauses, finals = [], [], [], []
+    vectorizable = True
+    for node in group:
+        printer.tag = LineTag(node.name)
+        acc = f"acc_{node.name}"
+        dtype = node.dtype if node.reduction_type not in ("argmax", "argmin") else node.src_dtype
+        ctype = c_type(dtype)
+        value = node.inner_fn(plan.index(node), plan.rindex(node))
+        kind = node.reduction_type
+        identity = c_constant(reduction_identity(kind, dtype), dtype)
+        body.add(f"{ctype} {acc} = {identity};", LineTag(node.name))
+        if kind in ("argmax", "argmin"):
+            vectorizable = False
+            better = ">" if kind == "argmax" else "<"
+            body.add(f"int64_t {acc}_index = 0;", LineTag(node.name))
+            body.add(f"bool {acc}_nan = false;", LineTag(node.name))
+            nan_check = f" || {value} != {value}" if dtype.is_floating_point else ""
+            updates.append(f"if (!{acc}_nan && ({value} {better} {acc}{nan_check})) {{ {acc} = {value}; "
+                           f"{acc}_index = r0; {acc}_nan = {value} != {value}; }}")
+            update_tags.append(LineTag(node.name))
+            printer.accumulators[node.name] = Var(f"{acc}_index", torch.int64, False)
+            continue
+        if kind in ("max", "min") and dtype.is_floating_point:
+            compare = ">" if kind == "max" else "<"
+            body.add(f"bool {acc}_nan = false;", LineTag(node.name))
+            updates.append(f"{acc} = {value} {compare} {acc} ? {value} : {acc};")
+            updates.append(f"{acc}_nan = {acc}_nan || ({value} != {value});")
+            update_tags += [LineTag(node.name)] * 2
+            clauses += [f"reduction({SIMD_CLAUSE[kind]}:{acc})", f"reduction(||:{acc}_nan)"]
+            finals.append((f"if ({acc}_nan) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();", node.name))
+        else:
+            operator = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}.get(kind)
+            if operator:
+                updates.append(f"{acc} = {acc} {operator} {value};")
+            else:
+                compare = ">" if kind == "max" else "<"
+                updates.append(f"{acc} = {value} {compare} {acc} ? {value} : {acc};")
+            update_tags.append(LineTag(node.name))
+            clauses.append(f"reduction({SIMD_CLAUSE[kind]}:{acc})")
+        printer.accumulators[node.name] = Var(acc, dtype, False)
+    lines, tags = printer.take_hoisted()
+    body.extend(lines, tags)
+    if vectorizable:
+        body.add(f"#pragma omp simd {' '.join(clauses)}")
+    body.add(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0) {{")
+    body.depth += 1
+    body.extend(printer.lines, printer.line_tags)
+    body.extend(updates, update_tags)
+    body.depth -= 1
+    body.add("}")
+    for line, name in finals:
+        body.add(line, LineTag(name))
+
+
+@dataclass
+class CppModule:
+    source: str
+    kernels: list[CppKernel]
+    line_kernel: list  # per source line: (kernel name, LineTag) or None
+
+    def launch_text(self, kernel: CppKernel) -> str:
+        args = [f"{name}.data_ptr()" for name in kernel.args] + kernel.size_args
+        return f"{kernel.name}({', '.join(args)})"
+
+
+def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> CppModule:
+    """All generated kernels of one graph in one translation unit (one g++ call per graph)."""
+    lines = PRELUDE.splitlines()
+    line_kernel: list = [None] * len(lines)
+    generated = []
+    for kernel in kernels:
+        if kernel.kind not in ("pointwise", "reduction"):
+            continue
+        cpp = generate_kernel(kernel, buffers, size_symbols)
+        generated.append(cpp)
+        lines.append("")
+        line_kernel.append(None)
+        for line, tag in zip(cpp.source.splitlines(), cpp.line_tags):
+            lines.append(line)
+            line_kernel.append((cpp.name, tag))
+    return CppModule("\n".join(lines) + "\n", generated, line_kernel)

@@ -1,0 +1,89 @@
+// Glassbox C++ kernel prelude: helpers every generated kernel may call. Generated code is plain C++17.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+// Half types live in memory as 16-bit patterns and are computed in float.
+static inline float gb_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
+    if (exponent == 0x1fu) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {  // subnormal half: normalize
+        int shift = 0;
+        while ((mantissa & 0x400u) == 0) { mantissa <<= 1; ++shift; }
+        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t gb_float_to_half(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0));
+    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to infinity
+    if (magnitude < 0x38800000u) {  // subnormal or zero half: let float arithmetic round it
+        float scaled = std::fabs(f) * 16777216.0f;  // 2^24
+        return (uint16_t)(sign | (uint32_t)std::nearbyint(scaled));
+    }
+    uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);  // round to nearest even
+    return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+static inline float gb_bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t gb_float_to_bf16(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);  // quiet NaN
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static inline float gb_round_half(float f) { return gb_half_to_float(gb_float_to_half(f)); }
+static inline float gb_round_bf16(float f) { return gb_bf16_to_float(gb_float_to_bf16(f)); }
+
+// torch semantics that C++ operators do not have
+template <typename T> static inline T gb_maximum(T a, T b) { return (a != a || a > b) ? a : (b != b ? b : b); }
+template <typename T> static inline T gb_minimum(T a, T b) { return (a != a || a < b) ? a : (b != b ? b : b); }
+static inline int64_t gb_max_i(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t gb_min_i(int64_t a, int64_t b) { return a < b ? a : b; }
+template <typename T> static inline T gb_floordiv(T a, T b) {
+    T q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> static inline T gb_mod(T a, T b) {
+    T r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T gb_fmod_py(T a, T b) {
+    T r = std::fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T gb_ipow(T base, T exponent) {
+    if (exponent < 0) return base == 1 ? 1 : (base == -1 ? ((exponent & 1) ? -1 : 1) : 0);
+    T result = 1;
+    while (exponent) { if (exponent & 1) result *= base; base *= base; exponent >>= 1; }
+    return result;
+}
+template <typename T> static inline T gb_sign(T a) { return a != a ? a : (T)((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T gb_erfinv(T y) {
+    if (y <= -1) return y == -1 ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
+    if (y >= 1) return y == 1 ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
+    // initial guess from a logarithmic approximation, then Newton steps on erf(x) - y
+    double w = -std::log((1.0 - (double)y) * (1.0 + (double)y));
+    double x = std::copysign(std::sqrt(std::sqrt((4.3307 + w / 2) * (4.3307 + w / 2) - w / 0.147) - (4.3307 + w / 2)), (double)y);
+    for (int i = 0; i < 3; ++i) x -= (std::erf(x) - (double)y) / (1.1283791670955126 * std::exp(-x * x));
+    return (T)x;
+}

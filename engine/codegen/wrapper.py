@@ -1,0 +1,117 @@
+"""The wrapper: a short generated Python function `call(args)` that runs one graph.
+
+It binds size symbols from the inputs, allocates (or reuses, per the memory plan) each kernel's outputs,
+launches kernels in order, calls library and eager ops, drops dead buffers and returns the outputs.
+Kernels are referenced by name from a namespace the backend fills (ctypes functions, Triton launchers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from engine.ir.indexing import py_index
+from engine.ir.nodes import Extern, MultiOutput, TensorArg, TensorValue
+from engine.lowering.graph import LoweredGraph
+from engine.schedule.fusion import Kernel
+from engine.schedule.memory import MemoryPlan
+
+
+@dataclass
+class WrapperSource:
+    source: str
+    constants: dict  # names the source refers to, other than kernels
+
+
+def _py(expr) -> str:
+    return py_index(sympy.sympify(expr))
+
+
+def _shape(values) -> str:
+    items = ", ".join(_py(v) for v in values)
+    return f"({items},)" if len(values) == 1 else f"({items})"
+
+
+def _tensor_arg(arg: TensorArg, buffers) -> str:
+    node = buffers[arg.name]
+    if tuple(arg.size) == tuple(node.size) and tuple(arg.stride) == tuple(node.stride) and arg.offset == 0:
+        return arg.name
+    return f"{arg.name}.as_strided({_shape(arg.size)}, {_shape(arg.stride)}, {_py(arg.offset)})"
+
+
+def _call_args(value, buffers) -> str:
+    if isinstance(value, TensorArg):
+        return _tensor_arg(value, buffers)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_call_args(v, buffers) for v in value)
+        return f"[{inner}]"
+    if isinstance(value, sympy.Expr):
+        return _py(value)
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, torch.memory_format) or isinstance(value, torch.layout):
+        return str(value)
+    return repr(value)
+
+
+def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryPlan,
+                     launch: dict[str, str]) -> WrapperSource:
+    """`launch[kernel.name]` is the call text for a generated kernel (backend specific)."""
+    lines = ["def call(args):"]
+    body: list[str] = []
+    constants: dict = {}
+    for position, buf in enumerate(graph.inputs):
+        if buf is not None:
+            body.append(f"{buf.name} = args[{position}]")
+    for symbol, (position, dim) in graph.size_vars.items():
+        body.append(f"{symbol} = args[{position}]" + (f".size({dim})" if dim is not None else ""))
+    for const in graph.constants:
+        constants[const.name] = const.value
+    body.append("args.clear()")
+    device = graph.device
+    for index, kernel in enumerate(kernels):
+        body.append(f"# {kernel.name}: {kernel.kind} ({', '.join(n.name for n in kernel.nodes)})")
+        if kernel.kind in ("pointwise", "reduction"):
+            for name in kernel.stored:
+                node = graph.buffers[name]
+                reused = memory.reuse_of(name)
+                if reused:
+                    body.append(f"{name} = {reused}  # reuses {reused}'s memory")
+                else:
+                    body.append(f"{name} = empty_strided({_shape(node.size)}, {_shape(node.stride)}, "
+                                f"dtype={node.dtype}, device={device!r})")
+            body.append(launch[kernel.name])
+        else:
+            for node in kernel.nodes:
+                if isinstance(node, MultiOutput):
+                    body.append(f"{node.name} = {node.parent}[{node.index}]")
+                    continue
+                target_name = f"op_{node.name}"
+                constants[target_name] = node.target
+                args = ", ".join([_call_args(a, graph.buffers) for a in node.args] +
+                                 [f"{k}={_call_args(v, graph.buffers)}" for k, v in node.kwargs.items()])
+                body.append(f"{node.name} = {target_name}({args})")
+        dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory)]
+        if dead:
+            body.append(f"del {', '.join(dead)}")
+    body.append(f"return [{', '.join(_output(v, graph) for v in graph.outputs)}]")
+    lines += ["    " + line for line in body]
+    return WrapperSource("\n".join(lines) + "\n", constants)
+
+
+def _reused_later(name: str, memory: MemoryPlan) -> bool:
+    return any(life.reuses == name for life in memory.lives)
+
+
+def _output(value, graph: LoweredGraph) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, sympy.Expr):
+        return _py(value)
+    if isinstance(value, TensorValue):
+        stride, offset = value.strided_layout()
+        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers)
+    return repr(value)

@@ -1,0 +1,53 @@
+"""FX graph -> functional ATen graph, through AOTAutograd with core ATen decompositions.
+
+AOTAutograd functionalizes the graph (mutations become copies at the end), lifts parameters to inputs and
+traces with fake tensors (symbolic sizes under dynamic shapes). The decomposition table is torch's core
+ATen table, plus composite ops we would rather build from simple nodes and fuse ourselves (softmax,
+layer norm, batch norm), minus the ops we keep whole as library calls (attention).
+All AOTAutograd private API use lives here.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+# Composite ops broken into reductions + pointwise nodes, which fusion turns back into single kernels.
+EXTRA_DECOMPOSITIONS = [
+    aten._softmax, aten._log_softmax, aten.native_layer_norm, aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit, aten.native_batch_norm, aten.native_group_norm, aten.hardswish,
+    aten.hardsigmoid, aten.softplus, aten.elu, aten.log_sigmoid_forward, aten.mish, aten.addcmul, aten.addcdiv,
+    aten.lerp, aten.native_dropout, aten.std, aten.std_mean, aten.linalg_vector_norm, aten._unsafe_index,
+    aten.upsample_nearest2d, aten.upsample_bilinear2d, aten.avg_pool2d, aten._adaptive_avg_pool2d,
+    aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
+    aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
+]
+# Kept whole: these become Extern library calls.
+KEEP_AS_LIBRARY = [
+    aten.scaled_dot_product_attention.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten.addmm.default, aten.mm.default, aten.bmm.default,
+]
+
+
+@functools.lru_cache(maxsize=None)
+def decomposition_table() -> dict:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
+    for op in KEEP_AS_LIBRARY:
+        table.pop(op, None)
+    return table
+
+
+def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable) -> Callable:
+    """Trace `gm` to ATen and hand the forward graph to `fw_compiler(aten_gm, fake_inputs)`."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
+                                 decompositions=decomposition_table())

@@ -1,0 +1,233 @@
+"""Index expressions: sympy over loop variables and size symbols.
+
+Every index in the loop IR is a sympy expression. Loop variables are non-negative integers, size symbols
+(s0, s1, ... for dynamic dimensions) positive integers. Integer division and modulo get their own functions
+(FloorDiv, ModIndex) because sympy's floor(a/b) rewrites itself into forms that no printer wants to emit;
+both are only ever applied to non-negative operands, so C's `/` and `%` are exact for them.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterable, Mapping, Sequence
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+Expr = sympy.Expr
+
+
+@functools.lru_cache(maxsize=None)
+def loop_var(prefix: str, i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
+
+
+@functools.lru_cache(maxsize=None)
+def size_symbol(i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"s{i}", integer=True, positive=True)
+
+
+def _divides(term: Expr, divisor: Expr) -> bool:
+    """True when term / divisor is a polynomial (no denominator left)."""
+    if divisor == 1:
+        return True
+    quotient = sympy.cancel(term / divisor)
+    return sympy.fraction(quotient)[1] == 1
+
+
+def _split_divisible(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a = b * quotient + rest, with every term of b*quotient divisible by b."""
+    quotient, rest = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(a)):
+        if _divides(term, b):
+            quotient += sympy.cancel(term / b)
+        else:
+            rest += term
+    return quotient, rest
+
+
+class FloorDiv(sympy.Function):
+    """floor(a / b) for a >= 0 and b > 0."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        quotient, rest = _split_divisible(a, b)
+        if quotient != 0:
+            # floor((b*q + r) / b) == q + floor(r / b) for integer q
+            return quotient + FloorDiv(rest, b)
+        if isinstance(a, FloorDiv):  # floor(floor(x / c) / b) == floor(x / (c*b))
+            return FloorDiv(a.args[0], a.args[1] * b)
+        return None
+
+
+class ModIndex(sympy.Function):
+    """a mod b for a >= 0 and b > 0."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        quotient, rest = _split_divisible(a, b)
+        if quotient != 0:
+            return ModIndex(rest, b)
+        return None
+
+
+def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr | None:
+    """Largest value expr takes when each loop variable v runs over [0, ranges[v]); None if unknown."""
+    expr = sympy.expand(expr)
+    if expr.is_Integer or expr.is_Symbol and expr not in ranges:
+        return expr
+    if expr.is_Symbol:
+        return ranges[expr] - 1
+    if isinstance(expr, ModIndex):
+        return expr.args[1] - 1
+    if isinstance(expr, FloorDiv):
+        top = upper_bound(expr.args[0], ranges)
+        return None if top is None else FloorDiv(top, expr.args[1])
+    if expr.is_Add:
+        parts = [upper_bound(t, ranges) for t in expr.args]
+        return None if any(p is None for p in parts) else sympy.Add(*parts)
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff < 0:
+            return None
+        free_vars = [f for f in rest.free_symbols if f in ranges]
+        if len(free_vars) == 1 and sympy.degree(rest, free_vars[0]) == 1:
+            inner = upper_bound(free_vars[0], ranges)
+            return expr.subs(free_vars[0], inner)
+        if not free_vars:
+            return expr
+    return None
+
+
+def _provably_less(a: Expr | None, b: Expr) -> bool:
+    if a is None:
+        return False
+    difference = sympy.simplify(b - a - 1)
+    return bool(difference.is_nonnegative)
+
+
+def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
+    """Drop FloorDiv/ModIndex that the loop ranges make trivial: floor(a/b) = 0 and a mod b = a when a < b."""
+
+    def rewrite(e: Expr) -> Expr:
+        if not e.args:
+            return e
+        args = [rewrite(a) for a in e.args]
+        e = e.func(*args)
+        if isinstance(e, FloorDiv) and _provably_less(upper_bound(e.args[0], ranges), e.args[1]):
+            return sympy.Integer(0)
+        if isinstance(e, ModIndex) and _provably_less(upper_bound(e.args[0], ranges), e.args[1]):
+            return e.args[0]
+        return e
+
+    return sympy.expand(rewrite(expr))
+
+
+def product(sizes: Iterable[Expr]) -> Expr:
+    result = sympy.Integer(1)
+    for s in sizes:
+        result = result * s
+    return result
+
+
+def contiguous_strides(sizes: Sequence[Expr]) -> list[Expr]:
+    strides, running = [], sympy.Integer(1)
+    for size in reversed(sizes):
+        strides.append(running)
+        running = running * size
+    return list(reversed(strides))
+
+
+def linearize(index: Sequence[Expr], sizes: Sequence[Expr]) -> Expr:
+    return sympy.expand(sum((i * s for i, s in zip(index, contiguous_strides(sizes))), sympy.Integer(0)))
+
+
+def unflatten(linear: Expr, sizes: Sequence[Expr]) -> list[Expr]:
+    """Index tuple of a contiguous tensor of `sizes` whose flat position is `linear`."""
+    strides = contiguous_strides(sizes)
+    index = []
+    for d, (size, stride) in enumerate(zip(sizes, strides)):
+        if size == 1:
+            index.append(sympy.Integer(0))
+            continue
+        value = FloorDiv(linear, stride)
+        if d > 0:
+            value = ModIndex(value, size)
+        index.append(value)
+    return index
+
+
+def offset(index: Sequence[Expr], strides: Sequence[Expr], base: Expr = sympy.Integer(0)) -> Expr:
+    """Storage offset of `index` in a strided layout."""
+    return sympy.expand(base + sum((i * s for i, s in zip(index, strides)), sympy.Integer(0)))
+
+
+class _IndexPrinter(StrPrinter):
+    floordiv = "/"
+    max_fn, min_fn = "gb_max_i", "gb_min_i"
+
+    def _print_Max(self, e):
+        return self._fold(self.max_fn, e.args)
+
+    def _print_Min(self, e):
+        return self._fold(self.min_fn, e.args)
+
+    def _fold(self, fn, args):
+        text = self._print(args[0])
+        for a in args[1:]:
+            text = f"{fn}({text}, {self._print(a)})"
+        return text
+
+    def _print_FloorDiv(self, e):
+        return f"({self._print(e.args[0])} {self.floordiv} {self._print(e.args[1])})"
+
+    def _print_ModIndex(self, e):
+        return f"({self._print(e.args[0])} % {self._print(e.args[1])})"
+
+    def _print_Pow(self, e, rational=False):
+        base, exp = e.args
+        if exp.is_Integer and exp > 0:
+            return "(" + "*".join([self._print(base)] * int(exp)) + ")"
+        raise ValueError(f"index expression {e} has a non-integer power")
+
+
+class _PythonIndexPrinter(_IndexPrinter):
+    floordiv = "//"
+    max_fn, min_fn = "max", "min"
+
+
+_C_PRINTER = _IndexPrinter()
+_PY_PRINTER = _PythonIndexPrinter()
+
+
+def c_index(expr: Expr) -> str:
+    return _C_PRINTER.doprint(expr)
+
+
+def py_index(expr: Expr) -> str:
+    return _PY_PRINTER.doprint(expr)
+
+
+def sympify_size(value) -> Expr:
+    """A torch size (int or SymInt) as a sympy expression."""
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return node.expr
+    return sympy.sympify(value)

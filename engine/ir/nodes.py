@@ -1,0 +1,196 @@
+"""Loop IR nodes. Each node names one buffer: the tensor it produces.
+
+Pointwise and Reduction carry loop bodies (`inner_fn`) written in the ops protocol; Extern and Fallback
+call a library or eager ATen op; InputBuffer and Constant are graph inputs and captured tensors.
+Views are not nodes: a TensorValue reads a node through an index remap (see Note [Views are index maps]).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from engine.ir.indexing import Expr, contiguous_strides, loop_var, offset, product, simplify_index
+from engine.ir.ops import ops
+
+Index = list[Expr]
+
+
+@dataclass(eq=False)
+class Buffer:
+    name: str
+    size: tuple[Expr, ...]
+    dtype: torch.dtype
+    device: str
+    origins: tuple[str, ...] = ()  # names of the ATen nodes this node computes
+
+    kind = "buffer"
+
+    @property
+    def numel(self) -> Expr:
+        return product(self.size)
+
+    @property
+    def stride(self) -> tuple[Expr, ...]:
+        """Storage strides. Nodes we compute are written contiguous."""
+        return tuple(contiguous_strides(self.size))
+
+    def storage_offset(self, index: Sequence[Expr]) -> Expr:
+        return offset(index, self.stride)
+
+
+@dataclass(eq=False)
+class InputBuffer(Buffer):
+    position: int = 0
+    input_stride: tuple[Expr, ...] = ()
+    kind = "input"
+
+    @property
+    def stride(self):
+        return self.input_stride
+
+
+@dataclass(eq=False)
+class Constant(Buffer):
+    """A tensor the graph captured (a get_attr): passed to kernels like an input."""
+    value: torch.Tensor | None = None
+    kind = "constant"
+
+    @property
+    def stride(self):
+        return tuple(sympy.Integer(s) for s in self.value.stride())
+
+
+@dataclass(eq=False)
+class Pointwise(Buffer):
+    inner_fn: Callable[[Index], Any] = None
+    kind = "pointwise"
+
+    @property
+    def ranges(self) -> tuple[Expr, ...]:
+        return self.size
+
+
+@dataclass(eq=False)
+class Reduction(Buffer):
+    """out[index] = reduce(inner_fn(index, rindex) for rindex in reduction_size)."""
+    reduction_size: tuple[Expr, ...] = ()
+    reduction_type: str = "sum"
+    src_dtype: torch.dtype = torch.float32
+    inner_fn: Callable[[Index, Index], Any] = None
+    kind = "reduction"
+
+    @property
+    def ranges(self) -> tuple[Expr, ...]:
+        return self.size
+
+    @property
+    def reduction_numel(self) -> Expr:
+        return product(self.reduction_size)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """Placeholder for a tensor argument of an Extern/Fallback call: a strided view of a node's buffer."""
+    name: str
+    size: tuple[Expr, ...]
+    stride: tuple[Expr, ...]
+    offset: Expr
+
+
+@dataclass(eq=False)
+class Extern(Buffer):
+    """A library call (matmul, convolution, attention) on realized buffers."""
+    target: Any = None  # the ATen OpOverload
+    args: tuple = ()  # pytree with TensorArg leaves
+    kwargs: dict = field(default_factory=dict)
+    out_stride: tuple[Expr, ...] = ()
+    kind = "extern"
+
+    @property
+    def stride(self):
+        return self.out_stride
+
+    @property
+    def inputs(self) -> list[str]:
+        leaves = torch.utils._pytree.tree_leaves((self.args, self.kwargs))
+        return [leaf.name for leaf in leaves if isinstance(leaf, TensorArg)]
+
+
+@dataclass(eq=False)
+class Fallback(Extern):
+    """An ATen op we do not lower: run eagerly, shown as such. Its result may be a tuple (see MultiOutput)."""
+    reason: str = ""
+    kind = "fallback"
+
+
+@dataclass(eq=False)
+class MultiOutput(Buffer):
+    """Element `index` of a Fallback/Extern node that returns several tensors."""
+    parent: str = ""
+    index: int = 0
+    out_stride: tuple[Expr, ...] = ()
+    kind = "multi_output"
+
+    @property
+    def stride(self):
+        return self.out_stride
+
+
+# Note [Views are index maps]
+# permute, expand, slice, select, unsqueeze, reshape, ... never copy. A TensorValue is a node plus a function
+# from the value's index tuple to the node's index tuple; loads go through it. Strided views of a buffer in
+# memory can also be handed to library calls: `strided_layout` recovers (stride, offset) when the map is affine.
+
+
+@dataclass(frozen=True, eq=False)
+class TensorValue:
+    node: Buffer
+    size: tuple[Expr, ...]
+    index_map: Callable[[Index], Index] | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.size)
+
+    def node_index(self, index: Index) -> Index:
+        return list(index) if self.index_map is None else list(self.index_map(list(index)))
+
+    def load(self, index: Index):
+        return ops.load(self.node.name, tuple(self.node_index(index)))
+
+    def view(self, size: Sequence[Expr], remap: Callable[[Index], Index]) -> "TensorValue":
+        inner = self.node_index
+        return TensorValue(self.node, tuple(size), lambda idx: inner(remap(idx)))
+
+    def strided_layout(self) -> tuple[tuple[Expr, ...], Expr] | None:
+        """(stride, offset) of this view in the node's storage, or None if the view is not strided."""
+        symbols = [loop_var("v", d) for d in range(self.ndim)]
+        ranges = dict(zip(symbols, self.size))
+        flat = simplify_index(self.node.storage_offset(self.node_index(symbols)), ranges)
+        if any(f.has(*symbols) for f in flat.atoms(sympy.Function)) or any(
+                sympy.diff(flat, s).has(*symbols) for s in symbols):
+            return None  # floor/mod of a loop variable, or a product of two: not a strided view
+        strides = tuple(sympy.Integer(0) if self.size[d] == 1 else sympy.expand(sympy.diff(flat, s))
+                        for d, s in enumerate(symbols))
+        base = sympy.expand(flat.subs({s: 0 for s in symbols}))
+        return strides, base
+
+    def is_whole_node(self) -> bool:
+        """The value is exactly its node's buffer, in the node's own layout."""
+        if tuple(self.size) != tuple(self.node.size):
+            return False
+        layout = self.strided_layout()
+        return layout is not None and layout[1] == 0 and all(
+            a == b for a, b, n in zip(layout[0], self.node.stride, self.size) if n != 1)
+
+
+def replace_node(value: TensorValue, **changes) -> TensorValue:
+    return dataclasses.replace(value, **changes)

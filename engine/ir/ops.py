@@ -1,0 +1,110 @@
+"""The ops protocol: the one small vocabulary every loop body is written in.
+
+A loop body is a Python function `inner_fn(index)` that calls `ops.load(...)`, `ops.add(...)`, ... Which
+handler answers those calls decides what running the body means: the IR printer writes text, the C++ and
+Triton printers write code, the reference evaluator computes with torch, the access recorder lists loads.
+Handlers swap in with `use_handler`. See Note [Op vocabulary].
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator
+
+import torch
+
+# Note [Op vocabulary]
+# Every handler implements every name below (tests/test_ops_protocol.py checks). Values flowing between ops
+# carry a dtype; `result_dtype` says what each op yields so that printers of typed languages agree.
+# Arithmetic ops expect operands already cast to one compute dtype: the lowering inserts `to_dtype` where
+# torch's type promotion would, and computes float16/bfloat16 in float32.
+
+UNARY = (
+    "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
+    "asinh acosh atanh erf erfc erfinv lgamma sigmoid relu floor ceil trunc round sign reciprocal square "
+    "logical_not bitwise_not isnan isinf signbit"
+).split()
+BINARY = (
+    "add sub mul truediv floordiv truncdiv remainder fmod pow maximum minimum atan2 hypot copysign "
+    "eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+    "left_shift right_shift"
+).split()
+PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+              "isnan", "isinf", "signbit"}
+# load(buffer_name, index_tuple), constant(value, dtype), index_expr(sympy_expr, dtype),
+# to_dtype(x, dtype), where(cond, a, b), indirect(int_value, size) -> a sympy symbol standing for a
+# data-dependent index (gather, embedding); negative values wrap around like Python indexing.
+SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect")
+ALL_OPS = SPECIAL + tuple(UNARY) + tuple(BINARY)
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+def result_dtype(op: str, arg_dtypes: list[torch.dtype]) -> torch.dtype:
+    """The dtype an op yields given its operands' dtypes (operands already share one compute dtype)."""
+    if op in PREDICATES:
+        return torch.bool
+    if op == "where":
+        return arg_dtypes[1]
+    return arg_dtypes[0]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision values are computed in float32 and rounded when stored."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:
+    if reduction_type in ("argmax", "argmin"):
+        return torch.int64
+    if reduction_type in ("any", "all"):
+        return torch.bool
+    return src_dtype
+
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
+    if reduction_type == "sum":
+        return False if dtype == torch.bool else 0
+    if reduction_type == "prod":
+        return 1
+    if reduction_type in ("max", "argmax"):
+        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min if dtype != torch.bool else False
+    if reduction_type in ("min", "argmin"):
+        return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max if dtype != torch.bool else True
+    if reduction_type == "any":
+        return False
+    if reduction_type == "all":
+        return True
+    raise ValueError(reduction_type)
+
+
+_state = threading.local()
+
+
+def current_handler():
+    handler = getattr(_state, "handler", None)
+    if handler is None:
+        raise RuntimeError("ops.* called outside use_handler(): no handler is active")
+    return handler
+
+
+@contextlib.contextmanager
+def use_handler(handler) -> Iterator[Any]:
+    previous = getattr(_state, "handler", None)
+    _state.handler = handler
+    try:
+        yield handler
+    finally:
+        _state.handler = previous
+
+
+class _Ops:
+    """`ops.add(a, b)` forwards to the active handler's `add`."""
+
+    def __getattr__(self, name: str):
+        if name not in ALL_OPS:
+            raise AttributeError(f"'{name}' is not in the op vocabulary (engine/ir/ops.py)")
+        return getattr(current_handler(), name)
+
+
+ops = _Ops()

@@ -1,0 +1,138 @@
+"""Helpers every lowering uses: broadcasting loads, type promotion, building Pointwise/Reduction nodes."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from engine.ir.indexing import Expr, sympify_size
+from engine.ir.nodes import Pointwise, Reduction, TensorValue
+from engine.ir.ops import compute_dtype, ops
+from engine.lowering.registry import Unsupported, current
+
+SUPPORTED_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                    torch.int16, torch.int8, torch.uint8, torch.bool}
+
+
+def check_dtype(dtype: torch.dtype) -> None:
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {dtype} is not generated (complex and exotic dtypes run eagerly)")
+
+
+def out_size() -> tuple[Expr, ...]:
+    return tuple(sympify_size(s) for s in current().out_meta.shape)
+
+
+def out_dtype() -> torch.dtype:
+    return current().out_meta.dtype
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    return dim + max(ndim, 1) if dim < 0 else dim
+
+
+def broadcast_index(value_size: Sequence[Expr], index: Sequence[Expr]) -> list[Expr]:
+    """Right-align `index` to a tensor of `value_size`; size-1 dims read element 0."""
+    lead = len(index) - len(value_size)
+    return [sympy.Integer(0) if s == 1 else index[lead + d] for d, s in enumerate(value_size)]
+
+
+def load_as(value: Any, index: Sequence[Expr], dtype: torch.dtype):
+    """Load a tensor value broadcast to `index`, or a Python scalar, as `dtype`."""
+    if value is None:
+        return None
+    if isinstance(value, TensorValue):
+        loaded = value.load(broadcast_index(value.size, index))
+        return loaded if compute_dtype(value.dtype) == dtype else ops.to_dtype(loaded, dtype)
+    if isinstance(value, sympy.Expr):
+        return ops.index_expr(value, dtype)
+    return ops.constant(value, dtype)
+
+
+def _meta_of(value: Any):
+    if isinstance(value, TensorValue):
+        return torch.empty([1] * value.ndim, dtype=value.dtype, device="meta")
+    if isinstance(value, sympy.Expr):
+        return 1
+    return value
+
+
+def promoted_dtype(*values: Any) -> torch.dtype:
+    """torch's type promotion over tensors and Python scalars."""
+    metas = [_meta_of(v) for v in values if v is not None]
+    tensors = [m for m in metas if isinstance(m, torch.Tensor)]
+    result = tensors[0] if tensors else torch.tensor(metas[0], device="meta")
+    for other in metas:
+        dtype = torch.result_type(result, other)
+        result = torch.empty([1] * max(result.dim(), getattr(other, "ndim", 0)), dtype=dtype, device="meta")
+    return result.dtype
+
+
+def make_pointwise(fn: Callable, *inputs: Any, compute: torch.dtype | None = None,
+                   size: Sequence[Expr] | None = None, dtype: torch.dtype | None = None,
+                   input_dtypes: Sequence[torch.dtype | None] | None = None) -> TensorValue:
+    """A Pointwise node computing fn(*loads) with broadcasting; the result is cast to the node's dtype.
+
+    Inputs are loaded in the compute dtype (float32 for half types), or per input as `input_dtypes` says."""
+    graph = current()
+    size = tuple(size) if size is not None else out_size()
+    dtype = dtype or out_dtype()
+    check_dtype(dtype)
+    for value in inputs:
+        if isinstance(value, TensorValue):
+            check_dtype(value.dtype)
+    compute = compute_dtype(compute or dtype)
+
+    def inner_fn(index):
+        dtypes = input_dtypes or [None] * len(inputs)
+        result = fn(*[load_as(v, index, d or compute) for v, d in zip(inputs, dtypes)])
+        return ops.to_dtype(result, dtype) if _value_dtype_differs(fn, compute, dtype) else result
+
+    node = Pointwise(name=graph.new_name(), size=size, dtype=dtype, device=graph.device,
+                     origins=graph.origins(), inner_fn=inner_fn)
+    graph.register(node)
+    return TensorValue(node, size)
+
+
+def _value_dtype_differs(fn, compute: torch.dtype, dtype: torch.dtype) -> bool:
+    # Predicates already yield bool; everything else is computed in `compute` and cast once at the end.
+    return compute != dtype and not getattr(fn, "yields_bool", False)
+
+
+def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction_type: str,
+                   dtype: torch.dtype | None = None, value_fn: Callable | None = None) -> TensorValue:
+    """A Reduction over `dims` of x. `value_fn(loaded)` transforms each element before reducing."""
+    graph = current()
+    ndim = x.ndim
+    dims = sorted({normalize_dim(d, ndim) for d in dims}) if dims else list(range(ndim))
+    kept = [d for d in range(ndim) if d not in dims]
+    size = tuple(sympy.Integer(1) if d in dims else x.size[d] for d in range(ndim)) if keepdim else \
+        tuple(x.size[d] for d in kept)
+    reduction_size = tuple(x.size[d] for d in dims)
+    dtype = dtype or out_dtype()
+    check_dtype(x.dtype)
+    check_dtype(dtype)
+    src = compute_dtype(dtype) if reduction_type not in ("argmax", "argmin", "any", "all") else \
+        compute_dtype(x.dtype)
+
+    def inner_fn(index, rindex):
+        full = [None] * ndim
+        kept_index = [index[d] for d in kept] if keepdim else list(index)
+        for d, i in zip(kept, kept_index):
+            full[d] = i
+        for d, r in zip(dims, rindex):
+            full[d] = r
+        loaded = load_as(x, full, src)
+        return value_fn(loaded) if value_fn else loaded
+
+    node = Reduction(name=graph.new_name(), size=size, dtype=dtype, device=graph.device,
+                     origins=graph.origins(), reduction_size=reduction_size, reduction_type=reduction_type,
+                     src_dtype=src, inner_fn=inner_fn)
+    graph.register(node)
+    return TensorValue(node, size)
+
+
+def predicate(fn: Callable) -> Callable:
+    fn.yields_bool = True
+    return fn

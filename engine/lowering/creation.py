@@ -1,0 +1,124 @@
+"""Tensors made from nothing or from several inputs: full, arange, cat, padding."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from engine.ir.nodes import Pointwise, TensorValue
+from engine.ir.ops import compute_dtype, ops
+from engine.lowering.common import load_as, make_pointwise, normalize_dim, out_dtype, out_size
+from engine.lowering.registry import Unsupported, current, register_lowering
+
+aten = torch.ops.aten
+
+
+@register_lowering(aten.full.default, aten.scalar_tensor.default)
+def full(size_or_value, fill_value=None, **kwargs):
+    value = size_or_value if fill_value is None else fill_value
+    dtype = compute_dtype(out_dtype())
+    return make_pointwise(lambda: ops.constant(value, dtype))
+
+
+@register_lowering(aten.full_like.default)
+def full_like(x, fill_value, **kwargs):
+    dtype = compute_dtype(out_dtype())
+    return make_pointwise(lambda: ops.constant(fill_value, dtype))
+
+
+@register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default,
+                   aten.new_zeros.default, aten.zeros_like.default, aten.empty_like.default)
+def zeros(*args, **kwargs):
+    # empty's contents are unspecified; zeros are a valid choice and keep results deterministic
+    dtype = compute_dtype(out_dtype())
+    return make_pointwise(lambda: ops.constant(0, dtype))
+
+
+@register_lowering(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+def ones(*args, **kwargs):
+    dtype = compute_dtype(out_dtype())
+    return make_pointwise(lambda: ops.constant(1, dtype))
+
+
+@register_lowering(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def arange(start, end=None, step=1, **kwargs):
+    if end is None:
+        start, end = 0, start
+    result_dtype = out_dtype()
+    compute = compute_dtype(result_dtype)
+
+    def inner_fn(index):
+        value = ops.add(ops.constant(start, compute),
+                        ops.mul(ops.index_expr(index[0], compute), ops.constant(step, compute)))
+        return value if compute == result_dtype else ops.to_dtype(value, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+def clamp_index(expr, size):
+    """Keep a masked-off read in bounds: the value is discarded, the address must still be valid."""
+    return sympy.Max(0, sympy.Min(expr, size - 1))
+
+
+def _pointwise_node(inner_fn) -> TensorValue:
+    graph = current()
+    size = out_size()
+    node = graph.register(Pointwise(name=graph.new_name(), size=size, dtype=out_dtype(), device=graph.device,
+                                    origins=graph.origins(), inner_fn=inner_fn))
+    return TensorValue(node, size)
+
+
+@register_lowering(aten.cat.default)
+def cat(tensors, dim=0):
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.size[0] == 0)]
+    dim = normalize_dim(dim, tensors[0].ndim)
+    result_dtype = out_dtype()
+    compute = compute_dtype(result_dtype)
+    starts, running = [], sympy.Integer(0)
+    for t in tensors:
+        starts.append(running)
+        running = running + t.size[dim]
+
+    def inner_fn(index):
+        # pick the source by comparing the position along `dim` with each input's end
+        result = None
+        for t, start in reversed(list(zip(tensors, starts))):
+            shifted = list(index)
+            shifted[dim] = clamp_index(index[dim] - start, t.size[dim])
+            value = load_as(t, shifted, compute)
+            if result is None:
+                result = value
+            else:
+                position = ops.index_expr(index[dim], torch.int64)
+                inside = ops.lt(position, ops.index_expr(start + t.size[dim], torch.int64))
+                result = ops.where(inside, value, result)
+        return result if compute == result_dtype else ops.to_dtype(result, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+@register_lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(x, pad, value=0):
+    result_dtype = out_dtype()
+    compute = compute_dtype(result_dtype)
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
+    if any(before < 0 or after < 0 for before, after in pairs):
+        raise Unsupported("negative padding (cropping) runs eagerly")
+
+    def inner_fn(index):
+        shifted, inside = list(index), None
+        for i, (before, _after) in enumerate(pairs):
+            d = x.ndim - 1 - i
+            position = ops.index_expr(index[d] - before, torch.int64)
+            ok = ops.logical_and(ops.ge(position, ops.constant(0, torch.int64)),
+                                 ops.lt(position, ops.index_expr(x.size[d], torch.int64)))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+            shifted[d] = clamp_index(index[d] - before, x.size[d])
+        result = ops.where(inside, load_as(x, shifted, compute), ops.constant(value, compute))
+        return result if compute == result_dtype else ops.to_dtype(result, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+@register_lowering(aten.copy.default)
+def copy(dst, src, non_blocking=False):
+    return make_pointwise(lambda v: v, src)

@@ -1,0 +1,117 @@
+"""View ops: index remaps over the same node, never copies (Note [Views are index maps])."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from engine.ir.indexing import contiguous_strides, linearize, sympify_size, unflatten
+from engine.ir.nodes import TensorValue
+from engine.lowering.common import normalize_dim, out_size
+from engine.lowering.registry import Unsupported, current, register_lowering
+
+aten = torch.ops.aten
+
+
+@register_lowering(aten.permute)
+def permute(x: TensorValue, dims):
+    dims = [normalize_dim(d, x.ndim) for d in dims]
+    inverse = [dims.index(d) for d in range(x.ndim)]
+    return x.view([x.size[d] for d in dims], lambda idx: [idx[inverse[d]] for d in range(x.ndim)])
+
+
+@register_lowering(aten.t, aten.numpy_T)
+def t(x: TensorValue):
+    return permute(x, list(reversed(range(x.ndim))))
+
+
+@register_lowering(aten.transpose.int)
+def transpose(x: TensorValue, dim0, dim1):
+    dims = list(range(x.ndim))
+    a, b = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(x, dims)
+
+
+@register_lowering(aten.expand)
+def expand(x: TensorValue, size, *, implicit=False):
+    size = out_size()
+    lead = len(size) - x.ndim
+    return x.view(size, lambda idx: [sympy.Integer(0) if x.size[d] == 1 and size[lead + d] != 1 else idx[lead + d]
+                                     for d in range(x.ndim)])
+
+
+@register_lowering(aten.view, aten._unsafe_view, aten.reshape, aten.view_copy)
+def view(x: TensorValue, size):
+    size = out_size()
+    if tuple(size) == tuple(x.size):
+        return x
+    return x.view(size, lambda idx: unflatten(linearize(idx, size), x.size))
+
+
+@register_lowering(aten.unsqueeze)
+def unsqueeze(x: TensorValue, dim):
+    dim = normalize_dim(dim, x.ndim + 1)
+    size = list(x.size[:dim]) + [sympy.Integer(1)] + list(x.size[dim:])
+    return x.view(size, lambda idx: idx[:dim] + idx[dim + 1:])
+
+
+@register_lowering(aten.squeeze)
+def squeeze(x: TensorValue, dim=None):
+    size = out_size()
+    if tuple(size) == tuple(x.size):
+        return x
+    if dim is None:
+        dims = [d for d, s in enumerate(x.size) if s == 1]
+    else:
+        dims = [normalize_dim(d, x.ndim) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        dims = [d for d in dims if x.size[d] == 1]
+    kept = [d for d in range(x.ndim) if d not in dims]
+
+    def remap(idx):
+        full = [sympy.Integer(0)] * x.ndim
+        for d, i in zip(kept, idx):
+            full[d] = i
+        return full
+
+    return x.view([x.size[d] for d in kept], remap)
+
+
+@register_lowering(aten.slice.Tensor)
+def slice_(x: TensorValue, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, x.ndim)
+    size = out_size()
+    length = x.size[dim]
+    start = 0 if start is None else start
+    if isinstance(start, int):
+        if start < 0:
+            start += length
+        start = sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
+            sympy.Integer(min(max(0, start), int(length)))
+    else:
+        start = sympify_size(start)
+    return x.view(size, lambda idx: idx[:dim] + [start + idx[dim] * step] + idx[dim + 1:])
+
+
+@register_lowering(aten.select.int)
+def select(x: TensorValue, dim, index):
+    dim = normalize_dim(dim, x.ndim)
+    if isinstance(index, int) and index < 0:
+        index = x.size[dim] + index
+    index = sympify_size(index)
+    return x.view(out_size(), lambda idx: idx[:dim] + [index] + idx[dim:])
+
+
+@register_lowering(aten.alias, aten.detach, aten.lift_fresh)
+def alias(x: TensorValue):
+    return x
+
+
+@register_lowering(aten.as_strided)
+def as_strided(x: TensorValue, size, stride, storage_offset=None):
+    # Reads x's storage at offset + sum(i * stride): only meaningful when x is a whole contiguous node.
+    if not x.is_whole_node() or tuple(x.node.stride) != tuple(contiguous_strides(x.size)):
+        raise Unsupported("as_strided of a view or of a non-contiguous tensor runs eagerly")
+    stride = [sympify_size(s) for s in stride]
+    base = sympify_size(storage_offset or 0)
+    return x.view(out_size(), lambda idx: unflatten(
+        base + sum((i * s for i, s in zip(idx, stride)), sympy.Integer(0)), x.size))

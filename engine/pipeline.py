@@ -1,0 +1,190 @@
+"""The compiler, top to bottom. Reading this file is reading Glassbox.
+
+    capture    Dynamo traces the model and calls our backend once per graph      (capture.py)
+    decompose  AOTAutograd: FX graph -> functional ATen graph                    (decompose.py)
+    lower      ATen graph -> loop IR                                             (lowering/)
+    schedule   fusion into kernels + memory plan                                 (schedule/)
+    codegen    C++ (or Triton) kernels + a Python wrapper                        (codegen/)
+    build      compile and load                                                  (build.py)
+    run        outputs vs eager; bench: eager vs ours vs Inductor                (run.py)
+
+`compile(model)` is torch.compile with our backend. `explore(model, inputs)` runs the same pipeline once
+while recording every stage into an Exploration (record.py).
+"""
+from __future__ import annotations
+
+import builtins
+import ctypes
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from engine import capture, record as records
+from engine.build import build_library, load_library
+from engine.codegen import cpp
+from engine.codegen.wrapper import generate_wrapper
+from engine.decompose import aot_compile
+from engine.lowering.graph import LoweredGraph, lower
+from engine.record import Exploration, GraphRecord
+from engine.schedule.fusion import Schedule, schedule
+from engine.schedule.memory import MemoryPlan, plan_memory
+
+BACKENDS = ("cpp", "triton")
+
+
+@dataclass(frozen=True)
+class Options:
+    backend: str = "cpp"
+    device: str = "cpu"
+    dynamic: bool | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+@contextmanager
+def stage(timings: dict, name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+@dataclass
+class CompiledGraph:
+    """Everything one graph went through; `call` runs it."""
+    lowered: LoweredGraph
+    schedule: Schedule
+    memory: MemoryPlan
+    module: Any
+    wrapper: Any
+    call: Callable
+    cache_hit: bool
+
+
+def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options, timings: dict) -> CompiledGraph:
+    with stage(timings, "lower"):
+        lowered = lower(aten_gm, example_inputs, options.device)
+    with stage(timings, "schedule"):
+        scheduled = schedule(lowered)
+        memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
+    with stage(timings, "codegen"):
+        module = cpp.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
+        launches = {k.name: module.launch_text(k) for k in module.kernels}
+        wrapper = generate_wrapper(lowered, scheduled.kernels, memory, launches)
+    with stage(timings, "build"):
+        call, cache_hit = build_cpp(module, wrapper)
+    return CompiledGraph(lowered, scheduled, memory, module, wrapper, call, cache_hit)
+
+
+def build_cpp(module: cpp.CppModule, wrapper) -> tuple[Callable, bool]:
+    path, cache_hit = build_library(module.source)
+    library = load_library(path)
+    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided, "_library": library}
+    namespace.update(wrapper.constants)
+    for kernel in module.kernels:
+        function = getattr(library, kernel.name)
+        function.restype = None
+        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_args)
+        namespace[kernel.name] = function
+    exec(builtins.compile(wrapper.source, "<glassbox wrapper>", "exec"), namespace)
+    call = namespace["call"]
+    call._boxed_call = True  # AOTAutograd passes a list and lets us free its items early
+    return call, cache_hit
+
+
+def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
+    """Concrete values of the size symbols for the example inputs (for byte counts and the memory plan)."""
+    hints = {}
+    for symbol, (position, dim) in lowered.size_vars.items():
+        value = example_inputs[position]
+        value = value.shape[dim] if dim is not None else value
+        node = getattr(value, "node", None)
+        hint = getattr(node, "hint", None) if node is not None else value
+        if hint is None and node is not None:
+            hint = node.shape_env.size_hint(node.expr)
+        if hint is not None:
+            hints[symbol] = int(hint)
+    return hints
+
+
+def make_backend(options: Options, exploration: Exploration | None = None) -> Callable:
+    """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        graph_record = None
+        if exploration is not None:
+            graph_record = GraphRecord(index=len(exploration.graphs))
+            exploration.graphs.append(graph_record)
+            graph_record.fx = records_fx(gm)
+
+        def fw_compiler(aten_gm: torch.fx.GraphModule, aten_inputs):
+            timings = graph_record.timings if graph_record is not None else {}
+            compiled = compile_graph(aten_gm, aten_inputs, options, timings)
+            if graph_record is not None:
+                from engine.report import fill_graph_record
+                fill_graph_record(graph_record, gm, aten_gm, compiled, size_hints(compiled.lowered, aten_inputs))
+            return compiled.call
+
+        start = time.perf_counter()
+        compiled_fn = aot_compile(gm, example_inputs, fw_compiler)
+        if graph_record is not None:
+            inner = sum(graph_record.timings.values())
+            graph_record.timings["decompose"] = time.perf_counter() - start - inner
+        return compiled_fn
+
+    return backend
+
+
+def records_fx(gm: torch.fx.GraphModule) -> list[dict]:
+    from engine.report import fx_nodes
+    return fx_nodes(gm)
+
+
+def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None) -> Callable:
+    """Like torch.compile(model), with Glassbox as the backend."""
+    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic)), None, dynamic)
+
+
+def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
+            dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
+            description: str = "", tolerance: dict | None = None) -> Exploration:
+    """Run the whole pipeline once on `example_inputs`, recording every stage."""
+    from engine import run
+
+    options = Options(backend, device, dynamic)
+    exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
+                              description=description, options={"dynamic": dynamic})
+    capture.reset()
+    log = capture.CaptureLog()
+    compiled = capture.dynamo_compile(model, make_backend(options, exploration), log, dynamic)
+    inputs = tuple(example_inputs)
+    log.current_inputs = capture.describe_inputs(inputs)
+    start = time.perf_counter()
+    with torch.no_grad():
+        outputs = compiled(*inputs)
+    total = time.perf_counter() - start
+    for graph in exploration.graphs:
+        for stage_name, seconds in graph.timings.items():
+            exploration.add_time(stage_name, seconds)
+    exploration.timings = {"capture": max(total - sum(exploration.timings.values()), 0.0), **exploration.timings}
+    with stage(exploration.timings, "run"):
+        exploration.verify = run.verify(model, inputs, outputs, tolerance)
+    for extra in dynamic_inputs:
+        extra = tuple(extra)
+        log.current_inputs = capture.describe_inputs(extra)
+        graphs_before = len(exploration.graphs)
+        with torch.no_grad():
+            extra_outputs = compiled(*extra)
+        exploration.runs.append({"inputs": log.current_inputs,
+                                 "new_graphs": len(exploration.graphs) - graphs_before,
+                                 "verify": run.verify(model, extra, extra_outputs, tolerance)})
+    exploration.graph_breaks = [vars(b) for b in log.graph_breaks]
+    exploration.guards = list(log.guards)
+    exploration.recompiles = [vars(r) for r in log.recompiles]
+    return exploration

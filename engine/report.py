@@ -1,0 +1,171 @@
+"""Turn one graph's compiler artifacts into the plain-data GraphRecord (FX, ATen, IR, fusion, code)."""
+from __future__ import annotations
+
+import linecache
+
+import sympy
+import torch
+
+from engine.capture import fx_origin_names, user_source_line
+from engine.ir.handlers import IRPrinter
+from engine.ir.indexing import loop_var
+from engine.ir.nodes import Extern, Fallback, MultiOutput, Pointwise, Reduction
+from engine.ir.ops import use_handler
+from engine.record import GraphRecord
+
+
+def _meta(node: torch.fx.Node) -> dict:
+    val = node.meta.get("val", node.meta.get("example_value"))
+    if isinstance(val, torch.Tensor):
+        return {"shape": [str(s) for s in val.shape], "dtype": str(val.dtype).replace("torch.", "")}
+    if isinstance(val, (tuple, list)):
+        return {"shape": [[str(s) for s in v.shape] if isinstance(v, torch.Tensor) else str(v) for v in val],
+                "dtype": "tuple"}
+    return {"shape": [], "dtype": type(val).__name__ if val is not None else ""}
+
+
+def _source(node: torch.fx.Node) -> dict | None:
+    where = user_source_line(node.meta.get("stack_trace"))
+    if where is None:
+        return None
+    filename, lineno = where
+    return {"filename": filename, "lineno": lineno, "line": linecache.getline(filename, lineno).strip()}
+
+
+def _target(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__qualname__", None) or str(target)
+
+
+def _node_dict(node: torch.fx.Node) -> dict:
+    return {
+        "name": node.name, "op": node.op, "target": _target(node) if node.op != "placeholder" else node.target,
+        "args": [a.name for a in node.all_input_nodes], **_meta(node), "source": _source(node),
+        "module_path": _module_path(node),
+    }
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path.replace("L['self'].", "").replace("L['self']", "")
+
+
+def fx_nodes(gm: torch.fx.GraphModule) -> list[dict]:
+    return [_node_dict(n) for n in gm.graph.nodes]
+
+
+def aten_nodes(aten_gm: torch.fx.GraphModule, fx_gm: torch.fx.GraphModule) -> list[dict]:
+    fx_names = {n.name for n in fx_gm.graph.nodes}
+    result = []
+    for node in aten_gm.graph.nodes:
+        entry = _node_dict(node)
+        entry["fx_origins"] = fx_origin_names(node, fx_names)
+        result.append(entry)
+    return result
+
+
+def ir_text(node, buffers) -> list[str]:
+    """The loop body of an IR node as lines of readable text."""
+    printer = IRPrinter(buffers)
+    index = [loop_var("i", d) for d in range(len(node.size))]
+    with use_handler(printer):
+        if isinstance(node, Reduction):
+            rindex = [loop_var("r", d) for d in range(len(node.reduction_size))]
+            value = node.inner_fn(index, rindex)
+            header = (f"{node.name} = reduce_{node.reduction_type} over r{tuple(rindex)} in "
+                      f"{_sizes(node.reduction_size)}, for i{tuple(index)} in {_sizes(node.size)}:")
+        elif isinstance(node, Pointwise):
+            value = node.inner_fn(index)
+            header = f"{node.name}[{', '.join(map(str, index))}] for i in {_sizes(node.size)}:"
+        else:
+            return [_library_text(node)]
+    return [header] + ["    " + line for line in printer.lines] + [f"    return {value}"]
+
+
+def _library_text(node) -> str:
+    if isinstance(node, MultiOutput):
+        return f"{node.name} = {node.parent}[{node.index}]"
+    args = ", ".join(_arg_text(a) for a in node.args)
+    label = "fallback (eager)" if isinstance(node, Fallback) else "extern"
+    return f"{node.name} = {label} {node.target}({args})"
+
+
+def _arg_text(arg) -> str:
+    name = getattr(arg, "name", None)
+    if name is not None and hasattr(arg, "stride"):
+        return name
+    if isinstance(arg, (list, tuple)):
+        return "[" + ", ".join(_arg_text(a) for a in arg) + "]"
+    return str(arg)
+
+
+def _sizes(sizes) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+def _bytes(node, hints) -> int:
+    numel = sympy.sympify(node.numel).subs(hints)
+    return int(numel) * node.dtype.itemsize if numel.is_Integer else 0
+
+
+def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict) -> None:
+    lowered, scheduled, memory = compiled.lowered, compiled.schedule, compiled.memory
+    record.cache_hit = compiled.cache_hit
+    record.aten = aten_nodes(aten_gm, fx_gm)
+    aten_by_name = {n["name"]: n for n in record.aten}
+    buffers = lowered.buffers
+    ir_nodes = []
+    for node in lowered.nodes:
+        entry = {"name": node.name, "kind": node.kind, "size": [str(s) for s in node.size],
+                 "dtype": str(node.dtype).replace("torch.", ""), "aten_origins": list(node.origins),
+                 "text": ir_text(node, buffers)}
+        if isinstance(node, Reduction):
+            entry.update(reduction_size=[str(s) for s in node.reduction_size], reduction_type=node.reduction_type)
+        if isinstance(node, Fallback):
+            entry["reason"] = node.reason
+        ir_nodes.append(entry)
+    record.ir = {"nodes": ir_nodes, "text": "\n\n".join("\n".join(n["text"]) for n in ir_nodes),
+                 "inputs": [b.name for b in lowered.inputs if b is not None]}
+    record.fusion = {"decisions": [vars(d) for d in scheduled.decisions]}
+    record.memory = {
+        "peak_bytes": memory.peak_bytes, "unfused_peak_bytes": memory.unfused_peak_bytes,
+        "buffers": [vars(life) for life in memory.lives],
+    }
+    sources = {k.name: k for k in compiled.module.kernels}
+    ir_to_kernel = {}
+    for kernel in scheduled.kernels:
+        aten_names = list(dict.fromkeys(o for n in kernel.nodes for o in n.origins))
+        fx_names = list(dict.fromkeys(f for a in aten_names for f in aten_by_name.get(a, {}).get("fx_origins", [])))
+        generated = sources.get(kernel.name)
+        bytes_moved = sum(_bytes(buffers[n], hints) for n in kernel.reads + kernel.stored if n in buffers)
+        entry = {
+            "name": kernel.name, "kind": kernel.kind, "ir_nodes": [n.name for n in kernel.nodes],
+            "aten_origins": aten_names, "fx_origins": fx_names,
+            "ops": [str(aten_by_name[a]["target"]) for a in aten_names if a in aten_by_name],
+            "reads": kernel.reads, "writes": kernel.stored, "bytes": bytes_moved,
+            "source": generated.source if generated else "\n".join(ir_text(kernel.nodes[0], buffers)),
+        }
+        if kernel.kind == "fallback":
+            entry["reason"] = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
+        record.kernels.append(entry)
+        for node in kernel.nodes:
+            ir_to_kernel[node.name] = kernel.name
+    provenance = []
+    for number, item in enumerate(compiled.module.line_kernel, start=1):
+        if item is None or item[1] is None:
+            continue
+        kernel_name, tag = item
+        node = buffers.get(tag.ir_node)
+        aten_names = list(node.origins) if node is not None else []
+        fx_names = list(dict.fromkeys(f for a in aten_names for f in aten_by_name.get(a, {}).get("fx_origins", [])))
+        user_lines = list(dict.fromkeys(aten_by_name[a]["source"]["lineno"] for a in aten_names
+                                        if a in aten_by_name and aten_by_name[a]["source"]))
+        provenance.append({"line": number, "kernel": kernel_name, "ir_node": tag.ir_node, "aten_nodes": aten_names,
+                           "fx_nodes": fx_names, "user_lines": user_lines})
+    record.code = {"language": "cpp", "source": compiled.module.source, "wrapper": compiled.wrapper.source,
+                   "provenance": provenance}

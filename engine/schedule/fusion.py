@@ -1,0 +1,263 @@
+"""Fusion mechanism: merge IR nodes into kernels, recording a decision (with a reason) for every candidate.
+
+Candidates, in this order:
+  vertical    each producer -> consumer edge, in program order (prologues, epilogues, elementwise chains)
+  horizontal  sibling groups of the same shape that read a common buffer
+A merge happens when the policy agrees, it creates no cycle between kernels, and the merged loop nest is
+valid (Note [Fused loop shape]).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from engine.ir.handlers import AccessRecorder, Var
+from engine.ir.nodes import Buffer, Extern, Fallback, InputBuffer, MultiOutput, Pointwise, Reduction, TensorValue
+from engine.ir.ops import use_handler
+from engine.lowering.graph import LoweredGraph
+from engine.schedule import policy
+from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, group_shape
+
+
+@dataclass
+class FusionDecision:
+    producer: str  # kernel-group label, e.g. "buf3" or "buf3+buf4"
+    consumer: str
+    kind: str  # vertical | horizontal
+    fused: bool
+    reason: str
+
+
+@dataclass
+class Kernel:
+    name: str
+    kind: str  # pointwise | reduction | extern | fallback
+    nodes: list[Buffer]
+    stored: list[str]  # buffers this kernel writes to memory
+    reads: list[str]  # buffers it reads from memory
+    rows: sympy.Expr = sympy.Integer(1)
+    red: sympy.Expr = sympy.Integer(1)
+
+    @property
+    def plan(self) -> KernelPlan:
+        return KernelPlan(self.nodes, self.rows, self.red)
+
+
+@dataclass
+class Schedule:
+    kernels: list[Kernel]
+    decisions: list[FusionDecision] = field(default_factory=list)
+
+
+def _label(group: list[Buffer]) -> str:
+    return "+".join(n.name for n in group)
+
+
+def node_reads(node: Buffer, buffers: dict) -> list[str]:
+    """Names of the buffers a node reads (loop body loads, or a library call's tensor arguments)."""
+    if isinstance(node, (Extern, Fallback)):
+        return list(dict.fromkeys(node.inputs))
+    if isinstance(node, MultiOutput):
+        return [node.parent]
+    recorder = AccessRecorder(buffers)
+    with use_handler(recorder):
+        if isinstance(node, Reduction):
+            node.inner_fn([sympy.Integer(0)] * len(node.size), [sympy.Integer(0)] * len(node.reduction_size))
+        elif isinstance(node, Pointwise):
+            node.inner_fn([sympy.Integer(0)] * len(node.size))
+    return list(dict.fromkeys(name for name, _ in recorder.loads))
+
+
+def check_loop_nest(nodes: list[Buffer], buffers: dict) -> str | None:
+    """None when the nodes can share one loop nest; otherwise why not."""
+    rows, red = group_shape(nodes)
+    plan = KernelPlan(nodes, rows, red)
+    for node in nodes:
+        if isinstance(node, Pointwise) and plan.role(node) == "row" and sympy.expand(node.numel - rows) != 0:
+            return f"{node.name} has {node.numel} elements, neither {rows} rows nor {rows * red} elements"
+    inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
+                      accumulator=lambda name: Var("acc", buffers[name].dtype))
+    recorder = AccessRecorder(buffers, on_load=inliner.load)
+    try:
+        with use_handler(recorder):
+            for node in nodes:
+                if isinstance(node, Reduction):
+                    node.inner_fn(plan.index(node), plan.rindex(node))
+                else:
+                    node.inner_fn(plan.index(node))
+    except NotFusable as reason:
+        return str(reason)
+    return policy.too_many_passes(reduction_depth(nodes, buffers))
+
+
+def reduction_depth(nodes: list[Buffer], buffers: dict) -> int:
+    """Passes over each row the group needs: the longest chain of reductions feeding each other."""
+    names = {n.name for n in nodes}
+    depth: dict[str, int] = {}
+    for node in nodes:
+        deps = [depth.get(r, 0) for r in _reads_through_group(node, nodes, buffers, names)]
+        own = 1 if isinstance(node, Reduction) else 0
+        depth[node.name] = max(deps, default=0) + own
+    return max(depth.values(), default=0)
+
+
+def _reads_through_group(node, nodes, buffers, names):
+    return [r for r in node_reads(node, buffers) if r in names]
+
+
+class Scheduler:
+    def __init__(self, graph: LoweredGraph):
+        self.graph = graph
+        self.buffers = graph.buffers
+        self.nodes = [n for n in graph.nodes]
+        self.order = {n.name: i for i, n in enumerate(self.nodes)}
+        self.reads = {n.name: node_reads(n, self.buffers) for n in self.nodes}
+        self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
+        self.decisions: list[FusionDecision] = []
+        self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
+
+    # -- dependencies between groups -----------------------------------------------------------------------
+    def _group_id(self, group) -> int:
+        return id(group)
+
+    def _groups(self) -> list[list[Buffer]]:
+        seen, groups = set(), []
+        for node in self.nodes:
+            group = self.group_of[node.name]
+            if id(group) not in seen:
+                seen.add(id(group))
+                groups.append(group)
+        return groups
+
+    def _group_edges(self) -> dict[int, set[int]]:
+        edges: dict[int, set[int]] = {}
+        for node in self.nodes:
+            consumer = id(self.group_of[node.name])
+            for read in self.reads[node.name]:
+                if read in self.group_of:
+                    producer = id(self.group_of[read])
+                    if producer != consumer:
+                        edges.setdefault(producer, set()).add(consumer)
+        return edges
+
+    def _creates_cycle(self, a, b) -> bool:
+        edges = self._group_edges()
+        start = {id(a), id(b)}
+
+        def reach(sources, graph):
+            seen, stack = set(), list(sources)
+            while stack:
+                for nxt in graph.get(stack.pop(), ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+            return seen
+
+        reverse: dict[int, set[int]] = {}
+        for src, dsts in edges.items():
+            for dst in dsts:
+                reverse.setdefault(dst, set()).add(src)
+        between = (reach(start, edges) & reach(start, reverse)) - start
+        return bool(between)
+
+    def _depends(self, a, b) -> bool:
+        """Is there a path between the two groups (either way)?"""
+        edges = self._group_edges()
+        for src, dst in ((id(a), id(b)), (id(b), id(a))):
+            seen, stack = set(), [src]
+            while stack:
+                cur = stack.pop()
+                if cur == dst:
+                    return True
+                for nxt in edges.get(cur, ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+        return False
+
+    # -- merging --------------------------------------------------------------------------------------------
+    def try_merge(self, a: list[Buffer], b: list[Buffer], kind: str) -> None:
+        ok, reason = policy.fusion_verdict(a, b, kind)
+        if ok and self._creates_cycle(a, b):
+            ok, reason = False, "fusing would create a cycle: another kernel sits between them"
+        if ok:
+            merged = sorted(a + b, key=lambda n: self.order[n.name])
+            problem = check_loop_nest(merged, self.buffers)
+            if problem:
+                ok, reason = False, problem
+        self.decisions.append(FusionDecision(_label(a), _label(b), kind, ok, reason))
+        if ok:
+            for node in merged:
+                self.group_of[node.name] = merged
+
+    def run(self) -> Schedule:
+        for node in self.nodes:  # vertical: producer -> consumer, in program order
+            for read in self.reads[node.name]:
+                if read not in self.group_of:
+                    continue
+                producer, consumer = self.group_of[read], self.group_of[node.name]
+                if producer is not consumer:
+                    self.try_merge(producer, consumer, "vertical")
+        groups = self._groups()  # horizontal: siblings sharing an input
+        for i, a in enumerate(groups):
+            for b in groups[i + 1:]:
+                a, b = self.group_of[a[0].name], self.group_of[b[0].name]
+                if a is b or not self._share_reads(a, b) or self._depends(a, b):
+                    continue
+                if policy.fusion_verdict(a, b, "horizontal")[0] or _same_kinds(a, b):
+                    self.try_merge(a, b, "horizontal")
+        return Schedule(self._kernels(), self.decisions)
+
+    def _share_reads(self, a, b) -> bool:
+        reads_a = {r for n in a for r in self.reads[n.name]}
+        reads_b = {r for n in b for r in self.reads[n.name]}
+        return bool(reads_a & reads_b)
+
+    def _kernels(self) -> list[Kernel]:
+        groups = self._topological(self._groups())
+        kernels = []
+        for index, group in enumerate(groups):
+            names = {n.name for n in group}
+            stored = [n.name for n in group if n.name in self.output_names or any(
+                n.name in self.reads[c.name] and c.name not in names for c in self.nodes)]
+            if isinstance(group[0], (Extern, Fallback, MultiOutput)):
+                kind = "fallback" if isinstance(group[0], Fallback) or (
+                    isinstance(group[0], MultiOutput) and isinstance(self.buffers[group[0].parent], Fallback)) \
+                    else "extern"
+                kernels.append(Kernel(f"{kind}_{index}", kind, group, [n.name for n in group],
+                                      [r for n in group for r in self.reads[n.name]]))
+                continue
+            rows, red = group_shape(group)
+            kind = "reduction" if any(isinstance(n, Reduction) for n in group) else "pointwise"
+            reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
+            kernels.append(Kernel(f"kernel_{index}", kind, group, stored, reads, rows, red))
+        return kernels
+
+    def _topological(self, groups):
+        edges = self._group_edges()
+        indegree = {id(g): 0 for g in groups}
+        for src, dsts in edges.items():
+            for dst in dsts:
+                indegree[dst] += 1
+        by_id = {id(g): g for g in groups}
+        position = {id(g): min(self.order[n.name] for n in g) for g in groups}
+        ready = sorted([i for i, d in indegree.items() if d == 0], key=position.get)
+        result = []
+        while ready:
+            current = ready.pop(0)
+            result.append(by_id[current])
+            for nxt in edges.get(current, ()):
+                indegree[nxt] -= 1
+                if indegree[nxt] == 0:
+                    ready.append(nxt)
+                    ready.sort(key=position.get)
+        return result
+
+
+def _same_kinds(a, b) -> bool:
+    return False
+
+
+def schedule(graph: LoweredGraph) -> Schedule:
+    return Scheduler(graph).run()

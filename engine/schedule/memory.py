@@ -1,0 +1,102 @@
+"""Memory plan: when each intermediate buffer lives, which dead buffer it can reuse, and the peak."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from engine.ir.nodes import Buffer, TensorValue
+from engine.lowering.graph import LoweredGraph
+from engine.schedule.fusion import Kernel, node_reads
+
+
+@dataclass
+class BufferLife:
+    name: str
+    bytes: int
+    first: int  # kernel index that writes it
+    last: int  # last kernel index that reads it (len(kernels) for graph outputs)
+    reuses: str | None = None  # the dead buffer whose memory it takes
+
+
+@dataclass
+class MemoryPlan:
+    lives: list[BufferLife]
+    free_after: dict[int, list[str]] = field(default_factory=dict)
+    peak_bytes: int = 0
+    unfused_peak_bytes: int = 0
+
+    def reuse_of(self, name: str) -> str | None:
+        for life in self.lives:
+            if life.name == name:
+                return life.reuses
+        return None
+
+
+def _bytes(node: Buffer, hints: dict) -> int:
+    numel = sympy.sympify(node.numel).subs(hints)
+    return int(numel) * node.dtype.itemsize if numel.is_Integer else 0
+
+
+def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> MemoryPlan:
+    """Greedy reuse: a buffer takes the memory of a dead buffer of the same size and dtype.
+
+    A buffer is dead after the last kernel that reads it; graph outputs never die. The wrapper drops a dead
+    buffer unless a later one reuses its memory. Peak counts every storage from its allocation to the last
+    read of the last buffer that shares it."""
+    outputs = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
+    end = len(kernels)
+    last_use: dict[str, int] = {}
+    for index, kernel in enumerate(kernels):
+        for name in kernel.reads:
+            last_use[name] = index
+    lives: list[BufferLife] = []
+    pool: dict[tuple, list[str]] = {}  # (size, dtype) -> owners of dead storages
+    owner_of: dict[str, str] = {}
+    storage_end: dict[str, int] = {}
+    storage_start: dict[str, int] = {}
+    storage_bytes: dict[str, int] = {}
+    for index, kernel in enumerate(kernels):
+        for name in kernel.stored:
+            node = graph.buffers[name]
+            life = BufferLife(name, _bytes(node, hints), index, end if name in outputs else last_use.get(name, index))
+            key = (tuple(node.size), node.dtype)
+            if kernel.kind in ("pointwise", "reduction") and pool.get(key):
+                owner = pool[key].pop()
+                life.reuses = owner
+            else:
+                owner = name
+                storage_start[owner], storage_bytes[owner] = index, life.bytes
+            owner_of[name] = owner
+            storage_end[owner] = max(storage_end.get(owner, index), life.last)
+            lives.append(life)
+        for life in lives:  # buffers whose last reader was this kernel: their storage may be reused
+            if life.last == index and life.name not in outputs:
+                node = graph.buffers[life.name]
+                if isinstance(node, Buffer) and graph.buffers[owner_of[life.name]].kind in ("pointwise", "reduction"):
+                    pool.setdefault((tuple(node.size), node.dtype), []).append(owner_of[life.name])
+    free_after: dict[int, list[str]] = {}
+    for life in lives:
+        if life.name not in outputs:
+            free_after.setdefault(life.last, []).append(life.name)
+    peak = max((sum(storage_bytes[o] for o in storage_bytes if storage_start[o] <= i <= storage_end[o])
+                for i in range(end)), default=0)
+    return MemoryPlan(lives, free_after, peak, _unfused_peak(graph, hints, outputs))
+
+
+def _unfused_peak(graph: LoweredGraph, hints: dict, outputs: set) -> int:
+    """Peak bytes if every IR node wrote its own buffer and freed it after its last reader (no fusion)."""
+    last_use: dict[str, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for name in node_reads(node, graph.buffers):
+            last_use[name] = index
+    live, peak = 0, 0
+    sizes = {}
+    for index, node in enumerate(graph.nodes):
+        sizes[node.name] = _bytes(node, hints)
+        live += sizes[node.name]
+        peak = max(peak, live)
+        for name, last in last_use.items():
+            if last == index and name in sizes and name not in outputs:
+                live -= sizes[name]
+    return peak

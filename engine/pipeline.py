@@ -25,7 +25,7 @@ import torch
 from engine import capture, record as records
 from engine.build import build_library, load_library
 from engine.codegen import cpp
-from engine.codegen.wrapper import generate_wrapper
+from engine.codegen.wrapper import generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile
 from engine.lowering.graph import LoweredGraph, lower
 from engine.record import Exploration, GraphRecord
@@ -85,7 +85,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
 def build_cpp(module: cpp.CppModule, wrapper) -> tuple[Callable, bool]:
     path, cache_hit = build_library(module.source)
     library = load_library(path)
-    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided, "_library": library}
+    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided, "_library": library,
+                                 "with_layout": with_layout, "strided_view": strided_view}
     namespace.update(wrapper.constants)
     for kernel in module.kernels:
         function = getattr(library, kernel.name)

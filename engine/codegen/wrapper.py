@@ -37,7 +37,7 @@ def _tensor_arg(arg: TensorArg, buffers) -> str:
     node = buffers[arg.name]
     if tuple(arg.size) == tuple(node.size) and tuple(arg.stride) == tuple(node.stride) and arg.offset == 0:
         return arg.name
-    return f"{arg.name}.as_strided({_shape(arg.size)}, {_shape(arg.stride)}, {_py(arg.offset)})"
+    return f"strided_view({arg.name}, {_shape(arg.size)}, {_shape(arg.stride)}, {_py(arg.offset)})"
 
 
 def _call_args(value, buffers) -> str:
@@ -88,18 +88,34 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
             for node in kernel.nodes:
                 if isinstance(node, MultiOutput):
                     body.append(f"{node.name} = {node.parent}[{node.index}]")
-                    continue
-                target_name = f"op_{node.name}"
-                constants[target_name] = node.target
-                args = ", ".join([_call_args(a, graph.buffers) for a in node.args] +
-                                 [f"{k}={_call_args(v, graph.buffers)}" for k, v in node.kwargs.items()])
-                body.append(f"{node.name} = {target_name}({args})")
+                else:
+                    target_name = f"op_{node.name}"
+                    constants[target_name] = node.target
+                    args = ", ".join([_call_args(a, graph.buffers) for a in node.args] +
+                                     [f"{k}={_call_args(v, graph.buffers)}" for k, v in node.kwargs.items()])
+                    body.append(f"{node.name} = {target_name}({args})")
+                if node.size or not isinstance(node, Extern) or isinstance(node, MultiOutput):
+                    # Note [Library output layout]: kernels index this buffer with the strides the fake
+                    # tensor promised; a library may pick another layout at run time.
+                    body.append(f"{node.name} = with_layout({node.name}, {_shape(node.size)}, {_shape(node.stride)})")
         dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory)]
         if dead:
             body.append(f"del {', '.join(dead)}")
     body.append(f"return [{', '.join(_output(v, graph) for v in graph.outputs)}]")
     lines += ["    " + line for line in body]
     return WrapperSource("\n".join(lines) + "\n", constants)
+
+
+def strided_view(tensor, size, stride, offset):
+    """A view whose offset counts from the tensor's first element (as_strided counts from its storage's)."""
+    return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
+
+
+def with_layout(tensor, size, stride):
+    """The tensor in exactly this layout (a copy only when the library chose another one)."""
+    if not isinstance(tensor, torch.Tensor) or tensor.stride() == stride or tensor.numel() <= 1:
+        return tensor
+    return torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
 def _reused_later(name: str, memory: MemoryPlan) -> bool:

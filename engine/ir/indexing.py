@@ -105,12 +105,12 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr | None:
         coeff, rest = expr.as_coeff_Mul()
         if coeff < 0:
             return None
-        free_vars = [f for f in rest.free_symbols if f in ranges]
-        if len(free_vars) == 1 and sympy.degree(rest, free_vars[0]) == 1:
-            inner = upper_bound(free_vars[0], ranges)
-            return expr.subs(free_vars[0], inner)
-        if not free_vars:
+        if not (rest.free_symbols & set(ranges)):
             return expr
+        bounds = [upper_bound(f, ranges) for f in sympy.Mul.make_args(rest)]
+        if any(b is None for b in bounds):
+            return None
+        return coeff * sympy.Mul(*bounds)
     return None
 
 
@@ -121,18 +121,62 @@ def _provably_less(a: Expr | None, b: Expr) -> bool:
     return bool(difference.is_nonnegative)
 
 
+def _split_by_granule(a: Expr, b: Expr, ranges) -> tuple[Expr, Expr, Expr] | None:
+    """Write a = g*large + small with 0 <= small < g and g dividing b, for the largest such g > 1."""
+    if not b.is_Integer:
+        return None
+    terms = sympy.Add.make_args(sympy.expand(a))
+    candidates = sorted({int(sympy.gcd(t.as_coeff_Mul()[0], b)) for t in terms if t.as_coeff_Mul()[0].is_Integer},
+                        reverse=True)
+    for g in candidates:
+        if g <= 1:
+            continue
+        large = [t for t in terms if t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % g == 0]
+        small = sympy.Add(*[t for t in terms if t not in large])
+        if small != 0 and _provably_less(upper_bound(small, ranges), sympy.Integer(g)) and \
+                all(t.is_nonnegative for t in sympy.Add.make_args(small)):
+            return sympy.Integer(g), sympy.expand(sympy.Add(*large) / g), small
+    return None
+
+
+def _recombine(expr: Expr) -> Expr:
+    """k*c*FloorDiv(a, c) + k*ModIndex(a, c) -> k*a (splitting an index and putting it back together)."""
+    if not expr.is_Add:
+        return expr
+    terms = list(expr.args)
+    for term in terms:
+        coeff, rest = term.as_coeff_Mul()
+        if isinstance(rest, ModIndex):
+            a, c = rest.args
+            partner = coeff * c * FloorDiv(a, c)
+            if partner in terms:
+                terms.remove(term)
+                terms.remove(partner)
+                return _recombine(sympy.Add(*terms) + coeff * a)
+    return expr
+
+
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
-    """Drop FloorDiv/ModIndex that the loop ranges make trivial: floor(a/b) = 0 and a mod b = a when a < b."""
+    """Simplify FloorDiv/ModIndex using the loop ranges: floor(a/b) = 0 and a mod b = a when a < b, and
+    floor((g*L + s)/b) = floor(L/(b/g)) when 0 <= s < g divides b (likewise for mod)."""
 
     def rewrite(e: Expr) -> Expr:
         if not e.args:
             return e
         args = [rewrite(a) for a in e.args]
         e = e.func(*args)
-        if isinstance(e, FloorDiv) and _provably_less(upper_bound(e.args[0], ranges), e.args[1]):
-            return sympy.Integer(0)
-        if isinstance(e, ModIndex) and _provably_less(upper_bound(e.args[0], ranges), e.args[1]):
-            return e.args[0]
+        if isinstance(e, (FloorDiv, ModIndex)):
+            a, b = e.args
+            if _provably_less(upper_bound(a, ranges), b):
+                return sympy.Integer(0) if isinstance(e, FloorDiv) else a
+            split = _split_by_granule(a, b, ranges)
+            if split is not None:
+                g, large, small = split
+                if isinstance(e, FloorDiv):
+                    return rewrite(FloorDiv(large, b / g))
+                return rewrite(g * ModIndex(large, b / g) + small)
+        if e.is_Add:
+            return _recombine(sympy.expand(e))
         return e
 
     return sympy.expand(rewrite(expr))
@@ -193,11 +237,15 @@ class _IndexPrinter(StrPrinter):
             text = f"{fn}({text}, {self._print(a)})"
         return text
 
+    def _operand(self, e):
+        text = self._print(e)
+        return f"({text})" if e.is_Add or e.is_Mul else text
+
     def _print_FloorDiv(self, e):
-        return f"({self._print(e.args[0])} {self.floordiv} {self._print(e.args[1])})"
+        return f"({self._operand(e.args[0])} {self.floordiv} {self._operand(e.args[1])})"
 
     def _print_ModIndex(self, e):
-        return f"({self._print(e.args[0])} % {self._print(e.args[1])})"
+        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
 
     def _print_Pow(self, e, rational=False):
         base, exp = e.args

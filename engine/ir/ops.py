@@ -104,7 +104,12 @@ class _Ops:
     def __getattr__(self, name: str):
         if name not in ALL_OPS:
             raise AttributeError(f"'{name}' is not in the op vocabulary (engine/ir/ops.py)")
-        return getattr(current_handler(), name)
+
+        def call(*args):  # looked up at call time, so `ops.add` can be passed around as a function
+            return getattr(current_handler(), name)(*args)
+
+        call.__name__ = name
+        return call
 
 
 ops = _Ops()

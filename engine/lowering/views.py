@@ -115,3 +115,25 @@ def as_strided(x: TensorValue, size, stride, storage_offset=None):
     base = sympify_size(storage_offset or 0)
     return x.view(out_size(), lambda idx: unflatten(
         base + sum((i * s for i, s in zip(idx, stride)), sympy.Integer(0)), x.size))
+
+
+@register_lowering(aten.split_with_sizes.default, aten.split.Tensor)
+def split(x: TensorValue, sizes, dim=0):
+    """Each piece is a slice view of x."""
+    dim = normalize_dim(dim, x.ndim)
+    metas = current().out_meta
+    pieces, start = [], sympy.Integer(0)
+    for meta in metas:
+        length = sympify_size(meta.shape[dim])
+        pieces.append(x.view([sympify_size(s) for s in meta.shape],
+                             (lambda begin: lambda idx: idx[:dim] + [begin + idx[dim]] + idx[dim + 1:])(start)))
+        start = start + length
+    return tuple(pieces)
+
+
+@register_lowering(aten.unbind.int)
+def unbind(x: TensorValue, dim=0):
+    dim = normalize_dim(dim, x.ndim)
+    size = [s for d, s in enumerate(x.size) if d != dim]
+    return tuple(x.view(size, (lambda i: lambda idx: idx[:dim] + [sympy.Integer(i)] + idx[dim:])(i))
+                 for i in range(int(x.size[dim])))

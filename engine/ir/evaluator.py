@@ -1,0 +1,206 @@
+"""Reference evaluator: execute the loop IR with torch on the CPU, independent of any code generator.
+
+A loop body runs once, over whole index grids: index variables are bound to broadcastable int64 tensors,
+so `ops.add` is one torch add over every element. This checks a lowering against eager before any code
+is generated, and tells codegen bugs apart from lowering bugs.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from engine.ir.indexing import loop_var, py_index
+from engine.ir.nodes import Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, TensorArg, TensorValue
+from engine.ir.ops import BINARY, UNARY, compute_dtype, reduction_identity, use_handler
+from engine.codegen.wrapper import strided_view
+from engine.lowering.graph import LoweredGraph
+
+_TORCH_UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
+    "log": torch.log, "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "asin": torch.asin,
+    "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh,
+    "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erf": torch.erf, "erfc": torch.erfc,
+    "erfinv": torch.erfinv, "lgamma": torch.lgamma, "sigmoid": torch.sigmoid, "relu": torch.relu,
+    "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round, "sign": torch.sign,
+    "reciprocal": torch.reciprocal, "square": torch.square, "logical_not": torch.logical_not,
+    "bitwise_not": torch.bitwise_not, "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,
+}
+_TORCH_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.true_divide,
+    "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"), "remainder": torch.remainder,
+    "fmod": torch.fmod, "pow": torch.pow, "maximum": torch.maximum, "minimum": torch.minimum,
+    "atan2": torch.atan2, "hypot": torch.hypot, "copysign": torch.copysign, "eq": torch.eq, "ne": torch.ne,
+    "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or, "logical_xor": torch.logical_xor, "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor, "left_shift": torch.bitwise_left_shift,
+    "right_shift": torch.bitwise_right_shift,
+}
+
+
+def _elementwise_max(a, b):
+    return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def _elementwise_min(a, b):
+    return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+class TorchEvaluator:
+    """Ops handler whose values are torch tensors broadcast over the loop's index grid."""
+
+    def __init__(self, storages: dict[str, torch.Tensor], buffers: dict, env: dict):
+        self.storages = storages  # buffer name -> tensor in its own layout
+        self.buffers = buffers
+        self.env = dict(env)  # symbol name -> int64 tensor (loop variables) or int (sizes)
+        self.env.update(max=_elementwise_max, min=_elementwise_min)
+        self._indirect = 0
+
+    def _index(self, expr) -> torch.Tensor:
+        text = py_index(sympy.sympify(expr))
+        try:
+            value = eval(text, {}, self.env)  # text we printed ourselves from a sympy expression
+        except Exception as e:
+            raise RuntimeError(f"bad index {text}") from e
+        return torch.as_tensor(value, dtype=torch.int64)
+
+    def load(self, name, index):
+        buffer, tensor = self.buffers[name], self.storages[name]
+        # offsets are relative to the tensor's first element, as for a data pointer in generated code
+        length = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
+        flat = tensor.as_strided((length,), (1,), tensor.storage_offset())
+        value = flat[self._index(buffer.storage_offset(index))]
+        return value.to(compute_dtype(value.dtype))
+
+    def constant(self, value, dtype):
+        return torch.tensor(value, dtype=dtype)
+
+    def index_expr(self, expr, dtype):
+        return self._index(expr).to(dtype)
+
+    def to_dtype(self, x, dtype):
+        return x.to(dtype).to(compute_dtype(dtype))
+
+    def where(self, cond, a, b):
+        return torch.where(cond.bool(), a, b)
+
+    def indirect(self, value, size):
+        name = f"ind{self._indirect}"
+        self._indirect += 1
+        size_value = self._index(size)
+        self.env[name] = torch.where(value < 0, value + size_value, value).long()
+        return sympy.Symbol(name, integer=True)
+
+
+def _make(name, fn):
+    return lambda self, *args: fn(*args)
+
+
+for _name in UNARY:
+    setattr(TorchEvaluator, _name, _make(_name, _TORCH_UNARY[_name]))
+for _name in BINARY:
+    setattr(TorchEvaluator, _name, _make(_name, _TORCH_BINARY[_name]))
+
+
+def _grid(prefix: str, sizes, total_dims: int, offset: int, env: dict) -> list[sympy.Symbol]:
+    symbols = []
+    for d, size in enumerate(sizes):
+        symbol = loop_var(prefix, d)
+        shape = [1] * total_dims
+        shape[offset + d] = int(size)
+        env[str(symbol)] = torch.arange(int(size)).view(shape)
+        symbols.append(symbol)
+    return symbols
+
+
+_REDUCE = {
+    "sum": lambda v, dims: v.sum(dims) if dims else v, "prod": lambda v, dims: _prod(v, dims),
+    "max": lambda v, dims: v.amax(dims) if dims else v, "min": lambda v, dims: v.amin(dims) if dims else v,
+    "any": lambda v, dims: v.bool().any(dims[0]) if len(dims) == 1 else v.bool().flatten(-len(dims)).any(-1),
+    "all": lambda v, dims: v.bool().all(dims[0]) if len(dims) == 1 else v.bool().flatten(-len(dims)).all(-1),
+    "argmax": lambda v, dims: v.flatten(-len(dims)).argmax(-1), "argmin": lambda v, dims: v.flatten(-len(dims)).argmin(-1),
+}
+
+
+def _prod(v, dims):
+    for d in sorted(dims, reverse=True):
+        v = v.prod(d)
+    return v
+
+
+def _in_layout(tensor, node, concrete):
+    """Library results in the layout the IR was promised (Note [Library output layout])."""
+    stride = tuple(concrete(s) for s in node.stride)
+    if tensor.stride() == stride or tensor.numel() <= 1:
+        return tensor
+    return torch.empty_strided(tensor.shape, stride, dtype=tensor.dtype).copy_(tensor)
+
+
+def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = None) -> list:
+    """Run every IR node with torch; returns the graph's outputs. `storages` receives every buffer."""
+    sizes = {}
+    for symbol, (position, dim) in graph.size_vars.items():
+        value = inputs[position]
+        sizes[str(symbol)] = int(value.shape[dim] if dim is not None else value)
+    concrete = lambda e: int(sympy.sympify(e).subs({sympy.Symbol(k, integer=True, positive=True): v
+                                                    for k, v in sizes.items()}))
+    storages = {} if storages is None else storages
+    for buf in graph.inputs:
+        if buf is not None:
+            storages[buf.name] = inputs[buf.position]
+    for const in graph.constants:
+        storages[const.name] = const.value
+    for node in graph.nodes:
+        shape = [concrete(s) for s in node.size]
+        if isinstance(node, Pointwise):
+            env = dict(sizes)
+            index = _grid("i", shape, len(shape), 0, env)
+            with use_handler(TorchEvaluator(storages, graph.buffers, env)):
+                value = node.inner_fn(index)
+            storages[node.name] = torch.as_tensor(value).to(node.dtype).expand(shape).contiguous()
+        elif isinstance(node, Reduction):
+            rshape = [concrete(s) for s in node.reduction_size]
+            env = dict(sizes)
+            total = len(shape) + len(rshape)
+            index = _grid("i", shape, total, 0, env)
+            rindex = _grid("r", rshape, total, len(shape), env)
+            with use_handler(TorchEvaluator(storages, graph.buffers, env)):
+                value = torch.as_tensor(node.inner_fn(index, rindex)).expand(shape + rshape)
+            dims = list(range(len(shape), total))
+            if not dims:
+                reduced = value if node.reduction_type not in ("argmax", "argmin") else torch.zeros(shape, dtype=torch.int64)
+            elif 0 in rshape:
+                reduced = torch.full(shape, reduction_identity(node.reduction_type, node.src_dtype))
+            else:
+                reduced = _REDUCE[node.reduction_type](value, dims)
+            storages[node.name] = reduced.to(node.dtype).reshape(shape).contiguous()
+        elif isinstance(node, MultiOutput):
+            storages[node.name] = _in_layout(storages[node.parent][node.index], node, concrete)
+        elif isinstance(node, Extern):
+            def materialize(arg):
+                if isinstance(arg, TensorArg):
+                    return strided_view(storages[arg.name], [concrete(s) for s in arg.size],
+                                        [concrete(s) for s in arg.stride], concrete(arg.offset))
+                if isinstance(arg, sympy.Expr):
+                    return concrete(arg)
+                return arg
+            args, kwargs = torch.utils._pytree.tree_map(materialize, (list(node.args), node.kwargs))
+            result = node.target(*args, **kwargs)
+            storages[node.name] = _in_layout(result, node, concrete) if isinstance(result, torch.Tensor) else result
+    outputs = []
+    for value in graph.outputs:
+        if isinstance(value, TensorValue):
+            shape = [concrete(s) for s in value.size]
+            env = dict(sizes)
+            index = _grid("i", shape, len(shape), 0, env)
+            with use_handler(TorchEvaluator(storages, graph.buffers, env)):
+                out = value.load(index)
+            outputs.append(torch.as_tensor(out).to(value.dtype).expand(shape).contiguous())
+        elif isinstance(value, sympy.Expr):
+            outputs.append(concrete(value))
+        else:
+            outputs.append(value)
+    return outputs

@@ -189,3 +189,24 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     exploration.guards = list(log.guards)
     exploration.recompiles = [vars(r) for r in log.recompiles]
     return exploration
+
+
+def compile_reference(model: Callable, dynamic: bool | None = None) -> Callable:
+    """torch.compile with every graph executed by the IR reference evaluator: checks lowering alone."""
+    from engine.ir.evaluator import evaluate_graph
+
+    def backend(gm, example_inputs):
+        def fw_compiler(aten_gm, aten_inputs):
+            lowered = lower(aten_gm, aten_inputs, "cpu")
+
+            def call(args):
+                outputs = evaluate_graph(lowered, list(args))
+                args.clear()
+                return outputs
+
+            call._boxed_call = True
+            return call
+
+        return aot_compile(gm, example_inputs, fw_compiler)
+
+    return capture.dynamo_compile(model, backend, None, dynamic)

@@ -52,7 +52,9 @@ def _module_path(node: torch.fx.Node) -> str:
     if not stack:
         return ""
     path = list(stack.values())[-1][0]
-    return path.replace("L['self'].", "").replace("L['self']", "")
+    for root in ("L['self'].", "L['self']", "L['fn'].", "L['fn']"):
+        path = path.replace(root, "")
+    return path
 
 
 def fx_nodes(gm: torch.fx.GraphModule) -> list[dict]:
@@ -118,6 +120,7 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
     record.cache_hit = compiled.cache_hit
     record.aten = aten_nodes(aten_gm, fx_gm)
     aten_by_name = {n["name"]: n for n in record.aten}
+    fx_by_name = {n["name"]: n for n in record.fx}
     buffers = lowered.buffers
     ir_nodes = []
     for node in lowered.nodes:
@@ -163,8 +166,9 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
         node = buffers.get(tag.ir_node)
         aten_names = list(node.origins) if node is not None else []
         fx_names = list(dict.fromkeys(f for a in aten_names for f in aten_by_name.get(a, {}).get("fx_origins", [])))
-        user_lines = list(dict.fromkeys(aten_by_name[a]["source"]["lineno"] for a in aten_names
-                                        if a in aten_by_name and aten_by_name[a]["source"]))
+        sources = [aten_by_name[a]["source"] for a in aten_names if a in aten_by_name] + \
+            [fx_by_name[f]["source"] for f in fx_names if f in fx_by_name]
+        user_lines = list(dict.fromkeys(src["lineno"] for src in sources if src))
         provenance.append({"line": number, "kernel": kernel_name, "ir_node": tag.ir_node, "aten_nodes": aten_names,
                            "fx_nodes": fx_names, "user_lines": user_lines})
     record.code = {"language": "cpp", "source": compiled.module.source, "wrapper": compiled.wrapper.source,

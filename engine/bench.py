@@ -1,0 +1,246 @@
+"""Benchmark a model side by side in one process: eager, Glassbox (engine.compile) and torch.compile (Inductor).
+
+Every number in a report comes from the same process, the same inputs and the same thread count, so the ratios
+are meaningful even where the absolute times are not (on a shared CPU, absolute times drift; ratios measured
+back to back drift much less). Steady-state times are medians from torch.utils.benchmark's blocked_autorange,
+all under torch.no_grad(). Before any timing, both compiled outputs are checked against eager (run.verify).
+
+Note [Cold and warm compiles]
+`compile_s` is Glassbox's cold compile: Dynamo capture through g++ to the first result, with a fresh, empty
+GLASSBOX_CACHE_DIR, so every C++ library is really built. `compile_warm_s` compiles the same model again after
+torch._dynamo.reset(): Dynamo, AOTAutograd, lowering and codegen run again, but g++ is skipped because the
+library is found in the (now filled) on-disk cache. `inductor_compile_s` is Inductor's cold compile: its FX graph
+cache is switched off and TORCHINDUCTOR_CACHE_DIR points at an empty directory for the session, so its C++
+kernels are built too. Python-level warm-up (imports of Dynamo's and Inductor's modules) is paid by whichever
+case runs first; run a throwaway case first when that matters.
+
+Note [Threads]
+Glassbox's C++ kernels use OpenMP. The OpenMP runtime is shared with torch (torch's libgomp is already loaded,
+and our libraries bind to it), so `torch.set_num_threads(n)` sets the thread count our kernels use from the
+calling thread, and OMP_NUM_THREADS is read once, when the runtime starts. set_threads() therefore does both,
+and callers (the CLI) should call it before the first compile of the process: that is why the CLI applies
+--threads before loading any model. torch.utils.benchmark.Timer runs with one thread unless told otherwise,
+so every Timer here gets `num_threads` explicitly; otherwise eager and our kernels would be timed on one core.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.benchmark import Timer
+
+from engine.model_file import ModelSpec, load_model_file, run_eager
+from engine.pipeline import compile as glassbox_compile
+from engine.run import verify
+
+SUITE = "suite"  # the CLI's name for the CPU benchmark suite below
+
+
+def set_threads(threads: int) -> None:
+    """Use `threads` threads for torch's own ops and for our OpenMP kernels (see Note [Threads])."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+@contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    """Set one environment variable for the duration of a block; restore it (or its absence) after."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def median_ms(fn: Callable, inputs: tuple, threads: int, min_run_time: float, label: str) -> float:
+    """Steady-state milliseconds per call: the median over blocked_autorange's blocks."""
+    timer = Timer(stmt="fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads, label=label)
+    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+
+
+def first_call_seconds(compiled: Callable, inputs: tuple) -> tuple[float, Any]:
+    """Seconds from a fresh compiled callable to its first result (that is, the compile), and the result."""
+    start = time.perf_counter()
+    outputs = compiled(*inputs)
+    return time.perf_counter() - start, outputs
+
+
+def verify_summary(result: dict) -> dict:
+    summary = {"ok": result["ok"], "max_abs_err": result["max_abs_err"], "max_rel_err": result["max_rel_err"]}
+    if "problem" in result:
+        summary["problem"] = result["problem"]
+    return summary
+
+
+def on_device(spec: ModelSpec, device: str) -> tuple[Any, tuple]:
+    model, inputs = spec.model, tuple(spec.example_inputs)
+    if device == "cpu":
+        return model, inputs
+    if isinstance(model, nn.Module):
+        model = model.to(device)
+    return model, tuple(x.to(device) for x in inputs)
+
+
+def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
+          with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
+          progress: Callable[[str], None] | None = None) -> dict:
+    """Time `spec`'s model under eager, Glassbox and Inductor; returns a report (keys in the module docstring).
+
+    with_inductor=False skips torch.compile (its keys are then None): Inductor's cold compile takes tens of
+    seconds on a small CPU. inductor_cache_dir: a directory to use as TORCHINDUCTOR_CACHE_DIR; default, a fresh
+    temporary one. A caller timing several models passes one empty directory for all of them: Inductor's compile
+    workers keep the cache directory they started with, so it must outlive the whole session.
+    """
+    say = progress or (lambda message: None)
+    if threads is not None:
+        set_threads(threads)
+    threads = torch.get_num_threads()
+    model, inputs = on_device(spec, device)
+    report: dict[str, Any] = {
+        "name": spec.name, "backend": backend, "device": device, "threads": threads,
+        "eager_ms": None, "glassbox_ms": None, "inductor_ms": None,
+        "compile_s": None, "compile_warm_s": None, "inductor_compile_s": None,
+        "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {},
+    }
+    with torch.no_grad():
+        run_eager(spec if device == "cpu" else _moved(spec, model, inputs))  # user errors -> ModelFileError
+        say("eager")
+        report["eager_ms"] = median_ms(model, inputs, threads, min_run_time, f"{spec.name} eager")
+
+        # Glassbox: cold, then warm (Note [Cold and warm compiles]); the warm-compiled callable is timed.
+        with tempfile.TemporaryDirectory(prefix="glassbox-bench-") as cache, environment("GLASSBOX_CACHE_DIR",
+                                                                                             cache):
+            say("glassbox compile (cold)")
+            torch._dynamo.reset()
+            report["compile_s"], outputs = first_call_seconds(glassbox_compile(model, backend=backend, device=device),
+                                                              inputs)
+            report["verify"]["glassbox"] = verify_summary(verify(model, inputs, outputs, spec.tolerance))
+            say("glassbox compile (warm)")
+            torch._dynamo.reset()
+            compiled = glassbox_compile(model, backend=backend, device=device)
+            report["compile_warm_s"], _ = first_call_seconds(compiled, inputs)
+            say("glassbox")
+            report["glassbox_ms"] = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} glassbox")
+        torch._dynamo.reset()
+
+        if with_inductor:
+            compile_s, check, milliseconds = bench_inductor(spec, model, inputs, threads, min_run_time,
+                                                            inductor_cache_dir, say)
+            report.update(inductor_compile_s=compile_s, inductor_ms=milliseconds)
+            report["verify"]["inductor"] = check
+            report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
+    report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
+    return report
+
+
+def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_time: float,
+                   cache_dir: str | None, say: Callable[[str], None]) -> tuple[float, dict, float]:
+    """Inductor's cold compile seconds (no FX graph cache, an empty cache directory), its verify summary and
+    its steady-state milliseconds."""
+    import torch._inductor.config as inductor_config
+
+    with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as own_dir:
+        with environment("TORCHINDUCTOR_CACHE_DIR", cache_dir or own_dir), \
+                inductor_config.patch(fx_graph_cache=False):
+            say("inductor compile (cold)")
+            torch._dynamo.reset()
+            compiled = torch.compile(model)
+            compile_s, outputs = first_call_seconds(compiled, inputs)
+            check = verify_summary(verify(model, inputs, outputs, spec.tolerance))
+            say("inductor")
+            milliseconds = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} inductor")
+        torch._dynamo.reset()
+    return compile_s, check, milliseconds
+
+
+def _moved(spec: ModelSpec, model, inputs: tuple) -> ModelSpec:
+    return dataclasses.replace(spec, model=model, example_inputs=inputs)
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+# --- the CPU benchmark suite ---------------------------------------------------------------------------------
+# Sizes are chosen so each case moves tens of megabytes: big enough that memory traffic, which fusion saves,
+# dominates the per-call overhead of the wrappers (which the small samples in samples/ measure instead).
+
+
+class ScaleBiasReLU(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(features))
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def softmax_last_dim(x):
+    return torch.softmax(x, dim=-1)
+
+
+def gelu_chain(x):
+    return F.gelu(x) * torch.sigmoid(x) + x
+
+
+def _layernorm(features: int) -> nn.Module:
+    norm = nn.LayerNorm(features).eval()
+    with torch.no_grad():  # non-trivial affine weights, as in the sample
+        norm.weight.copy_(torch.randn(features))
+        norm.bias.copy_(torch.randn(features))
+    return norm
+
+
+def _case(name: str, model, inputs: tuple, description: str) -> ModelSpec:
+    return ModelSpec(name=name, filename=__file__, source="", model=model, example_inputs=inputs,
+                     description=description)
+
+
+def suite_cases() -> list[ModelSpec]:
+    """The CPU suite: the fusion samples at benchmark sizes, plus the mlp sample as it is."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        cases = [
+            _case("scale_bias_relu", ScaleBiasReLU(1024).eval(), (torch.randn(4096, 1024),),
+                  "relu(x * scale + bias), x 4096x1024"),
+            _case("softmax", softmax_last_dim, (torch.randn(2048, 2048),), "softmax over the last dim, 2048x2048"),
+            _case("layernorm", _layernorm(2048), (torch.randn(2048, 2048),), "nn.LayerNorm(2048) on 2048x2048"),
+            _case("rmsnorm", RMSNorm(2048).eval(), (torch.randn(2048, 2048),), "RMSNorm(2048) on 2048x2048"),
+            _case("gelu_chain", gelu_chain, (torch.randn(4096, 1024),), "gelu(x) * sigmoid(x) + x, 4096x1024"),
+        ]
+    return cases + [load_model_file("mlp")]
+
+
+def load_cases(target: str) -> list[ModelSpec]:
+    """`suite`, a sample name or a model file path, or several of them separated by commas."""
+    cases: list[ModelSpec] = []
+    for item in (part.strip() for part in target.split(",")):
+        if item:
+            cases.extend(suite_cases() if item == SUITE else [load_model_file(item)])
+    return cases

@@ -45,13 +45,16 @@ def compiler_version() -> str:
 
 @functools.lru_cache(maxsize=None)
 def native_flags() -> tuple[str, ...]:
-    """-march=native when the compiler accepts it here."""
+    """-march=native and glibc's vector math library (libmvec), each where this machine has it."""
+    found = []
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.cpp")
         src.write_text("int main() { return 0; }\n")
-        ok = subprocess.run([compiler(), "-march=native", str(src), "-o", str(Path(tmp, "probe"))],
-                            capture_output=True).returncode == 0
-    return ("-march=native",) if ok else ()
+        for flag in ("-march=native", "-lmvec"):
+            if subprocess.run([compiler(), flag, str(src), "-o", str(Path(tmp, "probe"))],
+                              capture_output=True).returncode == 0:
+                found.append(flag)
+    return tuple(found)
 
 
 def flags() -> list[str]:
@@ -76,7 +79,8 @@ def build_library(source: str) -> tuple[Path, bool]:
     (target.parent / "kernels.cpp").write_text(source)
     fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    command = [compiler(), *flags(), str(target.parent / "kernels.cpp"), "-o", tmp_path]
+    command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(target.parent / "kernels.cpp"),
+               "-o", tmp_path, *[f for f in flags() if f.startswith("-l")]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(tmp_path)

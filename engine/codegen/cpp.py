@@ -33,15 +33,20 @@ C_TYPES = {
 STORAGE_TYPES = {**C_TYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting OpenMP threads costs more than it saves
 
-UNARY_FLOAT_CALLS = {
-    "exp": "std::exp", "exp2": "std::exp2", "expm1": "std::expm1", "log": "std::log", "log2": "std::log2",
-    "log10": "std::log10", "log1p": "std::log1p", "sqrt": "std::sqrt", "sin": "std::sin", "cos": "std::cos",
-    "tan": "std::tan", "asin": "std::asin", "acos": "std::acos", "atan": "std::atan", "sinh": "std::sinh",
-    "cosh": "std::cosh", "tanh": "std::tanh", "asinh": "std::asinh", "acosh": "std::acosh",
-    "atanh": "std::atanh", "erf": "std::erf", "erfc": "std::erfc", "lgamma": "std::lgamma",
-    "floor": "std::floor", "ceil": "std::ceil", "trunc": "std::trunc", "round": "std::nearbyint",
-    "erfinv": "gb_erfinv", "sign": "gb_sign",
-}
+LIBM = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos",
+        "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
+        "trunc"}
+UNARY_FLOAT_CALLS = {**{name: name for name in LIBM}, "round": "nearbyint", "erfinv": "gb_erfinv",
+                     "sign": "gb_sign"}
+
+
+def _math_call(op: str, dtype: torch.dtype) -> str:
+    """float32 (and half, computed in float) calls the C float function, which has a vector version
+    (Note [Vector math]); double calls std::."""
+    name = UNARY_FLOAT_CALLS[op]
+    if name.startswith("gb_"):
+        return name
+    return f"{name}f" if c_type(dtype) == "float" else f"std::{name}"
 INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
          "ge": ">=", "logical_and": "&&", "logical_or": "||", "bitwise_and": "&", "bitwise_or": "|",
          "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>"}
@@ -179,12 +184,13 @@ class CppPrinter(TextHandler):
             if not floating and op in ("floor", "ceil", "trunc", "round"):
                 return f"{a}"
             if not floating and op != "sign":
-                return f"{UNARY_FLOAT_CALLS[op]}(static_cast<double>({a}))"
-            return f"{UNARY_FLOAT_CALLS[op]}({a})"
+                return f"{_math_call(op, torch.float64)}(static_cast<double>({a}))"
+            return f"{_math_call(op, a.dtype)}({a})"
         zero, one = c_constant(0, a.dtype), c_constant(1, a.dtype)
         simple = {
             "neg": f"-{a}", "abs": f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
-            "rsqrt": f"{one} / std::sqrt({a})", "sigmoid": f"{one} / ({one} + std::exp(-{a}))",
+            "rsqrt": f"{one} / {_math_call('sqrt', a.dtype)}({a})",
+            "sigmoid": f"{one} / ({one} + {_math_call('exp', a.dtype)}(-{a}))",
             "relu": f"{a} < {zero} ? {zero} : {a}", "reciprocal": f"{one} / {a}", "square": f"{a} * {a}",
             "logical_not": f"!{a}", "bitwise_not": f"!{a}" if a.dtype == torch.bool else f"~{a}",
             "isnan": f"{a} != {a}", "isinf": f"std::isinf({a})" if floating else "false",

@@ -1,0 +1,271 @@
+"""The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
+
+    python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--dynamic] [--json]
+                                            [--out DIR] [--verbose]
+    python -m engine bench   FILE_OR_SAMPLE [--backend ...] [--device ...] [--json] [--threads N] [--no-inductor]
+
+Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, or outputs that differ from eager);
+2 when the model file is at fault (it does not parse, defines no model, or the model raises) or the command
+line is wrong. With --json, stdout holds the JSON document and nothing else: everything the model, torch or
+we print goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import tempfile
+import traceback
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from engine import cli_format
+from engine.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
+from samples import DEFAULT_SAMPLE
+
+EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2
+
+
+class Failure(Exception):
+    """A failure the CLI reports as one paragraph (and, with --verbose, `cause`'s traceback)."""
+
+    def __init__(self, message: str, code: int, cause: BaseException | None = None):
+        super().__init__(message)
+        self.message, self.code, self.cause = message, code, cause
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine",
+                                     description="Glassbox, a see-through compiler for PyTorch programs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(command: argparse.ArgumentParser) -> None:
+        command.add_argument("target", metavar="FILE_OR_SAMPLE",
+                             help=f"a .py file defining `model` and `example_inputs`, or a sample name "
+                                  f"(e.g. {DEFAULT_SAMPLE})")
+        command.add_argument("--backend", choices=("cpp", "triton"), default="cpp")
+        command.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+        command.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
+        command.add_argument("--verbose", action="store_true", help="show tracebacks and every detail")
+
+    explore = commands.add_parser("explore", help="compile a model once and show every stage",
+                                  description="Compile a model once, recording every stage, and summarize it.")
+    common(explore)
+    explore.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
+    explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
+
+    bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
+                                description="Time a model under eager, Glassbox and Inductor in one process. "
+                                            "FILE_OR_SAMPLE may be a comma-separated list, and `suite` "
+                                            "is the CPU benchmark suite.")
+    common(bench)
+    bench.add_argument("--threads", type=int, metavar="N",
+                       help="threads for torch and for our OpenMP kernels; applied before anything compiles "
+                            "(see Note [Threads] in engine/bench.py)")
+    bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
+    bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
+                       help="minimum timing time per measurement (default 0.5)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "threads", None) is not None:
+        if args.threads < 1:
+            return report_failure(Failure(f"--threads must be at least 1, got {args.threads}.", EXIT_USER_ERROR),
+                                  args.verbose)
+        from engine.bench import set_threads
+        set_threads(args.threads)  # before the first compile: OpenMP reads its thread count once
+    document = None
+    try:
+        with stdout_to_stderr() if args.json else nullcontext():
+            check_device(args.device)
+            command = explore_command if args.command == "explore" else bench_command
+            document, code = command(args)
+    except ModelFileError as error:
+        return report_failure(Failure(error.message, EXIT_USER_ERROR, error), args.verbose)
+    except Failure as failure:
+        return report_failure(failure, args.verbose)
+    if args.json and document is not None:
+        sys.stdout.write(json.dumps(document) + "\n")
+        sys.stdout.flush()
+    return code
+
+
+# --- explore -------------------------------------------------------------------------------------------------
+
+
+def explore_command(args) -> tuple[dict, int]:
+    import engine
+
+    spec = spec_on_device(load_model_file(args.target), args.device)
+    try:
+        exploration = engine.explore(
+            spec.model, spec.example_inputs, backend=args.backend, device=args.device,
+            dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
+            source={"filename": spec.filename, "text": spec.source}, description=spec.description,
+            tolerance=spec.tolerance)
+    except ModelFileError:
+        raise
+    except Exception as error:
+        raise compile_failure(spec, error) from error
+    record = exploration.to_json()
+    if not args.json:
+        print(cli_format.explore_summary(record, verbose=args.verbose))
+    if args.out:
+        written = write_outputs(record, Path(args.out))
+        print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
+    checks = [record.get("verify") or {}] + [run.get("verify") or {} for run in record.get("runs") or []]
+    if not all(check.get("ok") for check in checks):
+        print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above).", file=sys.stderr)
+        return record, EXIT_FAILED
+    return record, EXIT_OK
+
+
+def write_outputs(record: dict, out: Path) -> list[Path]:
+    """record.json, and per graph its kernels (graph0.cpp) and its Python wrapper (graph0_wrapper.py)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "record.json"]
+    written[0].write_text(json.dumps(record, indent=2), encoding="utf-8")
+    for graph in record.get("graphs") or []:
+        code = graph.get("code") or {}
+        extension = {"cpp": ".cpp", "triton": ".py"}.get(code.get("language", "cpp"), ".txt")
+        for suffix, text in ((extension, code.get("source")), ("_wrapper.py", code.get("wrapper"))):
+            if text:
+                path = out / f"graph{graph['index']}{suffix}"
+                path.write_text(text, encoding="utf-8")
+                written.append(path)
+    return written
+
+
+# --- bench ---------------------------------------------------------------------------------------------------
+
+
+def bench_command(args) -> tuple[dict, int]:
+    from engine.bench import bench, load_cases
+
+    cases = load_cases(args.target)
+    if not cases:
+        raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
+    reports = []
+    if os.getloadavg()[0] > 0.5:
+        print(f"Note: the load average is {os.getloadavg()[0]:.2f}; other work on this machine skews the "
+              "timings (ratios less than absolute times).", file=sys.stderr)
+    # One Inductor cache directory for the whole session (see the bench() docstring).
+    with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as inductor_dir:
+        for number, spec in enumerate(cases, start=1):
+            def progress(step: str, number=number, name=spec.name) -> None:
+                print(f"[{number}/{len(cases)}] {name}: {step}", file=sys.stderr, flush=True)
+            try:
+                reports.append(bench(spec, backend=args.backend, threads=args.threads, device=args.device,
+                                     with_inductor=not args.no_inductor, min_run_time=args.min_time,
+                                     inductor_cache_dir=inductor_dir, progress=progress))
+            except ModelFileError:
+                raise
+            except Exception as error:
+                failure = compile_failure(spec, error)
+                if isinstance(failure, ModelFileError):
+                    raise failure from error
+                report_failure(failure, args.verbose)
+                reports.append({"name": spec.name, "error": failure.message})
+    if not args.json:
+        print(cli_format.bench_table(reports))
+    failed = any(r.get("error") or not all(c.get("ok") for c in (r.get("verify") or {}).values())
+                 for r in reports)
+    return {"cases": reports}, EXIT_FAILED if failed else EXIT_OK
+
+
+# --- shared --------------------------------------------------------------------------------------------------
+
+
+def check_device(device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise Failure(f"--device cuda: CUDA is not available here (torch {torch.__version__}). "
+                      "Use --device cpu.", EXIT_USER_ERROR)
+
+
+def spec_on_device(spec: ModelSpec, device: str) -> ModelSpec:
+    if device == "cpu":
+        return spec
+
+    def move(inputs):
+        return tuple(x.to(device) for x in inputs)
+
+    model = spec.model.to(device) if isinstance(spec.model, torch.nn.Module) else spec.model
+    return dataclasses.replace(spec, model=model, example_inputs=move(spec.example_inputs),
+                               dynamic_inputs=[move(inputs) for inputs in spec.dynamic_inputs])
+
+
+def compile_failure(spec: ModelSpec, error: BaseException) -> Failure | ModelFileError:
+    """What to report when compiling `spec` raised `error`: the user's error if the model fails eagerly too
+    (Dynamo runs the user's code, so their bugs surface inside the compiler), otherwise ours."""
+    try:
+        run_eager(spec)
+    except ModelFileError as user_error:
+        return user_error
+    except Exception:  # noqa: BLE001 - the eager check is a diagnosis; the compile error is what we report
+        pass
+    root = root_error(error)
+    detail = one_paragraph(str(root))
+    detail = f"{type(root).__name__}: {detail}" if detail else type(root).__name__
+    return Failure(f"Glassbox failed while compiling {spec.name}: {detail.rstrip('.')}. "
+                   "Run with --verbose for the traceback.", EXIT_FAILED, error)
+
+
+def root_error(error: BaseException) -> BaseException:
+    """Dynamo wraps our backend's exception in BackendCompilerFailed; the root is what the user should see."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    seen = set()
+    while isinstance(error, BackendCompilerFailed) and id(error) not in seen:
+        seen.add(id(error))
+        inner = error.__cause__ or getattr(error, "inner_exception", None)
+        if inner is None:
+            break
+        error = inner
+    return error
+
+
+def one_paragraph(text: str, limit: int = 600) -> str:
+    """The first paragraph of a message, on one line, cut to `limit` characters."""
+    first = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
+    first = " ".join(first.split())
+    return first if len(first) <= limit else first[: limit - 3].rstrip() + "..."
+
+
+def report_failure(failure: Failure | ModelFileError, verbose: bool) -> int:
+    if isinstance(failure, ModelFileError):
+        failure = Failure(failure.message, EXIT_USER_ERROR, failure)
+    if verbose and failure.cause is not None:
+        traceback.print_exception(failure.cause, file=sys.stderr)
+        print(file=sys.stderr)
+    print(failure.message, file=sys.stderr, flush=True)
+    return failure.code
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (Python's print, and C code writing to fd 1) to stderr for a while,
+    so that --json output stays parseable even when the model prints."""
+    sys.stdout.flush()
+    saved_fd = os.dup(1)
+    saved_stdout = sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        sys.stdout = saved_stdout
+
+
+if __name__ == "__main__":
+    sys.exit(main())

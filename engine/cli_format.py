@@ -1,0 +1,193 @@
+"""Readable text for the CLI: an exploration record stage by stage, and a benchmark table.
+
+Pure functions over plain data (the dicts of Exploration.to_json() and bench reports), like the visualizers:
+what the CLI prints is exactly what the record holds, so a user can find every number again in `--json`.
+"""
+from __future__ import annotations
+
+import math
+
+STAGES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def human_bytes(count) -> str:
+    if not isinstance(count, (int, float)):
+        return "? B"
+    for unit in ("B", "KiB", "MiB"):
+        if abs(count) < 1024 or unit == "MiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def short_op(target: str) -> str:
+    """'aten::mul.Tensor' -> 'mul': the op's name without namespace and overload."""
+    name = str(target).split("::")[-1]
+    name = name.removeprefix("aten.")
+    return name.split(".")[0]
+
+
+def fused_ops(kernel: dict) -> str:
+    ops = [short_op(op) for op in kernel.get("ops") or []]
+    return " + ".join(ops) if ops else ", ".join(kernel.get("ir_nodes") or []) or "-"
+
+
+def seconds(value) -> str:
+    return f"{value:.3f}s" if isinstance(value, (int, float)) else "-"
+
+
+def error_text(value) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
+
+
+def explore_summary(record: dict, verbose: bool = False) -> str:
+    """The exploration, one section per stage, in pipeline order."""
+    lines = [f"Glassbox explore: {record.get('model', '?')}  "
+             f"(backend {record.get('backend', '?')}, device {record.get('device', '?')})"]
+    filename = (record.get("source") or {}).get("filename")
+    if filename:
+        lines.append(f"  file: {filename}")
+    graphs = record.get("graphs") or []
+    lines.append(f"Captured {plural(len(graphs), 'graph')}.")
+    for graph in graphs:
+        lines += [""] + graph_summary(graph, verbose)
+    lines += [""] + breaks_summary(record.get("graph_breaks") or [])
+    guards = record.get("guards") or []
+    lines.append(f"Guards: {len(guards)}")
+    if verbose:
+        lines += [f"  {guard}" for guard in guards]
+    recompiles = record.get("recompiles") or []
+    lines.append(f"Recompiles: {len(recompiles)}")
+    for recompile in recompiles:
+        lines.append(f"  on inputs {recompile.get('inputs', '?')}: {recompile.get('reason', '')}")
+    lines += verify_summary(record.get("verify") or {}, record.get("runs") or [])
+    lines.append(timings_line(record.get("timings") or {}))
+    for error in record.get("errors") or []:
+        lines.append(f"Error: {error}")
+    return "\n".join(lines)
+
+
+def graph_summary(graph: dict, verbose: bool) -> list[str]:
+    kernels = graph.get("kernels") or []
+    ir_nodes = (graph.get("ir") or {}).get("nodes") or []
+    cache = " (C++ library from the cache)" if graph.get("cache_hit") else ""
+    lines = [f"Graph {graph.get('index', '?')}: {len(graph.get('fx') or [])} FX nodes -> "
+             f"{len(graph.get('aten') or [])} ATen nodes -> {len(ir_nodes)} IR nodes -> "
+             f"{plural(len(kernels), 'kernel')}{cache}"]
+    width = max((len(k.get("name", "")) for k in kernels), default=0)
+    for kernel in kernels:
+        lines.append(f"  {kernel.get('name', '?'):<{width}}  {kernel.get('kind', '?'):<9}  "
+                     f"{fused_ops(kernel)}  [{human_bytes(kernel.get('bytes'))}]")
+    fallbacks = [k for k in kernels if k.get("kind") == "fallback"]
+    if fallbacks:
+        lines.append(f"  Fallbacks to eager: {len(fallbacks)}")
+        for kernel in fallbacks:
+            lines.append(f"    {kernel.get('name', '?')}: {kernel.get('reason') or 'no reason recorded'}")
+    else:
+        lines.append("  Fallbacks to eager: none")
+    decisions = (graph.get("fusion") or {}).get("decisions") or []
+    fused = sum(1 for d in decisions if d.get("fused"))
+    lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")
+    for decision in decisions:
+        if verbose or not decision.get("fused"):
+            verdict = "fused" if decision.get("fused") else "refused"
+            lines.append(f"    {verdict} {decision.get('producer', '?')} -> {decision.get('consumer', '?')}: "
+                         f"{decision.get('reason', '')}")
+    memory = graph.get("memory") or {}
+    if "peak_bytes" in memory:
+        lines.append(f"  Memory: peak {human_bytes(memory['peak_bytes'])} "
+                     f"(unfused {human_bytes(memory.get('unfused_peak_bytes'))})")
+    return lines
+
+
+def breaks_summary(breaks: list[dict]) -> list[str]:
+    lines = [f"Graph breaks: {len(breaks)}"]
+    for number, item in enumerate(breaks, start=1):
+        where = f"{item.get('filename', '?')}:{item.get('lineno', '?')}"
+        lines.append(f"  {number}. {where}: {item.get('reason', '')}")
+        if item.get("line"):
+            lines.append(f"       {item['line']}")
+    return lines
+
+
+def verify_summary(verify: dict, runs: list[dict]) -> list[str]:
+    if not verify:
+        return ["Verify: not run"]
+    verdict = "ok" if verify.get("ok") else "FAILED"
+    lines = [f"Verify vs eager: {verdict} (max abs err {error_text(verify.get('max_abs_err'))}, "
+             f"max rel err {error_text(verify.get('max_rel_err'))})"]
+    if verify.get("problem"):
+        lines.append(f"  {verify['problem']}")
+    for output_number, output in enumerate(verify.get("outputs") or []):
+        if not output.get("ok"):
+            lines.append(f"  output {output_number} {output.get('dtype', '')}{output.get('shape', '')}: "
+                         f"max abs err {error_text(output.get('max_abs_err'))} "
+                         f"(atol {output.get('atol')}, rtol {output.get('rtol')}) {output.get('problem', '')}")
+    for run in runs:
+        check = run.get("verify") or {}
+        lines.append(f"  inputs {run.get('inputs', '?')}: {'ok' if check.get('ok') else 'FAILED'} "
+                     f"(max abs err {error_text(check.get('max_abs_err'))}, "
+                     f"{plural(run.get('new_graphs', 0), 'new graph')})")
+    return lines
+
+
+def timings_line(timings: dict) -> str:
+    names = [s for s in STAGES if s in timings] + [s for s in timings if s not in STAGES]
+    parts = [f"{name} {seconds(timings[name])}" for name in names]
+    total = sum(v for v in timings.values() if isinstance(v, (int, float)))
+    return "Seconds per stage: " + ", ".join(parts) + f"; total {total:.3f}s"
+
+
+# --- bench -----------------------------------------------------------------------------------------------------
+
+
+def _ms(value) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+
+
+def _ratio(value) -> str:
+    return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def bench_table(cases: list[dict]) -> str:
+    header = ["case", "eager ms", "glassbox ms", "inductor ms", "glassbox/inductor",
+              "compile s (ours cold/warm)", "inductor compile s"]
+    rows = []
+    notes = []
+    for case in cases:
+        if case.get("error"):
+            rows.append([case.get("name", "?"), "-", "-", "-", "-", "-", "-"])
+            notes.append(f"{case.get('name', '?')}: {case['error']}")
+            continue
+        compile_text = f"{seconds(case.get('compile_s'))} / {seconds(case.get('compile_warm_s'))}"
+        rows.append([case.get("name", "?"), _ms(case.get("eager_ms")), _ms(case.get("glassbox_ms")),
+                     _ms(case.get("inductor_ms")), _ratio(case.get("ratio_vs_inductor")), compile_text,
+                     seconds(case.get("inductor_compile_s"))])
+        if case.get("inductor_error"):
+            notes.append(f"{case.get('name', '?')}: Inductor failed: {case['inductor_error']}")
+        for who, check in (case.get("verify") or {}).items():
+            if not check.get("ok"):
+                rows[-1][0] += " !"
+                notes.append(f"{case.get('name', '?')}: {who} output differs from eager "
+                             f"(max abs err {error_text(check.get('max_abs_err'))})")
+    widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
+    lines = [" | ".join(str(cell).ljust(width) if i == 0 else str(cell).rjust(width)
+                        for i, (cell, width) in enumerate(zip(row, widths))) for row in [header] + rows]
+    lines.insert(1, "-+-".join("-" * width for width in widths))
+    mean = geomean(case.get("ratio_vs_inductor") for case in cases if not case.get("error"))
+    lines.append("")
+    lines.append(f"geomean glassbox/inductor: {_ratio(mean)}" + ("  (below 1x: Glassbox is faster)" if mean else ""))
+    threads = sorted({case.get("threads") for case in cases if case.get("threads")})
+    if threads:
+        lines.append(f"threads: {', '.join(map(str, threads))}")
+    lines += [f"! {note}" for note in notes]
+    return "\n".join(lines)

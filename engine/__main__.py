@@ -105,6 +105,9 @@ def explore_command(args) -> tuple[dict, int]:
     import engine
 
     spec = spec_on_device(load_model_file(args.target), args.device)
+    # Run it eagerly first: a model that raises is the user's error, and caught here it is reported at their
+    # line, without the compiler's (and torch's logging's) tracebacks about the same failure.
+    run_eager(spec)
     try:
         exploration = engine.explore(
             spec.model, spec.example_inputs, backend=args.backend, device=args.device,

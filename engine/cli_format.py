@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 STAGES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
+REFUSALS_SHOWN = 8  # without --verbose; a big model refuses hundreds of pairs
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -76,7 +77,7 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
     ir_nodes = (graph.get("ir") or {}).get("nodes") or []
     cache = " (C++ library from the cache)" if graph.get("cache_hit") else ""
     lines = [f"Graph {graph.get('index', '?')}: {len(graph.get('fx') or [])} FX nodes -> "
-             f"{len(graph.get('aten') or [])} ATen nodes -> {len(ir_nodes)} IR nodes -> "
+             f"{len(graph.get('aten') or [])} ATen nodes -> {plural(len(ir_nodes), 'IR node')} -> "
              f"{plural(len(kernels), 'kernel')}{cache}"]
     width = max((len(k.get("name", "")) for k in kernels), default=0)
     for kernel in kernels:
@@ -92,11 +93,14 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
     decisions = (graph.get("fusion") or {}).get("decisions") or []
     fused = sum(1 for d in decisions if d.get("fused"))
     lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")
-    for decision in decisions:
-        if verbose or not decision.get("fused"):
-            verdict = "fused" if decision.get("fused") else "refused"
-            lines.append(f"    {verdict} {decision.get('producer', '?')} -> {decision.get('consumer', '?')}: "
-                         f"{decision.get('reason', '')}")
+    shown = decisions if verbose else [d for d in decisions if not d.get("fused")][:REFUSALS_SHOWN]
+    for decision in shown:
+        verdict = "fused" if decision.get("fused") else "refused"
+        lines.append(f"    {verdict} {decision.get('producer', '?')} -> {decision.get('consumer', '?')}: "
+                     f"{decision.get('reason', '')}")
+    hidden = len(decisions) - fused - len(shown)
+    if not verbose and hidden > 0:
+        lines.append(f"    ... {plural(hidden, 'more refusal')} (--verbose shows every decision)")
     memory = graph.get("memory") or {}
     if "peak_bytes" in memory:
         lines.append(f"  Memory: peak {human_bytes(memory['peak_bytes'])} "

@@ -264,6 +264,18 @@ def _store_text(node: Buffer, index_text: str, value: Var) -> str:
     return f"{node.name}[{index_text}] = {value_text};"
 
 
+def _emit_stores(nodes: list[Buffer], plan: KernelPlan, printer: CppPrinter) -> tuple[list[str], list]:
+    """Compute each node at the index the kernel stores it (its body lines go to the printer)."""
+    stores, tags = [], []
+    for node in nodes:
+        printer.tag = LineTag(node.name)
+        value = node.inner_fn(plan.index(node))
+        index_text, _ = printer.index(node.storage_offset(plan.index(node)))
+        stores.append(_store_text(node, index_text, value))
+        tags.append(LineTag(node.name))
+    return stores, tags
+
+
 class _Source:
     """Lines with indentation and one provenance tag each."""
 
@@ -308,16 +320,8 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
     xo, xi = sympy.Symbol("xo", integer=True, nonnegative=True), sympy.Symbol("xi", integer=True, nonnegative=True)
     printer = CppPrinter(plan, buffers, xi, {xo: outer, xi: inner})
     printer.substitution = {plan.x: xo * inner + xi}
-    stores, store_tags = [], []
     with use_handler(printer):
-        for node in kernel.nodes:
-            if node.name not in kernel.stored:
-                continue
-            printer.tag = LineTag(node.name)
-            value = node.inner_fn(plan.index(node))
-            index_text, _ = printer.index(node.storage_offset(plan.index(node)))
-            stores.append(_store_text(node, index_text, value))
-            store_tags.append(LineTag(node.name))
+        stores, store_tags = _emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
     hoisted, hoisted_tags = printer.take_hoisted()
     body = _Source()
     body.add("{")
@@ -405,13 +409,7 @@ def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
             body.add(_store_text(node, index_text, value), LineTag(node.name))
         if stored_full:
             printer.start_inner_loop()
-            stores, store_tags = [], []
-            for node in stored_full:
-                printer.tag = LineTag(node.name)
-                value = node.inner_fn(plan.index(node))
-                index_text, _ = printer.index(node.storage_offset(plan.index(node)))
-                stores.append(_store_text(node, index_text, value))
-                store_tags.append(LineTag(node.name))
+            stores, store_tags = _emit_stores(stored_full, plan, printer)
             lines, tags = printer.take_hoisted()
             body.extend(lines, tags)
             body.add("#pragma omp simd")

@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(see Note [Threads] in engine/bench.py)")
     bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
-                       help="minimum timing time per measurement (default 0.5)")
+                       help="seconds of timing per measurement, at least (blocked_autorange's min_run_time; "
+                            "default 0.5)")
     return parser
 
 

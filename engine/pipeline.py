@@ -14,7 +14,6 @@ while recording every stage into an Exploration (record.py).
 from __future__ import annotations
 
 import builtins
-import ctypes
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,8 +22,7 @@ from typing import Any, Callable
 import torch
 
 from engine import capture, record as records
-from engine.build import build_library, load_library
-from engine.codegen import cpp
+from engine import codegen
 from engine.codegen.wrapper import generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile
 from engine.lowering.graph import LoweredGraph, lower
@@ -68,35 +66,35 @@ class CompiledGraph:
 
 
 def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options, timings: dict) -> CompiledGraph:
+    backend = codegen.backend_module(options.backend)
     with stage(timings, "lower"):
         lowered = lower(aten_gm, example_inputs, options.device)
     with stage(timings, "schedule"):
         scheduled = schedule(lowered)
         memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
     with stage(timings, "codegen"):
-        module = cpp.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
+        module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
         launches = {k.name: module.launch_text(k) for k in module.kernels}
         wrapper = generate_wrapper(lowered, scheduled.kernels, memory, launches)
     with stage(timings, "build"):
-        call, cache_hit = build_cpp(module, wrapper)
+        namespace = wrapper_namespace(wrapper)
+        cache_hit = backend.load_kernels(module, namespace, options.device)
+        call = load_wrapper(wrapper, namespace)
     return CompiledGraph(lowered, scheduled, memory, module, wrapper, call, cache_hit)
 
 
-def build_cpp(module: cpp.CppModule, wrapper) -> tuple[Callable, bool]:
-    path, cache_hit = build_library(module.source)
-    library = load_library(path)
-    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided, "_library": library,
+def wrapper_namespace(wrapper) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
                                  "with_layout": with_layout, "strided_view": strided_view}
     namespace.update(wrapper.constants)
-    for kernel in module.kernels:
-        function = getattr(library, kernel.name)
-        function.restype = None
-        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_args)
-        namespace[kernel.name] = function
+    return namespace
+
+
+def load_wrapper(wrapper, namespace: dict) -> Callable:
     exec(builtins.compile(wrapper.source, "<glassbox wrapper>", "exec"), namespace)
     call = namespace["call"]
     call._boxed_call = True  # AOTAutograd passes a list and lets us free its items early
-    return call, cache_hit
+    return call
 
 
 def size_hints(lowered: LoweredGraph, example_inputs) -> dict:

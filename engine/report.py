@@ -171,5 +171,5 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
         user_lines = list(dict.fromkeys(src["lineno"] for src in sources if src))
         provenance.append({"line": number, "kernel": kernel_name, "ir_node": tag.ir_node, "aten_nodes": aten_names,
                            "fx_nodes": fx_names, "user_lines": user_lines})
-    record.code = {"language": "cpp", "source": compiled.module.source, "wrapper": compiled.wrapper.source,
+    record.code = {"language": compiled.module.language, "source": compiled.module.source, "wrapper": compiled.wrapper.source,
                    "provenance": provenance}

@@ -489,10 +489,28 @@ class CppModule:
     source: str
     kernels: list[CppKernel]
     line_kernel: list  # per source line: (kernel name, LineTag) or None
+    language = "cpp"
 
     def launch_text(self, kernel: CppKernel) -> str:
         args = [f"{name}.data_ptr()" for name in kernel.args] + kernel.size_args
         return f"{kernel.name}({', '.join(args)})"
+
+
+def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> bool:
+    """Compile the module (or take it from the cache) and put one ctypes function per kernel in namespace."""
+    import ctypes
+
+    from engine.build import build_library, load_library
+
+    path, cache_hit = build_library(module.source)
+    library = load_library(path)
+    namespace["_library"] = library  # keeps the shared library loaded as long as the wrapper lives
+    for kernel in module.kernels:
+        function = getattr(library, kernel.name)
+        function.restype = None
+        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_args)
+        namespace[kernel.name] = function
+    return cache_hit
 
 
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> CppModule:

@@ -1,0 +1,19 @@
+"""Code generators. A backend module provides
+
+    generate_module(kernels, buffers, size_symbols) -> module   (.source, .kernels, .line_kernel, .language,
+                                                                .launch_text(kernel))
+    load_kernels(module, namespace, device) -> cache_hit        (puts one callable per kernel name in namespace)
+
+The wrapper (wrapper.py) is shared: it calls kernels by name through `launch_text`.
+"""
+from __future__ import annotations
+
+import importlib
+
+BACKEND_MODULES = {"cpp": "engine.codegen.cpp", "triton": "engine.codegen.triton"}
+
+
+def backend_module(name: str):
+    if name not in BACKEND_MODULES:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
+    return importlib.import_module(BACKEND_MODULES[name])

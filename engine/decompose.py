@@ -12,7 +12,10 @@ import functools
 from typing import Callable
 
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+import torch._dynamo.backends.common  # noqa: F401  Dynamo and AOTAutograd import these on first use;
+import torch._dynamo.repro.after_dynamo  # noqa: F401  importing them with the engine keeps that cost out
+from torch._decomp import core_aten_decompositions, get_decompositions  # of the first compile.
+from torch._functorch.aot_autograd import aot_module_simplified
 
 aten = torch.ops.aten
 
@@ -47,7 +50,5 @@ def decomposition_table() -> dict:
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable) -> Callable:
     """Trace `gm` to ATen and hand the forward graph to `fw_compiler(aten_gm, fake_inputs)`."""
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                  decompositions=decomposition_table())

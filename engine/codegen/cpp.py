@@ -86,9 +86,30 @@ class CppPrinter(TextHandler):
         self.varying_symbols: set = {inner_var}
         self.hoisted: list[str] = []  # lines that do not depend on the inner loop variable
         self.hoisted_tags: list = []
+        self.plan = plan
         self.inliner = Inliner(plan, external=self._load_memory, accumulator=self._accumulator,
-                               on_inline=self._enter_node)
+                               on_inline=self._enter_node, compute=self._compute)
         self.accumulators: dict[str, Var] = {}
+        self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
+        self.row_cache_index: sympy.Symbol | None = None
+
+    def _compute(self, node, index):
+        if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
+            return node.inner_fn(list(index))
+        slot = f"cache_{node.name}[{self.row_cache_index}]"
+        if self.row_cache[node.name]:
+            return self.emit(slot, node.dtype, True)
+        value = node.inner_fn(list(index))
+        self.lines.append(f"{slot} = {value};")
+        self.line_tags.append(self.tag)
+        self.cache_written_now.add(node.name)
+        return value
+
+    def finish_pass(self):
+        """Values cached in the pass just emitted are readable from the next one on."""
+        for name in self.cache_written_now:
+            self.row_cache[name] = True
+        self.cache_written_now = set()
 
     # -- scopes ------------------------------------------------------------------------------------------------
     def emit(self, text, dtype, varying=True):
@@ -105,6 +126,8 @@ class CppPrinter(TextHandler):
             self.hoisted_tags.append(self.tag)
         self._cache[key] = var
         return var
+
+    cache_written_now: set = frozenset()
 
     def start_inner_loop(self):
         """Forget values computed inside the previous inner loop (they are out of scope now)."""
@@ -200,6 +223,9 @@ class CppPrinter(TextHandler):
             return simple[op]
         b = args[1]
         if op == "truediv":
+            if floating and a.varying and not b.varying:
+                # one division per row, then multiplies: the reciprocal is hoisted out of the inner loop
+                return f"{a} * {self.emit(f'{c_constant(1, b.dtype)} / {b}', b.dtype, False)}"
             return f"{a} / {b}"
         if op == "floordiv":
             return f"std::floor({a} / {b})" if floating else f"gb_floordiv<{c_type(a.dtype)}>({a}, {b})"
@@ -395,9 +421,16 @@ def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
     printer.index_ranges[r_symbol] = plan.red
     printer.varying_symbols = {r_symbol}
     printer.inner_var = r_symbol
+    printer.row_cache_index = r_symbol
+    passes = _reduction_passes(kernel, plan, buffers)
+    for name in _row_cache_nodes(kernel, plan, buffers, passes):
+        node = buffers[name]
+        printer.row_cache[name] = False
+        body.add(f"alignas(64) {c_type(node.dtype)} cache_{name}[{c_index(plan.red)}];", LineTag(name))
     with use_handler(printer):
-        for group in _reduction_passes(kernel, plan, buffers):
+        for group in passes:
             _emit_pass(group, plan, printer, body, r_symbol)
+            printer.finish_pass()
         stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
         stored_rows = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) != "full"]
         for node in stored_rows:
@@ -424,6 +457,61 @@ def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
     body.depth -= 1
     body.add("}")
     return _finish(kernel, buffers, body, size_symbols)
+
+
+# Note [Row cache]
+# A reduction kernel walks each row once per pass. An expensive elementwise value needed by two passes
+# (softmax's exp(x - max): summed in one pass, divided in the last) is computed once, kept in a per-thread
+# array of one row, and read back later, when the row length is a known constant that fits on the stack.
+ROW_CACHE_MAX = 16384
+EXPENSIVE_OPS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos",
+                 "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma",
+                 "sigmoid", "pow", "atan2", "hypot"}
+
+
+def _row_cache_nodes(kernel: Kernel, plan: KernelPlan, buffers, passes) -> list[str]:
+    if not (plan.red.is_Integer and 1 < int(plan.red) <= ROW_CACHE_MAX):
+        return []
+    from engine.ir.handlers import AccessRecorder
+
+    phases = [[(n, True) for n in group] for group in passes]
+    phases.append([(n, False) for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"])
+    seen_in: dict[str, int] = {}
+    for phase in phases:
+        evaluated: set[str] = set()
+
+        def compute(node, index):
+            if tuple(index) == tuple(plan.index(node)):
+                evaluated.add(node.name)
+            return node.inner_fn(list(index))
+
+        inliner = Inliner(plan, external=lambda name, index: Var("m", buffers[name].dtype),
+                          accumulator=lambda name: Var("a", buffers[name].dtype), compute=compute)
+        with use_handler(AccessRecorder(buffers, on_load=inliner.load)):
+            for node, is_reduction in phase:
+                if is_reduction:
+                    node.inner_fn(plan.index(node), plan.rindex(node))
+                else:
+                    compute(node, plan.index(node))
+        for name in evaluated:
+            seen_in[name] = seen_in.get(name, 0) + 1
+    return [name for name, count in seen_in.items()
+            if count > 1 and plan.role(buffers[name]) == "full" and _uses_expensive_op(buffers[name], buffers)]
+
+
+def _uses_expensive_op(node: Buffer, buffers) -> bool:
+    from engine.ir.handlers import AccessRecorder
+
+    used: set[str] = set()
+
+    class Counter(AccessRecorder):
+        def __getattr__(self, name):
+            used.add(name)
+            return super().__getattr__(name)
+
+    with use_handler(Counter(buffers)):
+        node.inner_fn([sympy.Integer(0)] * len(node.size))
+    return bool(used & EXPENSIVE_OPS)
 
 
 def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: _Source, r_symbol):

@@ -83,11 +83,12 @@ class Inliner:
     re-run loop bodies exponentially often."""
 
     def __init__(self, plan: KernelPlan, external: Callable, accumulator: Callable,
-                 on_inline: Callable[[Buffer], Any] | None = None):
+                 on_inline: Callable[[Buffer], Any] | None = None, compute: Callable | None = None):
         self.plan = plan
         self.external = external
         self.accumulator = accumulator
         self.on_inline = on_inline
+        self.compute = compute or (lambda node, index: node.inner_fn(list(index)))
         self.memo: dict[tuple, Any] = {}
 
     def load(self, name: str, index: tuple):
@@ -103,7 +104,7 @@ class Inliner:
         if key not in self.memo:
             restore = self.on_inline(node) if self.on_inline else None
             try:
-                self.memo[key] = node.inner_fn(list(index))
+                self.memo[key] = self.compute(node, index)
             finally:
                 if restore is not None:
                     restore()

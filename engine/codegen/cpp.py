@@ -92,6 +92,7 @@ class CppPrinter(TextHandler):
         self.accumulators: dict[str, Var] = {}
         self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
         self.row_cache_index: sympy.Symbol | None = None
+        self.cache_written_now: set[str] = set()
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -126,8 +127,6 @@ class CppPrinter(TextHandler):
             self.hoisted_tags.append(self.tag)
         self._cache[key] = var
         return var
-
-    cache_written_now: set = frozenset()
 
     def start_inner_loop(self):
         """Forget values computed inside the previous inner loop (they are out of scope now)."""

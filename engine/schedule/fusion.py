@@ -69,11 +69,14 @@ def node_reads(node: Buffer, buffers: dict) -> list[str]:
     return list(dict.fromkeys(name for name, _ in recorder.loads))
 
 
-def check_loop_nest(nodes: list[Buffer], buffers: dict) -> str | None:
-    """None when the nodes can share one loop nest; otherwise why not."""
-    rows, red = group_shape(nodes)
+def check_loop_nest(nodes: list[Buffer], buffers: dict, private: set[str] = frozenset()) -> str | None:
+    """None when the nodes can share one loop nest; otherwise why not. `private` nodes are only ever
+    inlined into their consumers (never stored), so their own size does not matter."""
+    rows, red = group_shape([n for n in nodes if n.name not in private] or nodes)
     plan = KernelPlan(nodes, rows, red)
     for node in nodes:
+        if node.name in private:
+            continue
         if isinstance(node, Pointwise) and plan.role(node) == "row" and sympy.expand(node.numel - rows) != 0:
             return f"{node.name} has {node.numel} elements, neither {rows} rows nor {rows * red} elements"
     inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
@@ -82,6 +85,8 @@ def check_loop_nest(nodes: list[Buffer], buffers: dict) -> str | None:
     try:
         with use_handler(recorder):
             for node in nodes:
+                if node.name in private:
+                    continue
                 if isinstance(node, Reduction):
                     node.inner_fn(plan.index(node), plan.rindex(node))
                 else:
@@ -116,6 +121,7 @@ class Scheduler:
         self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
         self.decisions: list[FusionDecision] = []
         self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
+        self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
 
     # -- dependencies between groups -----------------------------------------------------------------------
     def _group_id(self, group) -> int:
@@ -177,17 +183,34 @@ class Scheduler:
         return False
 
     # -- merging --------------------------------------------------------------------------------------------
+    def _visible(self, group: list[Buffer]) -> list[Buffer]:
+        return [n for n in group if n.name not in self.private] or group
+
+    def _only_feeds(self, producer: list[Buffer], consumer: list[Buffer]) -> bool:
+        """Every reader of the producer's nodes is in the consumer group (so they need no buffer)."""
+        inside = {n.name for n in producer + consumer}
+        names = {n.name for n in producer}
+        return all(isinstance(n, Pointwise) and n.name not in self.output_names for n in producer) and all(
+            c.name in inside for c in self.nodes if names & set(self.reads[c.name]))
+
     def try_merge(self, a: list[Buffer], b: list[Buffer], kind: str) -> None:
-        ok, reason = policy.fusion_verdict(a, b, kind)
+        ok, reason = policy.fusion_verdict(self._visible(a), self._visible(b), kind)
+        newly_private: set[str] = set()
+        if not ok and kind == "vertical" and self._only_feeds(a, b) and not policy.is_library(b):
+            ok = True
+            reason = (f"inlined: {_label(a)} only feeds this kernel, so it is recomputed where it is read "
+                      f"instead of stored ({reason})")
+            newly_private = {n.name for n in a}
         if ok and self._creates_cycle(a, b):
             ok, reason = False, "fusing would create a cycle: another kernel sits between them"
         if ok:
             merged = sorted(a + b, key=lambda n: self.order[n.name])
-            problem = check_loop_nest(merged, self.buffers)
+            problem = check_loop_nest(merged, self.buffers, self.private | newly_private)
             if problem:
                 ok, reason = False, problem
         self.decisions.append(FusionDecision(_label(a), _label(b), kind, ok, reason))
         if ok:
+            self.private |= newly_private
             for node in merged:
                 self.group_of[node.name] = merged
 
@@ -205,7 +228,7 @@ class Scheduler:
                 a, b = self.group_of[a[0].name], self.group_of[b[0].name]
                 if a is b or not self._share_reads(a, b) or self._depends(a, b):
                     continue
-                if policy.fusion_verdict(a, b, "horizontal")[0] or _same_kinds(a, b):
+                if policy.fusion_verdict(self._visible(a), self._visible(b), "horizontal")[0]:
                     self.try_merge(a, b, "horizontal")
         return Schedule(self._kernels(), self.decisions)
 
@@ -228,7 +251,7 @@ class Scheduler:
                 kernels.append(Kernel(f"{kind}_{index}", kind, group, [n.name for n in group],
                                       [r for n in group for r in self.reads[n.name]]))
                 continue
-            rows, red = group_shape(group)
+            rows, red = group_shape(self._visible(group))
             kind = "reduction" if any(isinstance(n, Reduction) for n in group) else "pointwise"
             reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
             kernels.append(Kernel(f"kernel_{index}", kind, group, stored, reads, rows, red))
@@ -253,10 +276,6 @@ class Scheduler:
                     ready.append(nxt)
                     ready.sort(key=position.get)
         return result
-
-
-def _same_kinds(a, b) -> bool:
-    return False
 
 
 def schedule(graph: LoweredGraph) -> Schedule:

@@ -128,7 +128,7 @@ def group_shape(nodes: list[Buffer]) -> tuple[Expr, Expr]:
     reductions = [n for n in nodes if isinstance(n, Reduction)]
     if reductions:
         return reductions[0].numel, reductions[0].reduction_numel
-    return nodes[0].numel, sympy.Integer(1)
+    return nodes[-1].numel, sympy.Integer(1)  # the last node consumes the others
 
 
 def describe_size(sizes) -> str:

@@ -33,6 +33,10 @@ def _shape_text(nodes: list[Buffer]) -> str:
     return f"{describe_size(nodes[-1].size)}"
 
 
+def is_library(group: list[Buffer]) -> bool:
+    return any(_library_kind(n) for n in group)
+
+
 def fusion_verdict(first: list[Buffer], second: list[Buffer], kind: str) -> tuple[bool, str]:
     """May the nodes of two groups run as one kernel? `kind` is vertical or horizontal."""
     for group in (first, second):

@@ -104,3 +104,11 @@ def test_record_is_plain_json():
     kernel = graph["kernels"][0]
     assert kernel["fx_origins"], kernel
     assert any(p["user_lines"] for p in graph["code"]["provenance"])
+
+
+def test_conv_bn_relu_is_conv_then_one_kernel():
+    _, exploration = _explore("conv_bn_relu")
+    kinds = [k["kind"] for g in exploration.graphs for k in g.kernels]
+    assert kinds == ["extern", "pointwise"], kinds  # batch-norm parameter math is inlined, relu fused
+    decisions = [d for g in exploration.graphs for d in g.fusion["decisions"]]
+    assert any(d["fused"] and d["reason"].startswith("inlined") for d in decisions)

@@ -178,11 +178,16 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         extra = tuple(extra)
         log.current_inputs = capture.describe_inputs(extra)
         graphs_before = len(exploration.graphs)
-        with torch.no_grad():
-            extra_outputs = compiled(*extra)
+        try:
+            with torch.no_grad():
+                extra_outputs = compiled(*extra)
+            result = run.verify(model, extra, extra_outputs, tolerance)
+        except Exception as error:  # one failing input set is reported; the exploration stands
+            exploration.errors.append({"stage": "run", "inputs": log.current_inputs,
+                                       "message": f"{type(error).__name__}: {root_cause(error)}"})
+            continue
         exploration.runs.append({"inputs": log.current_inputs,
-                                 "new_graphs": len(exploration.graphs) - graphs_before,
-                                 "verify": run.verify(model, extra, extra_outputs, tolerance)})
+                                 "new_graphs": len(exploration.graphs) - graphs_before, "verify": result})
     exploration.graph_breaks = [vars(b) for b in log.graph_breaks]
     exploration.guards = list(log.guards)
     exploration.recompiles = [vars(r) for r in log.recompiles]
@@ -208,3 +213,10 @@ def compile_reference(model: Callable, dynamic: bool | None = None) -> Callable:
         return aot_compile(gm, example_inputs, fw_compiler)
 
     return capture.dynamo_compile(model, backend, None, dynamic)
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost cause: Dynamo wraps a backend's exception in BackendCompilerFailed."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error

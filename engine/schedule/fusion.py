@@ -119,6 +119,11 @@ class Scheduler:
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
         self.reads = {n.name: node_reads(n, self.buffers) for n in self.nodes}
         self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
+        for node in self.nodes:  # the pieces of a multi-result call belong to the call's own kernel
+            if isinstance(node, MultiOutput):
+                group = self.group_of[node.parent]
+                group.append(node)
+                self.group_of[node.name] = group
         self.decisions: list[FusionDecision] = []
         self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored

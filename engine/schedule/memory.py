@@ -39,10 +39,10 @@ def _bytes(node: Buffer, hints: dict) -> int:
 
 
 def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> MemoryPlan:
-    """Greedy reuse: a buffer takes the memory of a dead buffer of the same size and dtype.
+    """Greedy reuse: a buffer takes the memory of a buffer of the same size and dtype that just died.
 
     A buffer is dead after the last kernel that reads it; graph outputs never die. The wrapper drops a dead
-    buffer unless a later one reuses its memory. Peak counts every storage from its allocation to the last
+    buffer unless the next kernel reuses its memory. Peak counts every storage from its allocation to the last
     read of the last buffer that shares it."""
     outputs = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
     end = len(kernels)
@@ -51,12 +51,15 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
         for name in kernel.reads:
             last_use[name] = index
     lives: list[BufferLife] = []
-    pool: dict[tuple, list[str]] = {}  # (size, dtype) -> owners of dead storages
+    # (size, dtype) -> storages whose last reader was the previous kernel. Only those are reused, right
+    # away: holding a dead storage longer for a later reuse could raise the peak instead of lowering it.
+    pool: dict[tuple, list[str]] = {}
     owner_of: dict[str, str] = {}
     storage_end: dict[str, int] = {}
     storage_start: dict[str, int] = {}
     storage_bytes: dict[str, int] = {}
     for index, kernel in enumerate(kernels):
+        dying: dict[tuple, list[str]] = {}
         for name in kernel.stored:
             node = graph.buffers[name]
             life = BufferLife(name, _bytes(node, hints), index, end if name in outputs else last_use.get(name, index))
@@ -74,7 +77,8 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
             if life.last == index and life.name not in outputs:
                 node = graph.buffers[life.name]
                 if isinstance(node, Buffer) and graph.buffers[owner_of[life.name]].kind in ("pointwise", "reduction"):
-                    pool.setdefault((tuple(node.size), node.dtype), []).append(owner_of[life.name])
+                    dying.setdefault((tuple(node.size), node.dtype), []).append(owner_of[life.name])
+        pool = dying
     free_after: dict[int, list[str]] = {}
     for life in lives:
         if life.name not in outputs:

@@ -1,0 +1,297 @@
+"""Build and run generated Triton: import a module's source (natively or under the interpreter), autotune
+block sizes on a GPU, compile kernels to TTIR/TTGIR/LLIR/PTX/SASS for display without a GPU, and replay a
+whole graph as a CUDA graph (mode="reduce-overhead").
+
+Only stable public Triton API is used (triton.jit, triton.compile with an explicit GPUTarget,
+triton.testing.do_bench), so this works on Triton 3.6 through 3.9.
+
+Note [Loading Triton source]
+@triton.jit reads a kernel's source with `inspect`, so generated code must live in a real file: the module is
+written under cache_dir()/triton/<hash>/ and imported from there. Whether the kernels run natively or under
+the interpreter is decided when @triton.jit runs, that is while the module is imported: we import it with
+TRITON_INTERPRET set to "1" (CPU) or "0" (CUDA), and restore the variable afterwards. The two flavours are two
+module objects, so one process can hold both.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from engine.build import cache_dir
+
+_LOADED: dict[tuple[str, bool], ModuleType] = {}
+_IMPORT_LOCK = threading.Lock()
+SM90 = ("cuda", 90, 32)  # the display target: an H100/H200
+
+
+def source_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+def _write_once(path: Path, text: str) -> bool:
+    """Write `text` to `path` unless it is there already; True when it was (a cache hit)."""
+    if path.exists():
+        return True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return False
+
+
+def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
+    """The generated module, imported from the cache (Note [Loading Triton source]); (module, cache_hit)."""
+    key = source_key(source)
+    with _IMPORT_LOCK:
+        if (key, interpret) in _LOADED:
+            return _LOADED[(key, interpret)], True
+        path = cache_dir() / "triton" / key / f"kernels_{key}.py"
+        cache_hit = _write_once(path, source)
+        name = f"glassbox_triton_{key}_{'interpreted' if interpret else 'native'}"
+        previous = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # the interpreter looks functions' globals up through their module
+            spec.loader.exec_module(module)
+        finally:
+            if previous is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = previous
+        _LOADED[(key, interpret)] = module
+        return module, cache_hit
+
+
+# --- autotuning (GPU) ----------------------------------------------------------------------------------------
+
+
+def _stand_in(layout, device: str) -> torch.Tensor:
+    size, stride, dtype = layout
+    tensor = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    if dtype.is_floating_point:
+        return tensor.normal_()
+    return tensor.zero_()  # zero indices are in range for any gather
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
+
+
+def autotune(kernel, jit_function, namespace: dict, device: str, module_key: str):
+    """Time each candidate config with stand-in tensors (the graph's constants where the kernel reads them);
+    the fastest wins. Results are cached per kernel source, device and Triton version, and recorded on the
+    kernel (kernel.autotune) for the report."""
+    import triton
+    from triton.testing import do_bench
+
+    from engine.codegen.triton import LaunchConfig, candidate_configs
+
+    configs = candidate_configs(kernel.form, kernel.rows, kernel.red)
+    key = source_key(json.dumps([kernel.source, [c.kwargs() for c in configs], _device_name(device),
+                                 triton.__version__]))
+    path = cache_dir() / "triton" / "autotune" / f"{key}.json"
+    if path.exists():
+        results = json.loads(path.read_text())
+        kernel.autotune_cached = True
+    else:
+        args = [namespace[name] if isinstance(namespace.get(name), torch.Tensor) else
+                _stand_in(kernel.arg_layouts[name], device) for name in kernel.args]
+        results = []
+        for config in configs:
+            def launch(config=config):
+                jit_function.run(*args, grid=kernel.grid(config), warmup=False, **config.kwargs())
+            try:
+                launch()
+                milliseconds = _median_ms(do_bench, launch)
+            except Exception as error:  # a config that does not compile (too many registers) is skipped
+                results.append({"config": config.kwargs(), "ms": None, "error": str(error)[:200]})
+                continue
+            results.append({"config": config.kwargs(), "ms": milliseconds})
+        _write_once(path, json.dumps(results))
+    kernel.autotune = results
+    timed = [r for r in results if r.get("ms") is not None]
+    if not timed:
+        return kernel.config
+    best = min(timed, key=lambda r: r["ms"])["config"]
+    kernel.config = LaunchConfig(best["XBLOCK"], best.get("RBLOCK"), best["num_warps"])
+    return kernel.config
+
+
+def _median_ms(do_bench, fn) -> float:
+    try:
+        return float(do_bench(fn, return_mode="median"))
+    except TypeError:  # a do_bench without return_mode: the median as its quantile
+        return float(do_bench(fn, quantiles=[0.5])[0])
+
+
+# --- display extras: TTIR, TTGIR, LLIR, PTX, SASS without a GPU -----------------------------------------------
+
+
+def _nvidia_tool(name: str) -> str | None:
+    import triton
+
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if bundled.exists():
+        return str(bundled)
+    return shutil.which(name)
+
+
+def ptxas_available() -> bool:
+    return _nvidia_tool("ptxas") is not None
+
+
+def kernel_assembly(source: str, kernel_name: str, signature: dict, constants: dict, num_warps: int = 4,
+                    target: tuple = SM90) -> dict:
+    """Compile one kernel of a generated module for `target` (default sm_90) and return its stages as text:
+    {"ttir", "ttgir", "llir", "ptx", "sass", "target", "error"?}. Needs no GPU: triton.compile is given the
+    target explicitly, and ptxas/cuobjdump come with the Triton wheel. Cached by content hash."""
+    import triton
+
+    key = source_key(json.dumps([source, kernel_name, signature, constants, num_warps, list(target),
+                                 triton.__version__]))
+    path = cache_dir() / "triton" / "asm" / f"{key}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    result = _compile_for_display(source, kernel_name, signature, constants, num_warps, target)
+    if not result.get("error"):
+        _write_once(path, json.dumps(result))
+    return result
+
+
+def _compile_for_display(source, kernel_name, signature, constants, num_warps, target) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module, _ = load_source(source, interpret=False)
+    fn = getattr(module, kernel_name)
+    result: dict[str, Any] = {"target": f"{target[0]} sm_{target[1]}"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
+             if kind.startswith("*")}  # pointers from torch's allocator are 16-byte aligned
+    compiled = None
+    errors = []
+    for attempt in (attrs, None):  # the attrs format changed between Triton versions: fall back to none
+        try:
+            src = ASTSource(fn, dict(signature), constexprs=dict(constants), attrs=attempt)
+            compiled = triton.compile(src, target=GPUTarget(*target), options={"num_warps": num_warps})
+            break
+        except Exception as error:  # noqa: BLE001 - shown to the user as the reason there is no assembly
+            errors.append(f"{type(error).__name__}: {error}")
+    if compiled is None:
+        result["error"] = errors[-1][:2000]
+        return result
+    for stage in ("ttir", "ttgir", "llir", "ptx"):
+        text = compiled.asm.get(stage)
+        result[stage] = text if isinstance(text, str) else ""
+    cubin = compiled.asm.get("cubin")
+    result["sass"] = disassemble(cubin) if isinstance(cubin, bytes) else ""
+    if not result["sass"]:
+        result["sass_note"] = "no SASS: ptxas or cuobjdump was not found"
+    return result
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS text of a cubin, with cuobjdump (or nvdisasm) from the Triton wheel."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "kernel.cubin")
+        path.write_bytes(cubin)
+        for tool, flags in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
+            binary = _nvidia_tool(tool)
+            if binary is None:
+                continue
+            run = subprocess.run([binary, *flags, str(path)], capture_output=True, text=True)
+            if run.returncode == 0 and run.stdout.strip():
+                return run.stdout
+    return ""
+
+
+def add_assembly(record, kernel_names: list[str] | None = None) -> int:
+    """Fill `asm` (TTIR/TTGIR/LLIR/PTX/SASS for sm_90) into the Triton kernels of an Exploration (or of its
+    JSON form); on request only, since each kernel takes a second or two to compile. Returns how many."""
+    graphs = record.graphs if hasattr(record, "graphs") else record["graphs"]
+    count = 0
+    for graph in graphs:
+        code = graph.code if hasattr(graph, "code") else graph["code"]
+        kernels = graph.kernels if hasattr(graph, "kernels") else graph["kernels"]
+        if code.get("language") != "triton":
+            continue
+        for entry in kernels:
+            info = entry.get("triton")
+            if not info or kernel_names is not None and entry["name"] not in kernel_names:
+                continue
+            constants = {k: v for k, v in info["config"].items() if k in ("XBLOCK", "RBLOCK")}
+            entry["asm"] = kernel_assembly(code["source"], entry["name"], info["signature"], constants,
+                                           info["config"].get("num_warps", 4))
+            count += 1
+    return count
+
+
+# --- mode="reduce-overhead": replay the graph as a CUDA graph ------------------------------------------------
+
+# Note [CUDA graph replay]
+# A small model is launch bound: Python and the driver spend more time starting kernels than the GPU spends
+# running them. CudaGraphCall runs the compiled graph eagerly once (Triton compiles its kernels, libraries
+# warm up), records the second call into a torch.cuda.CUDAGraph, and from then on copies the inputs into the
+# recorded input buffers and replays: one launch for the whole graph.
+# Inputs that arrive at the same address on both of the first two calls (parameters, buffers) are recorded in
+# place and not copied; if one of them later moves, or any shape/dtype changes, the graph is recorded again.
+# Aliasing: the returned outputs are the graph's own output tensors, overwritten by the next replay (as in
+# torch.compile's mode="reduce-overhead"). Clone an output to keep it across calls.
+
+
+class CudaGraphCall:
+    def __init__(self, call: Callable, warmup_calls: int = 1):
+        self.call = call
+        self.warmup_calls = warmup_calls
+        self.graphs: dict[tuple, dict] = {}
+        self.seen: dict[tuple, list] = {}  # signature -> data pointers of the warm-up calls
+        self._boxed_call = True
+
+    @staticmethod
+    def _signature(args) -> tuple:
+        return tuple((tuple(a.shape), a.stride(), a.dtype, str(a.device)) if isinstance(a, torch.Tensor)
+                     else ("value", a) for a in args)
+
+    def __call__(self, args: list):
+        args = list(args)
+        signature = self._signature(args)
+        entry = self.graphs.get(signature)
+        if entry is not None and all(args[i].data_ptr() == ptr for i, ptr in entry["fixed"].items()):
+            for i, static in entry["copied"].items():
+                static.copy_(args[i])
+            entry["graph"].replay()
+            return list(entry["outputs"])
+        pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+        history = self.seen.setdefault(signature, [])
+        history.append(pointers)
+        if len(history) <= self.warmup_calls:
+            return self.call(list(args))
+        return self._record(signature, args, history)
+
+    def _record(self, signature, args, history):
+        fixed = {i: p for i, p in enumerate(history[-1]) if p is not None and all(h[i] == p for h in history)}
+        copied = {i: a.clone() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in fixed}
+        static_args = [copied.get(i, a) for i, a in enumerate(args)]
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            outputs = self.call(list(static_args))
+        self.graphs[signature] = {"graph": graph, "fixed": fixed, "copied": copied, "outputs": outputs,
+                                  "inputs": static_args}
+        graph.replay()  # capturing does not run the work: run it once for this call's results
+        return list(outputs)

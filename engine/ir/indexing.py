@@ -8,6 +8,7 @@ both are only ever applied to non-negative operands, so C's `/` and `%` are exac
 from __future__ import annotations
 
 import functools
+import math
 from typing import Iterable, Mapping, Sequence
 
 import sympy
@@ -126,8 +127,8 @@ def _split_by_granule(a: Expr, b: Expr, ranges) -> tuple[Expr, Expr, Expr] | Non
     if not b.is_Integer:
         return None
     terms = sympy.Add.make_args(sympy.expand(a))
-    candidates = sorted({int(sympy.gcd(t.as_coeff_Mul()[0], b)) for t in terms if t.as_coeff_Mul()[0].is_Integer},
-                        reverse=True)
+    candidates = sorted({math.gcd(int(t.as_coeff_Mul()[0]), int(b)) for t in terms
+                         if t.as_coeff_Mul()[0].is_Integer}, reverse=True)
     for g in candidates:
         if g <= 1:
             continue
@@ -159,6 +160,13 @@ def _recombine(expr: Expr) -> Expr:
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
     """Simplify FloorDiv/ModIndex using the loop ranges: floor(a/b) = 0 and a mod b = a when a < b, and
     floor((g*L + s)/b) = floor(L/(b/g)) when 0 <= s < g divides b (likewise for mod)."""
+    return _simplify_cached(sympy.sympify(expr), tuple(sorted(ranges.items(), key=lambda kv: str(kv[0]))))
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify_cached(expr: Expr, range_items: tuple) -> Expr:
+    """Sympy work is the compiler's main cost; the same index is simplified many times per graph."""
+    ranges = dict(range_items)
 
     def rewrite(e: Expr) -> Expr:
         if not e.args:

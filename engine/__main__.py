@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(explore)
     explore.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
+    explore.add_argument("--inductor", action="store_true",
+                         help="also compile with real Inductor and add its code and kernels to the record")
 
     bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
                                 description="Time a model under eager, Glassbox and Inductor in one process. "
@@ -120,6 +122,13 @@ def explore_command(args) -> tuple[dict, int]:
     except Exception as error:
         raise compile_failure(spec, error) from error
     record = exploration.to_json()
+    if args.inductor:
+        from engine.reference import inductor_reference
+        from engine.record import _plain
+        try:
+            record["inductor"] = _plain(inductor_reference(spec.model, spec.example_inputs))
+        except Exception as error:  # Inductor failing is worth showing, not fatal for our record
+            record["inductor"] = {"error": f"{type(error).__name__}: {error}"}
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))
     if args.out:

@@ -237,3 +237,10 @@ def test_bench_table_has_every_case_and_the_geomean():
     assert "glassbox/inductor" in table and "compile s" in table
     assert "geomean glassbox/inductor: 1.00x" in table  # sqrt(2.0 * 0.5)
     assert "b: glassbox output differs" in table and "c: Glassbox failed" in table
+
+
+def test_explore_with_inductor_adds_its_code_and_kernels():
+    result = cli("explore", "scale_bias_relu", "--json", "--inductor")
+    assert result.returncode == 0, result.stderr
+    inductor = json.loads(result.stdout)["inductor"]
+    assert inductor["kernel_count"] >= 1 and inductor["code"] and inductor["verify"]["ok"]

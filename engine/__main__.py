@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
+    explore.add_argument("--sandbox", action="store_true",
+                         help="run the model in a separate, limited worker process (Note [Sandbox])")
+    explore.add_argument("--timeout", type=float, default=120.0, metavar="S", help="sandbox wall-time limit")
+    explore.add_argument("--memory-mb", type=int, default=4096, metavar="M", help="sandbox memory limit")
 
     bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
                                 description="Time a model under eager, Glassbox and Inductor in one process. "
@@ -105,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def explore_command(args) -> tuple[dict, int]:
+    if args.sandbox:
+        return sandboxed_explore(args)
     import engine
 
     spec = spec_on_device(load_model_file(args.target), args.device)
@@ -139,6 +145,26 @@ def explore_command(args) -> tuple[dict, int]:
         print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above).", file=sys.stderr)
         return record, EXIT_FAILED
     return record, EXIT_OK
+
+
+def sandboxed_explore(args) -> tuple[dict, int]:
+    """The same exploration in a worker process under limits; its JSON record comes back on stdout."""
+    from engine.sandbox import Limits, explore_command as worker_command, run_sandboxed
+
+    options = ["--backend", args.backend, "--device", args.device]
+    options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor)) if on]
+    result = run_sandboxed(worker_command(args.target, options),
+                           Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
+    if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():
+        code = EXIT_USER_ERROR if result.limit_hit or result.returncode == EXIT_USER_ERROR else EXIT_FAILED
+        raise Failure(result.explain() or f"The worker exited with code {result.returncode}.", code)
+    record = json.loads(result.stdout)
+    if not args.json:
+        print(cli_format.explore_summary(record, verbose=args.verbose))
+    if args.out:
+        written = write_outputs(record, Path(args.out))
+        print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
+    return record, result.returncode
 
 
 def write_outputs(record: dict, out: Path) -> list[Path]:

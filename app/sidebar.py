@@ -1,0 +1,29 @@
+"""The sidebar on every page: which model (a sample, or the code on the Model code page) and how to compile it."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import state
+
+
+def render() -> None:
+    with st.sidebar:
+        st.markdown("## Glassbox")
+        st.caption("A see-through PyTorch compiler: every stage from your code to timed kernels.")
+        names = state.sample_names()
+        st.selectbox("Sample", names, key="sample", on_change=state.choose_sample,
+                     help="Each sample is one file in samples/ with a short teaching note.")
+        applied = st.session_state.applied
+        if applied["label"] == state.PASTED:
+            st.caption("Exploring **your code** from the Model code page (pick a sample to switch back).")
+        description = state.description_of(state.sample_file_text(st.session_state.sample))
+        if description:
+            with st.expander("About this sample", expanded=False):
+                st.markdown(description)
+        st.radio("Backend", list(state.BACKENDS), key="backend", format_func=state.BACKENDS.get, horizontal=True)
+        devices = ["cpu"] + (["cuda"] if state.cuda_available() else [])
+        st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
+                 help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
+        st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
+        st.button("Re-explore", key="reexplore", on_click=state.forget_current, width="stretch",
+                  help="Run the worker again instead of using the cached result.")

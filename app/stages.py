@@ -1,0 +1,282 @@
+"""One renderer per compiler stage, each drawing one pane of the explorer from the record.
+
+capture -> ATen -> loop IR -> fusion -> code -> run -> bench (DESIGN.md "The spine"). A renderer gets the record,
+the chosen graph and a key prefix (the left and right panes hold the same widgets under different keys).
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import state, ui
+from visualizers import charts, graphs, tables
+from visualizers import code as code_html
+
+STAGES = ["capture", "ATen", "loop IR", "fusion", "code", "run", "bench"]
+STAGE_HELP = {
+    "capture": "Dynamo's FX graph(s): what torch.compile captured from your Python, split at graph breaks.",
+    "ATen": "The functional ATen graph after decomposition: the ops the compiler really lowers.",
+    "loop IR": "Each ATen op as a loop body over its index space: loads, math, reductions.",
+    "fusion": "Which IR nodes were fused into one kernel, and why the others were not.",
+    "code": "The generated kernels and the Python wrapper that calls them.",
+    "run": "Glassbox's outputs against eager PyTorch's.",
+    "bench": "Compile time per stage; eager vs Glassbox vs Inductor, timed side by side.",
+}
+
+
+def render(stage: str, record: dict, graph_index: int, key: str) -> None:
+    st.markdown(f"#### {stage}")
+    st.caption(STAGE_HELP[stage])
+    RENDERERS[stage](record, graph_index, key)
+
+
+def _graph(record: dict, graph_index: int) -> dict:
+    graphs_ = record.get("graphs") or []
+    return graphs_[min(graph_index, len(graphs_) - 1)] if graphs_ else {}
+
+
+def _graph_stage(record: dict, graph_index: int, key: str, which: str) -> None:
+    all_graphs = record.get("graphs") or []
+    if not all_graphs:
+        st.info("Dynamo captured no graph: the model ran entirely as Python (see Graph breaks).")
+        return
+    show_all = len(all_graphs) > 1 and st.toggle("All graphs, with the breaks between them",
+                                                 value=which == "fx", key=f"{key}_{which}_all")
+    graph = _graph(record, graph_index)
+    options = ui.collapse_controls(graph, which, f"{key}_{which}_{graph_index}")
+    # small FX graphs name the kernel(s) each node ended up in: the link from Python to generated code
+    options.show_kernel_in_label = which == "fx" and not graphs.big(graph, which)
+    kinds = set()
+    for shown in (all_graphs if show_all else [graph]):
+        kinds |= set(graphs.node_kinds(shown, which).values())
+    if options.collapse_depth:
+        kinds.add("module")
+    ui.legend(kinds)
+    if show_all:
+        ui.show_graph(graphs.record_dot(record, which, options))
+    else:
+        ui.show_graph(graphs.graph_dot(graph, which, options))
+    nodes = graph.get(which) or []
+    computing = [n for n in nodes if n.get("op") not in ("placeholder", "output", "get_attr")]
+    st.caption(f"graph {graph.get('index', 0)}: {len(computing)} ops, "
+               f"{sum(1 for n in nodes if n.get('op') == 'placeholder')} inputs")
+
+
+def capture_stage(record: dict, graph_index: int, key: str) -> None:
+    breaks = record.get("graph_breaks") or []
+    if breaks:
+        st.warning(f"{len(breaks)} graph break(s): " + "; ".join(
+            f"line {b.get('lineno')}" for b in breaks) + " (details on the Graph breaks page)")
+    _graph_stage(record, graph_index, key, "fx")
+
+
+def aten_stage(record: dict, graph_index: int, key: str) -> None:
+    _graph_stage(record, graph_index, key, "aten")
+
+
+def ir_stage(record: dict, graph_index: int, key: str) -> None:
+    graph = _graph(record, graph_index)
+    ir_nodes = (graph.get("ir") or {}).get("nodes") or []
+    if not ir_nodes:
+        st.info("No loop IR for this graph.")
+        return
+    counts = {}
+    for node in ir_nodes:
+        counts[node.get("kind")] = counts.get(node.get("kind"), 0) + 1
+    st.caption(" · ".join(f"{count} {kind}" for kind, count in counts.items()))
+    for node in ir_nodes:
+        if node.get("kind") == "fallback":
+            st.warning(f"**{node['name']}** runs eagerly (fallback): {node.get('reason') or 'no lowering'}")
+    text, _ = code_html.ir_listing(graph)
+    ui.show_code(text, "ir", caption=f"loop IR of graph {graph.get('index', 0)}, grouped by kernel", max_height=640)
+
+
+def fusion_stage(record: dict, graph_index: int, key: str) -> None:
+    graph = _graph(record, graph_index)
+    kernels = graph.get("kernels") or []
+    if not kernels:
+        st.info("No kernels in this graph.")
+        return
+    memory = graph.get("memory") or {}
+    ir_count = len((graph.get("ir") or {}).get("nodes") or [])
+    columns = st.columns(3)
+    columns[0].metric("kernels", len(kernels), help=f"from {ir_count} loop-IR nodes")
+    columns[1].metric("peak memory", ui.bytes_text(memory.get("peak_bytes")),
+                      help="peak bytes of intermediate buffers, with fusion and buffer reuse")
+    if memory.get("unfused_peak_bytes"):
+        columns[2].metric("without fusion", ui.bytes_text(memory.get("unfused_peak_bytes")))
+    kinds = set(graphs.aten_kinds(graph).values())
+    ui.legend(kinds)
+    options = ui.collapse_controls(graph, "aten", f"{key}_fusion_{graph_index}")
+    options.kernels_as_clusters = True
+    ui.show_graph(graphs.graph_dot(graph, "aten", options))
+    st.markdown("**Kernels** — each with the ops it fused and the bytes it moves")
+    st.dataframe(tables.kernel_rows(graph), hide_index=True, width="stretch",
+                 column_config={"bytes moved": st.column_config.NumberColumn(format="%d")})
+    refused_only = st.toggle("Only refusals (why not fused)", value=False, key=f"{key}_refused")
+    rows = tables.decision_rows(graph, only_refused=refused_only)
+    st.markdown(f"**Fusion decisions** ({len(rows)})")
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch",
+                     column_config={"why": st.column_config.TextColumn(width="large")})
+
+
+def lowering_views(graph: dict) -> dict[str, str]:
+    """Triton's lowerings (TTIR/TTGIR/LLIR/PTX/SASS), wherever the record keeps them (not yet in the engine)."""
+    views: dict[str, str] = {}
+    code = graph.get("code") or {}
+    for holder in [code.get("asm") or {}, code.get("lowerings") or {}]:
+        for name in ("ttir", "ttgir", "llir", "ptx", "sass"):
+            if isinstance(holder.get(name), str):
+                views[name] = holder[name]
+    for kernel in graph.get("kernels") or []:
+        for holder in [kernel.get("asm") or {}, kernel.get("lowerings") or {}]:
+            for name in ("ttir", "ttgir", "llir", "ptx", "sass"):
+                if isinstance(holder.get(name), str):
+                    views[f"{name} · {kernel['name']}"] = holder[name]
+    return views
+
+
+def code_stage(record: dict, graph_index: int, key: str) -> None:
+    graph = _graph(record, graph_index)
+    code = graph.get("code") or {}
+    language = code.get("language") or record.get("backend") or "cpp"
+    kernels = graph.get("kernels") or []
+    views = ["kernels", "wrapper", "whole module"]
+    lowering = lowering_views(graph)
+    if language == "triton" or lowering:
+        views.append("Triton lowering")
+    view = st.segmented_control("Show", views, default="kernels", key=f"{key}_code_view") or "kernels"
+    source = code.get("source") or ""
+    if view == "kernels":
+        launches = tables.launch_rows(graph)
+        if launches:
+            st.dataframe(launches, hide_index=True, width="stretch")
+        start = code_html.kernels_start_line(source, kernels)
+        body = "\n".join(source.splitlines()[start - 1:])
+        ui.show_code(body, language, first_line=start,
+                     caption=f"{len(kernels)} kernels ({language}); lines {start}+ of the module (the prelude "
+                             "of helpers is under 'whole module')", max_height=640)
+    elif view == "wrapper":
+        ui.show_code(code.get("wrapper") or "", "python", caption="the Python wrapper: allocates, calls kernels",
+                     max_height=640)
+    elif view == "whole module":
+        ui.show_code(source, language, caption=f"the whole generated {language} module", max_height=640)
+    else:
+        lowering_view(graph, graph_index, key, lowering)
+
+
+LOWERING_STAGES = ("ttir", "ttgir", "llir", "ptx", "sass")
+
+
+def lowering_view(graph: dict, graph_index: int, key: str, recorded: dict[str, str]) -> None:
+    """Triton -> TTIR -> TTGIR -> LLIR -> PTX -> SASS for one kernel: from the record when it holds them,
+    otherwise compiled on request by the engine in a worker (no GPU needed: an explicit sm_90 target)."""
+    if recorded:
+        choice = st.selectbox("Lowering", sorted(recorded), key=f"{key}_lowering")
+        ui.show_code(recorded[choice], choice.split(" ")[0], max_height=640)
+        return
+    kernels = [k["name"] for k in graph.get("kernels") or [] if isinstance(k.get("triton"), dict)]
+    if not kernels:
+        st.info("No Triton kernel in this graph to lower (choose the Triton backend in the sidebar).")
+        return
+    kernel = st.selectbox("Kernel", kernels, key=f"{key}_asm_kernel")
+    outcome = state.cached(f"asm:{graph_index}:{kernel}")
+    if outcome is None:
+        if st.button(f"Lower {kernel} to TTIR / PTX / SASS", key=f"{key}_asm_button",
+                     help="Compiles the kernel for an sm_90 GPU target in a worker (a few seconds; no GPU needed)"):
+            outcome = state.run_assembly(graph, graph_index, kernel)
+        else:
+            st.caption("On request: each kernel takes a second or two to lower.")
+            return
+    if outcome.problem is not None:
+        ui.show_problem(outcome.problem)
+        return
+    asm = (outcome.document.get("kernels") or {}).get(kernel) or {}
+    if asm.get("error"):
+        st.error(asm["error"])
+        return
+    present = [name for name in LOWERING_STAGES if asm.get(name)]
+    if not present:
+        st.info(asm.get("sass_note") or "Triton produced no lowering text for this kernel.")
+        return
+    stage = st.segmented_control("Lowering", present, default=present[0], key=f"{key}_asm_stage",
+                                 required=True, format_func=str.upper)
+    text = code_html.tidy_sass(asm[stage]) if stage == "sass" else asm[stage]
+    ui.show_code(text, stage, caption=f"{kernel}: {stage.upper()} for {asm.get('target', 'sm_90')}", max_height=640)
+    if asm.get("sass_note") and "sass" not in present:
+        st.caption(asm["sass_note"])
+
+
+def run_stage(record: dict, graph_index: int, key: str) -> None:
+    for error in record.get("errors") or []:
+        st.warning(error.get("message") or error.get("reason") or str(error) if isinstance(error, dict) else error)
+    verify = record.get("verify") or {}
+    if verify.get("ok"):
+        st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.get('max_abs_err'))}, "
+                   f"max rel error {_number(verify.get('max_rel_err'))}).")
+    elif verify:
+        st.error("Glassbox's outputs differ from eager PyTorch: see the table.")
+    rows = tables.numerics_rows(verify)
+    if rows:
+        st.markdown("**Numerics per output**")
+        st.dataframe(rows, hide_index=True, width="stretch",
+                     column_config={"max abs error": st.column_config.NumberColumn(format="%.3e"),
+                                    "max rel error": st.column_config.NumberColumn(format="%.3e")})
+    runs = tables.run_rows(record)
+    if runs:
+        st.markdown("**Other inputs** (`dynamic_inputs`): recompiles and numerics")
+        st.dataframe(runs, hide_index=True, width="stretch")
+    timings = record.get("timings") or {}
+    if "run" in timings:
+        st.caption(f"verification ran in {timings['run'] * 1e3:.1f} ms")
+
+
+def _number(value) -> str:
+    return f"{value:.2e}" if isinstance(value, (int, float)) else str(value)
+
+
+def bench_stage(record: dict, graph_index: int, key: str) -> None:
+    bench = state.cached("bench")
+    case = _bench_case(bench)
+    st.plotly_chart(charts.stage_times_figure(record.get("timings") or {},
+                                              (case or {}).get("inductor_compile_s")),
+                    width="stretch", key=f"{key}_stage_chart", config={"displayModeBar": False})
+    if st.button("Run benchmark: eager vs Glassbox vs Inductor", key=f"{key}_bench",
+                 help="Runs in a worker; Inductor's cold compile takes 10-40 s on a small CPU."):
+        bench = state.run_bench()
+        case = _bench_case(bench)
+    if bench is None:
+        st.caption("Timing is on demand: Inductor's cold compile is slow. Press the button to measure.")
+    elif bench.problem is not None:
+        ui.show_problem(bench.problem, state.user_source(), state.model_path_name())
+    if case:
+        if case.get("error"):
+            st.error(case["error"])
+        left, right = st.columns(2)
+        left.plotly_chart(charts.bench_figure(case), width="stretch", key=f"{key}_bench_chart",
+                          config={"displayModeBar": False})
+        right.plotly_chart(charts.speedup_figure(case), width="stretch", key=f"{key}_speedup_chart",
+                           config={"displayModeBar": False})
+        st.plotly_chart(charts.compile_figure(case, record.get("timings")), width="stretch",
+                        key=f"{key}_compile_chart", config={"displayModeBar": False})
+        st.caption(f"{case.get('threads', '?')} threads, device {case.get('device', '?')}; medians of "
+                   "torch.utils.benchmark. On a shared CPU, trust the ratios more than the absolute times.")
+    kernels = _graph(record, graph_index).get("kernels") or []
+    times = (case or {}).get("kernel_ms")
+    if kernels:
+        st.plotly_chart(charts.kernel_figure(kernels, times if isinstance(times, dict) else None),
+                        width="stretch", key=f"{key}_kernel_chart", config={"displayModeBar": False})
+        if not isinstance(times, dict):
+            st.caption("Per-kernel times are not measured by the engine yet; this shows each kernel's estimated "
+                       "bytes moved instead.")
+
+
+def _bench_case(outcome) -> dict | None:
+    if outcome is None or not outcome.document:
+        return None
+    cases = outcome.document.get("cases") or []
+    return cases[0] if cases else None
+
+
+RENDERERS = {"capture": capture_stage, "ATen": aten_stage, "loop IR": ir_stage, "fusion": fusion_stage,
+             "code": code_stage, "run": run_stage, "bench": bench_stage}

@@ -1,0 +1,243 @@
+"""What the user asked for, and the results for it: session state, the shared result cache, the workers.
+
+The pages never run anything themselves: they call `exploration()` (and, on a button, `run_bench()` or
+`run_inductor()`), which return a cached worker Outcome or run the worker under an st.status that shows progress.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import textwrap
+import shutil
+from dataclasses import dataclass
+import streamlit as st
+
+from app import inputs as input_specs
+from app import worker
+from app.results import ResultCache, content_key
+from samples import DEFAULT_SAMPLE, sample_names, sample_path
+
+PASTED = "pasted"
+BACKENDS = {"cpp": "C++ / OpenMP", "triton": "Triton"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """Exactly what one explore runs: the code (with any input override appended) and the options."""
+    source: str
+    label: str
+    backend: str = "cpp"
+    device: str = "cpu"
+    dynamic: bool = False
+
+    @property
+    def options(self) -> worker.Options:
+        return worker.Options(self.backend, self.device, self.dynamic)
+
+    def key(self, kind: str = "explore") -> str:
+        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic)
+
+
+@st.cache_resource
+def result_cache() -> ResultCache:
+    """One bounded cache for the whole server: a second browser tab on the same sample is instant."""
+    return ResultCache(max_entries=int(os.environ.get("GLASSBOX_APP_CACHE_ENTRIES", "32")))
+
+
+@st.cache_resource
+def warm_worker() -> bool:
+    """Start a standby worker (torch already imported) as soon as the server has its first session."""
+    worker.STANDBY.refill()
+    return True
+
+
+@st.cache_data(max_entries=64)
+def sample_source(name: str) -> str:
+    return sample_path(name).read_text(encoding="utf-8")
+
+
+def description_of(source: str) -> str:
+    """A model file's `description` string, read without running it (the sidebar shows it before exploring)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    text = ""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "description"
+                                                 for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                text = node.value.value
+    if not text:
+        text = ast.get_docstring(tree) or ""
+    return textwrap.dedent(text).strip()
+
+
+def cuda_available() -> bool:
+    """Without importing torch in the server: a driver device node or nvidia-smi means CUDA may be used."""
+    return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+
+
+# --- session state ------------------------------------------------------------------------------------------
+
+
+def init() -> None:
+    warm_worker()
+    state = st.session_state
+    if "sample" not in state:
+        # ?sample=NAME links straight to a sample (handy for teaching material)
+        wanted = st.query_params.get("sample")
+        if wanted in sample_names():
+            state.sample = wanted
+        else:
+            state.sample = DEFAULT_SAMPLE if DEFAULT_SAMPLE in sample_names() else sample_names()[0]
+    if "editor" not in state:
+        state.editor = sample_source(state.sample)
+    if "applied" not in state:  # the code and input shapes being explored (the editor may differ until Explore)
+        state.applied = {"source": state.editor, "label": state.sample, "inputs": None}
+    state.setdefault("backend", "cpp")
+    state.setdefault("device", "cpu")
+    state.setdefault("dynamic", False)
+    state.setdefault("inputs_text", "")
+    state.setdefault("input_error", "")
+
+
+def choose_sample() -> None:
+    """on_change of the sample picker: load its code into the editor and explore it."""
+    state = st.session_state
+    state.editor = sample_source(state.sample)
+    state.inputs_text = ""
+    state.inputs_prefill = ""
+    state.input_error = ""
+    state.applied = {"source": state.editor, "label": state.sample, "inputs": None}
+    st.query_params["sample"] = state.sample
+
+
+def apply_editor() -> None:
+    """on_click of Explore: explore the editor's code, with the input shapes typed if the user changed them."""
+    state = st.session_state
+    source = state.editor or ""
+    label = state.sample if source == sample_source(state.sample) else PASTED
+    text = (state.inputs_text or "").strip()
+    state.input_error = ""
+    if not text or text == (state.get("inputs_prefill") or "").strip():
+        # the box shows what the last run reported: no new shapes asked for (keep an override of this same code)
+        specs = state.applied.get("inputs") if state.applied.get("source") == source else None
+    else:
+        try:
+            specs = input_specs.parse_inputs(text)
+        except input_specs.InputSpecError as error:
+            state.input_error = str(error)
+            return
+    state.applied = {"source": source, "label": label, "inputs": specs}
+
+
+def reset_editor() -> None:
+    choose_sample()
+
+
+def current_request() -> Request:
+    state = st.session_state
+    applied = state.applied
+    source = applied["source"]
+    if applied.get("inputs"):
+        source = input_specs.with_inputs(source, applied["inputs"])
+    device = state.device if state.device == "cpu" or cuda_available() else "cpu"
+    return Request(source, applied["label"], state.backend, device, bool(state.dynamic))
+
+
+def user_source() -> str:
+    """The user's code as explored (without the appended input block)."""
+    return st.session_state.applied["source"]
+
+
+# --- running ----------------------------------------------------------------------------------------------------
+
+
+def forget_current() -> None:
+    """The Re-explore button: drop the cached result so the next run is fresh."""
+    result_cache().discard(current_request().key())
+
+
+def exploration() -> worker.Outcome:
+    """The Outcome for the current request: cached, or explored now with progress shown."""
+    request = current_request()
+    key = request.key()
+    cache = result_cache()
+    outcome = cache.get(key)
+    if outcome is not None:
+        st.session_state.last_seconds = (outcome.seconds, True)
+        return outcome
+    what = request.label if request.label != PASTED else "your code"
+    with st.status(f"Exploring {what} ({BACKENDS.get(request.backend, request.backend)}, {request.device})…",
+                   expanded=False) as status:
+        st.write("A worker process imports torch, runs the model eagerly, then compiles it stage by stage.")
+
+        def tick(seconds: float) -> None:
+            status.update(label=f"Exploring {what}… {seconds:.0f} s")
+
+        outcome = worker.explore(request.source, request.label, request.options, on_tick=tick)
+        if outcome.problem is None:
+            status.update(label=f"Explored {what} in {outcome.seconds:.1f} s", state="complete")
+        else:
+            status.update(label=f"{outcome.problem.title} ({outcome.seconds:.1f} s)", state="error")
+    cache.put(key, outcome)
+    st.session_state.last_seconds = (outcome.seconds, False)
+    return outcome
+
+
+def cached(kind: str) -> worker.Outcome | None:
+    return result_cache().get(current_request().key(kind))
+
+
+def run_bench() -> worker.Outcome:
+    request = current_request()
+    with st.status("Benchmarking eager vs Glassbox vs Inductor (Inductor's cold compile takes a while)…",
+                   expanded=False) as status:
+        def tick(seconds: float) -> None:
+            status.update(label=f"Benchmarking… {seconds:.0f} s")
+
+        outcome = worker.bench(request.source, request.label, request.options, on_tick=tick)
+        status.update(label=f"Benchmarked in {outcome.seconds:.0f} s",
+                      state="complete" if outcome.problem is None else "error")
+    result_cache().put(request.key("bench"), outcome)
+    return outcome
+
+
+def run_inductor() -> worker.Outcome:
+    request = current_request()
+    with st.status("Compiling with Inductor (torch.compile), cold…", expanded=False) as status:
+        def tick(seconds: float) -> None:
+            status.update(label=f"Compiling with Inductor… {seconds:.0f} s")
+
+        outcome = worker.inductor(request.source, request.label, request.options, on_tick=tick)
+        status.update(label=f"Inductor finished in {outcome.seconds:.0f} s",
+                      state="complete" if outcome.problem is None else "error")
+    result_cache().put(request.key("inductor"), outcome)
+    return outcome
+
+
+def run_assembly(graph: dict, graph_index: int, kernel: str) -> worker.Outcome:
+    with st.status(f"Lowering {kernel} with Triton for sm_90 (TTIR → TTGIR → LLIR → PTX → SASS)…",
+                   expanded=False) as status:
+        outcome = worker.assembly(graph, [kernel],
+                                  on_tick=lambda s: status.update(label=f"Lowering {kernel}… {s:.0f} s"))
+        status.update(label=f"Lowered {kernel} in {outcome.seconds:.1f} s",
+                      state="complete" if outcome.problem is None else "error")
+    result_cache().put(current_request().key(f"asm:{graph_index}:{kernel}"), outcome)
+    return outcome
+
+
+def source_label(record: dict | None) -> str:
+    if record and record.get("model"):
+        return record["model"]
+    return st.session_state.applied.get("label", "")
+
+
+def sample_file_text(name: str) -> str:
+    return sample_source(name)
+
+
+def model_path_name() -> str:
+    return worker.model_file_name(st.session_state.applied.get("label", PASTED))
+

@@ -1,0 +1,29 @@
+"""Glassbox explorer: `streamlit run app/streamlit_app.py`. The entry point only sets up the page, the sidebar
+(what to explore and how) and the navigation; the pages live in app/views/ and their bodies in app/pages.py."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import sidebar, state  # noqa: E402
+
+st.set_page_config(page_title="Glassbox", page_icon=":material/blur_on:", layout="wide")
+state.init()
+# less empty space above the page title than Streamlit's default
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}</style>")
+pages = [
+    st.Page("views/explorer.py", title="Explorer", icon=":material/account_tree:", default=True),
+    st.Page("views/model.py", title="Model code", icon=":material/code:"),
+    st.Page("views/provenance.py", title="Provenance", icon=":material/timeline:"),
+    st.Page("views/breaks.py", title="Graph breaks", icon=":material/call_split:"),
+    st.Page("views/inductor.py", title="Inductor", icon=":material/compare_arrows:"),
+]
+navigation = st.navigation(pages)
+sidebar.render()
+navigation.run()

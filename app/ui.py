@@ -1,0 +1,85 @@
+"""Small Streamlit helpers shared by the pages: code, graphs, problems, graph pickers, module collapsing."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.worker import Problem
+from visualizers import code as code_html
+from visualizers import graphs
+
+
+def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, caption: str | None = None,
+              max_height: int | None = 520) -> None:
+    st.html(code_html.highlight_html(text, language, hl_lines=hl_lines, first_line=first_line, caption=caption,
+                                     max_height=max_height))
+
+
+def show_graph(dot: str) -> None:
+    # natural size: stretching would blow a three-node graph up to the pane's width
+    st.graphviz_chart(dot, width="content")
+
+
+def legend(kinds) -> None:
+    st.html(graphs.legend_html(kinds))
+
+
+def show_problem(problem: Problem, source: str | None = None, filename: str = "") -> None:
+    """An error that reads as help: what went wrong, where (the line, highlighted), what to try, details."""
+    st.error(f"**{problem.title}**")
+    st.html(code_html.plain_text_html(problem.message))
+    if problem.lineno and source:
+        lines = source.splitlines()
+        if 0 < problem.lineno <= len(lines):
+            snippet, first = code_html.crop(source, [problem.lineno], context=4)
+            show_code(snippet, "python", hl_lines=[problem.lineno], first_line=first,
+                      caption=f"{filename or 'your code'}, line {problem.lineno}", max_height=260)
+    if problem.hints:
+        st.markdown("**What to try**\n" + "\n".join(f"- {hint}" for hint in problem.hints))
+    if problem.log and problem.log.strip() != problem.message.strip():
+        with st.expander("Worker output (details)"):
+            st.code(problem.log[-6000:], language="text")
+
+
+def graph_picker(record: dict, key: str, allow_all: bool = False, label: str = "Graph") -> int | None:
+    """Which subgraph to show when Dynamo made several (None: all of them, with the breaks between)."""
+    count = len(record.get("graphs") or [])
+    if count <= 1:
+        return 0 if count else None
+    options = (["all"] if allow_all else []) + list(range(count))
+    breaks = len(record.get("graph_breaks") or [])
+
+    def name(option):
+        if option == "all":
+            return f"all {count} graphs ({breaks} breaks)"
+        return f"graph {option}"
+
+    choice = st.selectbox(label, options, format_func=name, key=key)
+    return None if choice == "all" else int(choice)
+
+
+def collapse_controls(graph: dict, which: str, key: str) -> graphs.DrawOptions:
+    """For big graphs: hide the weights, group nodes by nn.Module path, expand chosen modules on demand."""
+    count = len(graph.get(which) or [])
+    if not graphs.big(graph, which):
+        return graphs.DrawOptions()
+    depth_max = graphs.max_module_depth(graph, which)
+    params = len(graphs.param_names(graph, which))
+    with st.expander(f"{count} nodes: big graph view (weights hidden, modules collapsed)", expanded=False):
+        show_params = st.toggle(f"Show the {params} weight and buffer inputs", value=False,
+                                key=f"{key}_params") if params else False
+        depth, expanded = 0, []
+        if depth_max:
+            auto = graphs.auto_depth(graph, which, hide_params=not show_params)
+            depth = st.select_slider("Collapse modules at depth", options=list(range(0, depth_max + 1)), value=auto,
+                                     format_func=lambda d: "off: every node" if d == 0 else str(d),
+                                     key=f"{key}_depth")
+            groups = graphs.module_groups(graph, which, depth)
+            if groups:
+                expanded = st.multiselect("Expand modules", sorted(groups), key=f"{key}_expand",
+                                          format_func=lambda g: f"{g} ({groups[g]} nodes)")
+    return graphs.DrawOptions(collapse_depth=depth, expanded=frozenset(expanded), hide_params=not show_params)
+
+
+def bytes_text(count) -> str:
+    from visualizers.tables import human_bytes
+    return human_bytes(count)

@@ -1,0 +1,3 @@
+from app import pages
+
+pages.breaks_page()

@@ -1,0 +1,3 @@
+from app import pages
+
+pages.model_page()

@@ -1,0 +1,3 @@
+from app import pages
+
+pages.provenance_page()

@@ -1,0 +1,193 @@
+"""The app in a real browser: Playwright drives Debian's Chromium against `streamlit run` on localhost.
+
+The server is started here (headless, a free port, waited for on /_stcore/health) and stopped at the end. Timings
+(first view cold and cached, stage switch) are printed and appended to $GLASSBOX_BROWSER_LOG (default
+/tmp/glassbox-browser-timings.txt). With GLASSBOX_SHOTS=DIR, each page's screenshot is saved there.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("GLASSBOX_CHROMIUM", "/usr/bin/chromium")
+FIRST_VIEW_TIMEOUT_MS = 240_000  # a cold worker imports torch and compiles; CI machines have 2 cores
+STEP_TIMEOUT_MS = 120_000
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+
+TIMINGS: dict[str, float] = {}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url}/_stcore/health did not answer in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="glassbox-streamlit-", suffix=".log", delete=False)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # a fresh compile cache for the engine: the first view is really cold
+    env.setdefault("GLASSBOX_CACHE_DIR", tempfile.mkdtemp(prefix="glassbox-cache-"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "localhost", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://localhost:{port}"
+    try:
+        wait_healthy(url, process)
+        yield url
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield chromium
+        chromium.close()
+
+
+def new_page(browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1400})
+    page.set_default_timeout(STEP_TIMEOUT_MS)
+    return page
+
+
+def wait_first_view(page) -> None:
+    page.wait_for_selector(".stGraphVizChart svg g.node", timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.wait_for_selector(".gb-code pre span[style]", timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.wait_for_selector(".stPlotlyChart .js-plotly-plot", timeout=FIRST_VIEW_TIMEOUT_MS)
+
+
+def shot(page, name: str) -> None:
+    folder = os.environ.get("GLASSBOX_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.wait_for_timeout(800)  # let graphviz and plotly finish drawing
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def record_timing(name: str, seconds: float) -> None:
+    TIMINGS[name] = seconds
+    line = f"{name}: {seconds:.2f} s"
+    print(f"\n[glassbox timing] {line}")
+    log = os.environ.get("GLASSBOX_BROWSER_LOG", os.path.join(tempfile.gettempdir(),
+                                                              "glassbox-browser-timings.txt"))
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+
+def test_default_page_shows_graph_code_and_chart(server, browser):
+    page = new_page(browser)
+    start = time.perf_counter()
+    page.goto(server)
+    wait_first_view(page)
+    record_timing("first view, cold", time.perf_counter() - start)
+    svg = page.locator(".stGraphVizChart svg").first
+    assert svg.locator("g.node").count() >= 3
+    assert page.locator(".gb-code").first.inner_text().strip()
+    shot(page, "explorer")
+    page.close()
+
+    page = new_page(browser)  # a new session: the result comes from the server's cache
+    start = time.perf_counter()
+    page.goto(server)
+    wait_first_view(page)
+    record_timing("first view, cached", time.perf_counter() - start)
+    page.close()
+
+
+def test_choosing_a_stage_and_a_sample_updates_the_view(server, browser):
+    page = new_page(browser)
+    page.goto(server)
+    wait_first_view(page)
+
+    stages = page.get_by_role("radiogroup", name="Stage")
+    start = time.perf_counter()
+    stages.get_by_role("radio", name="loop IR").click()
+    page.wait_for_selector('.gb-code[data-language="ir"]')
+    record_timing("stage switch (capture -> loop IR)", time.perf_counter() - start)
+    assert "reduce" in page.content() or "load" in page.locator('.gb-code[data-language="ir"]').inner_text()
+    shot(page, "stage_loop_ir")
+
+    start = time.perf_counter()
+    stages.get_by_role("radio", name="fusion").click()
+    page.get_by_text("Fusion decisions").wait_for()
+    record_timing("stage switch (loop IR -> fusion)", time.perf_counter() - start)
+    shot(page, "stage_fusion")
+
+    sample = page.get_by_role("combobox", name="Sample")
+    sample.click()
+    sample.fill("softmax")
+    page.get_by_role("option", name="softmax", exact=True).click()
+    page.get_by_role("heading", name=re.compile(r"^softmax")).wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.wait_for_selector(".stGraphVizChart svg g.node", timeout=FIRST_VIEW_TIMEOUT_MS)
+    # the fusion stage is still chosen: softmax's five ATen ops sit in one kernel cluster
+    assert page.locator(".stGraphVizChart svg g.cluster").count() >= 1
+    assert "kernel_0" in page.locator(".stGraphVizChart svg").first.text_content()
+    shot(page, "softmax_fusion")
+    page.close()
+
+
+PAGES = [  # path, heading, what shows once the page has rendered its exploration
+    ("model", "Model code", "text=Explored graph_break"),
+    ("provenance", "Provenance", ".stGraphVizChart svg g.node"),
+    ("breaks", "Graph breaks, guards and recompiles", "text=Break 1 — line 15"),
+    ("inductor", "Inductor beside Glassbox", "text=Press Compile with Inductor"),
+]
+
+
+@pytest.mark.parametrize("path,heading,ready", PAGES, ids=[p[0] for p in PAGES])
+def test_every_page_renders(server, browser, path, heading, ready):
+    page = new_page(browser)
+    page.goto(f"{server}/{path}?sample=graph_break")
+    page.get_by_role("heading", name=heading).wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.locator(ready).first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shot(page, f"page_{path}")
+    page.close()
+
+
+def teardown_module(module):
+    if TIMINGS:
+        print("\n[glassbox timings] " + "; ".join(f"{k}: {v:.2f} s" for k, v in TIMINGS.items()))

@@ -1,0 +1,134 @@
+"""Plotly figures from the record and from `python -m engine bench --json`: stage times, eager vs Glassbox vs
+Inductor, speedups, per-kernel numbers, and compile time per stage (ours) next to Inductor's cold compile."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+STAGE_ORDER = ["capture", "decompose", "lower", "schedule", "codegen", "build", "run"]
+STAGE_COLOURS = {"capture": "#60a5fa", "decompose": "#818cf8", "lower": "#34d399", "schedule": "#fbbf24",
+                 "codegen": "#f472b6", "build": "#a78bfa", "run": "#94a3b8"}
+SYSTEM_COLOURS = {"eager": "#94a3b8", "Glassbox": "#2563eb", "Inductor": "#f97316"}
+
+
+def _layout(figure: go.Figure, title: str, height: int) -> go.Figure:
+    figure.update_layout(title=dict(text=title, font=dict(size=14)), height=height,
+                         margin=dict(l=10, r=10, t=40, b=10),
+                         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0,
+                                     font=dict(size=11)))
+    return figure
+
+
+def ordered_stages(timings: dict) -> list[str]:
+    known = [s for s in STAGE_ORDER if s in timings]
+    return known + [s for s in timings if s not in known]
+
+
+def stage_times_figure(timings: dict, inductor_compile_s: float | None = None, height: int = 190,
+                       legend: bool = True, include_run: bool = False) -> go.Figure:
+    """Seconds per compiler stage as one stacked bar (and Inductor's cold compile as a second bar, when known).
+    `run` (verifying against eager) is not compiling, so it is left out unless asked for."""
+    figure = go.Figure()
+    timings = {k: v for k, v in (timings or {}).items() if include_run or k != "run"}
+    rows = ["Glassbox"] + (["Inductor (cold)"] if inductor_compile_s else [])
+    for stage in ordered_stages(timings or {}):
+        seconds = timings[stage]
+        if not isinstance(seconds, (int, float)):
+            continue
+        figure.add_bar(y=["Glassbox"], x=[seconds], name=stage, orientation="h",
+                       marker_color=STAGE_COLOURS.get(stage, "#cbd5e1"),
+                       hovertemplate=f"{stage}: %{{x:.3f}} s<extra></extra>",
+                       text=[stage if seconds > 0.08 * max(sum_numbers(timings), 1e-9) else ""],
+                       textposition="inside", insidetextanchor="middle")
+    if inductor_compile_s:
+        figure.add_bar(y=["Inductor (cold)"], x=[inductor_compile_s], name="Inductor compile", orientation="h",
+                       marker_color=SYSTEM_COLOURS["Inductor"],
+                       hovertemplate="Inductor cold compile: %{x:.2f} s<extra></extra>")
+    figure.update_layout(barmode="stack", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]))
+    _layout(figure, "Compile time per stage (s)", height + (50 if inductor_compile_s else 0))
+    if legend:
+        figure.update_layout(margin=dict(t=70))
+    figure.update_layout(showlegend=legend)
+    return figure
+
+
+def sum_numbers(values: dict) -> float:
+    return float(sum(v for v in (values or {}).values() if isinstance(v, (int, float))))
+
+
+def bench_figure(case: dict, height: int = 300) -> go.Figure:
+    """Steady-state milliseconds per call: eager, Glassbox, Inductor, with speedups over eager as labels."""
+    systems = [("eager", case.get("eager_ms")), ("Glassbox", case.get("glassbox_ms")),
+               ("Inductor", case.get("inductor_ms"))]
+    systems = [(name, ms) for name, ms in systems if isinstance(ms, (int, float))]
+    eager = case.get("eager_ms")
+    labels = []
+    for name, ms in systems:
+        speedup = f" ({eager / ms:.2f}x eager)" if isinstance(eager, (int, float)) and ms and name != "eager" else ""
+        labels.append(f"{ms:.3f} ms{speedup}")
+    figure = go.Figure(go.Bar(x=[n for n, _ in systems], y=[ms for _, ms in systems], text=labels,
+                              textposition="outside",
+                              marker_color=[SYSTEM_COLOURS[n] for n, _ in systems],
+                              hovertemplate="%{x}: %{y:.4f} ms<extra></extra>"))
+    values = [ms for _, ms in systems if ms and ms > 0]
+    log = bool(values) and max(values) / min(values) > 30  # one bar would flatten the others
+    figure.update_layout(yaxis_title="ms per call (median)" + (", log scale" if log else ""), showlegend=False,
+                         yaxis_type="log" if log else "linear")
+    return _layout(figure, "Time per call", height)
+
+
+def speedup_figure(case: dict, height: int = 260) -> go.Figure:
+    """Speedup over eager (higher is better) for Glassbox and Inductor."""
+    eager = case.get("eager_ms")
+    bars = []
+    for name, key in (("Glassbox", "glassbox_ms"), ("Inductor", "inductor_ms")):
+        ms = case.get(key)
+        if isinstance(eager, (int, float)) and isinstance(ms, (int, float)) and ms > 0:
+            bars.append((name, eager / ms))
+    figure = go.Figure(go.Bar(x=[b[0] for b in bars], y=[b[1] for b in bars],
+                              text=[f"{b[1]:.2f}x" for b in bars], textposition="outside",
+                              marker_color=[SYSTEM_COLOURS[b[0]] for b in bars]))
+    figure.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", annotation_text="eager",
+                     annotation_position="top left")
+    figure.update_layout(yaxis_title="speedup over eager", showlegend=False)
+    return _layout(figure, "Speedup over eager", height)
+
+
+def compile_figure(case: dict, timings: dict | None = None, height: int = 240) -> go.Figure:
+    """Compile seconds: Glassbox cold and warm (bench), its stages (record), and Inductor's cold compile."""
+    figure = go.Figure()
+    if timings:
+        for stage in ordered_stages(timings):
+            if stage == "run" or not isinstance(timings[stage], (int, float)):
+                continue
+            figure.add_bar(y=["Glassbox stages"], x=[timings[stage]], name=stage, orientation="h",
+                           marker_color=STAGE_COLOURS.get(stage, "#cbd5e1"),
+                           hovertemplate=f"{stage}: %{{x:.3f}} s<extra></extra>")
+    for label, key, colour in (("Glassbox cold", "compile_s", SYSTEM_COLOURS["Glassbox"]),
+                               ("Glassbox warm", "compile_warm_s", "#93c5fd"),
+                               ("Inductor cold", "inductor_compile_s", SYSTEM_COLOURS["Inductor"])):
+        value = case.get(key)
+        if isinstance(value, (int, float)):
+            figure.add_bar(y=[label], x=[value], name=label, orientation="h", marker_color=colour,
+                           text=[f"{value:.2f} s"], textposition="auto",
+                           hovertemplate=f"{label}: %{{x:.2f}} s<extra></extra>")
+    figure.update_layout(barmode="stack", showlegend=False)
+    return _layout(figure, "Compile time (s): Glassbox per stage vs Inductor's cold compile", height)
+
+
+def kernel_figure(kernels: list[dict], times_ms: dict | None = None, height: int = 280) -> go.Figure:
+    """Per kernel: measured time when the bench gives it, otherwise bytes moved (estimated by the scheduler)."""
+    names = [k["name"] for k in kernels]
+    if times_ms:
+        values = [times_ms.get(n) for n in names]
+        figure = go.Figure(go.Bar(x=names, y=values, marker_color="#2563eb",
+                                  hovertemplate="%{x}: %{y:.4f} ms<extra></extra>"))
+        figure.update_layout(yaxis_title="ms per call")
+        return _layout(figure, "Time per kernel", height)
+    from visualizers.graphs import KIND_STYLE
+    values = [k.get("bytes") or 0 for k in kernels]
+    colours = [KIND_STYLE.get(k.get("kind"), KIND_STYLE["other"])[1] for k in kernels]
+    figure = go.Figure(go.Bar(x=names, y=[v / 1024 for v in values], marker_color=colours,
+                              text=[k.get("kind", "") for k in kernels], textposition="inside",
+                              hovertemplate="%{x}: %{y:.1f} KiB moved<extra></extra>"))
+    figure.update_layout(yaxis_title="KiB read + written", bargap=0.7 if len(names) <= 2 else 0.25)
+    return _layout(figure, "Bytes moved per kernel (estimate)", height)

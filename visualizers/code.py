@@ -1,0 +1,192 @@
+"""Code and loop IR as highlighted HTML (pygments), with line numbers, highlighted lines and cropping.
+
+The HTML uses inline styles only (no stylesheet to inject), so it renders the same in st.html, a report or a
+notebook. The loop IR gets its own small lexer so it reads like a textbook: loads, reductions, loop variables,
+buffers and temporaries each in their own colour.
+"""
+from __future__ import annotations
+
+import html
+import re
+
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexer import RegexLexer, bygroups
+from pygments.lexers import CppLexer, LlvmLexer, PtxLexer, PythonLexer, TextLexer
+from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
+
+STYLE = "friendly"
+HIGHLIGHT_COLOUR = "#fde68a"
+
+
+class LoopIRLexer(RegexLexer):
+    """Glassbox's loop IR as engine/report.py prints it (see DESIGN.md "The loop IR")."""
+    name = "Glassbox loop IR"
+    aliases = ["glassbox-ir"]
+    tokens = {
+        "root": [
+            (r"#.*$", Comment.Single),
+            (r"\s+", Whitespace),
+            (r"\b(for|in|over|return|if|else)\b", Keyword),
+            (r"\b(load|store|reduce_\w+|extern|fallback|index_expr|constant|to_dtype|where|masked)\b", Keyword.Pseudo),
+            (r"\(eager\)", Comment.Special),
+            (r"\b(buf\d+|arg\d+\w*)\b", Name.Class),
+            (r"\b(tmp\d+|acc\w*)\b", Name.Variable),
+            (r"\b([ir]\d+|s\d+)\b", Name.Builtin),
+            (r"\b(aten|torch|prims)(\.[\w.]+)", bygroups(Name.Namespace, Name.Function)),
+            (r"\b([A-Za-z_]\w*)(?=\()", Name.Function),
+            (r"\b\d+\.\d*(e[+-]?\d+)?|\b\d+(e[+-]?\d+)?\b", Number),
+            (r"(-?inf|nan)\b", Number),
+            (r"'[^']*'|\"[^\"]*\"", String),
+            (r"[=+\-*/%<>!&|^~]+", Operator),
+            (r"[\[\](){},:;.]", Punctuation),
+            (r"[A-Za-z_]\w*", Name),
+            (r".", Text),
+        ],
+    }
+
+
+class SassLexer(RegexLexer):
+    """NVIDIA SASS as cuobjdump prints it: enough to tell opcodes, registers and comments apart."""
+    name = "SASS"
+    aliases = ["sass"]
+    tokens = {
+        "root": [
+            (r"/\*[^*]*\*/", Comment.Multiline),
+            (r"//.*$", Comment.Single),
+            (r"\s+", Whitespace),
+            (r"\b[RPU]?[RZ]\d*\b|\bP[T\d]\b|\bSR_\w+", Name.Variable),
+            (r"\bc\[0x[0-9a-f]+\]\[0x[0-9a-f]+\]", Name.Constant),
+            (r"\b[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*\b", Keyword),
+            (r"0x[0-9a-fA-F]+|\b\d+\b", Number),
+            (r"[\[\](){},;.@!|+-]", Punctuation),
+            (r".", Text),
+        ],
+    }
+
+
+LEXERS = {
+    "python": PythonLexer, "triton": PythonLexer, "wrapper": PythonLexer,
+    "cpp": CppLexer, "c++": CppLexer,
+    "ir": LoopIRLexer, "glassbox-ir": LoopIRLexer,
+    "ttir": LlvmLexer, "ttgir": LlvmLexer, "llir": LlvmLexer, "llvm": LlvmLexer,
+    "ptx": PtxLexer, "sass": SassLexer,
+}
+
+
+def lexer_for(language: str):
+    return LEXERS.get((language or "").lower(), TextLexer)()
+
+
+def highlight_html(code: str, language: str, *, hl_lines=(), first_line: int = 1, max_height: int | None = 520,
+                   line_numbers: bool = True, caption: str | None = None) -> str:
+    """Highlighted HTML for `code`; `hl_lines` and `first_line` use the numbering the reader sees."""
+    code = code or ""
+    relative = sorted({line - first_line + 1 for line in hl_lines if line - first_line + 1 >= 1})
+    formatter = HtmlFormatter(style=STYLE, noclasses=True, nobackground=True,
+                              linenos="inline" if line_numbers else False, linenostart=first_line,
+                              hl_lines=relative, wrapcode=True, cssclass="gb-highlight")
+    formatter.style.highlight_color = HIGHLIGHT_COLOUR
+    body = highlight(code, lexer_for(language), formatter)
+    height = f"max-height:{max_height}px;" if max_height else ""
+    top = (f'<div style="font-size:0.78rem;color:#6b7280;padding:2px 8px;border-bottom:1px solid #e5e7eb;'
+           f'background:#f9fafb">{html.escape(caption)}</div>' if caption else "")
+    return (f'<div class="gb-code" data-language="{html.escape(language or "text")}" style="border:1px solid #e5e7eb;'
+            f'border-radius:6px;background:#fcfcfd;overflow:hidden;margin-bottom:0.6rem">{top}'
+            f'<div style="{height}overflow:auto;font-size:12.5px;line-height:1.45;padding:4px 0">'
+            f'<style>.gb-code pre{{margin:0;padding:0 8px;background:transparent;white-space:pre}}</style>'
+            f"{body}</div></div>")
+
+
+def crop(code: str, lines_wanted, context: int = 6, first_line: int = 1) -> tuple[str, int]:
+    """The part of `code` around `lines_wanted` (numbered from `first_line`): (text, its first line's number)."""
+    lines = (code or "").splitlines()
+    wanted = [n for n in lines_wanted if first_line <= n < first_line + len(lines)]
+    if not wanted:
+        return code, first_line
+    start = max(min(wanted) - context, first_line)
+    end = min(max(wanted) + context, first_line + len(lines) - 1)
+    return "\n".join(lines[start - first_line:end - first_line + 1]), start
+
+
+def kernels_start_line(module_source: str, kernels: list[dict]) -> int:
+    """The first line of the generated module that belongs to a kernel (after the prelude of helpers)."""
+    lines = (module_source or "").splitlines()
+    heads = set()
+    for kernel in kernels:
+        body = [line.strip() for line in (kernel.get("source") or "").splitlines() if line.strip()]
+        head = next((line for line in body if not line.startswith("@")), None)  # skip @triton.jit
+        if head:
+            heads.add(head)
+    for number, line in enumerate(lines, start=1):
+        if line.strip() in heads:
+            while number > 1 and lines[number - 2].strip().startswith("@"):
+                number -= 1
+            return number
+    return 1
+
+
+def ir_listing(graph: dict) -> tuple[str, dict[str, list[int]]]:
+    """The graph's loop IR grouped by kernel, with a comment line per kernel; and IR node -> its line numbers."""
+    ir_nodes = {n["name"]: n for n in (graph.get("ir") or {}).get("nodes") or []}
+    lines: list[str] = []
+    where: dict[str, list[int]] = {}
+    placed = set()
+
+    def add_node(name: str) -> None:
+        node = ir_nodes[name]
+        start = len(lines) + 1
+        text = node.get("text") or [name]
+        lines.extend(text)
+        where[name] = list(range(start, len(lines) + 1))
+        placed.add(name)
+
+    inputs = (graph.get("ir") or {}).get("inputs") or []
+    if inputs:
+        lines.append(f"# inputs: {', '.join(inputs)}")
+    for kernel in graph.get("kernels") or []:
+        members = [n for n in kernel.get("ir_nodes") or [] if n in ir_nodes and n not in placed]
+        if not members:
+            continue
+        if lines:
+            lines.append("")
+        ops = ", ".join(kernel.get("ops") or [])
+        lines.append(f"# {kernel['name']} ({kernel.get('kind', '')}): {ops}")
+        for name in members:
+            add_node(name)
+    rest = [n for n in ir_nodes if n not in placed]
+    if rest:
+        lines.append("")
+        lines.append("# not in any kernel")
+        for name in rest:
+            add_node(name)
+    return "\n".join(lines), where
+
+
+SASS_ENCODING_LINE = re.compile(r"^\s*/\* 0x[0-9a-f]{16} \*/\s*$")
+SASS_TRAILING_ENCODING = re.compile(r"\s*/\* 0x[0-9a-f]{16} \*/\s*$")
+
+
+def tidy_sass(text: str) -> str:
+    """cuobjdump's SASS without the instruction-encoding comments (every instruction carries one or two)."""
+    lines = []
+    for line in (text or "").splitlines():
+        if SASS_ENCODING_LINE.match(line):
+            continue
+        lines.append(SASS_TRAILING_ENCODING.sub("", line).rstrip())
+    return "\n".join(lines)
+
+
+def plain_text_html(text: str) -> str:
+    """Preformatted text (for messages with source excerpts), escaped."""
+    return (f'<pre style="white-space:pre-wrap;font-size:0.85rem;margin:0">{html.escape(text or "")}</pre>')
+
+
+def generated_line_kernel(lines: list[str]) -> list[str]:
+    """Names of kernels defined in a slice of generated code (C++ `extern "C" void name(` or `def name(`)."""
+    found = []
+    for line in lines:
+        match = re.search(r'extern "C"\s+\w+\s+(\w+)\(|^def (\w+)\(', line)
+        if match:
+            found.append(match.group(1) or match.group(2))
+    return found

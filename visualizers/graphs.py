@@ -1,0 +1,457 @@
+"""Record graphs -> Graphviz DOT: FX and ATen graphs with op kinds coloured, kernels as clusters, fallbacks
+marked, graph breaks drawn between subgraphs, and big graphs collapsed by nn.Module path.
+
+A graph here is one entry of record["graphs"]: {"fx": [node], "aten": [node], "ir": {"nodes"}, "kernels": [...]}
+with nodes {name, op, target, args, shape, dtype, source, module_path, (aten) fx_origins}.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+# kind -> (fill colour, border colour, legend text)
+KIND_STYLE = {
+    "input": ("#dbeafe", "#3b82f6", "input"),
+    "param": ("#e0f2fe", "#7dd3fc", "weight / buffer"),
+    "pointwise": ("#dcfce7", "#16a34a", "pointwise"),
+    "reduction": ("#ffedd5", "#ea580c", "reduction"),
+    "extern": ("#ede9fe", "#7c3aed", "library call (mm, conv, sdpa)"),
+    "template": ("#ede9fe", "#7c3aed", "template"),
+    "fallback": ("#fee2e2", "#dc2626", "fallback (runs eagerly)"),
+    "view": ("#f3f4f6", "#9ca3af", "view / no compute"),
+    "other": ("#fef9c3", "#ca8a04", "other"),
+    "output": ("#e5e7eb", "#4b5563", "output"),
+    "module": ("#e0e7ff", "#4338ca", "collapsed module"),
+}
+KIND_PRIORITY = ["fallback", "extern", "template", "reduction", "pointwise", "view"]
+HIGHLIGHT = "#dc2626"
+FADED = "#9ca3af"
+
+VIEW_WORDS = ("view", "reshape", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice", "select",
+              "getitem", "split", "chunk", "contiguous", "flatten", "unflatten", "t", "alias", "as_strided",
+              "detach", "clone", "unbind", "narrow", "_unsafe_view")
+
+
+def short_target(node: dict) -> str:
+    target = str(node.get("target", ""))
+    for prefix in ("_VariableFunctionsClass.", "aten::", "aten.", "torch.", "_operator.", "operator."):
+        if target.startswith(prefix):
+            target = target[len(prefix):]
+    return target
+
+
+def shape_text(node: dict) -> str:
+    shape, dtype = node.get("shape"), node.get("dtype") or ""
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
+             "int32": "i32", "bool": "bool", "int8": "i8", "uint8": "u8"}.get(dtype, dtype)
+    if isinstance(shape, list) and shape and all(isinstance(s, (str, int)) for s in shape):
+        return f"{short}[{', '.join(str(s) for s in shape)}]"
+    if isinstance(shape, list) and not shape and dtype and dtype != "tuple":
+        return f"{short}[]"
+    if dtype == "tuple":
+        return "tuple"
+    return short
+
+
+# --- what each node is ---------------------------------------------------------------------------------------
+
+
+def _strongest(kinds) -> str | None:
+    kinds = set(kinds)
+    for kind in KIND_PRIORITY:
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _io_kind(node: dict) -> str | None:
+    op = node.get("op")
+    if op == "placeholder":
+        name = node.get("name", "")
+        return "param" if ("parameters_" in name or "buffers_" in name) else "input"
+    if op == "get_attr":
+        return "param"
+    if op == "output":
+        return "output"
+    return None
+
+
+def _guess_kind(node: dict) -> str:
+    name = short_target(node).split(".")[0].lower()
+    return "view" if name in VIEW_WORDS else "other"
+
+
+def param_names(graph: dict, which: str) -> set[str]:
+    """Placeholders that hold weights or buffers (Dynamo lifts them to inputs). ATen placeholders carry no names
+    of their own, but AOTAutograd keeps the FX graph's input order, so the i-th of each is the same input."""
+    fx_inputs = [n for n in graph.get("fx") or [] if n.get("op") in ("placeholder", "get_attr")]
+    fx_params = [n["name"] for n in fx_inputs if _io_kind(n) == "param"]
+    if which == "fx":
+        return set(fx_params)
+    aten_inputs = [n for n in graph.get("aten") or [] if n.get("op") == "placeholder"]
+    fx_placeholders = [n for n in fx_inputs if n.get("op") == "placeholder"]
+    if len(aten_inputs) != len(fx_placeholders):
+        return set()
+    return {a["name"] for a, f in zip(aten_inputs, fx_placeholders) if _io_kind(f) == "param"}
+
+
+def aten_kinds(graph: dict) -> dict[str, str]:
+    """ATen node -> kind, from what it became: its IR nodes' kinds and its kernel's kind."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for ir_node in (graph.get("ir") or {}).get("nodes") or []:
+        kind = "view" if ir_node.get("kind") == "multi_output" else ir_node.get("kind")
+        for origin in ir_node.get("aten_origins") or []:
+            found[origin].append(kind)
+    for kernel in graph.get("kernels") or []:
+        if kernel.get("kind") in ("fallback", "extern", "template"):
+            for origin in kernel.get("aten_origins") or []:
+                found[origin].append(kernel["kind"])
+    params = param_names(graph, "aten")
+    kinds = {}
+    for node in graph.get("aten") or []:
+        kind = _io_kind(node) or _strongest(found.get(node["name"], ())) or _guess_kind(node)
+        kinds[node["name"]] = "param" if node["name"] in params else kind
+    return kinds
+
+
+def fx_kinds(graph: dict) -> dict[str, str]:
+    """FX node -> kind: the strongest kind among the ATen nodes it decomposed into."""
+    by_aten = aten_kinds(graph)
+    children: dict[str, list[str]] = defaultdict(list)
+    for node in graph.get("aten") or []:
+        for origin in node.get("fx_origins") or []:
+            children[origin].append(by_aten.get(node["name"], "other"))
+    kinds = {}
+    for node in graph.get("fx") or []:
+        kinds[node["name"]] = _io_kind(node) or _strongest(children.get(node["name"], ())) or _guess_kind(node)
+    return kinds
+
+
+def node_kinds(graph: dict, which: str) -> dict[str, str]:
+    return aten_kinds(graph) if which == "aten" else fx_kinds(graph)
+
+
+def node_kernels(graph: dict, which: str) -> dict[str, list[str]]:
+    """Node -> the kernels it ended up in (an FX node may be spread over several)."""
+    key = "aten_origins" if which == "aten" else "fx_origins"
+    result: dict[str, list[str]] = defaultdict(list)
+    for kernel in graph.get("kernels") or []:
+        for origin in kernel.get(key) or []:
+            if kernel["name"] not in result[origin]:
+                result[origin].append(kernel["name"])
+    return dict(result)
+
+
+def module_paths(graph: dict, which: str) -> dict[str, str]:
+    """Node -> nn.Module path; an ATen node without its own takes its FX origin's."""
+    fx_paths = {n["name"]: n.get("module_path") or "" for n in graph.get("fx") or []}
+    if which == "fx":
+        return fx_paths
+    paths = {}
+    for node in graph.get("aten") or []:
+        path = node.get("module_path") or ""
+        if not path:
+            origins = [fx_paths.get(o, "") for o in node.get("fx_origins") or []]
+            path = next((p for p in origins if p), "")
+        paths[node["name"]] = path
+    return paths
+
+
+# --- collapsing by module -----------------------------------------------------------------------------------
+
+
+def group_of(path: str, depth: int) -> str:
+    if depth <= 0 or not path:
+        return ""
+    return ".".join(path.split(".")[:depth])
+
+
+def module_groups(graph: dict, which: str, depth: int) -> Counter:
+    """Group key -> node count at this depth (nodes without a module path are not grouped)."""
+    nodes = graph.get(which) or []
+    paths = module_paths(graph, which)
+    return Counter(g for n in nodes if (g := group_of(paths.get(n["name"], ""), depth)) and not _io_kind(n))
+
+
+def max_module_depth(graph: dict, which: str) -> int:
+    paths = module_paths(graph, which).values()
+    return max((len(p.split(".")) for p in paths if p), default=0)
+
+
+def box_count(graph: dict, which: str, depth: int, hide_params: bool = False) -> int:
+    nodes = graph.get(which) or []
+    hidden = param_names(graph, which) if hide_params else set()
+    groups = module_groups(graph, which, depth)
+    paths = module_paths(graph, which)
+    loose = sum(1 for n in nodes if n["name"] not in hidden
+                and (not group_of(paths.get(n["name"], ""), depth) or _io_kind(n)))
+    return loose + len(groups)
+
+
+def auto_depth(graph: dict, which: str, limit: int = 30, hide_params: bool = True) -> int:
+    """The finest module depth that keeps the drawing under `limit` boxes (0: draw every node)."""
+    if box_count(graph, which, 0, hide_params) <= limit:
+        return 0
+    for depth in range(max_module_depth(graph, which), 0, -1):
+        if box_count(graph, which, depth, hide_params) <= limit:
+            return depth
+    return 1 if max_module_depth(graph, which) else 0
+
+
+def big(graph: dict, which: str, limit: int = 30) -> bool:
+    """Graphs bigger than this hide their weights and start collapsed."""
+    return len(graph.get(which) or []) > limit
+
+
+# --- DOT --------------------------------------------------------------------------------------------------------
+
+
+def quote(text: str) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _attrs(**attrs) -> str:
+    return "[" + ", ".join(f"{k}={quote(v)}" for k, v in attrs.items() if v is not None) + "]"
+
+
+@dataclass
+class DrawOptions:
+    kernels_as_clusters: bool = False
+    highlight: frozenset = frozenset()
+    collapse_depth: int = 0
+    expanded: frozenset = frozenset()  # group keys drawn node by node (as a labelled cluster)
+    show_kernel_in_label: bool = False
+    hide_params: bool = False  # leave weight/buffer inputs out (big models have dozens)
+
+
+@dataclass
+class _Drawn:
+    lines: list[str] = field(default_factory=list)
+    first: str | None = None  # where an incoming break edge should land
+    last: str | None = None  # where an outgoing break edge should leave
+
+
+def _node_label(node: dict, kind: str, kernels: list[str], options: DrawOptions) -> str:
+    op = node.get("op")
+    if op == "output":
+        return "output"
+    shape = shape_text(node)
+    if op in ("placeholder", "get_attr"):
+        name = str(node.get("target") if op == "get_attr" else node.get("name"))
+        return f"{name}\n{shape}" if shape else name
+    target = short_target(node)
+    head = target if node.get("name") == target else f"{node.get('name')} = {target}"
+    lines = [head]
+    if shape:
+        lines.append(shape)
+    if kind == "fallback":
+        lines.append("FALLBACK (eager)")
+    if options.show_kernel_in_label and kernels:
+        lines.append("in " + ", ".join(kernels))
+    return "\n".join(lines)
+
+
+def _tooltip(node: dict, kernels: list[str], path: str) -> str:
+    parts = [f"{node.get('name')}: {node.get('target')}"]
+    source = node.get("source")
+    if isinstance(source, dict) and source.get("lineno"):
+        parts.append(f"line {source['lineno']}: {source.get('line', '')}")
+    if path:
+        parts.append(f"module: {path}")
+    if kernels:
+        parts.append("kernel: " + ", ".join(kernels))
+    return "\n".join(parts)
+
+
+def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, indent: str = "  ") -> _Drawn:
+    nodes = graph.get(which) or []
+    kinds = node_kinds(graph, which)
+    kernels = node_kernels(graph, which)
+    paths = module_paths(graph, which)
+    kernel_kind = {k["name"]: k.get("kind", "") for k in graph.get("kernels") or []}
+    drawn = _Drawn()
+    out = drawn.lines
+
+    if options.hide_params:
+        hidden = param_names(graph, which)
+        nodes = [n for n in nodes if n["name"] not in hidden]
+    visible: dict[str, str] = {}  # node name -> DOT id it is drawn as (its own, or its collapsed module's)
+    collapsed: dict[str, list[dict]] = defaultdict(list)
+    for node in nodes:
+        group = group_of(paths.get(node["name"], ""), options.collapse_depth)
+        if group and not _io_kind(node) and group not in options.expanded:
+            collapsed[group].append(node)
+    group_ids = {group: f"{prefix}mod{i}" for i, group in enumerate(collapsed)}
+    for group, members in collapsed.items():
+        for node in members:
+            visible[node["name"]] = group_ids[group]
+    for node in nodes:
+        visible.setdefault(node["name"], f"{prefix}{node['name']}")
+
+    def node_line(node: dict, pad: str = indent) -> str:
+        name = node["name"]
+        kind = kinds.get(name, "other")
+        fill, border, _ = KIND_STYLE.get(kind, KIND_STYLE["other"])
+        mine = kernels.get(name, [])
+        style = "rounded,filled" + (",dashed" if kind in ("fallback", "view") else "")
+        attrs = dict(label=_node_label(node, kind, mine, options), fillcolor=fill, color=border,
+                     style=style, tooltip=_tooltip(node, mine, paths.get(name, "")))
+        if kind in ("input", "param", "output"):
+            attrs["shape"] = "oval"
+        if kind == "fallback":
+            attrs["penwidth"] = "2"
+        if options.highlight:
+            if name in options.highlight:
+                attrs.update(color=HIGHLIGHT, penwidth="3", fontcolor="#000000")
+            else:
+                attrs.update(fontcolor=FADED, color=FADED)
+        return f"{pad}{quote(visible[name])} {_attrs(**attrs)};"
+
+    individual = [n for n in nodes if visible[n["name"]] == f"{prefix}{n['name']}"]
+    # clusters: kernels (fusion groups) when asked, otherwise the expanded modules
+    clusters: dict[str, list[dict]] = defaultdict(list)
+    cluster_attrs: dict[str, dict] = {}
+    for node in individual:
+        if _io_kind(node):
+            continue
+        if options.kernels_as_clusters:
+            mine = kernels.get(node["name"], [])
+            if len(mine) == 1:
+                clusters[mine[0]].append(node)
+                kind = kernel_kind.get(mine[0], "")
+                _, border, _ = KIND_STYLE.get(kind, KIND_STYLE["other"])
+                cluster_attrs[mine[0]] = dict(
+                    label=f"{mine[0]} · {kind}" + (" (eager)" if kind == "fallback" else ""), color=border,
+                    fontcolor=border, style="rounded,dashed" if kind == "fallback" else "rounded", penwidth="2")
+        else:
+            group = group_of(paths.get(node["name"], ""), options.collapse_depth)
+            if group and group in options.expanded:
+                clusters[group].append(node)
+                cluster_attrs[group] = dict(label=group, color="#4338ca", fontcolor="#4338ca", style="rounded,dotted")
+    in_cluster = set()
+    for number, (key, members) in enumerate(clusters.items()):
+        out.append(f"{indent}subgraph {quote(f'cluster_{prefix}c{number}')} {{")
+        out.append(f"{indent}  " + "; ".join(f"{k}={quote(v)}" for k, v in cluster_attrs[key].items()) + ";")
+        for node in members:
+            out.append(node_line(node, indent + "  "))
+            in_cluster.add(node["name"])
+        out.append(f"{indent}}}")
+    for node in individual:
+        if node["name"] not in in_cluster:
+            out.append(node_line(node))
+    for group, group_nodes in collapsed.items():
+        fill, border, _ = KIND_STYLE["module"]
+        counts = Counter(kinds.get(n["name"], "other") for n in group_nodes)
+        summary = ", ".join(f"{c} {k}" for k, c in counts.most_common(3))
+        highlighted = any(n["name"] in options.highlight for n in group_nodes)
+        attrs = dict(label=f"{group}\n{len(group_nodes)} ops: {summary}", shape="box3d", style="filled",
+                     fillcolor=fill, color=HIGHLIGHT if highlighted else border,
+                     tooltip=f"module {group}: {len(group_nodes)} nodes (expand it to see them)")
+        if highlighted:
+            attrs["penwidth"] = "3"
+        elif options.highlight:
+            attrs["fontcolor"] = FADED
+        out.append(f"{indent}{quote(group_ids[group])} {_attrs(**attrs)};")
+
+    edges = []
+    for node in nodes:
+        for arg in node.get("args") or []:
+            if arg not in visible:
+                continue
+            edge = (visible[arg], visible[node["name"]])
+            if edge[0] != edge[1] and edge not in edges:
+                edges.append(edge)
+    for source, target in edges:
+        out.append(f"{indent}{quote(source)} -> {quote(target)};")
+
+    inputs = [n for n in nodes if n.get("op") == "placeholder"]
+    outputs = [n for n in nodes if n.get("op") == "output"]
+    if nodes:
+        drawn.first = visible[(inputs or nodes)[0]["name"]]
+        drawn.last = visible[(outputs or nodes)[-1]["name"]]
+    return drawn
+
+
+def _header(title: str | None, direction: str) -> list[str]:
+    lines = ["digraph G {",
+             f"  rankdir={direction}; nodesep=0.25; ranksep=0.35; bgcolor=\"transparent\";",
+             '  node [shape=box, fontname="Helvetica", fontsize=10, margin="0.12,0.05", height=0.3];',
+             '  edge [color="#6b7280", arrowsize=0.6];']
+    if title:
+        lines.append(f"  label={quote(title)}; labelloc=t; fontname=\"Helvetica\"; fontsize=12;")
+    return lines
+
+
+def graph_dot(graph: dict, which: str = "fx", options: DrawOptions | None = None, title: str | None = None,
+              direction: str = "TB") -> str:
+    """One graph (FX or ATen) as DOT."""
+    options = options or DrawOptions()
+    drawn = _draw_graph(graph, which, f"g{graph.get('index', 0)}_", options)
+    return "\n".join(_header(title, direction) + drawn.lines + ["}"])
+
+
+def wrap(text: str, width: int) -> list[str]:
+    lines, current = [], ""
+    for word in text.split():
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}".strip()
+    return lines + ([current] if current else [])
+
+
+def break_label(graph_break: dict, width: int = 34, max_lines: int = 3) -> str:
+    """"graph break at line 15" and the first clause of the reason, wrapped to a compact box."""
+    reason = str(graph_break.get("reason", "graph break")).split(" (Dynamo:")[0]
+    first = reason.split(": ")[0].split(". ")[0].strip()
+    lines = wrap(first, width)
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1].rstrip(".,;") + " …"
+    where = f" at line {graph_break['lineno']}" if graph_break.get("lineno") else ""
+    return "\n".join([f"GRAPH BREAK{where}"] + lines)
+
+
+def record_dot(record: dict, which: str = "fx", options: DrawOptions | None = None,
+               direction: str = "TB") -> str:
+    """Every graph of the record, each as a cluster, with its graph breaks drawn between them (in order)."""
+    options = options or DrawOptions()
+    graphs = record.get("graphs") or []
+    breaks = record.get("graph_breaks") or []
+    lines = _header(None, direction)
+    drawn = []
+    for graph in graphs:
+        index = graph.get("index", len(drawn))
+        part = _draw_graph(graph, which, f"g{index}_", options, indent="    ")
+        lines.append(f"  subgraph {quote(f'cluster_graph{index}')} {{")
+        lines.append(f"    label={quote(f'graph {index}')}; style=\"rounded\"; color=\"#2563eb\"; "
+                     f"fontcolor=\"#2563eb\"; penwidth=1.5;")
+        lines += part.lines
+        lines.append("  }")
+        drawn.append(part)
+    for number, graph_break in enumerate(breaks):
+        marker = f"break{number}"
+        attrs = _attrs(label=break_label(graph_break), shape="octagon", style="filled", fillcolor="#fee2e2",
+                       color="#dc2626", fontcolor="#991b1b", tooltip=str(graph_break.get("reason", "")))
+        lines.append(f"  {quote(marker)} {attrs};")
+        before = drawn[number] if number < len(drawn) else None
+        after = drawn[number + 1] if number + 1 < len(drawn) else None
+        if before is not None and before.last:
+            lines.append(f"  {quote(before.last)} -> {quote(marker)} [style=dashed, color=\"#dc2626\"];")
+        if after is not None and after.first:
+            lines.append(f"  {quote(marker)} -> {quote(after.first)} [style=dashed, color=\"#dc2626\"];")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def legend_html(kinds) -> str:
+    """A one-line colour legend for the kinds present."""
+    chips = []
+    for kind in [k for k in KIND_STYLE if k in set(kinds)]:
+        fill, border, text = KIND_STYLE[kind]
+        chips.append(f'<span style="display:inline-block;margin:0 10px 4px 0;font-size:0.8rem">'
+                     f'<span style="display:inline-block;width:0.9em;height:0.9em;background:{fill};'
+                     f'border:1.5px solid {border};border-radius:3px;vertical-align:-0.1em;margin-right:4px">'
+                     f'</span>{text}</span>')
+    return '<div class="gb-legend">' + "".join(chips) + "</div>"

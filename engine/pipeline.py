@@ -31,6 +31,9 @@ from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 
 BACKENDS = ("cpp", "triton")
+# torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
+# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel on the GPU.
+MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,15 @@ class Options:
     backend: str = "cpp"
     device: str = "cpu"
     dynamic: bool | None = None
+    mode: str = "default"
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.mode == "reduce-overhead" and not self.device.startswith("cuda"):
+            raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
 
 
 @contextmanager
@@ -74,12 +82,17 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
         memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
     with stage(timings, "codegen"):
         module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
+        if options.mode == "max-autotune":
+            module.autotune = True  # read by the Triton backend's launch_text and load_kernels
         launches = {k.name: module.launch_text(k) for k in module.kernels}
         wrapper = generate_wrapper(lowered, scheduled.kernels, memory, launches)
     with stage(timings, "build"):
         namespace = wrapper_namespace(wrapper)
         cache_hit = backend.load_kernels(module, namespace, options.device)
         call = load_wrapper(wrapper, namespace)
+        if options.mode == "reduce-overhead":
+            from engine.codegen.triton_build import CudaGraphCall
+            call = CudaGraphCall(call)
     return CompiledGraph(lowered, scheduled, memory, module, wrapper, call, cache_hit)
 
 
@@ -145,9 +158,10 @@ def records_fx(gm: torch.fx.GraphModule) -> list[dict]:
     return fx_nodes(gm)
 
 
-def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None) -> Callable:
-    """Like torch.compile(model), with Glassbox as the backend."""
-    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic)), None, dynamic)
+def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
+            mode: str = "default") -> Callable:
+    """Like torch.compile(model, mode=mode), with Glassbox as the backend."""
+    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic, mode)), None, dynamic)
 
 
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",

@@ -153,6 +153,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
             "reads": kernel.reads, "writes": kernel.stored, "bytes": bytes_moved,
             "source": generated.source if generated else "\n".join(ir_text(kernel.nodes[0], buffers)),
         }
+        if generated is not None and hasattr(generated, "record_fields"):
+            entry.update(generated.record_fields())  # backend extras, e.g. Triton's launch config and autotuning
         if kernel.kind == "fallback":
             entry["reason"] = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
         record.kernels.append(entry)

@@ -12,35 +12,26 @@ follow the same Inliner rule. float16/bfloat16 are loaded into float32, computed
 from __future__ import annotations
 
 import ast
-import hashlib
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sympy
 import torch
-from sympy.printing.str import StrPrinter
 
 from engine.codegen.provenance import LineTag
-from engine.ir.handlers import TextHandler, Var
-from engine.ir.indexing import simplify_index
+from engine.codegen.triton_printer import (HALF, INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
+                                           triton_index)
 from engine.ir.nodes import Buffer, Reduction
-from engine.ir.ops import BINARY, UNARY, compute_dtype, reduction_identity, result_dtype, use_handler
+from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel, node_reads
-from engine.schedule.kernel_plan import Inliner, KernelPlan
+from engine.schedule.kernel_plan import KernelPlan
 
-TL_TYPES = {
-    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
-    torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
-    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
 SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display extras)
     torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
     torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8",
     torch.bool: "*i1",
 }
-HALF = (torch.float16, torch.bfloat16)
 
 # Note [Triton kernel shapes]
 # A reduction of at most PERSISTENT_LIMIT elements per row runs persistent (RBLOCK = next power of two >= red,
@@ -48,17 +39,14 @@ HALF = (torch.float16, torch.bfloat16)
 # Block sizes are launch-time constants (tl.constexpr), so the same source runs on a GPU and under the
 # interpreter with different blocks. The interpreter runs one program at a time in Python with numpy, so it
 # wants few, large programs; a GPU wants enough programs to fill its SMs and a few values per thread.
+# mode="max-autotune" times a few configs around the heuristic's on the GPU (candidate_configs); a reduction
+# over a leading dim (strided loads along r, e.g. x.sum(0)) is one place where it finds 2x.
 PERSISTENT_LIMIT = 8192
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
-INT32_LIMIT = 2 ** 31
 
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def tl_type(dtype: torch.dtype) -> str:
-    return TL_TYPES[dtype]
 
 
 # --- the prelude of helper functions -------------------------------------------------------------------------
@@ -100,302 +88,6 @@ def _with_dependencies(names: set[str]) -> list[str]:
     return ordered
 
 
-# --- index expressions ---------------------------------------------------------------------------------------
-
-
-class TritonIndexPrinter(StrPrinter):
-    """Index expressions as Triton: // and % (operands are non-negative, so truncation is floor), and
-    tl.maximum/tl.minimum for the clamps of masked-off reads."""
-
-    def _operand(self, e):
-        text = self._print(e)
-        return f"({text})" if e.is_Add or e.is_Mul else text
-
-    def _print_FloorDiv(self, e):
-        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
-
-    def _print_ModIndex(self, e):
-        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
-
-    def _fold(self, fn, args):
-        text = self._print(args[0])
-        for a in args[1:]:
-            text = f"{fn}({text}, {self._print(a)})"
-        return text
-
-    def _print_Max(self, e):
-        return self._fold("tl.maximum", e.args)
-
-    def _print_Min(self, e):
-        return self._fold("tl.minimum", e.args)
-
-    def _print_Pow(self, e, rational=False):
-        base, exponent = e.args
-        if exponent.is_Integer and exponent > 0:
-            return "(" + "*".join([self._operand(base)] * int(exponent)) + ")"
-        raise ValueError(f"index expression {e} has a non-integer power")
-
-
-_INDEX_PRINTER = TritonIndexPrinter()
-
-
-def triton_index(expr) -> str:
-    return _INDEX_PRINTER.doprint(expr)
-
-
-# --- the printer ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TVar(Var):
-    """A Triton value: `dims` are the kernel axes ("x" rows, "r" the reduction) it varies along, which say its
-    shape ([XBLOCK, 1], [1, RBLOCK], ...). A literal is Python text (a constant), not yet a tensor."""
-    dims: frozenset = frozenset()
-    literal: bool = False
-    value: object = None  # a literal's Python value
-
-
-X, R = frozenset("x"), frozenset("r")
-XR = X | R
-
-
-def _literal(value, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "True" if value else "False"
-    if dtype.is_floating_point:
-        value = float(value)
-        if math.isnan(value):
-            return 'float("nan")'
-        if math.isinf(value):
-            return 'float("inf")' if value > 0 else 'float("-inf")'
-        text = repr(value)
-        return f"({text})" if value < 0 else text
-    value = int(value)
-    return f"({value})" if value < 0 else str(value)
-
-
-INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
-         "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
-         "right_shift": ">>"}
-BOOL_INFIX = {"add": "|", "mul": "&", "sub": "^", "maximum": "|", "minimum": "&"}
-TL_UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt_rn",
-            "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "erf": "tl.erf", "floor": "tl.floor",
-            "ceil": "tl.ceil", "sigmoid": "tl.sigmoid"}
-HELPER_UNARY = {name: f"gb_{name}" for name in (
-    "expm1", "log1p", "tanh", "sinh", "cosh", "asinh", "acosh", "atanh", "tan", "asin", "acos", "atan", "erfc",
-    "erfinv", "lgamma", "log10", "round", "trunc")}
-INTEGER_IDENTITY = {"floor", "ceil", "trunc", "round"}  # on integers these return their argument
-
-
-class TritonPrinter(TextHandler):
-    """Writes one kernel body. `inner` is the axis of the innermost loop ("x" for pointwise, "r" for
-    reductions): values that do not vary along it are hoisted above that loop (Note [Triton kernel shapes])."""
-
-    def __init__(self, plan: KernelPlan, buffers: dict, inner: str, masks: dict):
-        super().__init__()
-        self.plan = plan
-        self.buffers = buffers
-        self.inner = inner
-        self.masks = masks  # {"x": "xmask" or None, "r": "rmask" or None, "xr": ...}
-        self.ranges = {plan.x: plan.rows, plan.r: plan.red}
-        self.symbol_dims: dict = {plan.x: X, plan.r: R}
-        self.hoisted: list[str] = []
-        self.hoisted_tags: list = []
-        self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
-                               on_inline=self._enter_node)
-        self.accumulators: dict[str, TVar] = {}
-        self.loaded: set[str] = set()
-        self.helpers: set[str] = set()
-
-    # -- scopes (as in CppPrinter) ---------------------------------------------------------------------------
-    def emit(self, text, dtype, dims=frozenset()):
-        key = (text, dtype)
-        if key in self._cache:
-            return self._cache[key]
-        varying = self.inner in dims
-        var = TVar(next(self._names), dtype, varying, frozenset(dims))
-        self.add_line(f"{var} = {text}", varying)
-        self._cache[key] = var
-        return var
-
-    def add_line(self, line: str, varying: bool):
-        (self.lines if varying else self.hoisted).append(line)
-        (self.line_tags if varying else self.hoisted_tags).append(self.tag)
-
-    def start_inner_loop(self):
-        """Forget values of the previous loop over r (out of scope after it)."""
-        self._cache = {k: v for k, v in self._cache.items() if not v.varying}
-        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
-        self.lines, self.line_tags = [], []
-
-    def take(self) -> tuple[list[str], list]:
-        """Hoisted lines, then the loop's lines; both emptied."""
-        lines, tags = self.hoisted + self.lines, self.hoisted_tags + self.line_tags
-        self.hoisted, self.hoisted_tags, self.lines, self.line_tags = [], [], [], []
-        return lines, tags
-
-    def take_hoisted(self) -> tuple[list[str], list]:
-        lines, tags = self.hoisted, self.hoisted_tags
-        self.hoisted, self.hoisted_tags = [], []
-        return lines, tags
-
-    def _enter_node(self, node: Buffer):
-        previous = self.tag
-        self.tag = LineTag(node.name)
-        return lambda: setattr(self, "tag", previous)
-
-    # -- helpers -------------------------------------------------------------------------------------------
-    def helper(self, name: str) -> str:
-        self.helpers.add(name)
-        return name
-
-    def mask(self, dims) -> str | None:
-        key = "".join(sorted(dims, reverse=True))  # "x", "r", "xr"
-        return self.masks.get(key)
-
-    def tensor(self, v: TVar) -> str:
-        """Text of `v` as a Triton tensor (a literal becomes a 0-d tensor of its dtype)."""
-        return f"tl.full([], {v}, {tl_type(compute_dtype(v.dtype))})" if v.literal else str(v)
-
-    def index(self, expr) -> tuple[str, frozenset]:
-        expr = simplify_index(sympy.expand(sympy.sympify(expr)), self.ranges)
-        dims = frozenset().union(*[self.symbol_dims.get(s, frozenset()) for s in expr.free_symbols])
-        return triton_index(expr), dims
-
-    # -- special ops ---------------------------------------------------------------------------------------
-    def load(self, name, index):
-        return self.inliner.load(name, index)
-
-    def _load_memory(self, name, index):
-        buffer = self.buffers[name]
-        self.loaded.add(name)
-        offset, dims = self.index(buffer.storage_offset(index))
-        mask = self.mask(dims)
-        other = "0.0" if buffer.dtype.is_floating_point else "0"
-        text = f"tl.load({name} + ({offset})" + (f", mask={mask}, other={other})" if mask else ")")
-        if buffer.dtype in HALF:
-            text += ".to(tl.float32)"
-        return self.emit(text, buffer.dtype, dims)
-
-    def constant(self, value, dtype):
-        if dtype in (torch.float64, torch.int64) and not (
-                dtype == torch.int64 and -INT32_LIMIT <= int(value) < INT32_LIMIT):
-            # a Python literal would be float32 / int32 in Triton
-            return self.emit(f"tl.full([], {_literal(value, dtype)}, {tl_type(dtype)})", dtype)
-        return TVar(_literal(value, dtype), dtype, False, frozenset(), True, value)
-
-    def index_expr(self, expr, dtype):
-        expr = sympy.sympify(expr)
-        if expr.is_Integer:
-            return self.constant(int(expr), dtype)
-        text, dims = self.index(expr)
-        if not dims:  # sizes only: a scalar, made a tensor of the index type first
-            text = f"tl.full([], {text}, tl.int64)"
-        if dtype == torch.bool:
-            return self.emit(f"({text}) != 0", dtype, dims)
-        return self.emit(f"({text}).to({tl_type(compute_dtype(dtype))})", dtype, dims)
-
-    def to_dtype(self, x, dtype):
-        if x.literal:  # convert the Python value the way torch would
-            try:
-                converted = torch.tensor(x.value, dtype=compute_dtype(x.dtype)).to(dtype).item()
-            except (RuntimeError, ValueError, OverflowError):
-                return self.emit(f"{self.tensor(x)}.to({tl_type(compute_dtype(dtype))})", dtype)
-            return self.constant(converted, dtype)
-        if dtype == torch.bool:
-            return self.emit(f"{x} != 0", dtype, x.dims)
-        if dtype in HALF:  # round to the half type, keep computing in float32
-            return self.emit(f"{x}.to({tl_type(dtype)}).to(tl.float32)", dtype, x.dims)
-        if compute_dtype(x.dtype) == compute_dtype(dtype):
-            return TVar(x.name, dtype, x.varying, x.dims, x.literal)
-        return self.emit(f"{x}.to({tl_type(dtype)})", dtype, x.dims)
-
-    def where(self, cond, a, b):
-        if cond.literal:
-            return a if cond.name == "True" else b
-        return self.emit(f"tl.where({cond}, {a}, {b})", a.dtype, cond.dims | a.dims | b.dims)
-
-    def indirect(self, value, size):
-        symbol = self.new_indirect_symbol()
-        size_text, size_dims = self.index(size)
-        self.symbol_dims[symbol] = value.dims | size_dims
-        self.add_line(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})",
-                      self.inner in self.symbol_dims[symbol])
-        return symbol
-
-    # -- arithmetic ----------------------------------------------------------------------------------------
-    def compute(self, op: str, args: list[TVar]) -> TVar:
-        if op in INTEGER_IDENTITY and not args[0].dtype.is_floating_point:
-            return args[0]
-        if all(a.literal for a in args):  # keep Triton from folding Python constants with Python's rules
-            first = args[0]
-            args = [TVar(self.tensor(first), first.dtype, False, frozenset())] + list(args[1:])
-        text = self.expr(op, args)
-        return self.emit(text, result_dtype(op, [a.dtype for a in args]), frozenset().union(*[a.dims for a in args]))
-
-    def expr(self, op, args):
-        a = args[0]
-        floating = a.dtype.is_floating_point
-        boolean = a.dtype == torch.bool
-        if len(args) == 2:
-            return self._binary(op, a, args[1], floating, boolean)
-        if op in TL_UNARY or op in HELPER_UNARY:
-            fn = TL_UNARY.get(op) or self.helper(HELPER_UNARY[op])
-            if floating:
-                return f"{fn}({self.tensor(a)})"
-            return f"{fn}({self.tensor(a)}.to(tl.float64)).to({tl_type(a.dtype)})"  # as C++: via double
-        simple = {
-            "neg": f"-{a}", "abs": f"{a}" if boolean else f"tl.abs({self.tensor(a)})",
-            "relu": f"tl.where({a} < 0, 0, {a})", "reciprocal": f"1.0 / {a}", "square": f"{a} * {a}",
-            "logical_not": f"{a} == 0", "bitwise_not": f"{a} == 0" if boolean else f"~{a}",
-            "isnan": f"{a} != {a}", "isinf": f"tl.abs({a}) == float(\"inf\")" if floating else f"{a} != {a}",
-            "signbit": f"{self.helper('gb_signbit')}({a})" if floating else f"{a} < 0",
-            "sign": f"{a}" if boolean else f"{self.helper('gb_sign')}({a})",
-        }
-        if op in simple:
-            return simple[op]
-        raise NotImplementedError(f"Triton printer has no rule for {op}")
-
-    def _binary(self, op, a, b, floating, boolean):
-        if boolean and b.dtype == torch.bool and op in BOOL_INFIX:
-            return f"{a} {BOOL_INFIX[op]} {b}"
-        if op in INFIX:
-            return f"{a} {INFIX[op]} {b}"
-        if op == "truediv":
-            return f"{a} / {b}"
-        if op == "floordiv":
-            return f"tl.floor({a} / {b})" if floating else f"{self.helper('gb_floordiv_int')}({a}, {b})"
-        if op == "truncdiv":
-            return f"{self.helper('gb_trunc')}({a} / {b})" if floating else f"{a} // {b}"
-        if op == "remainder":
-            return f"{self.helper('gb_remainder')}({a}, {b})"
-        if op == "fmod":
-            return f"{a} % {b}"
-        if op == "pow":
-            return f"{self.helper('gb_pow' if floating else 'gb_pow_int')}({self.tensor(a)}, {self.tensor(b)})"
-        if op in ("maximum", "minimum"):
-            if floating:
-                return f"{self.helper('gb_' + op)}({self.tensor(a)}, {b})"
-            return f"tl.{op}({self.tensor(a)}, {b})"
-        if op in ("atan2", "hypot", "copysign"):
-            return f"{self.helper('gb_' + op)}({self.tensor(a)}, {self.tensor(b)})"
-        logical = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
-        if op in logical:
-            return f"({a} != 0) {logical[op]} ({b} != 0)"
-        raise NotImplementedError(f"Triton printer has no rule for {op}")
-
-
-def _make_op(name):
-    def op(self, *args):
-        return self.compute(name, list(args))
-    op.__name__ = name
-    return op
-
-
-for _name in UNARY + BINARY:
-    setattr(TritonPrinter, _name, _make_op(_name))
-
-
 # --- launch configuration ------------------------------------------------------------------------------------
 
 
@@ -421,21 +113,23 @@ def _static(expr) -> int | None:
 
 
 def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
-    """Block sizes and warps from the kernel's form and (static) sizes; symbolic sizes get defaults."""
+    """Block sizes and warps from the kernel's form and sizes (a symbolic size counts as large)."""
     rows, red = _static(rows), _static(red)
-    rows_p2 = next_power_of_2(rows) if rows is not None else None
+    most_rows = next_power_of_2(rows) if rows is not None else 1 << 30  # no block beyond the rows
     if form == "pointwise":
-        limit = INTERPRETER_TILE if interpreter else 1024
-        xblock = min(limit, max(16, rows_p2)) if rows_p2 is not None else limit
+        xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
         return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))
     if form == "persistent":
         rblock = next_power_of_2(red)
-        target = INTERPRETER_TILE if interpreter else 2048
-        xblock = max(1, min(target // rblock, 64 if not interpreter else INTERPRETER_TILE, rows_p2 or 1))
-        return LaunchConfig(xblock, rblock, max(1, min(16, xblock * rblock // 256)))
-    rblock = 4096 if interpreter else 2048  # looped
-    xblock = max(1, min(INTERPRETER_TILE // rblock, rows_p2 or 1)) if interpreter else 1
-    return LaunchConfig(xblock, rblock, 8)
+        if interpreter:
+            return LaunchConfig(max(1, min(INTERPRETER_TILE // rblock, most_rows)), rblock, 4)
+        # about 1024 values per program for short rows; long rows get more warps (timed on an H200:
+        # 8192 rows of 512, 1024 and 8192 values do best with (2, 4), (1, 4) and (1, 16) as (XBLOCK, num_warps))
+        xblock = max(1, min(1024 // rblock, most_rows, 64))
+        return LaunchConfig(xblock, rblock, 4 if rblock <= 1024 else 8 if rblock <= 4096 else 16)
+    if interpreter:  # looped
+        return LaunchConfig(max(1, min(INTERPRETER_TILE // 4096, most_rows)), 4096, 8)
+    return LaunchConfig(1, 2048, 8)
 
 
 def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:
@@ -473,10 +167,8 @@ class TritonKernel:
     config: LaunchConfig
     int64: bool
     signature: dict  # argument name -> triton type ("*fp32", "i32", "constexpr") for triton.compile
-    arg_layouts: dict  # buffer name -> (size, stride, dtype), for autotuning with stand-in tensors
     line_tags: list = field(default_factory=list)
-    autotune: list = field(default_factory=list)  # [{"config", "ms"}] once tuned
-    autotune_cached: bool = False
+    tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
 
     def grid(self, config: LaunchConfig | None = None) -> tuple | None:
         rows = _static(self.rows)
@@ -496,8 +188,9 @@ class TritonKernel:
         """What the record shows about this kernel beyond its source (report.py)."""
         return {"triton": {
             "form": self.form, "config": self.config.kwargs(), "grid": self.grid_text(), "int64_index": self.int64,
+            "gpu_config": choose_config(self.form, self.rows, self.red, interpreter=False).kwargs(),
             "signature": self.signature, "rows": str(self.rows), "red": str(self.red),
-            "autotune": self.autotune, "autotune_cached": self.autotune_cached}}
+            "autotune": self.tuning}}
 
 
 class _Source:
@@ -592,7 +285,7 @@ def _r_header(body: _Source, plan: KernelPlan, masks: dict, int64: bool, start: 
 def _store(printer: TritonPrinter, node: Buffer, plan: KernelPlan, value: TVar, dims: frozenset, shape: str) -> str:
     offset, offset_dims = printer.index(node.storage_offset(plan.index(node)))
     if offset_dims != dims:  # e.g. a scalar output: the pointer needs the block's shape for the mask
-        offset = f"{offset} + tl.zeros({shape}, tl.int32)"
+        offset = f"{offset} + tl.full({shape}, 0, tl.int32)"
     text = str(value)
     if node.dtype in HALF and not value.literal:
         text = f"{value}.to({tl_type(node.dtype)})"
@@ -613,53 +306,56 @@ def _pointwise_body(kernel, plan, printer, body, masks, int64):
 
 
 # Reductions (Note [torch semantics in Triton] in triton_prelude.py): each value is first made a full
-# [XBLOCK, RBLOCK] tile with masked-off lanes set to the reduction's identity, then reduced along axis 1.
-ROW_REDUCE = {"sum": "tl.sum({t}, 1)[:, None]", "prod": "tl.reduce({t}, 1, gb_mul)[:, None]",
-              "any": "tl.max({t}, 1)[:, None] > 0", "all": "tl.min({t}, 1)[:, None] > 0"}
-ELEMENTWISE = {"sum": "{acc} + {t}", "prod": "{acc} * {t}", "any": "tl.maximum({acc}, {t})",
-               "all": "tl.minimum({acc}, {t})"}
+# [XBLOCK, RBLOCK] tile with masked-off lanes set to the reduction's identity, then reduced along axis 1 to
+# [XBLOCK, 1] (Note [Reductions without Triton's standard library] in the prelude).
+ROW_REDUCE = {"sum": "gb_sum_row({t}, XBLOCK, RBLOCK)", "prod": "gb_prod_row({t}, XBLOCK, RBLOCK)",
+              "max": "gb_max_row({t}, XBLOCK, RBLOCK)", "min": "gb_min_row({t}, XBLOCK, RBLOCK)",
+              "any": "gb_max_row({t}, XBLOCK, RBLOCK) > 0", "all": "gb_min_row({t}, XBLOCK, RBLOCK) > 0",
+              "argmax": "gb_argmax_row({t}, {i}, XBLOCK, RBLOCK)", "argmin": "gb_argmin_row({t}, {i}, XBLOCK, RBLOCK)"}
+# the looped form's accumulator update, elementwise
+ELEMENTWISE = {"sum": "{acc} + {t}", "prod": "{acc} * {t}", "max": "gb_maximum({acc}, {t})",
+               "min": "gb_minimum({acc}, {t})", "any": "gb_maximum({acc}, {t})", "all": "gb_minimum({acc}, {t})"}
+
+
+def _kind(node: Reduction) -> str:
+    """The reduction to run: the max/min of bools is any/all."""
+    if node.dtype == torch.bool and node.reduction_type in ("max", "min"):
+        return "any" if node.reduction_type == "max" else "all"
+    return node.reduction_type
 
 
 def _accumulator_dtype(node: Reduction) -> torch.dtype:
-    if node.reduction_type in ("any", "all"):
-        return torch.int32
-    if node.reduction_type in ("argmax", "argmin"):
+    if _kind(node) in ("any", "all"):
+        return torch.int32  # flags: tl.reduce on int1 is not portable
+    if _kind(node) in ("argmax", "argmin"):
         return compute_dtype(node.src_dtype)
-    if node.reduction_type in ("max", "min") and node.dtype == torch.bool:
-        return torch.int32
     return compute_dtype(node.dtype)
 
 
 def _tile(printer: TritonPrinter, node: Reduction, value: TVar) -> tuple[TVar, torch.dtype, str]:
-    kind = node.reduction_type
+    kind = _kind(node)
     dtype = _accumulator_dtype(node)
-    identity = int(kind == "all") if dtype == torch.int32 and kind in ("any", "all") else \
+    identity = int(kind == "all") if kind in ("any", "all") else \
         reduction_identity(kind, node.src_dtype if kind in ("argmax", "argmin") else dtype)
-    if kind in ("any", "all") or dtype == torch.int32 and value.dtype == torch.bool:
+    if kind in ("any", "all"):
         value = printer.emit(f"({printer.tensor(value)} != 0).to(tl.int32)", torch.int32, value.dims)
     elif value.literal or compute_dtype(value.dtype) != dtype:
         value = printer.emit(f"{printer.tensor(value)}.to({tl_type(dtype)})", dtype, value.dims)
-    identity_text = _literal(identity, dtype)
+    identity_text = literal(identity, dtype)
     mask = printer.mask(XR)
     text, dims = str(value), value.dims
     if mask:
         text = f"tl.where({mask}, {text}, {identity_text})"
         dims = dims | {"xmask": X, "rmask": R, "xrmask": XR}[mask]
     if dims != XR:
-        text = f"{text} + tl.zeros([XBLOCK, RBLOCK], {tl_type(dtype)})"
+        text = f"{text} + tl.full([XBLOCK, RBLOCK], 0, {tl_type(dtype)})"
+    if text == str(value):
+        return value, dtype, identity_text
     return printer.emit(text, dtype, XR), dtype, identity_text
 
 
-def _row_value(printer: TritonPrinter, node: Reduction, tile: str, index: str | None) -> str:
-    kind = node.reduction_type
-    floating = _accumulator_dtype(node).is_floating_point
-    if kind in ROW_REDUCE:
-        if kind == "prod":
-            printer.helper("gb_mul")
-        return ROW_REDUCE[kind].format(t=tile)
-    if kind in ("max", "min"):
-        return f"{printer.helper(f'gb_{kind}_row')}({tile})" if floating else f"tl.{kind}({tile}, 1)[:, None]"
-    return f"{printer.helper(f'gb_{kind}_row')}({tile}, {index})"
+def _row_value(node: Reduction, tile: str, index: str | None) -> str:
+    return ROW_REDUCE[_kind(node)].format(t=tile, i=index)
 
 
 def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
@@ -675,28 +371,22 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
             printer.tag = tag = LineTag(node.name)
             value = node.inner_fn(plan.index(node), plan.rindex(node))
             tile, dtype, identity = _tile(printer, node, value)
-            arg = node.reduction_type in ("argmax", "argmin")
-            indices = printer.emit(f"r0 + tl.zeros([XBLOCK, RBLOCK], {index_type})", torch.int64, XR) if arg else None
+            arg = _kind(node) in ("argmax", "argmin")
+            indices = printer.emit(f"r0 + tl.full([XBLOCK, RBLOCK], 0, {index_type})", torch.int64, XR) if arg else None
             row = f"row_{node.name}"
             if form == "persistent":
-                finals.append((f"{row} = {_row_value(printer, node, tile.name, indices and indices.name)}", tag))
+                finals.append((f"{row} = {_row_value(node, tile.name, indices and indices.name)}", tag))
             else:
                 acc = f"acc_{node.name}"
                 inits.append((f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type(dtype)})", tag))
                 if arg:
                     inits.append((f"{acc}_index = tl.full([XBLOCK, RBLOCK], 2147483647, {index_type})", tag))
-                    update = printer.helper(f"gb_{node.reduction_type}_update")
-                    updates.append((f"{acc}, {acc}_index = {update}({acc}, {acc}_index, {tile}, {indices})", tag))
+                    update = f"gb_{_kind(node)}_combine({acc}, {acc}_index, {tile}, {indices})"
+                    updates.append((f"{acc}, {acc}_index = {update}", tag))
                 else:
-                    kind = node.reduction_type
-                    floating = dtype.is_floating_point
-                    if kind in ("max", "min"):
-                        step = f"{printer.helper(f'gb_{kind}imum')}({acc}, {tile})" if floating else \
-                            f"tl.{kind}imum({acc}, {tile})"
-                    else:
-                        step = ELEMENTWISE[kind].format(acc=acc, t=tile)
+                    step = ELEMENTWISE[_kind(node)].format(acc=acc, t=tile)
                     updates.append((f"{acc} = {step}", tag))
-                finals.append((f"{row} = {_row_value(printer, node, acc, f'{acc}_index' if arg else None)}", tag))
+                finals.append((f"{row} = {_row_value(node, acc, f'{acc}_index' if arg else None)}", tag))
             printer.accumulators[node.name] = TVar(row, node.dtype, False, X)
         if form == "persistent":
             body.extend(printer.take())
@@ -711,12 +401,19 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
 
 
 def _r_loop(body, plan, masks, int64, printer, tail):
-    body.add(f"for roffset in range(0, {triton_index(plan.red)}, RBLOCK):")
+    symbolic = _static(plan.red) is None
+    if symbolic:  # older Triton interpreters cannot take a tensor (a size argument) as range()'s bound
+        body.add("roffset = 0")
+        body.add(f"while roffset < {triton_index(plan.red)}:")
+    else:
+        body.add(f"for roffset in range(0, {triton_index(plan.red)}, RBLOCK):")
     body.depth += 1
     _r_header(body, plan, masks, int64, "roffset + ")
     body.extend((printer.lines, printer.line_tags))
     for line, tag in tail:
         body.add(line, tag)
+    if symbolic:
+        body.add("roffset += RBLOCK")
     body.depth -= 1
     printer.lines, printer.line_tags = [], []
 
@@ -764,19 +461,15 @@ def _finish(kernel, buffers, printer, body, size_symbols, form, config, int64) -
     sizes = [str(s) for s in size_symbols if str(s) in used]
     constexprs = ["XBLOCK"] + ([] if form == "pointwise" else ["RBLOCK"])
     params = args + sizes + [f"{c}: tl.constexpr" for c in constexprs]
-    header = [f"@triton.jit", f"def {kernel.name}({', '.join(params)}):"]
+    header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):"]
     prologue = [f"    {s} = {s}.to(tl.int64)" for s in sizes] if int64 else []
     lines = header + prologue + body.lines
     tags = [None] * (len(header) + len(prologue)) + body.tags
     signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
     signature.update({s: "i32" for s in sizes})
     signature.update({c: "constexpr" for c in constexprs})
-    layouts = {}
-    for name in args:
-        buffer = buffers[name]
-        layouts[name] = ([_static(s) for s in buffer.size], [_static(s) for s in buffer.stride], buffer.dtype)
     return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, kernel.rows, kernel.red, config, int64,
-                        signature, layouts, tags, [])
+                        signature, tags)
 
 
 # --- the module ----------------------------------------------------------------------------------------------
@@ -791,20 +484,16 @@ class TritonModule:
     autotune: bool = False  # set before launch_text to autotune on the GPU (mode="max-autotune")
     language = "triton"
 
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:24]
-
     def tunable(self, kernel: TritonKernel) -> bool:
-        return self.autotune and not self.interpreter and kernel.grid() is not None and all(
-            all(v is not None for v in layout[0] + layout[1]) for layout in kernel.arg_layouts.values())
+        """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config)."""
+        return self.autotune and not self.interpreter and kernel.grid() is not None
 
     def launch_text(self, kernel: TritonKernel) -> str:
         """The wrapper's call: the jit function's run() with the grid and block sizes worked out here, so a
         launch does no work beyond Triton's own argument handling (the lean launch path)."""
         args = ", ".join(kernel.args + kernel.size_args)
-        if self.tunable(kernel):  # filled in by load_kernels once the configs are timed
-            return f"{kernel.name}.run({args}, grid={kernel.name}_grid, warmup=False, **{kernel.name}_config)"
+        if self.tunable(kernel):  # triton_build.AutotunedLaunch picks grid and blocks at the first launch
+            return f"{kernel.name}.run({args}, grid=None, warmup=False)  # autotuned"
         return f"{kernel.name}.run({args}, grid={kernel.grid_text()}, warmup=False, {kernel.config.text()})"
 
 
@@ -832,16 +521,17 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) ->
 
 def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> bool:
     """Import the module's kernels (under the interpreter on the CPU, Note [Math under the interpreter]) and
-    put one jit function per kernel name in namespace; autotune first if the module asks for it."""
+    put one jit function per kernel name in namespace (autotuned at its first launch if the module asks)."""
     from engine.codegen import triton_build
 
     interpret = not str(device).startswith("cuda")
     loaded, cache_hit = triton_build.load_source(module.source, interpret=interpret)
     namespace["_triton_module"] = loaded  # keeps the module alive as long as the wrapper
     for kernel in module.kernels:
-        namespace[kernel.name] = getattr(loaded, kernel.name)
-        if module.tunable(kernel):
-            best = triton_build.autotune(kernel, getattr(loaded, kernel.name), namespace, device, module.key)
-            namespace[f"{kernel.name}_config"] = best.kwargs()
-            namespace[f"{kernel.name}_grid"] = kernel.grid(best)
+        function = getattr(loaded, kernel.name)
+        if interpret:
+            function = triton_build.QuietInterpreted(function)
+        elif module.tunable(kernel):
+            function = triton_build.AutotunedLaunch(kernel, function, device)
+        namespace[kernel.name] = function
     return cache_hit

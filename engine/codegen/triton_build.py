@@ -10,7 +10,9 @@ Note [Loading Triton source]
 written under cache_dir()/triton/<hash>/ and imported from there. Whether the kernels run natively or under
 the interpreter is decided when @triton.jit runs, that is while the module is imported: we import it with
 TRITON_INTERPRET set to "1" (CPU) or "0" (CUDA), and restore the variable afterwards. The two flavours are two
-module objects, so one process can hold both.
+module objects, so one process can hold both. (Triton's own jit functions, tl.sum and friends, were decorated
+once when triton was imported; generated code does not call them: Note [Reductions without Triton's standard
+library] in triton_prelude.py.)
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
         try:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module  # the interpreter looks functions' globals up through their module
+            sys.modules[name] = module  # as a regular import would: inspect and the interpreter may look it up
             spec.loader.exec_module(module)
         finally:
             if previous is None:
@@ -77,25 +79,47 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
         return module, cache_hit
 
 
+class QuietInterpreted:
+    """An interpreted kernel, run with numpy's floating-point warnings off: lanes outside the masks compute on
+    the `other=` values of masked loads (log(0), 0/0, ...) and those values are never stored."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def run(self, *args, **kwargs):
+        import numpy
+
+        with numpy.errstate(all="ignore"):
+            return self.function.run(*args, **kwargs)
+
+
 # --- autotuning (GPU) ----------------------------------------------------------------------------------------
 
 
-def _stand_in(layout, device: str) -> torch.Tensor:
-    size, stride, dtype = layout
-    tensor = torch.empty_strided(size, stride, dtype=dtype, device=device)
-    if dtype.is_floating_point:
-        return tensor.normal_()
-    return tensor.zero_()  # zero indices are in range for any gather
+class AutotunedLaunch:
+    """mode="max-autotune": the kernel's first launch times each candidate config on the real arguments (a
+    kernel only reads its inputs and writes its outputs, so running it several times is harmless), then every
+    launch uses the fastest. Tuning at the first launch, not at compile time, because compiling happens
+    under Dynamo's fake tensors, which have no memory to run a kernel on."""
+
+    def __init__(self, kernel, function, device: str):
+        self.kernel, self.function, self.device = kernel, function, device
+        self.grid, self.kwargs = None, None
+
+    def run(self, *args, grid=None, warmup=False, **ignored):
+        if self.kwargs is None:
+            best = autotune(self.kernel, self.function, args, self.device)
+            self.grid, self.kwargs = self.kernel.grid(best), best.kwargs()
+        return self.function.run(*args, grid=self.grid, warmup=False, **self.kwargs)
 
 
 def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
 
 
-def autotune(kernel, jit_function, namespace: dict, device: str, module_key: str):
-    """Time each candidate config with stand-in tensors (the graph's constants where the kernel reads them);
-    the fastest wins. Results are cached per kernel source, device and Triton version, and recorded on the
-    kernel (kernel.autotune) for the report."""
+def autotune(kernel, jit_function, args, device: str):
+    """Time each candidate config (a median of triton.testing.do_bench); the fastest wins. Results are cached
+    per kernel source, GPU and Triton version, and kept in kernel.tuning, which the record shows."""
     import triton
     from triton.testing import do_bench
 
@@ -105,12 +129,10 @@ def autotune(kernel, jit_function, namespace: dict, device: str, module_key: str
     key = source_key(json.dumps([kernel.source, [c.kwargs() for c in configs], _device_name(device),
                                  triton.__version__]))
     path = cache_dir() / "triton" / "autotune" / f"{key}.json"
-    if path.exists():
+    cached = path.exists()
+    if cached:
         results = json.loads(path.read_text())
-        kernel.autotune_cached = True
     else:
-        args = [namespace[name] if isinstance(namespace.get(name), torch.Tensor) else
-                _stand_in(kernel.arg_layouts[name], device) for name in kernel.args]
         results = []
         for config in configs:
             def launch(config=config):
@@ -118,16 +140,14 @@ def autotune(kernel, jit_function, namespace: dict, device: str, module_key: str
             try:
                 launch()
                 milliseconds = _median_ms(do_bench, launch)
-            except Exception as error:  # a config that does not compile (too many registers) is skipped
+            except Exception as error:  # noqa: BLE001 - a config that does not compile (registers) is skipped
                 results.append({"config": config.kwargs(), "ms": None, "error": str(error)[:200]})
                 continue
             results.append({"config": config.kwargs(), "ms": milliseconds})
         _write_once(path, json.dumps(results))
-    kernel.autotune = results
     timed = [r for r in results if r.get("ms") is not None]
-    if not timed:
-        return kernel.config
-    best = min(timed, key=lambda r: r["ms"])["config"]
+    best = min(timed, key=lambda r: r["ms"])["config"] if timed else kernel.config.kwargs()
+    kernel.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
     kernel.config = LaunchConfig(best["XBLOCK"], best.get("RBLOCK"), best["num_warps"])
     return kernel.config
 
@@ -188,7 +208,7 @@ def _compile_for_display(source, kernel_name, signature, constants, num_warps, t
     for attempt in (attrs, None):  # the attrs format changed between Triton versions: fall back to none
         try:
             src = ASTSource(fn, dict(signature), constexprs=dict(constants), attrs=attempt)
-            compiled = triton.compile(src, target=GPUTarget(*target), options={"num_warps": num_warps})
+            compiled = triton.compile(src, target=GPUTarget(*target), options={"num_warps": num_warps, "enable_fp_fusion": True})
             break
         except Exception as error:  # noqa: BLE001 - shown to the user as the reason there is no assembly
             errors.append(f"{type(error).__name__}: {error}")
@@ -234,9 +254,11 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
             info = entry.get("triton")
             if not info or kernel_names is not None and entry["name"] not in kernel_names:
                 continue
-            constants = {k: v for k, v in info["config"].items() if k in ("XBLOCK", "RBLOCK")}
+            # the config the kernel launches with on a GPU (a CPU record's own config is the interpreter's)
+            config = (info.get("autotune") or {}).get("best") or info.get("gpu_config", info["config"])
+            constants = {k: v for k, v in config.items() if k in ("XBLOCK", "RBLOCK")}
             entry["asm"] = kernel_assembly(code["source"], entry["name"], info["signature"], constants,
-                                           info["config"].get("num_warps", 4))
+                                           config.get("num_warps", 4))
             count += 1
     return count
 
@@ -267,8 +289,9 @@ class CudaGraphCall:
         return tuple((tuple(a.shape), a.stride(), a.dtype, str(a.device)) if isinstance(a, torch.Tensor)
                      else ("value", a) for a in args)
 
-    def __call__(self, args: list):
-        args = list(args)
+    def __call__(self, boxed: list):
+        args = list(boxed)
+        boxed.clear()  # the boxed calling convention: the caller's list no longer holds the inputs
         signature = self._signature(args)
         entry = self.graphs.get(signature)
         if entry is not None and all(args[i].data_ptr() == ptr for i, ptr in entry["fixed"].items()):

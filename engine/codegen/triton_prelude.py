@@ -12,9 +12,9 @@ compiled kernel contains only the libdevice branch. It is read once, when the ge
 the loader imports a module with TRITON_INTERPRET set exactly when its kernels should run interpreted.
 
 Note [torch semantics in Triton]
-Triton's integer // and % truncate toward zero (C), torch's floor; tl.max/tl.min and tl.maximum skip NaN,
-torch propagates it; tl.argmax's treatment of NaN and ties is unspecified, torch takes the first index and
-counts NaN as the largest value. The helpers below restore torch's meaning.
+Triton's integer // and % truncate toward zero (C), torch's floor; tl.maximum (and the reductions built on it)
+skip NaN, torch propagates it; torch.argmax takes the first index of ties and counts NaN as the largest value.
+The helpers below keep torch's meaning.
 """
 # --- header: copied first into every generated module -------------------------------------------------------
 import os
@@ -27,26 +27,44 @@ GB_INTERPRET: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0"
 # --- end of header ------------------------------------------------------------------------------------------
 
 
+# Note [No & and | on conditions]: under the interpreter a comparison of a 0-d tensor carries the dtype of its
+# operands, so combining it with a block through & or | fails; conditions are combined with tl.where instead.
+
+
 @triton.jit
 def gb_maximum(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit
 def gb_minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 
 
 @triton.jit
 def gb_floordiv_int(a, b):
     quotient = a // b
-    return tl.where((a % b != 0) & ((a < 0) != (b < 0)), quotient - 1, quotient)
+    signs_differ = (a < 0) != (b < 0)
+    return tl.where(a % b != 0, tl.where(signs_differ, quotient - 1, quotient), quotient)
+
+
+@triton.jit
+def gb_floordiv_float(a, b):
+    # torch's floor division of floats (c10::div_floor_floating): from fmod, so that inf // 2 is NaN like eager
+    rest = a % b
+    quotient = (a - rest) / b
+    quotient = tl.where(rest != 0, tl.where((b < 0) != (rest < 0), quotient - 1.0, quotient), quotient)
+    rounded = tl.floor(quotient)
+    rounded = tl.where(quotient - rounded > 0.5, rounded + 1.0, rounded)
+    rounded = tl.where(quotient != 0, rounded, gb_copysign(0.0 * a, a / b))
+    return tl.where(b == 0, a / b, rounded)
 
 
 @triton.jit
 def gb_remainder(a, b):
     rest = a % b
-    return tl.where((rest != 0) & ((rest < 0) != (b < 0)), rest + b, rest)
+    signs_differ = (rest < 0) != (b < 0)
+    return tl.where(rest != 0, tl.where(signs_differ, rest + b, rest), rest)
 
 
 @triton.jit
@@ -65,8 +83,8 @@ def gb_round(x):
 
 @triton.jit
 def gb_sign(x):
-    step = tl.where(x > 0, 1, 0) - tl.where(x < 0, 1, 0)
-    return tl.where(x != x, x, step.to(x.dtype))
+    # torch.sign(NaN) is 0
+    return (tl.where(x > 0, 1, 0) - tl.where(x < 0, 1, 0)).to(x.dtype)
 
 
 @triton.jit
@@ -83,51 +101,124 @@ def gb_copysign(a, b):
     return tl.where(gb_signbit(b), -tl.abs(a), tl.abs(a))
 
 
+# Note [Reductions without Triton's standard library]
+# tl.sum, tl.max, tl.zeros, tl.sigmoid, ... are themselves @triton.jit functions, decorated once when triton is
+# first imported: in a process that imported triton without TRITON_INTERPRET they cannot run under the
+# interpreter, and with it they cannot be compiled. Generated code therefore calls only Triton builtins and the
+# helpers here (decorated when each generated module is imported, in the right flavour). A row reduction is
+# tl.reduce with our combine function when compiled; under the interpreter, tl.reduce with a custom combine
+# function calls it once per element in Python, so there we halve the row with reshape/split instead: log2(RBLOCK)
+# numpy steps.
+
+
+@triton.jit
+def gb_add(a, b):
+    return a + b
+
+
 @triton.jit
 def gb_mul(a, b):
     return a * b
 
 
 @triton.jit
-def gb_max_row(tile):
-    # tl.max skips NaN; torch.amax returns NaN for a row that has one
-    has_nan = tl.max((tile != tile).to(tl.int32), 1) > 0
-    return tl.where(has_nan, float("nan"), tl.max(tile, 1))[:, None]
+def gb_argmax_combine(value_a, index_a, value_b, index_b):
+    # the larger value, the smaller index on ties; a NaN beats everything but an earlier NaN (torch.argmax)
+    nan_a = value_a != value_a
+    nan_b = value_b != value_b
+    first = index_a < index_b
+    take_a = (nan_a & (~nan_b | first)) | (~nan_a & ~nan_b & ((value_a > value_b) | ((value_a == value_b) & first)))
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
 
 
 @triton.jit
-def gb_min_row(tile):
-    has_nan = tl.max((tile != tile).to(tl.int32), 1) > 0
-    return tl.where(has_nan, float("nan"), tl.min(tile, 1))[:, None]
+def gb_argmin_combine(value_a, index_a, value_b, index_b):
+    nan_a = value_a != value_a
+    nan_b = value_b != value_b
+    first = index_a < index_b
+    take_a = (nan_a & (~nan_b | first)) | (~nan_a & ~nan_b & ((value_a < value_b) | ((value_a == value_b) & first)))
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
 
 
 @triton.jit
-def gb_argmax_row(values, indices):
-    # the first index of the largest value; a NaN is larger than everything (torch.argmax)
-    first_nan = tl.min(tl.where(values != values, indices, 2147483647), 1)
-    best = tl.max(values, 1)[:, None]
-    first_best = tl.min(tl.where(values == best, indices, 2147483647), 1)
-    return tl.where(first_nan < 2147483647, first_nan, first_best)[:, None].to(tl.int64)
+def gb_interpreter_reduce(tile, kind, rows, width):
+    # interpreter only: combine column pairs until one column is left. The combine is written out here, not
+    # called, because every call of a jit function costs the interpreter milliseconds; and widths are
+    # computed in place, never assigned, because the interpreter turns every assigned value into a tensor.
+    for level in range(width.bit_length() - 1):
+        left, right = tl.split(tl.reshape(tile, [rows, width >> (level + 1), 2]))
+        if kind == "sum":
+            tile = left + right
+        elif kind == "prod":
+            tile = left * right
+        elif kind == "max":
+            tile = tl.where(left != left, left, tl.where(left > right, left, right))
+        else:
+            tile = tl.where(left != left, left, tl.where(left < right, left, right))
+    return tl.reshape(tile, [rows])
 
 
 @triton.jit
-def gb_argmin_row(values, indices):
-    first_nan = tl.min(tl.where(values != values, indices, 2147483647), 1)
-    best = tl.min(values, 1)[:, None]
-    first_best = tl.min(tl.where(values == best, indices, 2147483647), 1)
-    return tl.where(first_nan < 2147483647, first_nan, first_best)[:, None].to(tl.int64)
+def gb_interpreter_reduce_pair(values, indices, combine, rows, width):
+    for level in range(width.bit_length() - 1):
+        values_left, values_right = tl.split(tl.reshape(values, [rows, width >> (level + 1), 2]))
+        indices_left, indices_right = tl.split(tl.reshape(indices, [rows, width >> (level + 1), 2]))
+        values, indices = combine(values_left, indices_left, values_right, indices_right)
+    return tl.reshape(values, [rows]), tl.reshape(indices, [rows])
 
 
 @triton.jit
-def gb_argmax_update(best, best_index, values, indices):
-    take = (values > best) | ((values == best) & (indices < best_index)) | ((values != values) & (best == best))
-    return tl.where(take, values, best), tl.where(take, indices, best_index)
+def gb_sum_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        result = gb_interpreter_reduce(tile, "sum", XBLOCK, RBLOCK)
+    else:
+        result = tl.reduce(tile, 1, gb_add)
+    return result[:, None]
 
 
 @triton.jit
-def gb_argmin_update(best, best_index, values, indices):
-    take = (values < best) | ((values == best) & (indices < best_index)) | ((values != values) & (best == best))
-    return tl.where(take, values, best), tl.where(take, indices, best_index)
+def gb_prod_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        result = gb_interpreter_reduce(tile, "prod", XBLOCK, RBLOCK)
+    else:
+        result = tl.reduce(tile, 1, gb_mul)
+    return result[:, None]
+
+
+@triton.jit
+def gb_max_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        result = gb_interpreter_reduce(tile, "max", XBLOCK, RBLOCK)
+    else:
+        result = tl.reduce(tile, 1, gb_maximum)
+    return result[:, None]
+
+
+@triton.jit
+def gb_min_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        result = gb_interpreter_reduce(tile, "min", XBLOCK, RBLOCK)
+    else:
+        result = tl.reduce(tile, 1, gb_minimum)
+    return result[:, None]
+
+
+@triton.jit
+def gb_argmax_row(values, indices, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        best, index = gb_interpreter_reduce_pair(values, indices, gb_argmax_combine, XBLOCK, RBLOCK)
+    else:
+        best, index = tl.reduce((values, indices), 1, gb_argmax_combine)
+    return index[:, None].to(tl.int64)
+
+
+@triton.jit
+def gb_argmin_row(values, indices, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    if GB_INTERPRET:
+        best, index = gb_interpreter_reduce_pair(values, indices, gb_argmin_combine, XBLOCK, RBLOCK)
+    else:
+        best, index = tl.reduce((values, indices), 1, gb_argmin_combine)
+    return index[:, None].to(tl.int64)
 
 
 # --- libdevice functions, with interpreter bodies (Note [Math under the interpreter]) ------------------------
@@ -194,7 +285,7 @@ def gb_cosh(x):
 def gb_asinh(x):
     if GB_INTERPRET:
         size = tl.abs(x)
-        moderate = gb_log1p(size + size * size / (1.0 + tl.sqrt_rn(1.0 + size * size)))
+        moderate = gb_log1p(size + size * size / (1.0 + tl.sqrt(1.0 + size * size)))
         magnitude = tl.where(size > 1e10, tl.log(size) + 0.6931471805599453, moderate)
         result = tl.where(x < 0, -magnitude, magnitude)
     else:
@@ -206,7 +297,7 @@ def gb_asinh(x):
 def gb_acosh(x):
     if GB_INTERPRET:
         above = x - 1.0
-        moderate = gb_log1p(above + tl.sqrt_rn(above * (x + 1.0)))
+        moderate = gb_log1p(above + tl.sqrt(above * (x + 1.0)))
         result = tl.where(x > 1e10, tl.log(x) + 0.6931471805599453, moderate)
     else:
         result = libdevice.acosh(x)
@@ -255,7 +346,7 @@ def gb_atan(x):
 @triton.jit
 def gb_asin(x):
     if GB_INTERPRET:
-        result = gb_atan(x / tl.sqrt_rn((1.0 - x) * (1.0 + x)))
+        result = gb_atan(x / tl.sqrt((1.0 - x) * (1.0 + x)))
     else:
         result = libdevice.asin(x)
     return result
@@ -264,7 +355,7 @@ def gb_asin(x):
 @triton.jit
 def gb_acos(x):
     if GB_INTERPRET:
-        result = 2.0 * gb_atan(tl.sqrt_rn((1.0 - x) / (1.0 + x)))
+        result = 2.0 * gb_atan(tl.sqrt((1.0 - x) / (1.0 + x)))
     else:
         result = libdevice.acos(x)
     return result
@@ -274,11 +365,11 @@ def gb_acos(x):
 def gb_atan2(y, x):
     if GB_INTERPRET:
         angle = gb_atan(y / x)
-        angle = tl.where(x < 0, tl.where(gb_signbit(y), angle - 3.141592653589793, angle + 3.141592653589793), angle)
-        both_zero = (x == 0) & (y == 0)
+        angle = tl.where(gb_signbit(x), tl.where(gb_signbit(y), angle - 3.141592653589793, angle + 3.141592653589793),
+                         angle)
         on_axis = tl.where(gb_signbit(x), 3.141592653589793, 0.0)
         on_axis = tl.where(gb_signbit(y), -on_axis, on_axis)
-        result = tl.where(both_zero, on_axis, angle)
+        result = tl.where(x == 0, tl.where(y == 0, on_axis, angle), angle)
     else:
         result = libdevice.atan2(y, x)
     return result
@@ -292,8 +383,8 @@ def gb_hypot(a, b):
         large = tl.where(x > y, x, y)
         small = tl.where(x > y, y, x)
         ratio = small / large
-        finite = tl.where(large == 0.0, 0.0, large * tl.sqrt_rn(1.0 + ratio * ratio))
-        result = tl.where((x == float("inf")) | (y == float("inf")), float("inf"), finite)
+        finite = tl.where(large == 0.0, 0.0, large * tl.sqrt(1.0 + ratio * ratio))
+        result = tl.where(x == float("inf"), float("inf"), tl.where(y == float("inf"), float("inf"), finite))
     else:
         result = libdevice.hypot(a, b)
     return result
@@ -323,8 +414,8 @@ def gb_erfinv(y):
         wide = y.to(tl.float64)
         # Winitzki's closed form as the first guess, then Newton steps on erf(x) - y
         w = -tl.log((1.0 - wide) * (1.0 + wide))
-        t = 4.330746750799873 + 0.5 * w
-        guess = tl.sqrt_rn(tl.sqrt_rn(t * t - w / 0.147) - t)
+        t = 4.330746750799873 - 0.5 * w
+        guess = tl.sqrt(tl.sqrt(t * t + w / 0.147) - t)
         x = tl.where(wide < 0, -guess, guess)
         x = x - (tl.erf(x) - wide) / (1.1283791670955126 * tl.exp(-x * x))
         x = x - (tl.erf(x) - wide) / (1.1283791670955126 * tl.exp(-x * x))
@@ -354,7 +445,8 @@ def gb_lgamma(x):
         reflected = tl.log(3.141592653589793 / tl.abs(tl.sin(3.141592653589793 * wide))) \
             - gb_lgamma_positive(1.0 - wide)
         value = tl.where(wide < 0.5, reflected, gb_lgamma_positive(wide))
-        result = tl.where(wide == float("inf"), float("inf"), value).to(x.dtype)
+        pole = tl.where(wide == tl.floor(wide), wide <= 0, False)  # 0, -1, -2, ...: sin(pi x) is not exactly 0
+        result = tl.where(pole, float("inf"), tl.where(wide == float("inf"), float("inf"), value)).to(x.dtype)
     else:
         result = libdevice.lgamma(x)
     return result
@@ -366,10 +458,13 @@ def gb_pow(a, b):
         base = a.to(tl.float64)
         exponent = b.to(tl.float64)
         magnitude = tl.exp2(exponent * tl.log2(tl.abs(base)))
-        integral = exponent == tl.floor(exponent)
-        odd = integral & (tl.abs(exponent % 2.0) == 1.0)
-        signed = tl.where(base < 0, tl.where(integral, tl.where(odd, -magnitude, magnitude), float("nan")), magnitude)
-        result = tl.where((exponent == 0.0) | (base == 1.0), 1.0, signed).to(a.dtype)
+        odd_power = tl.where(tl.abs(exponent % 2.0) == 1.0, -magnitude, magnitude)
+        negative_base = tl.where(exponent == tl.floor(exponent), odd_power, float("nan"))
+        negative_base = tl.where(base == float("-inf"), tl.where(exponent > 0, float("inf"), 0.0), negative_base)
+        negative_base = tl.where(base == -1.0, tl.where(tl.abs(exponent) == float("inf"), 1.0, negative_base),
+                                 negative_base)
+        signed = tl.where(base < 0, negative_base, magnitude)
+        result = tl.where(exponent == 0.0, 1.0, tl.where(base == 1.0, 1.0, signed)).to(a.dtype)
     else:
         result = libdevice.pow(a, b)
     return result

@@ -1,0 +1,335 @@
+"""The Triton printer: loop bodies in the ops protocol -> lines of Triton (engine/codegen/triton.py puts the
+lines into kernels).
+
+Like CppPrinter it is a TextHandler (one temporary per op, identical expressions shared) whose loads follow
+kernel_plan.Inliner. Each value is a Triton tensor whose shape is known from the kernel axes it varies along
+(TVar.dims): [XBLOCK] in a pointwise kernel, [XBLOCK, 1] / [1, RBLOCK] / [XBLOCK, RBLOCK] in a reduction tile.
+Loads are masked by exactly the axes their index varies along. Index expressions are sympy, printed as Python
+over the kernel's index variables x0 and r0 (the plan's own symbols, so no substitution is needed).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sympy
+import torch
+from sympy.printing.str import StrPrinter
+
+from engine.codegen.provenance import LineTag
+from engine.ir.handlers import TextHandler, Var
+from engine.ir.indexing import simplify_index
+from engine.ir.nodes import Buffer
+from engine.ir.ops import BINARY, UNARY, compute_dtype, result_dtype
+from engine.schedule.kernel_plan import Inliner, KernelPlan
+
+TL_TYPES = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+HALF = (torch.float16, torch.bfloat16)
+INT32_LIMIT = 2 ** 31
+
+
+def tl_type(dtype: torch.dtype) -> str:
+    return TL_TYPES[dtype]
+
+
+# --- index expressions ---------------------------------------------------------------------------------------
+
+
+class TritonIndexPrinter(StrPrinter):
+    """Index expressions as Triton: // and % (operands are non-negative, so truncation is floor), and
+    tl.maximum/tl.minimum for the clamps of masked-off reads."""
+
+    def _operand(self, e):
+        text = self._print(e)
+        return f"({text})" if e.is_Add or e.is_Mul else text
+
+    def _print_FloorDiv(self, e):
+        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
+
+    def _print_ModIndex(self, e):
+        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
+
+    def _fold(self, fn, args):
+        text = self._print(args[0])
+        for a in args[1:]:
+            text = f"{fn}({text}, {self._print(a)})"
+        return text
+
+    def _print_Max(self, e):
+        return self._fold("tl.maximum", e.args)
+
+    def _print_Min(self, e):
+        return self._fold("tl.minimum", e.args)
+
+    def _print_Pow(self, e, rational=False):
+        base, exponent = e.args
+        if exponent.is_Integer and exponent > 0:
+            return "(" + "*".join([self._operand(base)] * int(exponent)) + ")"
+        raise ValueError(f"index expression {e} has a non-integer power")
+
+
+_INDEX_PRINTER = TritonIndexPrinter()
+
+
+def triton_index(expr) -> str:
+    return _INDEX_PRINTER.doprint(expr)
+
+
+# --- the printer ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TVar(Var):
+    """A Triton value: `dims` are the kernel axes ("x" rows, "r" the reduction) it varies along, which say its
+    shape ([XBLOCK, 1], [1, RBLOCK], ...). A literal is Python text (a constant), not yet a tensor."""
+    dims: frozenset = frozenset()
+    literal: bool = False
+    value: object = None  # a literal's Python value
+
+
+X, R = frozenset("x"), frozenset("r")
+XR = X | R
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "True" if value else "False"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        text = repr(value)
+        return f"({text})" if value < 0 else text
+    value = int(value)
+    return f"({value})" if value < 0 else str(value)
+
+
+INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+         "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
+         "right_shift": ">>"}
+# on bools (Note [No & and | on conditions] in the prelude): or, and, xor
+BOOL_OPS = {"add": "tl.where({a}, True, {b})", "maximum": "tl.where({a}, True, {b})",
+            "mul": "tl.where({a}, {b}, False)", "minimum": "tl.where({a}, {b}, False)", "sub": "{a} != {b}",
+            "logical_or": "tl.where({a} != 0, True, {b} != 0)", "logical_and": "tl.where({a} != 0, {b} != 0, False)",
+            "logical_xor": "({a} != 0) != ({b} != 0)"}
+POWERS = {2: "{a} * {a}", 3: "{a} * {a} * {a}", 1: "{a}", 0.5: "{sqrt}({a})", -1: "1.0 / {a}",
+          -2: "1.0 / ({a} * {a})", -0.5: "1.0 / {sqrt}({a})"}
+TL_UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
+            "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos", "erf": "tl.erf", "floor": "tl.floor",
+            "ceil": "tl.ceil"}
+HELPER_UNARY = {name: f"gb_{name}" for name in (
+    "expm1", "log1p", "tanh", "sinh", "cosh", "asinh", "acosh", "atanh", "tan", "asin", "acos", "atan", "erfc",
+    "erfinv", "lgamma", "log10", "round", "trunc")}
+INTEGER_IDENTITY = {"floor", "ceil", "trunc", "round"}  # on integers these return their argument
+
+
+class TritonPrinter(TextHandler):
+    """Writes one kernel body. `inner` is the axis of the innermost loop ("x" for pointwise, "r" for
+    reductions): values that do not vary along it are hoisted above that loop (Note [Triton kernel shapes])."""
+
+    def __init__(self, plan: KernelPlan, buffers: dict, inner: str, masks: dict):
+        super().__init__()
+        self.plan = plan
+        self.buffers = buffers
+        self.inner = inner
+        self.masks = masks  # {"x": "xmask" or None, "r": "rmask" or None, "xr": ...}
+        self.ranges = {plan.x: plan.rows, plan.r: plan.red}
+        self.symbol_dims: dict = {plan.x: X, plan.r: R}
+        self.hoisted: list[str] = []
+        self.hoisted_tags: list = []
+        self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
+                               on_inline=self._enter_node)
+        self.accumulators: dict[str, TVar] = {}
+        self.loaded: set[str] = set()  # buffers read from memory (the kernel's pointer arguments)
+
+    # -- scopes (as in CppPrinter) ---------------------------------------------------------------------------
+    def emit(self, text, dtype, dims=frozenset()):
+        key = (text, dtype)
+        if key in self._cache:
+            return self._cache[key]
+        varying = self.inner in dims
+        var = TVar(next(self._names), dtype, varying, frozenset(dims))
+        self.add_line(f"{var} = {text}", varying)
+        self._cache[key] = var
+        return var
+
+    def add_line(self, line: str, varying: bool):
+        (self.lines if varying else self.hoisted).append(line)
+        (self.line_tags if varying else self.hoisted_tags).append(self.tag)
+
+    def start_inner_loop(self):
+        """Forget values of the previous loop over r (out of scope after it)."""
+        self._cache = {k: v for k, v in self._cache.items() if not v.varying}
+        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
+        self.lines, self.line_tags = [], []
+
+    def take(self) -> tuple[list[str], list]:
+        """Hoisted lines, then the loop's lines; both emptied."""
+        lines, tags = self.hoisted + self.lines, self.hoisted_tags + self.line_tags
+        self.hoisted, self.hoisted_tags, self.lines, self.line_tags = [], [], [], []
+        return lines, tags
+
+    def take_hoisted(self) -> tuple[list[str], list]:
+        lines, tags = self.hoisted, self.hoisted_tags
+        self.hoisted, self.hoisted_tags = [], []
+        return lines, tags
+
+    def _enter_node(self, node: Buffer):
+        previous = self.tag
+        self.tag = LineTag(node.name)
+        return lambda: setattr(self, "tag", previous)
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def mask(self, dims) -> str | None:
+        key = "".join(sorted(dims, reverse=True))  # "x", "r", "xr"
+        return self.masks.get(key)
+
+    def tensor(self, v: TVar) -> str:
+        """Text of `v` as a Triton tensor (a literal becomes a 0-d tensor of its dtype)."""
+        return f"tl.full([], {v}, {tl_type(compute_dtype(v.dtype))})" if v.literal else str(v)
+
+    def index(self, expr) -> tuple[str, frozenset]:
+        expr = simplify_index(sympy.expand(sympy.sympify(expr)), self.ranges)
+        dims = frozenset().union(*[self.symbol_dims.get(s, frozenset()) for s in expr.free_symbols])
+        return triton_index(expr), dims
+
+    # -- special ops ---------------------------------------------------------------------------------------
+    def load(self, name, index):
+        return self.inliner.load(name, index)
+
+    def _load_memory(self, name, index):
+        buffer = self.buffers[name]
+        self.loaded.add(name)
+        offset, dims = self.index(buffer.storage_offset(index))
+        mask = self.mask(dims)
+        other = "0.0" if buffer.dtype.is_floating_point else "0"
+        text = f"tl.load({name} + ({offset})" + (f", mask={mask}, other={other})" if mask else ")")
+        if buffer.dtype in HALF:
+            text += ".to(tl.float32)"
+        return self.emit(text, buffer.dtype, dims)
+
+    def constant(self, value, dtype):
+        if dtype in (torch.float64, torch.int64) and not (
+                dtype == torch.int64 and -INT32_LIMIT <= int(value) < INT32_LIMIT):
+            # a Python literal would be float32 / int32 in Triton
+            return self.emit(f"tl.full([], {literal(value, dtype)}, {tl_type(dtype)})", dtype)
+        return TVar(literal(value, dtype), dtype, False, frozenset(), True, value)
+
+    def index_expr(self, expr, dtype):
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return self.constant(int(expr), dtype)
+        text, dims = self.index(expr)
+        if not dims:  # sizes only: a scalar, made a tensor of the index type first
+            text = f"tl.full([], {text}, tl.int64)"
+        if dtype == torch.bool:
+            return self.emit(f"({text}) != 0", dtype, dims)
+        return self.emit(f"({text}).to({tl_type(compute_dtype(dtype))})", dtype, dims)
+
+    def to_dtype(self, x, dtype):
+        if x.literal:  # convert the Python value the way torch would
+            try:
+                converted = torch.tensor(x.value, dtype=compute_dtype(x.dtype)).to(dtype).item()
+            except (RuntimeError, ValueError, OverflowError):
+                return self.emit(f"{self.tensor(x)}.to({tl_type(compute_dtype(dtype))})", dtype)
+            return self.constant(converted, dtype)
+        if dtype == torch.bool:
+            return self.emit(f"{x} != 0", dtype, x.dims)
+        if dtype in HALF:  # round to the half type, keep computing in float32
+            return self.emit(f"{x}.to({tl_type(dtype)}).to(tl.float32)", dtype, x.dims)
+        if compute_dtype(x.dtype) == compute_dtype(dtype):
+            return TVar(x.name, dtype, x.varying, x.dims, x.literal)
+        return self.emit(f"{x}.to({tl_type(dtype)})", dtype, x.dims)
+
+    def where(self, cond, a, b):
+        if cond.literal:
+            return a if cond.name == "True" else b
+        return self.emit(f"tl.where({cond}, {a}, {b})", a.dtype, cond.dims | a.dims | b.dims)
+
+    def indirect(self, value, size):
+        symbol = self.new_indirect_symbol()
+        size_text, size_dims = self.index(size)
+        self.symbol_dims[symbol] = value.dims | size_dims
+        self.add_line(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})",
+                      self.inner in self.symbol_dims[symbol])
+        return symbol
+
+    # -- arithmetic ----------------------------------------------------------------------------------------
+    def compute(self, op: str, args: list[TVar]) -> TVar:
+        if op in INTEGER_IDENTITY and not args[0].dtype.is_floating_point:
+            return args[0]
+        if all(a.literal for a in args):  # keep Triton from folding Python constants with Python's rules
+            first = args[0]
+            args = [TVar(self.tensor(first), first.dtype, False, frozenset())] + list(args[1:])
+        text = self.expr(op, args)
+        return self.emit(text, result_dtype(op, [a.dtype for a in args]), frozenset().union(*[a.dims for a in args]))
+
+    def expr(self, op, args):
+        a = args[0]
+        floating = a.dtype.is_floating_point
+        boolean = a.dtype == torch.bool
+        if len(args) == 2:
+            return self._binary(op, a, args[1], floating, boolean)
+        if op in TL_UNARY or op in HELPER_UNARY:
+            fn = TL_UNARY.get(op) or HELPER_UNARY[op]
+            if op == "sqrt" and a.dtype != torch.float64:
+                fn = "tl.sqrt_rn"  # IEEE square root (tl.sqrt is approximate in float32; float64 has no _rn)
+            if floating:
+                return f"{fn}({self.tensor(a)})"
+            return f"{fn}({self.tensor(a)}.to(tl.float64)).to({tl_type(a.dtype)})"  # as C++: via double
+        simple = {
+            "neg": f"-{a}", "abs": f"{a}" if boolean else f"tl.abs({self.tensor(a)})",
+            "relu": f"tl.where({a} < 0, 0, {a})", "sigmoid": f"1.0 / (1.0 + tl.exp(-{a}))",
+            "reciprocal": f"1.0 / {a}", "square": f"{a} * {a}",
+            "logical_not": f"{a} == 0", "bitwise_not": f"{a} == 0" if boolean else f"~{a}",
+            "isnan": f"{a} != {a}", "isinf": f"tl.abs({a}) == float(\"inf\")" if floating else f"{a} != {a}",
+            "signbit": f"gb_signbit({a})" if floating else f"{a} < 0",
+            "sign": f"{a}" if boolean else f"gb_sign({a})",
+        }
+        if op in simple:
+            return simple[op]
+        raise NotImplementedError(f"Triton printer has no rule for {op}")
+
+    def _binary(self, op, a, b, floating, boolean):
+        if boolean and b.dtype == torch.bool and op in BOOL_OPS or op.startswith("logical_"):
+            return BOOL_OPS[op].format(a=a, b=b)
+        if op in INFIX:
+            return f"{a} {INFIX[op]} {b}"
+        if op == "truediv":
+            return f"{a} / {b}"
+        if op == "floordiv":
+            return f"gb_floordiv_{'float' if floating else 'int'}({self.tensor(a)}, {b})"
+        if op == "truncdiv":
+            return f"gb_trunc({a} / {b})" if floating else f"{a} // {b}"
+        if op == "remainder":
+            return f"gb_remainder({self.tensor(a)}, {b})"
+        if op == "fmod":
+            return f"{a} % {b}"
+        if op == "pow" and b.literal and b.value in POWERS and (floating or float(b.value) >= 0):
+            return POWERS[b.value].format(a=a, sqrt="tl.sqrt" if a.dtype == torch.float64 else "tl.sqrt_rn")
+        if op == "pow":
+            return f"{'gb_pow' if floating else 'gb_pow_int'}({self.tensor(a)}, {self.tensor(b)})"
+        if op in ("maximum", "minimum"):
+            if floating:
+                return f"gb_{op}({self.tensor(a)}, {b})"
+            return f"tl.{op}({self.tensor(a)}, {b})"
+        if op in ("atan2", "hypot", "copysign"):
+            return f"gb_{op}({self.tensor(a)}, {self.tensor(b)})"
+        raise NotImplementedError(f"Triton printer has no rule for {op}")
+
+
+def _make_op(name):
+    def op(self, *args):
+        return self.compute(name, list(args))
+    op.__name__ = name
+    return op
+
+
+for _name in UNARY + BINARY:
+    setattr(TritonPrinter, _name, _make_op(_name))

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""GPU check for the Triton backend: run the GPU tests, then time eager vs Glassbox vs Inductor.
+
+    python scripts/gpu_check.py                 # tests + bench; JSON to $OUT/gpu_bench.json when OUT is set
+    python scripts/gpu_check.py --skip-tests    # bench only
+    python scripts/gpu_check.py --only softmax,mlp
+    python scripts/gpu_check.py --dry-run       # no GPU: tiny shapes on the CPU (Triton interpreter), to check
+                                                # that the script itself runs; its times mean nothing
+
+Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case runs eager, Glassbox
+(engine.compile(..., backend="triton", device="cuda")) and torch.compile (Inductor) on the same inputs; every
+output is checked against eager before anything is timed; times are triton.testing.do_bench medians (it
+flushes the L2 cache between runs). GB/s counts each distinct input tensor once plus the outputs; the copy case
+(device to device) is the bandwidth limit the others are read against.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+try:
+    import sympy  # noqa: F401 - the engine's index algebra; checked here for a clear message
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as missing:
+    sys.exit(f"gpu_check needs torch, triton and sympy: {missing}. Install the missing one (no other package "
+             "is needed), e.g. `pip install sympy`, and run again.")
+
+
+# --- the cases -----------------------------------------------------------------------------------------------
+
+
+class ScaleBiasReLU(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(features))
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class ResidualLayerNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, residual):
+        return self.norm(x + residual)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: attention (SDPA) and a GELU MLP, each with a residual."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def gelu_chain(x):
+    return F.gelu(x) * torch.sigmoid(x) + x
+
+
+def copy(x):
+    return x.clone()
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def cases(device: str, small: bool) -> list[dict]:
+    """name, model, inputs (a function of the device), mode; `small` shrinks every shape for --dry-run."""
+    n = lambda big, tiny: tiny if small else big  # noqa: E731
+    rows = n(8192, 64)
+    f32 = dict(device=device, dtype=torch.float32)
+    return [
+        dict(name="copy", model=copy, inputs=lambda: (torch.randn(n(2 ** 28, 4096), **f32),)),
+        dict(name="scale_bias_relu", model=ScaleBiasReLU(1024),
+             inputs=lambda: (torch.randn(n(2 ** 26, 2 ** 14) // 1024, 1024, **f32),)),
+        dict(name="gelu_chain", model=gelu_chain, inputs=lambda: (torch.randn(n(2 ** 26, 2 ** 14), **f32),)),
+        dict(name="softmax", model=softmax, inputs=lambda: (torch.randn(rows, rows, **f32),)),
+        dict(name="layernorm", model=nn.LayerNorm(rows), inputs=lambda: (torch.randn(rows, rows, **f32),)),
+        dict(name="rmsnorm", model=RMSNorm(rows), inputs=lambda: (torch.randn(rows, rows, **f32),)),
+        dict(name="residual_layernorm", model=ResidualLayerNorm(rows),
+             inputs=lambda: (torch.randn(rows, rows, **f32), torch.randn(rows, rows, **f32))),
+        dict(name="mlp", model=mlp(), inputs=lambda: (torch.randn(32, 128, **f32),)),
+        dict(name="mlp", model=mlp(), inputs=lambda: (torch.randn(32, 128, **f32),), mode="reduce-overhead"),
+        dict(name="transformer_block_bf16", model=Block(n(1024, 64), n(16, 4)).to(torch.bfloat16),
+             inputs=lambda: (torch.randn(n(8, 2), n(1024, 32), n(1024, 64), device=device, dtype=torch.bfloat16),)),
+    ]
+
+
+# --- measuring -----------------------------------------------------------------------------------------------
+
+
+def timer(device: str):
+    """Median milliseconds of fn(): triton.testing.do_bench on a GPU; a plain loop for --dry-run on the CPU."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        def measure(fn):
+            try:
+                return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+            except TypeError:  # a do_bench without return_mode
+                return float(do_bench(fn, warmup=25, rep=200, quantiles=[0.5])[0])
+        return measure
+
+    def measure(fn):
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return sorted(samples)[1]
+    return measure
+
+
+def unique_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
+    import engine
+    from engine.run import compare, flatten_outputs
+
+    torch.manual_seed(0)
+    model = case["model"]
+    if isinstance(model, nn.Module):
+        model = model.to(device).eval()
+    inputs = case["inputs"]()
+    mode = case.get("mode", "default")
+    report = {"name": case["name"] + ("" if mode == "default" else f" ({mode})"), "mode": mode}
+    with torch.no_grad():
+        expected = model(*inputs)
+        sync(device)
+        outputs = flatten_outputs(expected)
+        moved = unique_bytes(list(inputs)) + unique_bytes(outputs)
+        report["bytes"] = moved
+        runners = {"eager": model}
+        torch._dynamo.reset()
+        start = time.perf_counter()
+        runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode)
+        report["glassbox_compile_s"] = _first_call(runners["glassbox"], inputs, device, start)
+        if with_inductor:
+            start = time.perf_counter()
+            runners["inductor"] = torch.compile(model, mode=None if mode == "default" else mode)
+            report["inductor_compile_s"] = _first_call(runners["inductor"], inputs, device, start)
+        for name, runner in runners.items():
+            if name == "eager":
+                continue
+            actual = flatten_outputs(runner(*inputs))
+            checks = [compare(e, a) for e, a in zip(outputs, actual)]
+            report[f"{name}_ok"] = len(actual) == len(outputs) and all(c["ok"] for c in checks)
+            report[f"{name}_max_abs_err"] = max((c["max_abs_err"] for c in checks), default=0.0)
+        for name, runner in runners.items():
+            if name != "eager" and not report.get(f"{name}_ok"):
+                continue  # never time a wrong answer
+            milliseconds = measure(lambda runner=runner: runner(*inputs))
+            report[f"{name}_ms"] = milliseconds
+            report[f"{name}_gbps"] = moved / (milliseconds * 1e-3) / 1e9
+    if report.get("glassbox_ms"):
+        report["eager_over_glassbox"] = report["eager_ms"] / report["glassbox_ms"]
+        if report.get("inductor_ms"):
+            report["inductor_over_glassbox"] = report["inductor_ms"] / report["glassbox_ms"]
+    return report
+
+
+def _first_call(runner, inputs, device, start) -> float:
+    runner(*inputs)
+    sync(device)
+    return time.perf_counter() - start
+
+
+# --- reporting -----------------------------------------------------------------------------------------------
+
+
+def table(reports: list[dict]) -> str:
+    header = (f"{'case':32s} {'eager ms':>9s} {'glassbox':>9s} {'inductor':>9s} {'eager GB/s':>10s} "
+              f"{'gb GB/s':>9s} {'ind GB/s':>9s} {'eager/gb':>8s} {'ind/gb':>7s}  notes")
+    lines = [header, "-" * len(header)]
+
+    def fmt(value, spec):
+        return format(value, spec) if isinstance(value, (int, float)) and not math.isnan(value) else "-"
+
+    for r in reports:
+        notes = r.get("error", "")
+        for name in ("glassbox", "inductor"):
+            if r.get(f"{name}_ok") is False:
+                notes += f" {name} WRONG (max abs err {r.get(f'{name}_max_abs_err'):.3g})"
+        lines.append(
+            f"{r['name']:32s} {fmt(r.get('eager_ms'), '9.4f')} {fmt(r.get('glassbox_ms'), '9.4f')} "
+            f"{fmt(r.get('inductor_ms'), '9.4f')} {fmt(r.get('eager_gbps'), '10.0f')} "
+            f"{fmt(r.get('glassbox_gbps'), '9.0f')} {fmt(r.get('inductor_gbps'), '9.0f')} "
+            f"{fmt(r.get('eager_over_glassbox'), '8.2f')} {fmt(r.get('inductor_over_glassbox'), '7.2f')}  "
+            f"{notes.strip()}")
+    lines.append("eager/gb and ind/gb above 1 mean Glassbox is faster; GB/s = (distinct input bytes + output bytes) "
+                 "/ time.")
+    return "\n".join(lines)
+
+
+def run_tests(dry_run: bool) -> dict:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_triton.py"]
+    command += ["-k", "reduce_overhead_needs_cuda or ptx"] if dry_run else ["-m", "gpu"]
+    print("$", " ".join(command), flush=True)
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    print(output[-6000:], flush=True)
+    summary = [line for line in output.splitlines() if " passed" in line or " failed" in line or " error" in line]
+    return {"returncode": result.returncode, "summary": summary[-1] if summary else "", "seconds":
+            time.perf_counter() - start, "tail": output[-4000:]}
+
+
+def environment() -> dict:
+    import triton
+
+    info = {"python": sys.version.split()[0], "torch": torch.__version__, "triton": triton.__version__,
+            "cuda_available": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-tests", action="store_true")
+    parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: tiny shapes on the CPU interpreter")
+    args = parser.parse_args()
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
+        return 2
+    device = "cpu" if args.dry_run else "cuda"
+    document = {"environment": environment()}
+    print(json.dumps(document["environment"]), flush=True)
+    if not args.skip_tests:
+        document["tests"] = run_tests(args.dry_run)
+    reports = []
+    if not args.skip_bench:
+        measure = timer(device)
+        wanted = set(args.only.split(",")) if args.only else None
+        for case in cases(device, small=args.dry_run):
+            if wanted and case["name"] not in wanted:
+                continue
+            if args.dry_run and case.get("mode") == "reduce-overhead":
+                continue  # CUDA graphs need a GPU
+            print(f"[bench] {case['name']} {case.get('mode', '')}".rstrip(), flush=True)
+            try:
+                reports.append(run_case(case, device, measure, not args.no_inductor))
+            except Exception as error:  # noqa: BLE001 - one failing case must not hide the others
+                traceback.print_exc()
+                reports.append({"name": case["name"], "error": f"{type(error).__name__}: {str(error)[:300]}"})
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        print(table(reports), flush=True)
+    document["bench"] = reports
+    if os.environ.get("OUT"):
+        path = Path(os.environ["OUT"]) / "gpu_bench.json"
+        path.write_text(json.dumps(document, indent=2, default=str))
+        print(f"wrote {path}")
+    failed_tests = document.get("tests", {}).get("returncode", 0) != 0
+    wrong = any(r.get("error") or r.get("glassbox_ok") is False for r in reports)
+    return 1 if failed_tests or wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

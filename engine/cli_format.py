@@ -75,7 +75,8 @@ def explore_summary(record: dict, verbose: bool = False) -> str:
 def graph_summary(graph: dict, verbose: bool) -> list[str]:
     kernels = graph.get("kernels") or []
     ir_nodes = (graph.get("ir") or {}).get("nodes") or []
-    cache = " (C++ library from the cache)" if graph.get("cache_hit") else ""
+    language = {"cpp": "C++ library", "triton": "Triton kernels"}.get((graph.get("code") or {}).get("language"), "code")
+    cache = f" ({language} from the cache)" if graph.get("cache_hit") else ""
     lines = [f"Graph {graph.get('index', '?')}: {len(graph.get('fx') or [])} FX nodes -> "
              f"{len(graph.get('aten') or [])} ATen nodes -> {plural(len(ir_nodes), 'IR node')} -> "
              f"{plural(len(kernels), 'kernel')}{cache}"]

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine import capture, record as records
+from engine import capture
 from engine import codegen
 from engine.codegen.wrapper import generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile

@@ -93,13 +93,24 @@ template <typename T> static inline T gb_ipow(T base, T exponent) {
     while (exponent) { if (exponent & 1) result *= base; base *= base; exponent >>= 1; }
     return result;
 }
-template <typename T> static inline T gb_sign(T a) { return a != a ? a : (T)((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T gb_sign(T a) { return (T)((T(0) < a) - (a < T(0))); }  // sign(NaN) is 0
+// floor division of floats as torch computes it: from fmod, so that inf // b is NaN and x // 0 is x / 0
+template <typename T> static inline T gb_floordiv_float(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+    if (div == 0) return std::copysign(T(0), a / b);
+    T floored = std::floor(div);
+    return div - floored > T(0.5) ? floored + 1 : floored;
+}
 template <typename T> static inline T gb_erfinv(T y) {
     if (y <= -1) return y == -1 ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
     if (y >= 1) return y == 1 ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
     // initial guess from a logarithmic approximation, then Newton steps on erf(x) - y
     double w = -std::log((1.0 - (double)y) * (1.0 + (double)y));
-    double x = std::copysign(std::sqrt(std::sqrt((4.3307 + w / 2) * (4.3307 + w / 2) - w / 0.147) - (4.3307 + w / 2)), (double)y);
+    double t = 4.3307 - w / 2;  // 2 / (pi * 0.147) + log(1 - y*y) / 2
+    double x = std::copysign(std::sqrt(std::sqrt(t * t + w / 0.147) - t), (double)y);
     for (int i = 0; i < 3; ++i) x -= (std::erf(x) - (double)y) / (1.1283791670955126 * std::exp(-x * x));
     return (T)x;
 }

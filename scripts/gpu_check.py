@@ -124,6 +124,14 @@ def cases(device: str, small: bool) -> list[dict]:
         dict(name="mlp", model=mlp(), inputs=lambda: (torch.randn(32, 128, **f32),), mode="reduce-overhead"),
         dict(name="transformer_block_bf16", model=Block(n(1024, 64), n(16, 4)).to(torch.bfloat16),
              inputs=lambda: (torch.randn(n(8, 2), n(1024, 32), n(1024, 64), device=device, dtype=torch.bfloat16),)),
+        dict(name="transformer_block_bf16", model=Block(n(1024, 64), n(16, 4)).to(torch.bfloat16),
+             inputs=lambda: (torch.randn(n(8, 2), n(1024, 32), n(1024, 64), device=device, dtype=torch.bfloat16),),
+             mode="reduce-overhead"),
+        # the tiny transformer: launch bound, where a CUDA graph pays most
+        dict(name="tiny_transformer", model=Block(64, 4),
+             inputs=lambda: (torch.randn(2, 32, 64, **f32),)),
+        dict(name="tiny_transformer", model=Block(64, 4),
+             inputs=lambda: (torch.randn(2, 32, 64, **f32),), mode="reduce-overhead"),
     ]
 
 

@@ -177,7 +177,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     log = capture.CaptureLog()
     compiled = capture.dynamo_compile(model, make_backend(options, exploration), log, dynamic)
     inputs = tuple(example_inputs)
-    log.current_inputs = capture.describe_inputs(inputs)
+    log.current_inputs = exploration.inputs = capture.describe_inputs(inputs)
     start = time.perf_counter()
     with torch.no_grad():
         outputs = compiled(*inputs)

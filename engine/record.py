@@ -33,6 +33,7 @@ class Exploration:
     device: str
     source: dict = field(default_factory=dict)  # {"filename", "text"}
     description: str = ""
+    inputs: str = ""  # the example inputs, e.g. "float32[64, 1024], float32[1024]"
     options: dict = field(default_factory=dict)
     graphs: list[GraphRecord] = field(default_factory=list)
     graph_breaks: list[dict] = field(default_factory=list)

@@ -9,7 +9,7 @@ import torch
 from engine.capture import fx_origin_names, user_source_line
 from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import loop_var
-from engine.ir.nodes import Extern, Fallback, MultiOutput, Pointwise, Reduction
+from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction
 from engine.ir.ops import use_handler
 from engine.record import GraphRecord
 

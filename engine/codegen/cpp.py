@@ -16,9 +16,10 @@ import sympy
 import torch
 
 from engine.codegen.provenance import LineTag
-from engine.ir.handlers import TextHandler, Var
+from engine.codegen.kernel_printer import KernelPrinter
+from engine.ir.handlers import Var
 from engine.ir.indexing import c_index, simplify_index
-from engine.ir.nodes import Buffer, Pointwise, Reduction
+from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import Inliner, KernelPlan
@@ -74,22 +75,15 @@ def c_constant(value, dtype: torch.dtype) -> str:
     return f"({c_type(dtype)}){value}LL" if dtype == torch.int64 else f"({c_type(dtype)}){value}"
 
 
-class CppPrinter(TextHandler):
+class CppPrinter(KernelPrinter):
     """Writes one kernel body. Loads of this kernel's own nodes are inlined (see kernel_plan.Inliner)."""
 
     def __init__(self, plan: KernelPlan, buffers: dict, inner_var: sympy.Symbol, index_ranges: dict):
-        super().__init__()
-        self.buffers = buffers
+        super().__init__(plan, buffers, compute=self._compute)
         self.inner_var = inner_var
         self.index_ranges = index_ranges
         self.substitution: dict = {}
         self.varying_symbols: set = {inner_var}
-        self.hoisted: list[str] = []  # lines that do not depend on the inner loop variable
-        self.hoisted_tags: list = []
-        self.plan = plan
-        self.inliner = Inliner(plan, external=self._load_memory, accumulator=self._accumulator,
-                               on_inline=self._enter_node, compute=self._compute)
-        self.accumulators: dict[str, Var] = {}
         self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
         self.row_cache_index: sympy.Symbol | None = None
         self.cache_written_now: set[str] = set()
@@ -101,8 +95,7 @@ class CppPrinter(TextHandler):
         if self.row_cache[node.name]:
             return self.emit(slot, node.dtype, True)
         value = node.inner_fn(list(index))
-        self.lines.append(f"{slot} = {value};")
-        self.line_tags.append(self.tag)
+        self.add_line(f"{slot} = {value};", True)
         self.cache_written_now.add(node.name)
         return value
 
@@ -112,37 +105,14 @@ class CppPrinter(TextHandler):
             self.row_cache[name] = True
         self.cache_written_now = set()
 
-    # -- scopes ------------------------------------------------------------------------------------------------
     def emit(self, text, dtype, varying=True):
         key = (text, dtype)
         if key in self._cache:
             return self._cache[key]
         var = Var(next(self._names), dtype, varying)
-        line = self.declare(var, text)
-        if varying:
-            self.lines.append(line)
-            self.line_tags.append(self.tag)
-        else:
-            self.hoisted.append(line)
-            self.hoisted_tags.append(self.tag)
+        self.add_line(self.declare(var, text), varying)
         self._cache[key] = var
         return var
-
-    def start_inner_loop(self):
-        """Forget values computed inside the previous inner loop (they are out of scope now)."""
-        self._cache = {k: v for k, v in self._cache.items() if not v.varying}
-        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
-        self.lines, self.line_tags = [], []
-
-    def take_hoisted(self) -> tuple[list[str], list]:
-        lines, tags = self.hoisted, self.hoisted_tags
-        self.hoisted, self.hoisted_tags = [], []
-        return lines, tags
-
-    def _enter_node(self, node: Buffer):
-        previous = self.tag
-        self.tag = LineTag(node.name)
-        return lambda: setattr(self, "tag", previous)
 
     # -- ops -------------------------------------------------------------------------------------------------
     def declare(self, var, text):
@@ -151,9 +121,6 @@ class CppPrinter(TextHandler):
     def index(self, expr) -> tuple[str, bool]:
         expr = simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
         return c_index(expr), bool(expr.free_symbols & self.varying_symbols)
-
-    def load(self, name, index):
-        return self.inliner.load(name, index)
 
     def _load_memory(self, name, index):
         buffer = self.buffers[name]
@@ -164,9 +131,6 @@ class CppPrinter(TextHandler):
         elif buffer.dtype == torch.bfloat16:
             access = f"gb_bf16_to_float({access})"
         return self.emit(access, buffer.dtype, varying)
-
-    def _accumulator(self, name):
-        return self.accumulators[name]
 
     def constant(self, value, dtype):
         return Var(c_constant(value, dtype), dtype, False)
@@ -190,9 +154,8 @@ class CppPrinter(TextHandler):
     def indirect(self, value, size):
         symbol = self.new_indirect_symbol()
         size_text, size_varying = self.index(size)
-        line = f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : static_cast<int64_t>({value});"
-        (self.lines if value.varying else self.hoisted).append(line)
-        (self.line_tags if value.varying else self.hoisted_tags).append(self.tag)
+        self.add_line(f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : "
+                      f"static_cast<int64_t>({value});", value.varying)
         if value.varying:
             self.varying_symbols.add(symbol)
         return symbol

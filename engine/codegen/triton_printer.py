@@ -1,7 +1,7 @@
 """The Triton printer: loop bodies in the ops protocol -> lines of Triton (engine/codegen/triton.py puts the
 lines into kernels).
 
-Like CppPrinter it is a TextHandler (one temporary per op, identical expressions shared) whose loads follow
+Like CppPrinter it is a KernelPrinter (one temporary per op, identical expressions shared) whose loads follow
 kernel_plan.Inliner. Each value is a Triton tensor whose shape is known from the kernel axes it varies along
 (TVar.dims): [XBLOCK] in a pointwise kernel, [XBLOCK, 1] / [1, RBLOCK] / [XBLOCK, RBLOCK] in a reduction tile.
 Loads are masked by exactly the axes their index varies along. Index expressions are sympy, printed as Python
@@ -16,12 +16,11 @@ import sympy
 import torch
 from sympy.printing.str import StrPrinter
 
-from engine.codegen.provenance import LineTag
-from engine.ir.handlers import TextHandler, Var
+from engine.codegen.kernel_printer import KernelPrinter
+from engine.ir.handlers import Var
 from engine.ir.indexing import simplify_index
-from engine.ir.nodes import Buffer
 from engine.ir.ops import BINARY, UNARY, compute_dtype, result_dtype
-from engine.schedule.kernel_plan import Inliner, KernelPlan
+from engine.schedule.kernel_plan import KernelPlan
 
 TL_TYPES = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -129,26 +128,18 @@ HELPER_UNARY = {name: f"gb_{name}" for name in (
 INTEGER_IDENTITY = {"floor", "ceil", "trunc", "round"}  # on integers these return their argument
 
 
-class TritonPrinter(TextHandler):
+class TritonPrinter(KernelPrinter):
     """Writes one kernel body. `inner` is the axis of the innermost loop ("x" for pointwise, "r" for
     reductions): values that do not vary along it are hoisted above that loop (Note [Triton kernel shapes])."""
 
     def __init__(self, plan: KernelPlan, buffers: dict, inner: str, masks: dict):
-        super().__init__()
-        self.plan = plan
-        self.buffers = buffers
+        super().__init__(plan, buffers)
         self.inner = inner
         self.masks = masks  # {"x": "xmask" or None, "r": "rmask" or None, "xr": ...}
         self.ranges = {plan.x: plan.rows, plan.r: plan.red}
         self.symbol_dims: dict = {plan.x: X, plan.r: R}
-        self.hoisted: list[str] = []
-        self.hoisted_tags: list = []
-        self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
-                               on_inline=self._enter_node)
-        self.accumulators: dict[str, TVar] = {}
         self.loaded: set[str] = set()  # buffers read from memory (the kernel's pointer arguments)
 
-    # -- scopes (as in CppPrinter) ---------------------------------------------------------------------------
     def emit(self, text, dtype, dims=frozenset()):
         key = (text, dtype)
         if key in self._cache:
@@ -159,31 +150,11 @@ class TritonPrinter(TextHandler):
         self._cache[key] = var
         return var
 
-    def add_line(self, line: str, varying: bool):
-        (self.lines if varying else self.hoisted).append(line)
-        (self.line_tags if varying else self.hoisted_tags).append(self.tag)
-
-    def start_inner_loop(self):
-        """Forget values of the previous loop over r (out of scope after it)."""
-        self._cache = {k: v for k, v in self._cache.items() if not v.varying}
-        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
-        self.lines, self.line_tags = [], []
-
     def take(self) -> tuple[list[str], list]:
         """Hoisted lines, then the loop's lines; both emptied."""
         lines, tags = self.hoisted + self.lines, self.hoisted_tags + self.line_tags
         self.hoisted, self.hoisted_tags, self.lines, self.line_tags = [], [], [], []
         return lines, tags
-
-    def take_hoisted(self) -> tuple[list[str], list]:
-        lines, tags = self.hoisted, self.hoisted_tags
-        self.hoisted, self.hoisted_tags = [], []
-        return lines, tags
-
-    def _enter_node(self, node: Buffer):
-        previous = self.tag
-        self.tag = LineTag(node.name)
-        return lambda: setattr(self, "tag", previous)
 
     # -- helpers -------------------------------------------------------------------------------------------
     def mask(self, dims) -> str | None:
@@ -200,9 +171,6 @@ class TritonPrinter(TextHandler):
         return triton_index(expr), dims
 
     # -- special ops ---------------------------------------------------------------------------------------
-    def load(self, name, index):
-        return self.inliner.load(name, index)
-
     def _load_memory(self, name, index):
         buffer = self.buffers[name]
         self.loaded.add(name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Fallback, InputBuffer, MultiOutput, Pointwise, Reduction, TensorValue
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
 from engine.ir.ops import use_handler
 from engine.lowering.graph import LoweredGraph
 from engine.schedule import policy

@@ -8,6 +8,7 @@ in the printer), so a row's mean or a broadcast bias is computed once per row, n
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +281,17 @@ class _Source:
         for line, tag in zip(lines, tags):
             self.add(line, tag)
 
+    @contextlib.contextmanager
+    def block(self, header: str = "", pragma: str = ""):
+        """`pragma`, `header {`, the indented body, `}`."""
+        if pragma:
+            self.add(pragma)
+        self.add(f"{header} {{".lstrip())
+        self.depth += 1
+        yield
+        self.depth -= 1
+        self.add("}")
+
 
 def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symbol]) -> CppKernel:
     plan = kernel.plan
@@ -312,25 +324,12 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
         stores, store_tags = _emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
     hoisted, hoisted_tags = printer.take_hoisted()
     body = _Source()
-    body.add("{")
-    body.depth += 1
-    parallel = _parallel_clause(outer * inner)
-    if parallel:
-        body.add(parallel)
-    body.add(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo) {{")
-    body.depth += 1
-    body.extend(hoisted, hoisted_tags)
-    body.add("#pragma omp simd")
-    body.add(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi) {{")
-    body.depth += 1
-    body.extend(printer.lines, printer.line_tags)
-    body.extend(stores, store_tags)
-    body.depth -= 1
-    body.add("}")
-    body.depth -= 1
-    body.add("}")
-    body.depth -= 1
-    body.add("}")
+    with body.block():
+        with body.block(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo)", _parallel_clause(outer * inner)):
+            body.extend(hoisted, hoisted_tags)
+            with body.block(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi)", "#pragma omp simd"):
+                body.extend(printer.lines, printer.line_tags)
+                body.extend(stores, store_tags)
     return _finish(kernel, buffers, body, size_symbols)
 
 
@@ -368,57 +367,44 @@ def _reduction_passes(kernel: Kernel, plan: KernelPlan, buffers) -> list[list[Re
 def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -> CppKernel:
     x, r = plan.x, plan.r
     printer = CppPrinter(plan, buffers, r, {x: plan.rows, r: plan.red})
-    body = _Source()
-    body.add("{")
-    body.depth += 1
-    parallel = _parallel_clause(plan.rows * plan.red)
-    if parallel:
-        body.add(parallel)
-    body.add(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0) {{")
-    body.depth += 1
-    printer.substitution = {x: sympy.Symbol("x0", integer=True, nonnegative=True)}
-    printer.index_ranges = {printer.substitution[x]: plan.rows, r: plan.red}
+    x_symbol = sympy.Symbol("x0", integer=True, nonnegative=True)
     r_symbol = sympy.Symbol("r0", integer=True, nonnegative=True)
-    printer.substitution[r] = r_symbol
-    printer.index_ranges[r_symbol] = plan.red
+    printer.substitution = {x: x_symbol, r: r_symbol}
+    printer.index_ranges = {x_symbol: plan.rows, r_symbol: plan.red}
     printer.varying_symbols = {r_symbol}
-    printer.inner_var = r_symbol
-    printer.row_cache_index = r_symbol
+    printer.inner_var = printer.row_cache_index = r_symbol
     passes = _reduction_passes(kernel, plan, buffers)
-    for name in _row_cache_nodes(kernel, plan, buffers, passes):
-        node = buffers[name]
-        printer.row_cache[name] = False
-        body.add(f"alignas(64) {c_type(node.dtype)} cache_{name}[{c_index(plan.red)}];", LineTag(name))
-    with use_handler(printer):
-        for group in passes:
-            _emit_pass(group, plan, printer, body, r_symbol)
-            printer.finish_pass()
-        stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
-        stored_rows = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) != "full"]
-        for node in stored_rows:
+    body = _Source()
+    with body.block(), body.block(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0)",
+                                  _parallel_clause(plan.rows * plan.red)):
+        for name in _row_cache_nodes(kernel, plan, buffers, passes):
+            printer.row_cache[name] = False
+            body.add(f"alignas(64) {c_type(buffers[name].dtype)} cache_{name}[{c_index(plan.red)}];", LineTag(name))
+        with use_handler(printer):
+            for group in passes:
+                _emit_pass(group, plan, printer, body)
+                printer.finish_pass()
+            _emit_row_epilogue(kernel, plan, printer, body)
+    return _finish(kernel, buffers, body, size_symbols)
+
+
+def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, body: _Source) -> None:
+    """After the passes: store per-row values, then one more loop over the row for full-size outputs."""
+    for node in kernel.nodes:
+        if node.name in kernel.stored and plan.role(node) != "full":
             printer.tag = LineTag(node.name)
             value = printer.accumulators[node.name] if isinstance(node, Reduction) else node.inner_fn(plan.index(node))
             index_text, _ = printer.index(node.storage_offset(plan.index(node)))
-            lines, tags = printer.take_hoisted()
-            body.extend(lines, tags)
+            body.extend(*printer.take_hoisted())
             body.add(_store_text(node, index_text, value), LineTag(node.name))
-        if stored_full:
-            printer.start_inner_loop()
-            stores, store_tags = _emit_stores(stored_full, plan, printer)
-            lines, tags = printer.take_hoisted()
-            body.extend(lines, tags)
-            body.add("#pragma omp simd")
-            body.add(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0) {{")
-            body.depth += 1
+    stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
+    if stored_full:
+        printer.start_inner_loop()
+        stores, store_tags = _emit_stores(stored_full, plan, printer)
+        body.extend(*printer.take_hoisted())
+        with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", "#pragma omp simd"):
             body.extend(printer.lines, printer.line_tags)
             body.extend(stores, store_tags)
-            body.depth -= 1
-            body.add("}")
-    body.depth -= 1
-    body.add("}")
-    body.depth -= 1
-    body.add("}")
-    return _finish(kernel, buffers, body, size_symbols)
 
 
 # Note [Row cache]
@@ -476,7 +462,7 @@ def _uses_expensive_op(node: Buffer, buffers) -> bool:
     return bool(used & EXPENSIVE_OPS)
 
 
-def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: _Source, r_symbol):
+def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: _Source):
     printer.start_inner_loop()
     updates, update_tags, clauses, finals = [], [], [], []
     vectorizable = True
@@ -520,16 +506,11 @@ def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, bo
             update_tags.append(LineTag(node.name))
             clauses.append(f"reduction({SIMD_CLAUSE[kind]}:{acc})")
         printer.accumulators[node.name] = Var(acc, dtype, False)
-    lines, tags = printer.take_hoisted()
-    body.extend(lines, tags)
-    if vectorizable:
-        body.add(f"#pragma omp simd {' '.join(clauses)}")
-    body.add(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0) {{")
-    body.depth += 1
-    body.extend(printer.lines, printer.line_tags)
-    body.extend(updates, update_tags)
-    body.depth -= 1
-    body.add("}")
+    body.extend(*printer.take_hoisted())
+    pragma = f"#pragma omp simd {' '.join(clauses)}" if vectorizable else ""
+    with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
+        body.extend(printer.lines, printer.line_tags)
+        body.extend(updates, update_tags)
     for line, name in finals:
         body.add(line, LineTag(name))
 

@@ -3,15 +3,22 @@
 Note [Compile cache]
 The key hashes the source, the flags and the compiler's version. Entries are written to a temporary name
 and renamed into place, so a crash or a concurrent build never leaves a half-written library under a key.
+Next to each library, kernels.so.sha256 holds its checksum (written, also atomically, after the library):
+an entry whose library is missing, truncated or altered does not match and is rebuilt. Builders of one key
+take an exclusive lock (flock on kernels.lock in the entry's directory), so concurrent explorations of the
+same model compile it once; the others wait and then find the entry. When the cache directory cannot be
+created or written (read-only, full disk), we warn and build in a fresh temporary directory instead.
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import functools
 import hashlib
 import os
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 BASE_FLAGS = ["-O3", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
@@ -70,23 +77,61 @@ def library_key(source: str) -> str:
 
 
 def build_library(source: str) -> tuple[Path, bool]:
-    """Compile `source` to a shared library; returns (path, cache_hit)."""
+    """Compile `source` to a shared library; returns (path, cache_hit). See Note [Compile cache]."""
     key = library_key(source)
-    target = cache_dir() / "cpp" / key / "kernels.so"
-    if target.exists():
-        return target, True
-    target.parent.mkdir(parents=True, exist_ok=True)
-    (target.parent / "kernels.cpp").write_text(source)
-    fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    try:
+        entry = cache_dir() / "cpp" / key
+        entry.mkdir(parents=True, exist_ok=True)
+        lock = open(entry / "kernels.lock", "a")
+    except OSError as error:
+        warnings.warn(f"Glassbox's compile cache is not usable ({error}); building without it.", stacklevel=2)
+        return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-"))), False
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        target = entry / "kernels.so"
+        if _intact(target):
+            return target, True
+        try:
+            return _compile(source, entry), False
+        except OSError as error:  # e.g. the disk filled up while writing the entry
+            warnings.warn(f"Glassbox could not write to its compile cache ({error}); building without it.",
+                          stacklevel=2)
+            return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-"))), False
+
+
+def _checksum(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _intact(target: Path) -> bool:
+    """Whether a cache entry's library exists and matches the checksum written after it."""
+    try:
+        return _checksum(target) == (target.parent / "kernels.so.sha256").read_text().strip()
+    except OSError:
+        return False
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp_path = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp_path, path)
+
+
+def _compile(source: str, directory: Path) -> Path:
+    target = directory / "kernels.so"
+    _atomic_write(directory / "kernels.cpp", source)
+    fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
-    command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(target.parent / "kernels.cpp"),
+    command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(directory / "kernels.cpp"),
                "-o", tmp_path, *[f for f in flags() if f.startswith("-l")]]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(tmp_path)
         raise BuildError(f"g++ failed on generated code:\n{result.stderr[-4000:]}")
     os.replace(tmp_path, target)
-    return target, False
+    _atomic_write(directory / "kernels.so.sha256", _checksum(target))
+    return target
 
 
 def load_library(path: Path) -> ctypes.CDLL:

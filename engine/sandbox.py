@@ -47,6 +47,7 @@ class SandboxResult:
     peak_rss_mb: float
     limit_hit: str | None = None  # "time", "memory", "output", "processes", or None
     details: list[str] = field(default_factory=list)
+    session: int | None = None  # the worker's session (process group) id, to check that nothing is left
 
     @property
     def ok(self) -> bool:
@@ -70,7 +71,7 @@ class SandboxResult:
         return self.stderr.strip()[-4000:]
 
 
-def clean_environment(workdir: Path) -> dict[str, str]:
+def clean_environment(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
@@ -82,7 +83,11 @@ def clean_environment(workdir: Path) -> dict[str, str]:
             env[key] = os.environ[key]
     if "GLASSBOX_CACHE_DIR" not in env:  # keep sharing the user's compile cache; HOME moved
         from engine.build import cache_dir
-        env["GLASSBOX_CACHE_DIR"] = str(cache_dir())
+        try:
+            env["GLASSBOX_CACHE_DIR"] = str(cache_dir())
+        except OSError:  # the worker warns and builds without a cache (Note [Compile cache])
+            pass
+    env.update(extra or {})
     return env
 
 
@@ -105,8 +110,10 @@ def _group_usage(session: int) -> tuple[float, int]:
     return rss_kb / 1024, count
 
 
-def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | None = None) -> SandboxResult:
-    """Run argv (a Python module invocation or any command) under the limits of Note [Sandbox]."""
+def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | None = None,
+                  env: dict[str, str] | None = None) -> SandboxResult:
+    """Run argv (a Python module invocation or any command) under the limits of Note [Sandbox].
+    `env` adds or overrides variables of the clean environment (e.g. CXX, to test a failing compiler)."""
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="glassbox-run-")) if own_dir else workdir
 
@@ -115,7 +122,7 @@ def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | No
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     start = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=workdir, env=clean_environment(workdir), stdin=subprocess.DEVNULL,
+    process = subprocess.Popen(argv, cwd=workdir, env=clean_environment(workdir, env), stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                preexec_fn=limit_cpu)
     chunks = {"stdout": [], "stderr": []}
@@ -157,7 +164,8 @@ def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | No
     if own_dir:
         subprocess.run(["rm", "-rf", str(workdir)], check=False)
     return SandboxResult(process.returncode, b"".join(chunks["stdout"]).decode(errors="replace"),
-                         b"".join(chunks["stderr"]).decode(errors="replace"), wall, peak, hit["limit"])
+                         b"".join(chunks["stderr"]).decode(errors="replace"), wall, peak, hit["limit"],
+                         session=process.pid)
 
 
 def _kill(process: subprocess.Popen) -> None:

@@ -51,3 +51,60 @@ def test_a_sample_explores_through_the_sandbox():
     assert result.ok, result.explain()
     record = json.loads(result.stdout)
     assert record["verify"]["ok"] and record["graphs"][0]["kernels"]
+
+
+def _worker_pid(marker: str, timeout_s: float = 60) -> int:
+    """The pid of the worker whose command line names `marker` (its model file)."""
+    import time
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and entry.name != str(os.getpid()):
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                        argv = cmdline.read()
+                    if marker.encode() in argv and b"explore" in argv:
+                        return int(entry.name)
+                except OSError:
+                    continue
+        time.sleep(0.1)
+    raise AssertionError("the worker never started")
+
+
+def test_killing_a_worker_mid_run_gives_a_clear_message_and_the_next_run_works(tmp_path):
+    import signal
+    import threading
+    target = _model_file(tmp_path, """
+        import time, torch
+        time.sleep(60)
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+    """)
+    results = []
+    runner = threading.Thread(target=lambda: results.append(
+        run_sandboxed(explore_command(target, []), Limits(timeout_s=90))))
+    runner.start()
+    os.kill(_worker_pid(target), signal.SIGKILL)
+    runner.join(timeout=60)
+    assert results and results[0].returncode == -signal.SIGKILL
+    assert "died (SIGKILL)" in results[0].explain()
+    test_a_sample_explores_through_the_sandbox()
+
+
+def test_four_explorations_at_once_all_finish_correctly(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    targets = []
+    for scale in range(4):
+        (tmp_path / f"m{scale}").mkdir()
+        targets.append(_model_file(tmp_path / f"m{scale}", f"""
+            import torch
+            def model(x):
+                return torch.relu(x) * {scale + 2} + 1
+            example_inputs = (torch.randn(8, 8),)
+        """))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda t: run_sandboxed(explore_command(t, []), Limits(timeout_s=240)), targets))
+    for result in results:
+        assert result.ok, result.explain()
+        assert json.loads(result.stdout)["verify"]["ok"]

@@ -1,0 +1,426 @@
+"""The hostile and broken input suite (issue 6): each case is a model file, run through the sandbox.
+
+    python scripts/hostile_suite.py [--jobs N] [--out reports/hostile_suite.md]
+
+Each case is (name, model-file source, expected outcome, options). Outcomes:
+  ok              the worker exits 0 with a record whose verify is ok
+  user-error      exit 2: the model file is at fault, and the message names the problem
+  clear-failure   exit 1: Glassbox failed, said so in one paragraph
+  limit:WHAT      the sandbox stopped the worker (time, memory, output, processes)
+  crashed:SIGNAL  the worker died from a signal; the sandbox says so
+  no-record       the worker exited 0 but produced no record (the model called os._exit)
+After each case nothing of its process group may be left running; after each group of cases a good
+exploration runs, and its time is the group's "time to recover". tests/test_hostile.py reuses CASES and run_case.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import textwrap
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engine.sandbox import Limits, SandboxResult, explore_command, run_sandboxed  # noqa: E402
+
+SECRET_NAME, SECRET_VALUE = "GLASSBOX_HOSTILE_SECRET", "hunter2-" + uuid.uuid4().hex[:8]
+OUTSIDE_FILE = Path("/tmp") / f"glassbox-hostile-outside-{uuid.uuid4().hex[:8]}.txt"
+
+
+@dataclass
+class Case:
+    name: str
+    source: str
+    expected: str
+    limits: Limits = field(default_factory=lambda: Limits(timeout_s=90, memory_mb=3000))
+    env: dict[str, str] | None = None
+    message: str | None = None   # a regex the final message must match
+    note: str = ""               # shown in the report's outcome column
+
+
+GOOD = """
+import torch
+def model(x):
+    return torch.relu(x) * 2 + 1
+example_inputs = (torch.randn(4, 8),)
+"""
+
+def _src(body: str) -> str:
+    return textwrap.dedent(body).lstrip("\n")
+
+
+CASES: list[Case] = [
+    Case("baseline", _src(GOOD), "ok"),
+    Case("syntax error", _src("""
+        import torch
+        def model(x)
+            return x
+        """), "user-error", message=r"\.py:2\b"),
+    Case("missing model", _src("""
+        import torch
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"does not define `model`"),
+    Case("model raises", _src("""
+        import torch
+        def model(x):
+            raise ValueError("bad input shape")
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"bad input shape"),
+    Case("infinite loop", _src("""
+        import torch
+        def model(x):
+            while True:
+                x = x + 1
+        example_inputs = (torch.randn(3),)
+        """), "limit:time", limits=Limits(timeout_s=12)),
+    Case("sleeps forever", _src("""
+        import time, torch
+        time.sleep(10_000)
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "limit:time", limits=Limits(timeout_s=8)),
+    Case("memory bomb", _src("""
+        import torch
+        hoard = []
+        def model(x):
+            while True:
+                hoard.append(torch.ones(2 ** 25))
+        example_inputs = (torch.randn(3),)
+        """), "limit:memory", limits=Limits(timeout_s=60, memory_mb=1200)),
+    Case("fork bomb (200 sleeping children)", _src("""
+        import subprocess
+        children = [subprocess.Popen(["sleep", "60"]) for _ in range(200)]
+        import torch
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "limit:processes", limits=Limits(timeout_s=60, processes=32)),
+    Case("prints megabytes", _src("""
+        import torch
+        def model(x):
+            print("x" * (8 << 20))
+            return x + 1
+        example_inputs = (torch.randn(3),)
+        """), "limit:output", limits=Limits(timeout_s=60, output_bytes=2 << 20)),
+    Case("writes outside the work dir", _src(f"""
+        import torch
+        open({str(OUTSIDE_FILE)!r}, "w").write("written by a model")
+        def model(x):
+            return x * 3
+        example_inputs = (torch.randn(3),)
+        """), "ok", note="allowed: not confined, see README Security"),
+    Case("reads environment variables", _src(f"""
+        import os, torch
+        def model(x):
+            raise RuntimeError("seen secret: " + repr(os.environ.get({SECRET_NAME!r})))
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"seen secret: None", note="secret not inherited"),
+    Case("os.system in forward", _src("""
+        import os, torch
+        def model(x):
+            os.system("echo model-ran-a-shell-command >&2")
+            return x - 1
+        example_inputs = (torch.randn(3),)
+        """), "ok", note="allowed: runs inside the sandbox (graph break)"),
+    Case("subprocess at import", _src("""
+        import subprocess, torch
+        subprocess.run(["true"], check=True)
+        def model(x):
+            return x - 1
+        example_inputs = (torch.randn(3),)
+        """), "ok", note="allowed: runs inside the sandbox"),
+    Case("imports a missing module", _src("""
+        import torch
+        import glassbox_no_such_module
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"glassbox_no_such_module"),
+    Case("huge shape", _src("""
+        import torch
+        def model(x):
+            return x + 1
+        example_inputs = (torch.empty(2 ** 26, 2 ** 26),)
+        """), "user-error"),
+    Case("NaN and Inf inputs", _src("""
+        import torch
+        def model(x):
+            return torch.relu(x) * 2 + torch.exp(x)
+        example_inputs = (torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0]),)
+        """), "ok"),
+    Case("non-tensor output", _src("""
+        import torch
+        def model(x):
+            return "a string", 3
+        example_inputs = (torch.randn(3),)
+        """), "ok"),
+    Case("integer overflow", _src("""
+        import torch
+        def model(x):
+            return x * 2_000_000_000 + x
+        example_inputs = (torch.tensor([1, 2, 3], dtype=torch.int32),)
+        """), "ok"),
+    Case("mutates its inputs", _src("""
+        import torch
+        def model(x):
+            x.add_(1)
+            return x * 2
+        example_inputs = (torch.randn(4),)
+        """), "ok", note="verify passes; errors vs eager reported (input mutated twice)"),
+    Case("in-place op on a view", _src("""
+        import torch
+        def model(x):
+            y = x.clone()
+            y[0].mul_(5)
+            return y + 1
+        example_inputs = (torch.randn(3, 4),)
+        """), "ok"),
+    Case("data-dependent shape (nonzero)", _src("""
+        import torch
+        def model(x):
+            return torch.nonzero(x > 0)
+        example_inputs = (torch.randn(16),)
+        """), "ok"),
+    Case("randomness (dropout in train mode)", _src("""
+        import torch
+        model = torch.nn.Dropout(0.5).train()
+        example_inputs = (torch.randn(64),)
+        """), "ok", note="verify passes although values differ: random ops"),
+    Case("C++ compiler fails", _src(GOOD), "clear-failure", env={"CXX": "/bin/false"},
+         message=r"compil"),
+    Case("empty file", "", "user-error", message=r"does not define `model`"),
+    Case("null bytes in the source", "import torch\x00\n", "user-error"),
+    Case("model is not callable", _src("""
+        import torch
+        model = 42
+        example_inputs = (torch.randn(3),)
+        """), "user-error"),
+    Case("example_inputs is not a tuple of tensors", _src("""
+        import torch
+        def model(x):
+            return x
+        example_inputs = "not tensors"
+        """), "user-error"),
+    Case("infinite recursion", _src("""
+        import torch
+        def model(x):
+            return model(x)
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"[Rr]ecursion"),
+    Case("sys.exit at import", _src("""
+        import sys
+        sys.exit(3)
+        """), "user-error"),
+    Case("os._exit in forward", _src("""
+        import os, torch
+        def model(x):
+            os._exit(0)
+        example_inputs = (torch.randn(3),)
+        """), "no-record"),
+    Case("segfault", _src("""
+        import ctypes, torch
+        def model(x):
+            ctypes.string_at(0)
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "crashed:SIGSEGV"),
+    Case("kills its own process group", _src("""
+        import os, signal, torch
+        os.killpg(0, signal.SIGKILL)
+        """), "crashed:SIGKILL"),
+    Case("reads stdin", _src("""
+        import torch
+        answer = input("password? ")
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"EOF"),
+    Case("raises KeyboardInterrupt", _src("""
+        import torch
+        def model(x):
+            raise KeyboardInterrupt
+        example_inputs = (torch.randn(3),)
+        """), "crashed:SIGINT", note="Python exits by SIGINT; the sandbox says the worker died"),
+    Case("hostile parameter names", _src("""
+        import torch
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_parameter('w"); system("rm -rf ~', torch.nn.Parameter(torch.randn(3)))
+                self.register_buffer("int main(){}", torch.ones(3))
+            def forward(self, x):
+                return x * getattr(self, 'w"); system("rm -rf ~') + getattr(self, "int main(){}")
+        model = M()
+        example_inputs = (torch.randn(3),)
+        """), "ok"),
+    Case("complex dtype", _src("""
+        import torch
+        def model(x):
+            return x * 2
+        example_inputs = (torch.randn(3, dtype=torch.complex64),)
+        """), "ok"),
+    Case("zero-size input", _src("""
+        import torch
+        def model(x):
+            return x.sum(0) + 1
+        example_inputs = (torch.randn(0, 5),)
+        """), "ok"),
+]
+
+
+@dataclass
+class Outcome:
+    case: Case
+    outcome: str
+    message: str
+    seconds: float
+    leftovers: list[int]
+    result: SandboxResult
+    recovery_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.outcome != self.case.expected:
+            found.append(f"expected {self.case.expected}, got {self.outcome}: {self.message[:300]}")
+        if self.leftovers:
+            found.append(f"processes left running: {self.leftovers}")
+        if self.case.message and not re.search(self.case.message, self.message):
+            found.append(f"message does not match {self.case.message!r}: {self.message[:300]}")
+        if self.outcome in ("user-error", "clear-failure") and (
+                "Traceback" in self.result.stderr or not self.message):
+            found.append(f"no clear message, or a raw traceback: {self.result.stderr[-600:]}")
+        if SECRET_VALUE in self.result.stdout + self.result.stderr:
+            found.append("the worker saw the parent's secret")
+        return found
+
+
+def final_message(stderr: str) -> str:
+    """The message the CLI prints last on failure: its error line, the source excerpt and the advice (at most
+    three short paragraphs), on one line."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", stderr.strip()) if p.strip()]
+    if not paragraphs:
+        return ""
+    return " ".join(" ".join(paragraphs[-3:]).split())
+
+
+def classify(result: SandboxResult) -> tuple[str, str]:
+    if result.limit_hit:
+        return f"limit:{result.limit_hit}", result.explain()
+    code = result.returncode
+    if code is not None and code < 0:
+        import signal
+        return f"crashed:{signal.Signals(-code).name}", result.explain()
+    if code == 0:
+        try:
+            record = json.loads(result.stdout)
+        except ValueError:
+            return "no-record", "the worker exited without a record"
+        verify = record.get("verify") or {}
+        return ("ok" if verify.get("ok") else "not-verified"), json.dumps(verify)[:300]
+    if code == 2:
+        return "user-error", final_message(result.stderr)
+    if code == 1:
+        return "clear-failure", final_message(result.stderr)
+    return f"exit:{code}", final_message(result.stderr)
+
+
+def leftovers(session: int | None) -> list[int]:
+    """Live (non-zombie) processes still in the worker's session, after a short grace for the kernel."""
+    if session is None:
+        return []
+    for _ in range(20):
+        alive = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != b"Z":
+                alive.append(int(entry.name))
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
+def run_case(case: Case, workdir: Path) -> Outcome:
+    os.environ[SECRET_NAME] = SECRET_VALUE  # the parent has a secret; the worker must not see it
+    path = workdir / f"{re.sub(r'[^a-z0-9]+', '_', case.name.lower())}.py"
+    path.write_bytes(case.source.encode())
+    try:
+        result = run_sandboxed(explore_command(str(path), []), case.limits, env=case.env)
+        outcome, message = classify(result)
+        if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
+            outcome = "file-not-written"  # pins the behaviour: the sandbox does not confine the file system
+        return Outcome(case, outcome, message, result.wall_s, leftovers(result.session), result)
+    finally:
+        if case.name == "writes outside the work dir" and OUTSIDE_FILE.exists():
+            OUTSIDE_FILE.unlink()
+
+
+def run_suite(workdir: Path, jobs: int = 2, group_size: int = 6, cases: list[Case] = CASES) -> list[Outcome]:
+    """Run every case; after each group, one good exploration (its wall time is the group's recovery)."""
+    groups = [cases[i:i + group_size] for i in range(0, len(cases), group_size)]
+
+    def run_group(group: list[Case]) -> list[Outcome]:
+        outcomes = [run_case(case, workdir) for case in group]
+        check = run_case(CASES[0], workdir)
+        if not check.passed:
+            raise AssertionError(f"the exploration after {[c.name for c in group]} failed: {check.problems()}")
+        for outcome in outcomes:
+            outcome.recovery_s = check.seconds
+        return outcomes
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return [outcome for outcomes in pool.map(run_group, groups) for outcome in outcomes]
+
+
+def report(outcomes: list[Outcome]) -> str:
+    lines = ["# Hostile input suite", "",
+             "Generated by `python scripts/hostile_suite.py` (also run by tests/test_hostile.py). Every case runs",
+             "through the sandbox (engine/sandbox.py); after each case no process of its group is left, and after",
+             "each group a good exploration runs: its wall time is the group's time to recover.", "",
+             "| case | outcome | message (first 120 chars) | seconds | recovery seconds | pass |",
+             "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        shown = o.outcome + (f" ({o.case.note})" if o.case.note else "")
+        message = o.message.replace("|", "\\|").replace("\n", " ")[:120]
+        recovery = f"{o.recovery_s:.1f}" if o.recovery_s is not None else "-"
+        lines.append(f"| {o.case.name} | {shown} | {message} | {o.seconds:.1f} | {recovery} | "
+                     f"{'yes' if o.passed else 'NO: ' + '; '.join(o.problems())[:200]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "reports" / "hostile_suite.md"))
+    args = parser.parse_args()
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="glassbox-hostile-") as tmp:
+        outcomes = run_suite(Path(tmp), jobs=args.jobs)
+    text = report(outcomes)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Hostile and broken model files, through the sandbox (issue 6): each ends with its expected clear outcome,
+nothing of its process group is left running, and the next exploration works. The case list lives in
+scripts/hostile_suite.py (which also writes reports/hostile_suite.md)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import hostile_suite  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return {o.case.name: o for o in hostile_suite.run_suite(tmp_path_factory.mktemp("hostile"), jobs=3)}
+
+
+def test_the_suite_has_at_least_thirty_cases():
+    assert len(hostile_suite.CASES) >= 30
+    assert len({case.name for case in hostile_suite.CASES}) == len(hostile_suite.CASES)
+
+
+@pytest.mark.parametrize("name", [case.name for case in hostile_suite.CASES])
+def test_hostile_case(outcomes, name):
+    outcome = outcomes[name]
+    assert outcome.passed, outcome.problems()
+    assert outcome.recovery_s is not None  # a good exploration ran after this case's group, and worked
+
+
+def test_the_outside_file_was_cleaned_up(outcomes):
+    assert not hostile_suite.OUTSIDE_FILE.exists()

@@ -142,7 +142,9 @@ def explore_command(args) -> tuple[dict, int]:
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
     checks = [record.get("verify") or {}] + [run.get("verify") or {} for run in record.get("runs") or []]
     if not all(check.get("ok") for check in checks):
-        print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above).", file=sys.stderr)
+        problems = [check["problem"] for check in checks if check.get("problem")]
+        print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above)."
+              + (f" {problems[0]}" if problems else ""), file=sys.stderr)
         return record, EXIT_FAILED
     return record, EXIT_OK
 

@@ -180,7 +180,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     log.current_inputs = exploration.inputs = capture.describe_inputs(inputs)
     start = time.perf_counter()
     with torch.no_grad():
-        outputs = compiled(*inputs)
+        outputs = compiled(*run.fresh(inputs))  # a model may mutate its inputs: keep the originals for eager
     total = time.perf_counter() - start
     for graph in exploration.graphs:
         for stage_name, seconds in graph.timings.items():
@@ -194,7 +194,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         graphs_before = len(exploration.graphs)
         try:
             with torch.no_grad():
-                extra_outputs = compiled(*extra)
+                extra_outputs = compiled(*run.fresh(extra))
             result = run.verify(model, extra, extra_outputs, tolerance)
         except Exception as error:  # one failing input set is reported; the exploration stands
             exploration.errors.append({"stage": "run", "inputs": log.current_inputs,

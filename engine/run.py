@@ -125,10 +125,25 @@ def fp64_reference(model, inputs) -> tuple[list | None, str]:
         return None, f"model does not run in float64 ({type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''})"
 
 
-def verify(model, inputs, outputs, tolerance: dict | None = None, reference: bool = True) -> dict:
-    """Run the model eagerly and compare every output (Note [Tolerance policy])."""
+def fresh(inputs) -> tuple:
+    """Copies of the inputs, so that a model that mutates them sees the same values on every run."""
+    return tuple(torch.utils._pytree.tree_map(
+        lambda x: x.clone() if isinstance(x, torch.Tensor) else x, list(inputs)))
+
+
+def _is_random(model, inputs, expected_list, tolerance) -> bool:
+    """Does eager disagree with itself? Then no comparison can hold (dropout in training, torch.rand)."""
     with torch.no_grad():
-        expected = model(*inputs)
+        again = flatten_outputs(model(*fresh(inputs)))
+    return len(again) != len(expected_list) or not all(
+        compare(e, a, tolerance)["ok"] for e, a in zip(expected_list, again))
+
+
+def verify(model, inputs, outputs, tolerance: dict | None = None, reference: bool = True) -> dict:
+    """Run the model eagerly (on copies of `inputs`, which must be the values the compiled run saw) and
+    compare every output (Note [Tolerance policy])."""
+    with torch.no_grad():
+        expected = model(*fresh(inputs))
     expected_list, actual_list = flatten_outputs(expected), flatten_outputs(outputs)
     if len(expected_list) != len(actual_list):
         return {"ok": False, "max_abs_err": float("inf"), "max_rel_err": float("inf"), "outputs": [],
@@ -138,8 +153,14 @@ def verify(model, inputs, outputs, tolerance: dict | None = None, reference: boo
         entry["close_to_eager"] = entry["ok"]
         entry["judged_by"] = "eager"
     result_extra = {}
+    if not all(o["ok"] for o in per_output) and _is_random(model, inputs, expected_list, tolerance):
+        return {"ok": False, "max_abs_err": max(o["max_abs_err"] for o in per_output),
+                "max_rel_err": max(o["max_rel_err"] for o in per_output), "outputs": per_output,
+                "problem": "the model is random: two eager runs on the same inputs disagree (dropout in training "
+                           "mode, torch.rand, ...), so its outputs cannot be checked. Call model.eval(), or make "
+                           "the randomness an input."}
     if reference and any(e.dtype.is_floating_point and "problem" not in o for o, e in zip(per_output, expected_list)):
-        references, why_not = fp64_reference(model, inputs)
+        references, why_not = fp64_reference(model, fresh(inputs))
         if references is None or len(references) != len(expected_list):
             result_extra["fp64"] = why_not or "fp64 run returned a different number of tensors"
         else:

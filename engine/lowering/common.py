@@ -6,7 +6,8 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from engine.ir.indexing import Expr, sympify_size
+from engine.ir import indexing
+from engine.ir.indexing import Expr, FloorDiv, ModIndex
 from engine.ir.nodes import Pointwise, Reduction, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.registry import Unsupported, current
@@ -18,6 +19,28 @@ SUPPORTED_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16,
 def check_dtype(dtype: torch.dtype) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {dtype} is not generated (complex and exotic dtypes run eagerly)")
+
+
+def _torch_integer_functions() -> dict:
+    """torch's sympy functions in symbolic sizes, as Glassbox's own (which the index printers know)."""
+    from torch.utils._sympy import functions as f
+    return {f.FloorDiv: FloorDiv, f.CleanDiv: FloorDiv, f.PythonMod: ModIndex, f.Mod: ModIndex,
+            f.ModularIndexing: lambda x, div, mod: ModIndex(FloorDiv(x, div), mod),
+            f.CeilDiv: lambda a, b: FloorDiv(a + b - 1, b)}
+
+
+def _from_torch_sympy(expr, table: dict) -> Expr:
+    if not isinstance(expr, sympy.Basic) or not expr.args:
+        return expr
+    args = [_from_torch_sympy(a, table) for a in expr.args]
+    return table.get(expr.func, expr.func)(*args)
+
+
+def sympify_size(value) -> Expr:
+    """A size (int or SymInt) as an index expression. Sizes under dynamic shapes may hold torch's FloorDiv
+    (the length of x[::2] is (s0 + 1)//2): those become Glassbox's FloorDiv/ModIndex."""
+    expr = indexing.sympify_size(value)
+    return _from_torch_sympy(expr, _torch_integer_functions()) if isinstance(expr, sympy.Basic) and expr.args else expr
 
 
 def out_size() -> tuple[Expr, ...]:
@@ -105,7 +128,8 @@ def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction
     """A Reduction over `dims` of x. `value_fn(loaded)` transforms each element before reducing."""
     graph = current()
     ndim = x.ndim
-    dims = sorted({normalize_dim(d, ndim) for d in dims}) if dims else list(range(ndim))
+    # a 0-dim tensor reduces over nothing: its dims 0 and -1 name the scalar itself
+    dims = sorted({normalize_dim(d, ndim) for d in dims if ndim}) if dims else list(range(ndim))
     kept = [d for d in range(ndim) if d not in dims]
     size = tuple(sympy.Integer(1) if d in dims else x.size[d] for d in range(ndim)) if keepdim else \
         tuple(x.size[d] for d in kept)

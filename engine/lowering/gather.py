@@ -28,6 +28,8 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 @register_lowering(aten.index_select.default)
 def index_select(x, dim, index_tensor):
+    if x.ndim == 0:  # the only valid index is 0: the scalar itself
+        return _pointwise_node(lambda index: x.load([]))
     dim = normalize_dim(dim, x.ndim)
 
     def inner_fn(index):

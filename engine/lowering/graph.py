@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,8 +10,9 @@ import sympy
 import torch
 import torch.fx
 
-from engine.ir.indexing import Expr, sympify_size
-from engine.ir.nodes import (Buffer, Constant, Fallback, InputBuffer, MultiOutput, Pointwise, TensorArg,
+from engine.ir.indexing import Expr, contiguous_strides
+from engine.lowering.common import sympify_size
+from engine.ir.nodes import (Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, Pointwise, TensorArg,
                              TensorValue)
 from engine.lowering import registry
 from engine.lowering.registry import Unsupported, lowering_for
@@ -106,6 +108,8 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(val, (torch.Tensor, tuple, list)):
             # arithmetic on sizes (sym_size, operator.mul on SymInts): the value is a sympy expression
             return sympify_size(val)
+        if _statically_empty(val) and not _is_view_op(target):
+            return self.empty_result(target, val)
         lowering = lowering_for(target)
         if lowering is None:
             return self.fallback(target, args, kwargs, f"no lowering registered for {target}")
@@ -115,7 +119,22 @@ class GraphLowering(torch.fx.Interpreter):
             return self.fallback(target, args, kwargs, str(reason))
 
     def output(self, target, args, kwargs):
-        return list(args[0]) if isinstance(args[0], (tuple, list)) else [args[0]]
+        outputs = list(args[0]) if isinstance(args[0], (tuple, list)) else [args[0]]
+        # an output handed back to torch must be a strided tensor: a view whose index map is not affine
+        # (a reshape of a window view, say) is copied into a buffer of its own first
+        return [realize(v) if isinstance(v, TensorValue) and v.strided_layout() is None else v for v in outputs]
+
+    def empty_result(self, target, val):
+        """Note [Empty tensors]: an output with no elements computes nothing, so it gets no kernel (a loop of
+        zero trips); it is an allocation of the promised size and strides (a library call to empty_strided)."""
+        def allocate(item):
+            if not isinstance(item, torch.Tensor):
+                return None
+            return allocation(self, _meta_sizes(item), _meta_strides(item), item.dtype)
+
+        if isinstance(val, torch.Tensor):
+            return allocate(val)
+        return tuple(allocate(item) for item in val)
 
     # -- fallback: run the op eagerly ------------------------------------------------------------------------
     def as_tensor_arg(self, value: TensorValue) -> TensorArg:
@@ -128,6 +147,7 @@ class GraphLowering(torch.fx.Interpreter):
 
     def fallback(self, target, args, kwargs, reason: str, node_class=Fallback):
         """Call `target` eagerly on our buffers (node_class=Extern for library calls we chose to make)."""
+        target, args, kwargs = BoundCall.bind(target, tuple(args), dict(kwargs))
         args, kwargs = torch.utils._pytree.tree_map(
             lambda a: self.as_tensor_arg(a) if isinstance(a, TensorValue) else a, (args, kwargs))
         extra = {"reason": reason} if node_class is Fallback else {}
@@ -154,9 +174,70 @@ class GraphLowering(torch.fx.Interpreter):
         return tuple(results)
 
 
+class BoundCall:
+    """A call with its operator-valued arguments bound in: the wrapper writes plain arguments as Python text,
+    and an ATen op passed as an argument (with_effects(token, op, ...), say) has no such text."""
+
+    def __init__(self, target, args: dict[int, object], kwargs: dict[str, object]):
+        self.target, self.bound_args, self.bound_kwargs = target, args, kwargs
+
+    @staticmethod
+    def _unprintable(value) -> bool:
+        # (not "any callable": sympy size expressions are callable too, and must stay run-time arguments)
+        return isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator,
+                                  types.FunctionType, types.BuiltinFunctionType))
+
+    @classmethod
+    def bind(cls, target, args: tuple, kwargs: dict):
+        bound_args = {i: a for i, a in enumerate(args) if cls._unprintable(a)}
+        bound_kwargs = {k: v for k, v in kwargs.items() if cls._unprintable(v)}
+        if not bound_args and not bound_kwargs:
+            return target, args, kwargs
+        rest = tuple(a for i, a in enumerate(args) if i not in bound_args)
+        return cls(target, bound_args, bound_kwargs), rest, {k: v for k, v in kwargs.items() if k not in bound_kwargs}
+
+    def __call__(self, *args, **kwargs):
+        full, rest = [], iter(args)
+        for i in range(len(args) + len(self.bound_args)):
+            full.append(self.bound_args[i] if i in self.bound_args else next(rest))
+        return self.target(*full, **kwargs, **self.bound_kwargs)
+
+    def __str__(self):
+        bound = ", ".join(str(v) for v in [*self.bound_args.values(), *self.bound_kwargs.values()])
+        return f"{self.target} with {bound}"
+
+    __repr__ = __str__
+
+
+def _statically_empty(val) -> bool:
+    """Every tensor of the op's result has a zero-size dimension known at compile time."""
+    items = [val] if isinstance(val, torch.Tensor) else list(val) if isinstance(val, (tuple, list)) else []
+    tensors = [t for t in items if isinstance(t, torch.Tensor)]
+    if not tensors or len(tensors) != len(items):
+        return False
+    return all(any(isinstance(s, int) and s == 0 for s in t.shape) for t in tensors)
+
+
+def _is_view_op(target) -> bool:
+    # views of an empty tensor stay views (no allocation, aliasing kept); they load nothing either way
+    return getattr(target, "is_view", False)
+
+
+def allocation(graph, size, stride, dtype) -> TensorValue:
+    """An uninitialized buffer of this layout: an Extern call of empty_strided (used for empty tensors)."""
+    node = graph.register(Extern(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
+                                 origins=graph.origins(), target=torch.ops.aten.empty_strided.default,
+                                 args=(list(size), list(stride)),
+                                 kwargs={"dtype": dtype, "device": torch.device(graph.device)},
+                                 out_stride=tuple(stride)))
+    return TensorValue(node, node.size)
+
+
 def realize(value: TensorValue) -> TensorValue:
     """Materialize a view into a contiguous buffer of its own (a copy kernel)."""
     graph = registry.current()
+    if any(size == 0 for size in value.size):  # Note [Empty tensors]: nothing to copy
+        return allocation(graph, tuple(value.size), tuple(contiguous_strides(value.size)), value.dtype)
     node = Pointwise(name=graph.new_name(), size=tuple(value.size), dtype=value.dtype, device=graph.device,
                      origins=graph.origins(), inner_fn=value.load)
     graph.register(node)

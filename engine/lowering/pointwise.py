@@ -54,6 +54,7 @@ UNARY_ONE_LINERS = {
     aten.erfinv: "erfinv", aten.lgamma: "lgamma", aten.sigmoid: "sigmoid", aten.relu: "relu",
     aten.floor: "floor", aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign",
     aten.reciprocal: "reciprocal", aten.bitwise_not: "bitwise_not", aten.square: "square",
+    aten.round.default: "round",
 }
 for _target, _name in UNARY_ONE_LINERS.items():
     register_unary(_target, (lambda name: lambda x: getattr(ops, name)(x))(_name))
@@ -63,7 +64,7 @@ BINARY_ONE_LINERS = {
     aten.atan2: "atan2", aten.hypot: "hypot", aten.copysign: "copysign", aten.fmod: "fmod",
     aten.remainder: "remainder", aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or",
     aten.bitwise_xor: "bitwise_xor", aten.bitwise_left_shift: "left_shift",
-    aten.bitwise_right_shift: "right_shift", aten.pow: "pow", aten.fmax: "maximum", aten.fmin: "minimum",
+    aten.bitwise_right_shift: "right_shift", aten.pow: "pow",
 }
 for _target, _name in BINARY_ONE_LINERS.items():
     register_binary(_target, (lambda name: lambda a, b: getattr(ops, name)(a, b))(_name))
@@ -74,6 +75,36 @@ COMPARE_ONE_LINERS = {
 }
 for _target, _name in COMPARE_ONE_LINERS.items():
     register_compare(_target, (lambda name: lambda a, b: getattr(ops, name)(a, b))(_name))
+
+
+@register_lowering(aten.round.decimals)
+def _round_decimals(x, *, decimals=0):
+    """torch's CPU kernel: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for negative d."""
+    if not out_dtype().is_floating_point:
+        return make_pointwise(lambda v: v, x)
+    scale = 10.0 ** abs(decimals)
+
+    def fn(v):
+        c = ops.constant(scale, v.dtype)
+        if decimals < 0:
+            return ops.mul(ops.round(ops.truediv(v, c)), c)
+        return ops.truediv(ops.round(ops.mul(v, c)), c)
+
+    return make_pointwise(fn, x)
+
+
+@register_lowering(aten.fmax, aten.fmin)
+def _fmax_fmin(a, b):
+    """Like maximum/minimum, except that a NaN loses: fmax(NaN, 1) == 1 (NaN only when both are NaN)."""
+    from engine.lowering.registry import current
+    pick = ops.maximum if current().current_node.target.overloadpacket is aten.fmax else ops.minimum
+
+    def fn(x, y):
+        if not x.dtype.is_floating_point:
+            return pick(x, y)
+        return ops.where(ops.isnan(x), y, ops.where(ops.isnan(y), x, pick(x, y)))
+
+    return make_pointwise(fn, a, b)
 
 
 @register_lowering(aten.logical_not, aten.isnan, aten.isinf, aten.signbit)

@@ -17,7 +17,7 @@ def _dims(x: TensorValue, dims) -> list[int]:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(x.ndim))
     dims = dims if isinstance(dims, (list, tuple)) else [dims]
-    return sorted({normalize_dim(d, x.ndim) for d in dims})
+    return sorted({normalize_dim(d, x.ndim) for d in dims}) if x.ndim else []
 
 
 def _reduced_count(x: TensorValue, dims) -> sympy.Expr:
@@ -142,3 +142,56 @@ def _scatter_kept(idx, kept, ndim):
     for d, i in zip(kept, idx):
         full[d] = i
     return full
+
+
+# Note [Scans as masked reductions]
+# cumsum(x)[..., i, ...] = sum over r <= i of x[..., r, ...]: a Reduction over the whole scanned dim whose
+# body zeroes (or sets to one, for products) the elements past i. That is quadratic in the scanned length, so
+# it is used only for short scans (MAX_SCAN_LENGTH, known at compile time); longer ones run eagerly.
+MAX_SCAN_LENGTH = 1024
+
+
+def _scan(x: TensorValue, dim: int, reduction_type: str) -> TensorValue:
+    from engine.ir.nodes import Reduction
+    from engine.lowering.common import check_dtype, load_as
+    from engine.lowering.registry import Unsupported, current
+
+    result_dtype = out_dtype()
+    if x.ndim == 0:
+        return make_pointwise(lambda v: v, x)
+    dim = normalize_dim(dim, x.ndim)
+    length = x.size[dim]
+    if not length.is_Integer or int(length) > MAX_SCAN_LENGTH:
+        name = current().current_node.target.overloadpacket.__name__
+        raise Unsupported(f"{name} over {length} elements (scans are generated up to {MAX_SCAN_LENGTH}: quadratic)")
+    check_dtype(x.dtype)
+    check_dtype(result_dtype)
+    acc = compute_dtype(result_dtype)
+    identity = 0 if reduction_type == "sum" else 1
+    graph = current()
+
+    def inner_fn(index, rindex):
+        source = list(index)
+        source[dim] = rindex[0]
+        value = load_as(x, source, acc)
+        upto = ops.le(ops.index_expr(rindex[0], torch.int64), ops.index_expr(index[dim], torch.int64))
+        return ops.where(upto, value, ops.constant(identity, acc))
+
+    node = Reduction(name=graph.new_name(), size=tuple(x.size), dtype=acc, device=graph.device,
+                     origins=graph.origins(), reduction_size=(length,), reduction_type=reduction_type,
+                     src_dtype=acc, inner_fn=inner_fn)
+    graph.register(node)
+    result = TensorValue(node, tuple(x.size))
+    if acc != result_dtype:
+        result = make_pointwise(lambda v: v, result, dtype=result_dtype, size=result.size)
+    return result
+
+
+@register_lowering(aten.cumsum.default)
+def cumsum(x, dim, *, dtype=None):
+    return _scan(x, dim, "sum")
+
+
+@register_lowering(aten.cumprod.default)
+def cumprod(x, dim, *, dtype=None):
+    return _scan(x, dim, "prod")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import contiguous_strides, linearize, sympify_size, unflatten
+from engine.ir.indexing import contiguous_strides, linearize, unflatten
 from engine.ir.nodes import TensorValue
-from engine.lowering.common import normalize_dim, out_size
+from engine.lowering.common import normalize_dim, out_size, sympify_size
 from engine.lowering.registry import Unsupported, current, register_lowering
 
 aten = torch.ops.aten
@@ -137,3 +137,45 @@ def unbind(x: TensorValue, dim=0):
     size = [s for d, s in enumerate(x.size) if d != dim]
     return tuple(x.view(size, (lambda i: lambda idx: idx[:dim] + [sympy.Integer(i)] + idx[dim:])(i))
                  for i in range(int(x.size[dim])))
+
+
+def _diagonal_geometry(size, offset, dim1, dim2):
+    """(kept dims, diagonal length, row offset, column offset) of diagonal(offset, dim1, dim2)."""
+    ndim = len(size)
+    dim1, dim2 = normalize_dim(dim1, ndim), normalize_dim(dim2, ndim)
+    row, col = (sympy.Integer(-offset), sympy.Integer(0)) if offset < 0 else (sympy.Integer(0), sympy.Integer(offset))
+    length = sympy.Max(0, sympy.Min(size[dim1] - row, size[dim2] - col))
+    kept = [d for d in range(ndim) if d not in (dim1, dim2)]
+    return dim1, dim2, kept, length, row, col
+
+
+@register_lowering(aten.diagonal.default)
+def diagonal(x: TensorValue, offset=0, dim1=0, dim2=1):
+    dim1, dim2, kept, _, row, col = _diagonal_geometry(x.size, offset, dim1, dim2)
+
+    def remap(idx):
+        full = [None] * x.ndim
+        for d, i in zip(kept, idx[:-1]):
+            full[d] = i
+        full[dim1], full[dim2] = idx[-1] + row, idx[-1] + col
+        return full
+
+    return x.view(out_size(), remap)
+
+
+@register_lowering(torch.ops.prims.rev.default)
+def rev(x: TensorValue, dims):
+    """flip: position i along a flipped dim reads size - 1 - i. A copy, like eager's: as a view it would need
+    negative strides, which no tensor handed back to torch may have."""
+    from engine.lowering.graph import realize
+    flipped = {normalize_dim(d, x.ndim) for d in dims}
+    return realize(x.view(x.size, lambda idx: [x.size[d] - 1 - i if d in flipped else i for d, i in enumerate(idx)]))
+
+
+@register_lowering(aten.unfold.default)
+def unfold(x: TensorValue, dimension, size, step):
+    """Windows of `size` every `step` along `dimension`, as a new last dim: x[..., w*step + k, ...]."""
+    if x.ndim == 0:
+        return x.view(out_size(), lambda idx: [])
+    dim = normalize_dim(dimension, x.ndim)
+    return x.view(out_size(), lambda idx: idx[:dim] + [idx[dim] * step + idx[-1]] + idx[dim + 1:x.ndim])

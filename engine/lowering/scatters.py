@@ -1,0 +1,304 @@
+"""Functional scatters into a region: slice_scatter, select_scatter, diagonal_scatter.
+
+out = self everywhere except a region that a view of `self` would see, which reads `src` instead. That is a
+pointwise `where(inside region, src[position in src], self)`: the inverse of the view's index map, with the
+region test written in int64 index arithmetic (so it also holds for size symbols).
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from engine.ir.indexing import FloorDiv
+from engine.ir.nodes import TensorValue
+from engine.ir.ops import compute_dtype, ops
+from engine.lowering.common import load_as, normalize_dim, out_dtype, sympify_size
+from engine.lowering.creation import _pointwise_node, clamp_index
+from engine.lowering.registry import register_lowering
+from engine.lowering.views import _diagonal_geometry
+
+aten = torch.ops.aten
+
+
+def _scatter_node(x, src, region_and_position):
+    """region_and_position(index) -> (inside: bool value, index into src)."""
+    result_dtype = out_dtype()
+    compute = compute_dtype(result_dtype)
+
+    def inner_fn(index):
+        inside, src_index = region_and_position(index)
+        value = ops.where(inside, load_as(src, src_index, compute), load_as(x, index, compute))
+        return value if compute == result_dtype else ops.to_dtype(value, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+def _index(expr):
+    return ops.index_expr(expr, torch.int64)
+
+
+def _in_range(expr, low, high):
+    return ops.logical_and(ops.ge(_index(expr), _index(low)), ops.lt(_index(expr), _index(high)))
+
+
+def _normalized_start(start, length):
+    if start is None:
+        return sympy.Integer(0)
+    if isinstance(start, int):
+        if start < 0:
+            start = start + length
+        return sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
+            sympy.Integer(min(max(0, start), int(length)))
+    return sympify_size(start)
+
+
+@register_lowering(aten.slice_scatter.default)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, x.ndim)
+    start = _normalized_start(start, x.size[dim])
+    count = src.size[dim]
+
+    def region(index):
+        relative = index[dim] - start
+        inside = _in_range(relative, 0, count * step)
+        if step != 1:
+            offset = ops.remainder(_index(relative), ops.constant(step, torch.int64))
+            inside = ops.logical_and(inside, ops.eq(offset, ops.constant(0, torch.int64)))
+        position = clamp_index(FloorDiv(sympy.Max(relative, 0), step) if step != 1 else relative, count)
+        return inside, index[:dim] + [position] + index[dim + 1:]
+
+    return _scatter_node(x, src, region)
+
+
+@register_lowering(aten.select_scatter.default)
+def select_scatter(x, src, dim, index_value):
+    dim = normalize_dim(dim, x.ndim)
+    if isinstance(index_value, int) and index_value < 0:
+        index_value = x.size[dim] + index_value
+    target = sympify_size(index_value)
+
+    def region(index):
+        inside = ops.eq(_index(index[dim]), _index(target))
+        return inside, index[:dim] + index[dim + 1:]
+
+    return _scatter_node(x, src, region)
+
+
+@register_lowering(aten.diagonal_scatter.default)
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    dim1, dim2, kept, length, row, col = _diagonal_geometry(x.size, offset, dim1, dim2)
+
+    def region(index):
+        k = index[dim1] - row
+        inside = ops.logical_and(ops.eq(_index(k), _index(index[dim2] - col)), _in_range(k, 0, length))
+        return inside, [index[d] for d in kept] + [clamp_index(k, length)]
+
+    return _scatter_node(x, src, region)
+
+
+# Note [Scatter as a search]
+# scatter writes to data-dependent places, which a loop over the output cannot do directly. Instead each output
+# element searches the index tensor for the entries that point at it: a Reduction over the scattered dim of
+# `index` (over the whole batch of index tensors for index_put). Adding scatters sum the matching sources;
+# replacing scatters take the last matching entry (torch's CPU loop writes in order, so the last write wins):
+# a max-reduction over the matching positions finds it, and an indirect load reads the source there.
+# The search is quadratic in the index length: fine for the sizes these ops see in models, and generated.
+MAX_SCATTER_SEARCH = 1 << 16
+
+
+def _reduction(size, reduction_size, reduction_type, dtype, inner_fn):
+    from engine.ir.nodes import Reduction
+    from engine.lowering.registry import current
+    graph = current()
+    node = graph.register(Reduction(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
+                                    origins=graph.origins(), reduction_size=tuple(reduction_size),
+                                    reduction_type=reduction_type, src_dtype=dtype, inner_fn=inner_fn))
+    return TensorValue(node, tuple(size))
+
+
+def _check_search(length):
+    from engine.lowering.registry import Unsupported
+    if not length.is_Integer or int(length) > MAX_SCATTER_SEARCH:
+        raise Unsupported(f"scatter search over {length} index entries (generated up to {MAX_SCATTER_SEARCH})")
+
+
+def _dim_matcher(x, dim, index):
+    """(match(idx, r) -> bool value, position(idx, r) -> index into `index`/`src`) for scatter along dim."""
+    def position(idx, r):
+        return [r if d == dim else clamp_index(idx[d], index.size[d]) if index.size[d] != x.size[d] else idx[d]
+                for d in range(x.ndim)]
+
+    def match(idx, r):
+        ok = ops.eq(index.load(position(idx, r)), ops.index_expr(idx[dim], torch.int64))
+        for d in range(x.ndim):
+            if d != dim and index.size[d] != x.size[d]:
+                ok = ops.logical_and(ok, ops.lt(ops.index_expr(idx[d], torch.int64),
+                                                ops.index_expr(index.size[d], torch.int64)))
+        return ok
+
+    return match, position
+
+
+def _scatter_common(x, dim, index):
+    from engine.lowering.registry import Unsupported
+    if x.ndim == 0 or index.ndim == 0:
+        raise Unsupported("scatter on a 0-dim tensor runs eagerly")
+    dim = normalize_dim(dim, x.ndim)
+    _check_search(index.size[dim])
+    return dim
+
+
+def _combine(kind, a, b):
+    return {"sum": ops.add, "prod": ops.mul, "amax": ops.maximum, "amin": ops.minimum}[kind](a, b)
+
+
+def _scatter_reduce(x, dim, index, src, kind, include_self=True):
+    """scatter_add / scatter_reduce: self combined with the matching sources (see Note [Scatter as a search])."""
+    from engine.lowering.registry import Unsupported
+    dim = _scatter_common(x, dim, index)
+    result_dtype = out_dtype()
+    acc = compute_dtype(result_dtype)
+    match, position = _dim_matcher(x, dim, index)
+    reduction_type = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[kind]
+    from engine.ir.ops import reduction_identity
+    identity = reduction_identity(reduction_type, acc)
+
+    def values(idx, rindex):
+        loaded = load_as(src, position(idx, rindex[0]), acc) if isinstance(src, TensorValue) else \
+            ops.constant(src, acc)
+        return ops.where(match(idx, rindex[0]), loaded, ops.constant(identity, acc))
+
+    combined = _reduction(x.size, (index.size[dim],), reduction_type, acc, values)
+    count = None
+    if kind in ("mean", "amax", "amin") or not include_self:
+        count = _reduction(x.size, (index.size[dim],), "sum", torch.int64,
+                           lambda idx, rindex: ops.where(match(idx, rindex[0]), ops.constant(1, torch.int64),
+                                                         ops.constant(0, torch.int64)))
+
+    def inner_fn(idx):
+        own = load_as(x, idx, acc)
+        found = combined.load(idx)
+        if kind == "mean":
+            n = count.load(idx)
+            total = ops.add(own, found) if include_self else found
+            n = ops.add(n, ops.constant(1, torch.int64)) if include_self else n
+            # no match and no self: the value is discarded below, but an integer division by 0 would trap
+            divisor = ops.to_dtype(ops.maximum(n, ops.constant(1, torch.int64)), acc)
+            # integers: eager divides with rounding_mode="floor"
+            value = ops.truediv(total, divisor) if acc.is_floating_point else ops.floordiv(total, divisor)
+        else:
+            value = _combine(kind, own, found) if include_self else found
+        if count is not None:  # no entry points here: the element keeps self's value
+            value = ops.where(ops.gt(count.load(idx), ops.constant(0, torch.int64)), value, own)
+        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+def _scatter_replace(x, dim, index, src):
+    """scatter.src / scatter.value: the last matching entry wins (Note [Scatter as a search])."""
+    dim = _scatter_common(x, dim, index)
+    result_dtype = out_dtype()
+    acc = compute_dtype(result_dtype)
+    match, position = _dim_matcher(x, dim, index)
+    last = _reduction(x.size, (index.size[dim],), "max", torch.int64,
+                      lambda idx, rindex: ops.where(match(idx, rindex[0]),
+                                                    ops.index_expr(rindex[0], torch.int64),
+                                                    ops.constant(-1, torch.int64)))
+
+    def inner_fn(idx):
+        j = last.load(idx)
+        if isinstance(src, TensorValue):
+            source = load_as(src, position(idx, ops.indirect(j, index.size[dim])), acc)
+        else:
+            source = ops.constant(src, acc)
+        value = ops.where(ops.ge(j, ops.constant(0, torch.int64)), source, load_as(x, idx, acc))
+        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+
+    return _pointwise_node(inner_fn)
+
+
+@register_lowering(aten.scatter_add.default)
+def scatter_add(x, dim, index, src):
+    return _scatter_reduce(x, dim, index, src, "sum")
+
+
+@register_lowering(aten.scatter.src, aten.scatter.value)
+def scatter(x, dim, index, src):
+    return _scatter_replace(x, dim, index, src)
+
+
+@register_lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(x, dim, index, src, *, reduce):
+    return _scatter_reduce(x, dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+
+
+@register_lowering(aten.scatter_reduce.two)
+def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    return _scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+@register_lowering(aten.index_put.default)
+def index_put(x, indices, values, accumulate=False):
+    """x[i0, i1, ...] = values (or +=) with index tensors on adjacent dims: a search over the index batch for
+    the entries that point at each element (Note [Scatter as a search])."""
+    from engine.ir.indexing import linearize, product, unflatten
+    from engine.lowering.registry import Unsupported
+
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if not present or present != list(range(present[0], present[-1] + 1)):
+        raise Unsupported("index_put with non-adjacent index tensors runs eagerly")
+    tensors = [indices[i] for i in present]
+    if any(t.dtype == torch.bool for t in tensors):
+        raise Unsupported("index_put with a boolean mask has data-dependent positions")
+    first, k = present[0], len(tensors)
+    batch_ndim = max(t.ndim for t in tensors)
+    batch = [sympy.Integer(1)] * batch_ndim
+    for t in tensors:  # broadcast shape of the index tensors
+        for d, s in enumerate(t.size):
+            position = batch_ndim - t.ndim + d
+            batch[position] = s if batch[position] == 1 else batch[position]
+    _check_search(product(batch) if batch else sympy.Integer(1))
+    result_dtype = out_dtype()
+    acc = compute_dtype(result_dtype)
+
+    def split(idx):
+        return list(idx[:first]), list(idx[first:first + k]), list(idx[first + k:])
+
+    def match(idx, b):
+        _, selected, _ = split(idx)
+        ok = None
+        for t, target, dim in zip(tensors, selected, range(first, first + k)):
+            value = t.load([sympy.Integer(0) if s == 1 else b[batch_ndim - t.ndim + d] for d, s in enumerate(t.size)])
+            value = ops.to_dtype(value, torch.int64) if t.dtype != torch.int64 else value
+            size = ops.index_expr(x.size[dim], torch.int64)
+            wrapped = ops.where(ops.lt(value, ops.constant(0, torch.int64)), ops.add(value, size), value)
+            this = ops.eq(wrapped, ops.index_expr(target, torch.int64))
+            ok = this if ok is None else ops.logical_and(ok, this)
+        return ok
+
+    def values_at(idx, b):
+        before, _, rest = split(idx)
+        return load_as(values, before + list(b) + rest, acc)
+
+    if accumulate:
+        found = _reduction(x.size, batch, "sum", acc,
+                           lambda idx, b: ops.where(match(idx, b), values_at(idx, b), ops.constant(0, acc)))
+
+        def inner_fn(idx):
+            value = ops.add(load_as(x, idx, acc), found.load(idx))
+            return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+
+        return _pointwise_node(inner_fn)
+
+    last = _reduction(x.size, batch, "max", torch.int64,
+                      lambda idx, b: ops.where(match(idx, b), ops.index_expr(linearize(b, batch), torch.int64),
+                                               ops.constant(-1, torch.int64)))
+
+    def inner_fn(idx):
+        j = last.load(idx)
+        b = unflatten(ops.indirect(j, product(batch)), batch)
+        value = ops.where(ops.ge(j, ops.constant(0, torch.int64)), values_at(idx, b), load_as(x, idx, acc))
+        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+
+    return _pointwise_node(inner_fn)

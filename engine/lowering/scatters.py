@@ -149,7 +149,8 @@ def _scatter_common(x, dim, index):
 
 
 def _combine(kind, a, b):
-    return {"sum": ops.add, "prod": ops.mul, "amax": ops.maximum, "amin": ops.minimum}[kind](a, b)
+    return {"sum": ops.add, "prod": ops.mul, "amax": ops.maximum, "amin": ops.minimum, "or": ops.logical_or,
+            "and": ops.logical_and}[kind](a, b)
 
 
 def _scatter_reduce(x, dim, index, src, kind, include_self=True):
@@ -160,6 +161,9 @@ def _scatter_reduce(x, dim, index, src, kind, include_self=True):
     acc = compute_dtype(result_dtype)
     match, position = _dim_matcher(x, dim, index)
     reduction_type = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[kind]
+    if acc == torch.bool and kind != "mean":  # bools combine logically (a 1-bit add would wrap around)
+        kind = "or" if kind in ("sum", "amax") else "and"
+        reduction_type = "any" if kind == "or" else "all"
     from engine.ir.ops import reduction_identity
     identity = reduction_identity(reduction_type, acc)
 
@@ -282,11 +286,12 @@ def index_put(x, indices, values, accumulate=False):
         return load_as(values, before + list(b) + rest, acc)
 
     if accumulate:
-        found = _reduction(x.size, batch, "sum", acc,
+        logical = acc == torch.bool  # bools accumulate as "or" (a 1-bit add would wrap around)
+        found = _reduction(x.size, batch, "any" if logical else "sum", acc,
                            lambda idx, b: ops.where(match(idx, b), values_at(idx, b), ops.constant(0, acc)))
 
         def inner_fn(idx):
-            value = ops.add(load_as(x, idx, acc), found.load(idx))
+            value = (ops.logical_or if logical else ops.add)(load_as(x, idx, acc), found.load(idx))
             return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
 
         return _pointwise_node(inner_fn)

@@ -31,3 +31,22 @@ def test_flag_reductions(kind):
 def test_reduction_over_leading_dim_and_keepdim():
     x = torch.randn(32, 24, 8)
     _check(lambda t: t.sum(dim=(0, 2), keepdim=True) + t.mean(0).var(-1, keepdim=True).sum(), x)
+
+
+@pytest.mark.parametrize("kind", ["amax", "amin", "sum", "prod", "any", "all"])
+@pytest.mark.parametrize("row", [64, 101, 2050])
+def test_long_rows_with_split_accumulators(kind, row):
+    """Rows long enough for split accumulators (Note [Split accumulators]), with a remainder after the blocks
+    for 101 and 2050; a NaN sits in the remainder of one row and in a block of another."""
+    x = torch.rand(6, row) + 0.5 if kind == "prod" else torch.randn(6, row)
+    if kind in ("any", "all"):
+        x = x > -1.0
+        x[0, row - 1] = False  # `all` decided by the last element (in the remainder when there is one)
+        x[1] = False
+        x[2, row - 1] = True
+    else:
+        x[0, row - 1] = float("nan")
+        x[1, 3] = float("nan")
+        if kind == "prod":
+            x = x.double()  # a product of 2050 factors is only comparable in float64
+    _check(lambda t: getattr(torch, kind)(t, dim=-1), x)

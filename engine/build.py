@@ -15,7 +15,9 @@ import ctypes
 import fcntl
 import functools
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import tempfile
 import warnings
@@ -42,16 +44,53 @@ def compiler() -> str:
     return os.environ.get("CXX", "g++")
 
 
+# Note [Toolchain probe]
+# The cache key needs the compiler's version, and the flags need to know whether this compiler and CPU take
+# -march=native and -lmvec. Probing runs g++ three times (~0.2 s), which every fresh process (a CLI call, an
+# app worker) would pay before its first cache hit. The answers are remembered in the cache directory under
+# a key made of the compiler binary (path, size, modification time) and the CPU's feature flags, so a new
+# compiler or a different machine sharing the cache directory probes again.
 @functools.lru_cache(maxsize=None)
-def compiler_version() -> str:
+def _toolchain() -> tuple[str, tuple[str, ...]]:
+    """(compiler version text, native flags), from the probe cache or a fresh probe."""
+    try:
+        record = cache_dir() / "toolchain" / f"{_toolchain_key()}.json"
+        known = json.loads(record.read_text())
+        return known["version"], tuple(known["native_flags"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    version, native = _probe_version(), _probe_native_flags()
+    try:
+        record = cache_dir() / "toolchain" / f"{_toolchain_key()}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(record, json.dumps({"version": version, "native_flags": list(native)}))
+    except OSError:
+        pass  # an unwritable cache only costs the probe next time
+    return version, native
+
+
+def _toolchain_key() -> str:
+    digest = hashlib.sha256(compiler().encode())
+    binary = shutil.which(compiler())
+    if binary:
+        info = os.stat(binary)
+        digest.update(f"{os.path.realpath(binary)}:{info.st_size}:{info.st_mtime_ns}".encode())
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            digest.update(next((line for line in cpuinfo if line.startswith("flags")), "").encode())
+    except OSError:
+        pass
+    return digest.hexdigest()[:24]
+
+
+def _probe_version() -> str:
     try:
         return subprocess.run([compiler(), "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as error:
         raise BuildError(f"no working C++ compiler ({compiler()}): {error}") from None
 
 
-@functools.lru_cache(maxsize=None)
-def native_flags() -> tuple[str, ...]:
+def _probe_native_flags() -> tuple[str, ...]:
     """-march=native and glibc's vector math library (libmvec), each where this machine has it."""
     found = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,6 +101,14 @@ def native_flags() -> tuple[str, ...]:
                               capture_output=True).returncode == 0:
                 found.append(flag)
     return tuple(found)
+
+
+def compiler_version() -> str:
+    return _toolchain()[0]
+
+
+def native_flags() -> tuple[str, ...]:
+    return _toolchain()[1]
 
 
 def flags() -> list[str]:

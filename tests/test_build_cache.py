@@ -92,3 +92,27 @@ def test_a_failing_write_into_the_cache_degrades_with_a_warning(cache, monkeypat
     with pytest.warns(UserWarning, match="could not write"):
         path, hit = build.build_library(SOURCE)
     assert not hit and _answer(path) == 42 and calls[0] != calls[1]
+
+
+@pytest.mark.parametrize("damage", ["none", "garble", "unwritable_dir"])
+def test_the_toolchain_probe_is_remembered_and_a_bad_record_is_probed_again(tmp_path, monkeypatch, damage):
+    """Note [Toolchain probe]: a fresh process reads the compiler's version and native flags from the cache
+    instead of running g++; a damaged record, or a cache it cannot write, costs only a new probe."""
+    probes = []
+    real_probe = build._probe_native_flags
+    monkeypatch.setattr(build, "_probe_native_flags", lambda: probes.append(1) or real_probe())
+    root = tmp_path / "cache"
+    if damage == "unwritable_dir":
+        (tmp_path / "a_file").write_text("not a directory")
+        root = tmp_path / "a_file" / "cache"
+    monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(root))
+    build._toolchain.cache_clear()
+    first = build.flags()
+    if damage == "garble":
+        for record in (root / "toolchain").iterdir():
+            record.write_text("{not json")
+    build._toolchain.cache_clear()  # as a new process would start
+    second = build.flags()
+    build._toolchain.cache_clear()
+    assert first == second and "-O3" in first
+    assert len(probes) == (1 if damage == "none" else 2)

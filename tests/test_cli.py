@@ -192,6 +192,8 @@ def test_bench_report_without_inductor():
     assert report["ratio_vs_inductor"] is None
     assert report["name"] == SMALL and report["threads"] >= 1
     assert report["verify"]["glassbox"]["ok"] is True
+    fresh = report["compile_fresh"]  # Note [Fresh-process warm compile]: a child process hit the filled cache
+    assert 0 < fresh["ours_s"] <= fresh["first_call_s"] and fresh["stages_s"]["build"] < report["compile_s"]
     assert dict(os.environ) == before  # the temporary cache directory was set for the compile only
 
 

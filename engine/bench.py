@@ -193,24 +193,9 @@ def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_
 # dominates the per-call overhead of the wrappers (which the small samples in samples/ measure instead).
 
 
-class ScaleBiasReLU(nn.Module):
-    def __init__(self, features: int):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(features))
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+def sample_class(sample: str) -> type:
+    """The model class a sample defines (the suite runs the samples' own models at benchmark sizes)."""
+    return type(load_model_file(sample).model)
 
 
 def softmax_last_dim(x):
@@ -239,11 +224,12 @@ def suite_cases() -> list[ModelSpec]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         cases = [
-            _case("scale_bias_relu", ScaleBiasReLU(1024).eval(), (torch.randn(4096, 1024),),
+            _case("scale_bias_relu", sample_class("scale_bias_relu")(1024).eval(), (torch.randn(4096, 1024),),
                   "relu(x * scale + bias), x 4096x1024"),
             _case("softmax", softmax_last_dim, (torch.randn(2048, 2048),), "softmax over the last dim, 2048x2048"),
             _case("layernorm", _layernorm(2048), (torch.randn(2048, 2048),), "nn.LayerNorm(2048) on 2048x2048"),
-            _case("rmsnorm", RMSNorm(2048).eval(), (torch.randn(2048, 2048),), "RMSNorm(2048) on 2048x2048"),
+            _case("rmsnorm", sample_class("rmsnorm")(2048).eval(), (torch.randn(2048, 2048),),
+                  "RMSNorm(2048) on 2048x2048"),
             _case("gelu_chain", gelu_chain, (torch.randn(4096, 1024),), "gelu(x) * sigmoid(x) + x, 4096x1024"),
         ]
     return cases + [load_model_file("mlp")]

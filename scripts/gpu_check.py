@@ -37,28 +37,10 @@ except ImportError as missing:
     sys.exit(f"gpu_check needs torch, triton and sympy: {missing}. Install the missing one (no other package "
              "is needed), e.g. `pip install sympy`, and run again.")
 
+from engine.bench import sample_class  # noqa: E402 - after the check above, for its clear message
+
 
 # --- the cases -----------------------------------------------------------------------------------------------
-
-
-class ScaleBiasReLU(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(features))
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x * self.scale + self.bias)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class ResidualLayerNorm(nn.Module):
@@ -112,12 +94,12 @@ def cases(device: str, small: bool) -> list[dict]:
     f32 = dict(device=device, dtype=torch.float32)
     return [
         dict(name="copy", model=copy, inputs=lambda: (torch.randn(n(2 ** 28, 4096), **f32),)),
-        dict(name="scale_bias_relu", model=ScaleBiasReLU(1024),
+        dict(name="scale_bias_relu", model=sample_class("scale_bias_relu")(1024),
              inputs=lambda: (torch.randn(n(2 ** 26, 2 ** 14) // 1024, 1024, **f32),)),
         dict(name="gelu_chain", model=gelu_chain, inputs=lambda: (torch.randn(n(2 ** 26, 2 ** 14), **f32),)),
         dict(name="softmax", model=softmax, inputs=lambda: (torch.randn(rows, rows, **f32),)),
         dict(name="layernorm", model=nn.LayerNorm(rows), inputs=lambda: (torch.randn(rows, rows, **f32),)),
-        dict(name="rmsnorm", model=RMSNorm(rows), inputs=lambda: (torch.randn(rows, rows, **f32),)),
+        dict(name="rmsnorm", model=sample_class("rmsnorm")(rows), inputs=lambda: (torch.randn(rows, rows, **f32),)),
         dict(name="residual_layernorm", model=ResidualLayerNorm(rows),
              inputs=lambda: (torch.randn(rows, rows, **f32), torch.randn(rows, rows, **f32))),
         dict(name="mlp", model=mlp(), inputs=lambda: (torch.randn(32, 128, **f32),)),

@@ -25,8 +25,11 @@ class GraphBreak:
 
 @dataclass
 class Recompile:
-    reason: str
+    """One recompilation of one function (Note [One recompile, many failed guards])."""
+    reason: str  # in plain words, then Dynamo's own words
     inputs: str  # the input shapes that triggered it
+    function: str = ""  # what was compiled again: the model's function, or the part after a graph break
+    failed_guards: list[str] = field(default_factory=list)  # Dynamo's reason for each compiled version it tried
 
 
 @dataclass
@@ -35,7 +38,18 @@ class CaptureLog:
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
+    gave_up: list[Recompile] = field(default_factory=list)  # past Dynamo's recompile limit: no compile, eager
     current_inputs: str = ""
+    _checking: tuple | None = None  # (code, compile ids reported) of the recompile whose guards Dynamo reports
+
+    def begin_call(self, inputs: str) -> None:
+        """The model is about to run on other inputs (described as `inputs`)."""
+        self._end_uncompiled()
+        self.current_inputs = inputs
+
+    def finish(self) -> None:
+        """After the last call."""
+        self._end_uncompiled()
 
     def on_graph(self, gm: torch.fx.GraphModule) -> None:
         reason = getattr(gm, "compile_subgraph_reason", None)
@@ -48,13 +62,41 @@ class CaptureLog:
         self.graph_breaks.append(GraphBreak(explain_break(reason.reason), filename, lineno, line or ""))
 
     def on_guards(self, guards) -> None:
+        self._checking = None  # a function finished compiling: the next failed guard starts a new recompile
         for guard in guards:
             text = describe_guard(guard)
             if text and text not in self.guards:
                 self.guards.append(text)
 
     def on_guard_fail(self, failure) -> None:
-        self.recompiles.append(Recompile(str(getattr(failure, "reason", failure)), self.current_inputs))
+        # Note [One recompile, many failed guards]
+        # Dynamo keeps one compiled version (cache entry) per set of guards, per function. When none fits, it
+        # calls guard_fail_fn once per cached version, newest first, then compiles once: the third length
+        # of a shape-specialized model reports two failures for one recompile. So consecutive failures in
+        # one function, each from a version not reported yet, are one recompile; a finished compile
+        # (on_guards), another function or a version reported again starts the next.
+        code = getattr(failure, "orig_code", None)
+        compile_id, failed = _split_guard_failure(str(getattr(failure, "reason", failure)))
+        checking = self._checking
+        if checking is None or checking[0] is not code or compile_id and compile_id in checking[1]:
+            self._end_uncompiled()
+            self._checking = checking = (code, set())
+            self.recompiles.append(Recompile("", self.current_inputs, describe_function(code)))
+        checking[1].add(compile_id)
+        recompile = self.recompiles[-1]
+        recompile.failed_guards.append(failed)
+        recompile.reason = explain_recompile(recompile.failed_guards, recompile.function)
+
+    def _end_uncompiled(self) -> None:
+        """Close the failures being reported when no compile finished after them. With recompile_limit
+        versions of the function already compiled, Dynamo compiles no more and runs it eagerly: that is not a
+        recompile, and it moves to gave_up. (A compile that raised stays a recompile; explore reports the error.)"""
+        if self._checking is None:
+            return
+        versions = len(self._checking[1])
+        self._checking = None
+        if versions >= torch._dynamo.config.recompile_limit:
+            self.gave_up.append(self.recompiles.pop())
 
 
 def describe_guard(guard) -> str:
@@ -92,6 +134,97 @@ def explain_break(reason: str) -> str:
     return reason.strip().splitlines()[0][:500] if reason.strip() else "graph break"
 
 
+def _split_guard_failure(text: str) -> tuple[str, str]:
+    """Dynamo's "0/1: <failed check>  # <user code>\nUser stack trace: ..." -> ("0/1", "<failed check>")."""
+    first = text.strip().split("\nUser stack trace:")[0].strip().splitlines()[0] if text.strip() else ""
+    compile_id, colon, rest = first.partition(": ")
+    if not colon or " " in compile_id:
+        compile_id, rest = "", first
+    return compile_id, rest.split("  # ")[0].strip()
+
+
+_RESUME = re.compile(r"torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
+
+
+def describe_function(code) -> str:
+    """The function Dynamo compiles: its name, the part of it after a graph break (a "resume" function), or
+    the model's forward (which torch calls through a wrapper of its own, `inner(*args)`)."""
+    name = getattr(code, "co_name", "") or "?"
+    resume = _RESUME.match(name)
+    if resume:
+        return f"{resume['function']} after the graph break at line {resume['line']}"
+    if "/torch/" in getattr(code, "co_filename", "").replace("\\", "/"):
+        return "the model's forward"
+    return name
+
+
+# Dynamo's failed checks -> plain words. {old} is what a compiled version was made for; the failures of
+# several versions that differ only in {old} read as one sentence ("compiled for 40, 24 or 16").
+_GUARD_WORDS = [
+    (re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)\. expected (?P<old>\S+), "
+                r"actual (?P<new>\S+)"),
+     "{name}.shape[{dim}] is {new}, but {graph_was} compiled for {old} (a graph holds its sizes as constants "
+     "unless the dimension is dynamic)"),
+    (re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>\d+)\. expected (?P<old>\S+), "
+                r"actual (?P<new>\S+)"),
+     "{name}.stride({dim}) is {new}, but {graph_was} compiled for {old} (another memory layout)"),
+    (re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<old>\S+), actual (?P<new>\S+)"),
+     "{name} has {new} dimension(s), but {graph_was} compiled for {old}"),
+    (re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<old>\S+), actual (?P<new>\S+)"),
+     "{name} has dtype {new}, but {graph_was} compiled for {old}"),
+    (re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<old>\S+)"),
+     "{name}.requires_grad changed ({graph_was} compiled for requires_grad={old})"),
+    (re.compile(r"tensor '(?P<name>.+?)' (?P<what>.+?) mismatch"),
+     "{name} has another {what} than {graph_was} compiled for"),
+    (re.compile(r"(?P<old>.*\bsize\(\)\[\d+\].*)"),
+     "an input size no longer satisfies what {graph_was} compiled for: {old} (Dynamo specializes sizes 0 "
+     "and 1 even in a dynamic graph)"),
+    (re.compile(r"___check_obj_id\((?P<name>.+?), \d+\)"),
+     "{name} is another object than the one {graph_was} compiled with"),
+    (re.compile(r"___check_type_id\((?P<name>.+?), \d+\)"),
+     "{name} has another type than {graph_was} compiled for"),
+    (re.compile(r"len\((?P<name>.+?)\) == (?P<old>\d+)$"),
+     "{name} no longer has the length {graph_was} compiled for ({old})"),
+    (re.compile(r"(?P<name>[\w.\[\]'\"]+) == (?P<old>.+)$"),
+     "{name} is not the Python value {graph_was} compiled for ({old}), which is baked in as a constant"),
+]
+
+
+def explain_guard_failures(failed_guards: list[str]) -> list[str]:
+    """The failed checks of one recompile (one per compiled version), in plain words where we recognise them."""
+    sentences: dict[tuple, list[str]] = {}  # (pattern, fields other than old) -> old of each version
+    for failed in failed_guards:
+        for number, (pattern, _) in enumerate(_GUARD_WORDS):
+            match = pattern.search(failed)
+            if match:
+                fields = match.groupdict()
+                old = fields.pop("old", "")
+                sentences.setdefault((number, tuple(sorted(fields.items()))), []).append(old)
+                break
+        else:
+            sentences.setdefault((None, (("failed", failed),)), []).append("")
+    words = []
+    for (number, fields), olds in sentences.items():
+        if number is None:
+            words.append(f"a guard on the inputs failed: {dict(fields)['failed']}")
+            continue
+        distinct = list(dict.fromkeys(olds))
+        old = distinct[0] if len(distinct) == 1 else ", ".join(distinct[:-1]) + " or " + distinct[-1]
+        graph_was = "the graph was" if len(olds) == 1 else "the graphs were"
+        words.append(_GUARD_WORDS[number][1].format(old=old, graph_was=graph_was, **dict(fields)))
+    return words
+
+
+def explain_recompile(failed_guards: list[str], function: str) -> str:
+    """Why one recompile happened: what differs from each compiled version, then Dynamo's words."""
+    reasons = explain_guard_failures(failed_guards)
+    why = "; ".join(reasons)
+    if len(failed_guards) > 1:
+        why = f"none of the {len(failed_guards)} compiled versions fits: {why}"
+    dynamo = f"; Dynamo: {failed_guards[0][:300]}" if failed_guards[0] and failed_guards[0] not in why else ""
+    return f"{why} (in {function}{dynamo})"
+
+
 def describe_inputs(inputs) -> str:
     parts = []
     for x in inputs:
@@ -108,8 +241,9 @@ def dynamo_compile(model: Callable, backend: Callable, log: CaptureLog | None, d
         return torch._dynamo.optimize(backend, dynamic=dynamic)(model)
 
     def recording_backend(gm, example_inputs):
-        log.on_graph(gm)
-        return backend(gm, example_inputs)
+        compiled = backend(gm, example_inputs)
+        log.on_graph(gm)  # after: Dynamo may restart its analysis from inside the backend (Note [Restarted analysis])
+        return compiled
 
     return torch._dynamo.optimize(recording_backend, dynamic=dynamic, guard_export_fn=log.on_guards,
                                   guard_fail_fn=log.on_guard_fail)(model)

@@ -131,8 +131,7 @@ def make_backend(options: Options, exploration: Exploration | None = None) -> Ca
     def backend(gm: torch.fx.GraphModule, example_inputs):
         graph_record = None
         if exploration is not None:
-            graph_record = GraphRecord(index=len(exploration.graphs))
-            exploration.graphs.append(graph_record)
+            graph_record = GraphRecord(index=-1)  # numbered when it joins the record
             graph_record.fx = records_fx(gm)
 
         def fw_compiler(aten_gm: torch.fx.GraphModule, aten_inputs):
@@ -148,6 +147,12 @@ def make_backend(options: Options, exploration: Exploration | None = None) -> Ca
         if graph_record is not None:
             inner = sum(graph_record.timings.values())
             graph_record.timings["decompose"] = time.perf_counter() - start - inner
+            # Note [Restarted analysis]: Dynamo may abandon a graph by raising from inside its backend
+            # (RestartAnalysis: AOTAutograd turned a float input into a tensor, say) and trace the frame again,
+            # which calls the backend anew. Only a graph that compiled joins the record; time spent on an
+            # abandoned one counts as capture.
+            graph_record.index = len(exploration.graphs)
+            exploration.graphs.append(graph_record)
         return compiled_fn
 
     return backend
@@ -177,7 +182,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     log = capture.CaptureLog()
     compiled = capture.dynamo_compile(model, make_backend(options, exploration), log, dynamic)
     inputs = tuple(example_inputs)
-    log.current_inputs = exploration.inputs = capture.describe_inputs(inputs)
+    exploration.inputs = capture.describe_inputs(inputs)
+    log.begin_call(exploration.inputs)
     start = time.perf_counter()
     with torch.no_grad():
         outputs = compiled(*run.fresh(inputs))  # a model may mutate its inputs: keep the originals for eager
@@ -190,7 +196,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         exploration.verify = run.verify(model, inputs, outputs, tolerance)
     for extra in dynamic_inputs:
         extra = tuple(extra)
-        log.current_inputs = capture.describe_inputs(extra)
+        log.begin_call(capture.describe_inputs(extra))
         graphs_before = len(exploration.graphs)
         try:
             with torch.no_grad():
@@ -202,9 +208,16 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             continue
         exploration.runs.append({"inputs": log.current_inputs,
                                  "new_graphs": len(exploration.graphs) - graphs_before, "verify": result})
+    log.finish()
     exploration.graph_breaks = [vars(b) for b in log.graph_breaks]
     exploration.guards = list(log.guards)
     exploration.recompiles = [vars(r) for r in log.recompiles]
+    for skipped in log.gave_up:
+        exploration.errors.append({
+            "stage": "capture", "inputs": skipped.inputs,
+            "message": f"Dynamo reached its recompile limit (torch._dynamo.config.recompile_limit) with "
+                       f"{len(skipped.failed_guards)} compiled versions of {skipped.function}: it runs it "
+                       f"eagerly from now on, without a graph. It would have recompiled because: {skipped.reason}"})
     return exploration
 
 

@@ -6,6 +6,7 @@ Kernels are referenced by name from a namespace the backend fills (ctypes functi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -40,21 +41,45 @@ def _tensor_arg(arg: TensorArg, buffers) -> str:
     return f"strided_view({arg.name}, {_shape(arg.size)}, {_shape(arg.stride)}, {_py(arg.offset)})"
 
 
-def _call_args(value, buffers) -> str:
-    if isinstance(value, TensorArg):
-        return _tensor_arg(value, buffers)
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(_call_args(v, buffers) for v in value)
-        return f"[{inner}]"
-    if isinstance(value, sympy.Expr):
-        return _py(value)
-    if isinstance(value, torch.dtype):
+# Note [Wrapper arguments]
+# An argument of a library or eager call is written into the wrapper as Python source only when it has an
+# exact spelling there: None, bools, ints, strings, finite floats, sizes (sympy), dtypes and devices. Anything
+# else (an ATen op passed as an argument, a Python function, a generator, inf and nan, whose reprs are not
+# valid source) is bound by name: the value goes into the wrapper's namespace and the source says its name.
+
+
+def _literal(value) -> str | None:
+    """Python source that evaluates to `value`, or None if it has no exact spelling (Note [Wrapper arguments])."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
         return str(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
-    if isinstance(value, torch.memory_format) or isinstance(value, torch.layout):
-        return str(value)
-    return repr(value)
+    return None
+
+
+def _bind(value, constants: dict) -> str:
+    """A fresh name for `value` in the wrapper's namespace."""
+    name = f"value{len(constants)}"
+    while name in constants:
+        name += "_"
+    constants[name] = value
+    return name
+
+
+def _call_args(value, buffers, constants: dict) -> str:
+    if isinstance(value, TensorArg):
+        return _tensor_arg(value, buffers)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_call_args(v, buffers, constants) for v in value)
+        return f"[{inner}]"
+    if isinstance(value, sympy.Expr):
+        return _py(value)
+    text = _literal(value)
+    return text if text is not None else _bind(value, constants)
 
 
 def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryPlan,
@@ -91,8 +116,9 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                 else:
                     target_name = f"op_{node.name}"
                     constants[target_name] = node.target
-                    args = ", ".join([_call_args(a, graph.buffers) for a in node.args] +
-                                     [f"{k}={_call_args(v, graph.buffers)}" for k, v in node.kwargs.items()])
+                    args = ", ".join([_call_args(a, graph.buffers, constants) for a in node.args] +
+                                     [f"{k}={_call_args(v, graph.buffers, constants)}"
+                                      for k, v in node.kwargs.items()])
                     body.append(f"{node.name} = {target_name}({args})")
                 if node.size or not isinstance(node, Extern) or isinstance(node, MultiOutput):
                     # Note [Library output layout]: kernels index this buffer with the strides the fake
@@ -101,7 +127,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
         dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory)]
         if dead:
             body.append(f"del {', '.join(dead)}")
-    body.append(f"return [{', '.join(_output(v, graph) for v in graph.outputs)}]")
+    body.append(f"return [{', '.join(_output(v, graph, constants) for v in graph.outputs)}]")
     lines += ["    " + line for line in body]
     return WrapperSource("\n".join(lines) + "\n", constants)
 
@@ -122,12 +148,17 @@ def _reused_later(name: str, memory: MemoryPlan) -> bool:
     return any(life.reuses == name for life in memory.lives)
 
 
-def _output(value, graph: LoweredGraph) -> str:
-    if value is None:
-        return "None"
+def _output(value, graph: LoweredGraph, constants: dict) -> str:
     if isinstance(value, sympy.Expr):
         return _py(value)
     if isinstance(value, TensorValue):
-        stride, offset = value.strided_layout()
+        layout = value.strided_layout()
+        if layout is None:
+            # lowering copies such a view into a buffer of its own (GraphLowering.output); the wrapper has
+            # no way to: it only launches kernels and hands back (views of) buffers
+            raise ValueError(f"graph output {value.node.name}{list(value.size)} is a view with no strides "
+                             f"(its index map is not affine); it must be realized into a buffer before codegen")
+        stride, offset = layout
         return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers)
-    return repr(value)
+    text = _literal(value)
+    return text if text is not None else _bind(value, constants)

@@ -12,6 +12,9 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 import sympy
+# sympy imports its tensor module on the first Add it builds (~0.2 s); importing it with the engine keeps
+# that cost out of the first compile.
+import sympy.tensor.tensor  # noqa: F401
 from sympy.printing.str import StrPrinter
 
 Expr = sympy.Expr
@@ -229,6 +232,15 @@ def offset(index: Sequence[Expr], strides: Sequence[Expr], base: Expr = sympy.In
     return sympy.expand(base + sum((i * s for i, s in zip(index, strides)), sympy.Integer(0)))
 
 
+# Note [Index printing]
+# C, Python and Triton read an index as integer arithmetic. A power is spelled as a product, and each factor
+# needs parentheses when it is a sum: (s0 + 1)**2 is (s0 + 1)*(s0 + 1), never s0 + 1*s0 + 1 (the squared
+# output sizes of a pooling layer under dynamic shapes). Every operand of /, % and a power that is a sum, a
+# product or a negative number is parenthesized. StrPrinter writes a rational factor or a negative power as a
+# division (x/2), which is integer division in C and true division in Python: an index never holds one (floor
+# division is FloorDiv), so printing one is an error. tests/test_dynamic.py evaluates each printer's text.
+
+
 class _IndexPrinter(StrPrinter):
     floordiv = "/"
     max_fn, min_fn = "gb_max_i", "gb_min_i"
@@ -247,7 +259,7 @@ class _IndexPrinter(StrPrinter):
 
     def _operand(self, e):
         text = self._print(e)
-        return f"({text})" if e.is_Add or e.is_Mul else text
+        return f"({text})" if e.is_Add or e.is_Mul or (e.is_Number and e < 0) else text
 
     def _print_FloorDiv(self, e):
         return f"({self._operand(e.args[0])} {self.floordiv} {self._operand(e.args[1])})"
@@ -258,8 +270,19 @@ class _IndexPrinter(StrPrinter):
     def _print_Pow(self, e, rational=False):
         base, exp = e.args
         if exp.is_Integer and exp > 0:
-            return "(" + "*".join([self._print(base)] * int(exp)) + ")"
-        raise ValueError(f"index expression {e} has a non-integer power")
+            return "(" + "*".join([self._operand(base)] * int(exp)) + ")"
+        raise ValueError(f"index expression {e} has a negative or non-integer power")
+
+    def _print_Mul(self, e):
+        for factor in e.args:
+            if factor.is_Rational and not factor.is_Integer or factor.is_Pow and not factor.exp.is_positive:
+                raise ValueError(f"index expression {e} has a fraction (floor division is FloorDiv)")
+        return super()._print_Mul(e)
+
+    def _print_Rational(self, e):
+        if not e.is_Integer:
+            raise ValueError(f"index expression has a fraction {e} (floor division is FloorDiv)")
+        return super()._print_Rational(e)
 
 
 class _PythonIndexPrinter(_IndexPrinter):

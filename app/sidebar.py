@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state
+from app import state, worker
 
 
 def render() -> None:
@@ -25,5 +25,14 @@ def render() -> None:
         st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
                  help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
         st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
+        with st.expander("Limits", expanded=False):
+            st.caption("Model code runs in a separate, sandboxed process (clean environment, its own folder); "
+                       "it is stopped with everything it started when it passes a limit.")
+            st.number_input("Time limit (s)", key="time_limit_s", value=state.default_time_limit_s(), min_value=1.0,
+                            max_value=worker.MAX_TIMEOUT_S, step=10.0, format="%.0f",
+                            help="Wall time for one exploration, from Explore to result.")
+            st.number_input("Memory limit (GB)", key="memory_limit_gb", value=state.default_memory_limit_gb(),
+                            min_value=0.25, max_value=state.machine_memory_gb(), step=0.5, format="%.2f",
+                            help="Resident memory of the model's process and everything it starts.")
         st.button("Re-explore", key="reexplore", on_click=state.forget_current, width="stretch",
                   help="Run the worker again instead of using the cached result.")

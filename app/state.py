@@ -73,6 +73,27 @@ def description_of(source: str) -> str:
     return textwrap.dedent(text).strip()
 
 
+def machine_memory_gb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def default_time_limit_s() -> float:
+    return min(float(worker.EXPLORE_TIMEOUT_S), worker.MAX_TIMEOUT_S)
+
+
+def default_memory_limit_gb() -> float:
+    return min(float(worker.MEMORY_GB), machine_memory_gb())
+
+
+def time_limit_s() -> float:
+    """The sidebar's time limit for one exploration (its widget owns the value; GLASSBOX_APP_TIMEOUT by default)."""
+    return float(st.session_state.get("time_limit_s") or default_time_limit_s())
+
+
+def memory_limit_gb() -> float:
+    return float(st.session_state.get("memory_limit_gb") or default_memory_limit_gb())
+
+
 def cuda_available() -> bool:
     """Without importing torch in the server: a driver device node or nvidia-smi means CUDA may be used."""
     return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
@@ -176,7 +197,8 @@ def exploration() -> worker.Outcome:
         def tick(seconds: float) -> None:
             status.update(label=f"Exploring {what}… {seconds:.0f} s")
 
-        outcome = worker.explore(request.source, request.label, request.options, on_tick=tick)
+        outcome = worker.explore(request.source, request.label, request.options, on_tick=tick,
+                                 timeout=time_limit_s(), memory_gb=memory_limit_gb())
         if outcome.problem is None:
             status.update(label=f"Explored {what} in {outcome.seconds:.1f} s", state="complete")
         else:
@@ -197,7 +219,9 @@ def run_bench() -> worker.Outcome:
         def tick(seconds: float) -> None:
             status.update(label=f"Benchmarking… {seconds:.0f} s")
 
-        outcome = worker.bench(request.source, request.label, request.options, on_tick=tick)
+        outcome = worker.bench(request.source, request.label, request.options, on_tick=tick,
+                               timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()),
+                               memory_gb=memory_limit_gb())
         status.update(label=f"Benchmarked in {outcome.seconds:.0f} s",
                       state="complete" if outcome.problem is None else "error")
     result_cache().put(request.key("bench"), outcome)
@@ -210,7 +234,9 @@ def run_inductor() -> worker.Outcome:
         def tick(seconds: float) -> None:
             status.update(label=f"Compiling with Inductor… {seconds:.0f} s")
 
-        outcome = worker.inductor(request.source, request.label, request.options, on_tick=tick)
+        outcome = worker.inductor(request.source, request.label, request.options, on_tick=tick,
+                                  timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()),
+                                  memory_gb=memory_limit_gb())
         status.update(label=f"Inductor finished in {outcome.seconds:.0f} s",
                       state="complete" if outcome.problem is None else "error")
     result_cache().put(request.key("inductor"), outcome)

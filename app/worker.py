@@ -1,9 +1,12 @@
-"""Run user code in a separate worker process: a wall-time limit, a memory limit, killable, never in the server.
+"""Run user code in a sandboxed worker process, never in the server: limits, a clean environment, a group kill.
 
-Every model the app explores runs as `python app/worker_main.py ... -- explore FILE --json` (the engine's CLI,
-DESIGN.md "CLI") in its own process group. The server only waits, polls and reads files: a model that hangs is
-killed with its whole group at the time limit, a model that crashes the interpreter ends the worker only, and
-an interrupted Streamlit run (the user clicked something else, or Stop) kills the worker on the way out.
+Every job the app runs (explore, bench, Inductor, Triton lowerings) goes through engine/sandbox.py, the same
+mechanism as `python -m engine explore --sandbox` and the hostile suite (Note [Sandbox]): the worker,
+app/worker_main.py, runs in its own session with a clean environment and a private directory (where the
+model file is written), under wall-time, CPU-time, memory, output and process limits. A model that hangs is
+killed with its whole group at the time limit, one that crashes the interpreter ends the worker only, and an
+interrupted Streamlit run (the user clicked something else, or Stop) kills the worker on the way out. A
+standby worker with torch already imported takes the next job (Note [Standby worker]).
 
 This module knows nothing about Streamlit: progress goes through an `on_tick(seconds_elapsed)` callback.
 """
@@ -12,16 +15,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from app.worker_main import STACK_SIGNAL
+from engine import sandbox
+from engine.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "app" / "worker_main.py"
@@ -29,6 +31,8 @@ LAUNCHER = ROOT / "app" / "worker_main.py"
 EXPLORE_TIMEOUT_S = float(os.environ.get("GLASSBOX_APP_TIMEOUT", "180"))
 BENCH_TIMEOUT_S = float(os.environ.get("GLASSBOX_APP_BENCH_TIMEOUT", "420"))
 MEMORY_GB = float(os.environ.get("GLASSBOX_APP_MEMORY_GB", "8"))
+MAX_TIMEOUT_S = 3600.0  # the most the sidebar's time limit may be set to
+OUTPUT_MB, PROCESSES = 256, 64  # a large model's record is tens of MB of JSON; g++ and OpenMP are a few processes
 
 EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2  # the CLI's exit codes (engine/__main__.py)
 
@@ -64,132 +68,88 @@ class Outcome:
 
 @dataclass
 class Finished:
-    returncode: int | None  # None: killed at the time limit
-    stdout: str
-    stderr: str
-    seconds: float
+    """One job's end: the sandbox's result, the files it was asked to bring back, and whether the job returned
+    (False: the process ended before the job did, by a signal, a limit, or the model calling os._exit)."""
+    result: SandboxResult
+    files: dict[str, str | None]
+    completed: bool
+    workdir: str
+
+    @property
+    def returncode(self) -> int | None:
+        return self.result.returncode
+
+    @property
+    def stdout(self) -> str:
+        return self.result.stdout
+
+    @property
+    def stderr(self) -> str:
+        """The worker's stderr with its private directory taken out of paths (users see `pasted.py:3`)."""
+        return self.result.stderr.replace(self.workdir + os.sep, "")
+
+    @property
+    def seconds(self) -> float:
+        return self.result.wall_s
 
 
-def worker_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+def limits(timeout_s: float = EXPLORE_TIMEOUT_S, memory_gb: float = MEMORY_GB) -> Limits:
+    """The sandbox limits of one job. CPU time: all cores busy for the whole wall time, a backstop that still
+    holds should the server die while the worker runs (nobody would watch the wall time then)."""
+    memory_mb = int(memory_gb * 1024) if memory_gb > 0 else 1 << 40
+    return Limits(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=int(timeout_s * (os.cpu_count() or 1)) + 30,
+                  output_bytes=OUTPUT_MB << 20, processes=PROCESSES)
 
 
-class StandbyPool:
-    """One worker process started ahead of time, with torch and the engine already imported, so the next
-    exploration skips most of its start-up. Each standby runs exactly one job; a fresh one is started after each
-    job (not during it, nor right after it: on a small machine the import would slow the job down, or the
-    browser drawing the job's result)."""
-
-    MAX_AGE_S = 600  # a standby older than this may hold stale engine code (the engine is edited live)
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._process: subprocess.Popen | None = None
-        self._born = 0.0
-
-    def refill(self) -> None:
-        if os.environ.get("GLASSBOX_APP_STANDBY", "1") == "0":
-            return
-        with self._lock:
-            if self._process is not None and self._process.poll() is None:
-                if time.monotonic() - self._born < self.MAX_AGE_S:
-                    return
-                kill_group(self._process)
-            self._process = subprocess.Popen(
-                [sys.executable, str(LAUNCHER), "--standby"], cwd=ROOT, env=worker_env(), stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            self._born = time.monotonic()
-
-    def refill_later(self, delay_s: float = 6.0) -> None:
-        """Refill after a pause: right after a job the browser is busy drawing its result, and on a two-core
-        machine importing torch at the same time would make that slower."""
-        timer = threading.Timer(delay_s, self.refill)
-        timer.daemon = True
-        timer.start()
-
-    def take(self) -> subprocess.Popen | None:
-        with self._lock:
-            process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return None
-        if time.monotonic() - self._born > self.MAX_AGE_S:
-            kill_group(process)
-            return None
-        return process
-
-    def close(self) -> None:
-        with self._lock:
-            process, self._process = self._process, None
-        if process is not None:
-            kill_group(process)
+# Note [Standby worker]; its CPU limit is lowered to each job's when the job is handed over
+STANDBY = sandbox.Standby([sys.executable, str(LAUNCHER), "--standby"], limits(MAX_TIMEOUT_S),
+                          env={"PYTHONUNBUFFERED": "1"},  # what a crashing model printed last still shows
+                          enabled=os.environ.get("GLASSBOX_APP_STANDBY", "1") != "0",
+                          stack_signal=STACK_SIGNAL)  # app/worker_main.py prints its stack on it
 
 
-STANDBY = StandbyPool()
-
-
-def _start(arguments: list[str], out_path: Path, err_path: Path) -> subprocess.Popen:
-    """The standby worker given this job, or a fresh worker when none is ready."""
-    process = STANDBY.take()
-    if process is not None:
-        job = json.dumps({"argv": arguments, "stdout": str(out_path), "stderr": str(err_path)})
-        try:
-            process.stdin.write((job + "\n").encode("utf-8"))
-            process.stdin.close()
-            return process
-        except OSError:  # it died just now: start fresh
-            kill_group(process)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        return subprocess.Popen([sys.executable, str(LAUNCHER), *arguments], cwd=ROOT, env=worker_env(),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-
-
-def run_process(arguments: list[str], timeout: float, workdir: Path,
-                on_tick: Callable[[float], None] | None = None, tick_s: float = 0.25) -> Finished:
-    """Run app/worker_main.py with `arguments` in its own session, output to files (no pipe can fill up); kill
-    its group on timeout or when the caller is interrupted (an exception out of on_tick, e.g. Streamlit stopping
-    the script)."""
-    out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
-    start = time.monotonic()
-    process = _start(arguments, out_path, err_path)
-    returncode: int | None = None
+def run_job(arguments: Callable[[Path], list[str]], job_limits: Limits, inputs: dict[str, str] | None = None,
+            outputs: tuple[str, ...] = (), on_tick: Callable[[float], None] | None = None) -> Finished:
+    """One job in a sandboxed worker: the standby if one is ready, else one started now. `inputs` (file name ->
+    text) are written into the worker's private directory, `arguments(directory)` are the launcher's arguments,
+    and the `outputs` files are read back before the directory is removed. An exception out of on_tick (the
+    Streamlit run was interrupted) kills the worker's group and goes on."""
+    process, refill_delay_s = STANDBY.take(), 0.5
     try:
-        while True:
-            try:
-                returncode = process.wait(timeout=tick_s)
-                break
-            except subprocess.TimeoutExpired:
-                elapsed = time.monotonic() - start
-                if elapsed > timeout:
-                    break
-                if on_tick is not None:
-                    on_tick(elapsed)
+        if process is not None and not _hand_over(process, arguments, job_limits, inputs):
+            process.close()  # it died while waiting (say, the system's OOM killer): start one now
+            process = None
+        if process is None:
+            process = STANDBY.start()
+            _hand_over(process, arguments, job_limits, inputs)  # if it ended at once, wait() says how
+        result = process.wait(on_tick)
+        workdir = process.workdir
+        files = {name: _read(workdir / name) for name in outputs}
+        completed = _read(workdir / "finished") is not None
+        # after a good result the browser is busy drawing it for a few seconds, and importing torch at the same
+        # time would slow that down on a small machine; after a failure there is little to draw, and the user
+        # is about to try again
+        refill_delay_s = 6.0 if result.ok and completed else 0.5
+        return Finished(result, files, completed, str(workdir))
     finally:
-        if process.poll() is None:
-            kill_group(process)
-        STANDBY.refill_later()
-    return Finished(returncode, _read(out_path), _read(err_path), time.monotonic() - start)
+        if process is not None:
+            process.close()
+        STANDBY.refill_later(refill_delay_s)
 
 
-def kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole process group (it started a session, so its pgid is its pid)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+def _hand_over(process: sandbox.SandboxedProcess, arguments: Callable[[Path], list[str]], job_limits: Limits,
+               inputs: dict[str, str] | None) -> bool:
+    for name, text in (inputs or {}).items():
+        (process.workdir / name).write_text(text, encoding="utf-8")
+    job = {"argv": arguments(process.workdir), "finished": str(process.workdir / "finished")}
+    return process.send(json.dumps(job), job_limits)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return ""
+        return None
 
 
 # --- explore ---------------------------------------------------------------------------------------------------
@@ -202,40 +162,28 @@ def model_file_name(label: str) -> str:
 
 
 def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_TIMEOUT_S,
-            on_tick: Callable[[float], None] | None = None) -> Outcome:
+            on_tick: Callable[[float], None] | None = None, memory_gb: float = MEMORY_GB) -> Outcome:
     """Explore model code (`source`, shown to the user as `label`.py) in a worker: the record, or a Problem."""
-    workdir = Path(tempfile.mkdtemp(prefix="glassbox-run-"))
+    name = model_file_name(label)
+    finished = run_job(lambda workdir: ["--inputs-out", str(workdir / "inputs.json"), "--",
+                                        "explore", str(workdir / name), "--json", *options.cli_args()],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("inputs.json",),
+                       on_tick=on_tick)
+    outcome = explore_outcome(finished, name)
     try:
-        model_path = workdir / model_file_name(label)
-        model_path.write_text(source, encoding="utf-8")
-        inputs_path = workdir / "inputs.json"
-        command = ["--memory-gb", str(memory_gb(options)), "--inputs-out", str(inputs_path), "--",
-                   "explore", str(model_path), "--json", *options.cli_args()]
-        finished = run_process(command, timeout, workdir, on_tick)
-        outcome = explore_outcome(finished, timeout, workdir)
-        try:
-            outcome.inputs = json.loads(inputs_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            outcome.inputs = None
-        return outcome
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        outcome.inputs = json.loads(finished.files["inputs.json"] or "")
+    except ValueError:
+        outcome.inputs = None
+    return outcome
 
 
-def memory_gb(options: Options) -> float:
-    # CUDA reserves a large virtual address space up front: an address-space cap would break it
-    return 0.0 if options.device == "cuda" else MEMORY_GB
-
-
-def explore_outcome(finished: Finished, timeout: float, workdir: Path) -> Outcome:
+def explore_outcome(finished: Finished, name: str = "") -> Outcome:
     record = parse_json(finished.stdout)
-    stderr = finished.stderr.replace(str(workdir) + os.sep, "")
     if record is not None:
-        _strip_workdir(record, workdir)
-    if finished.returncode == EXIT_OK and record is not None:
+        _strip_workdir(record, Path(finished.workdir))
+    if finished.returncode == EXIT_OK and record is not None and finished.completed:
         return Outcome(record=record, seconds=finished.seconds)
-    problem = diagnose(finished.returncode, stderr, timeout, record)
-    return Outcome(record=record, problem=problem, seconds=finished.seconds)
+    return Outcome(record=record, problem=diagnose(finished, record, model_name=name), seconds=finished.seconds)
 
 
 def _strip_workdir(record: dict, workdir: Path) -> None:
@@ -315,31 +263,44 @@ def user_line(message: str) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
-def diagnose(returncode: int | None, stderr: str, timeout: float, record: dict | None = None) -> Problem:
+def diagnose(finished: Finished, record: dict | None = None, stderr: str | None = None,
+             model_name: str = "") -> Problem:
+    """The Problem for a job that did not end well: the sandbox's words for limits and signals (one wording
+    for the app, the CLI and the hostile suite), the CLI's own paragraph for everything else. `stderr` replaces
+    the worker's (to add an error a job reported in a file); `model_name` is the model's file name, to find the
+    user's line in the stack a stopped or crashed worker printed."""
+    result = finished.result
+    stderr = finished.stderr if stderr is None else stderr
     tail = stderr.strip()[-4000:]
-    if returncode is None:
+    if result.limit_hit or result.signal is not None:
+        title, hints = STOPPED.get(result.limit_hit or "", STOPPED["signal"])
+        message, lineno = result.summary(), None
+        where = stopped_at(stderr, model_name)
+        if where is not None:
+            lineno, function = where
+            scope = f" (in {function})" if function != "<module>" else ""  # the message is plain text
+            message += f" It was running line {lineno} of {model_name}{scope} at that moment."
+        if result.signal == signal.SIGINT:
+            title = "The model's process was interrupted"
+            hints = ["Look for `raise KeyboardInterrupt` (or code that sends SIGINT) in the model."]
+        elif result.signal == signal.SIGKILL:
+            title = "The model's process was killed"
+            hints = [f"The model may have used all the machine's memory before reaching its limit "
+                     f"({result.limits.memory_mb} MB): try smaller inputs.",
+                     "Explore again: if nothing in the model kills its own process, this was a one-off."]
+        return Problem(title, message, lineno, hints=hints, log=tail)
+    if not finished.completed:
         return Problem(
-            "The model ran too long and was stopped",
-            f"The worker ran for more than {timeout:.0f} s, so it was killed (with everything it started).",
-            hints=["Look for a loop that never ends in the model or in `example_inputs`.",
-                   "Try smaller inputs: fewer rows, a smaller batch, fewer layers.",
-                   "The time limit is GLASSBOX_APP_TIMEOUT seconds (set it before starting the app)."],
-            log=tail)
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return Problem(
-            "The worker process crashed",
-            f"The process running the model ended with {name}. The app is fine; only the worker died.",
-            hints=["A crash in native code (a C++ kernel, a library call) or running out of memory ends the worker "
-                   "this way.",
-                   "Try smaller inputs, or the other backend, to see whether the crash depends on them."],
+            "The model's process ended early",
+            f"The model's process exited (exit code {result.returncode}) before Glassbox could finish or "
+            "report anything. Something in the model ended the Python process directly, most likely "
+            "os._exit(), or a library that exits the process on an error.",
+            hints=["Remove the call that ends the process (os._exit, or exit() in a C extension).",
+                   "The model must return from `model(*example_inputs)` for Glassbox to compile and compare it."],
             log=tail)
     message = last_paragraph(stderr)
     lineno = user_line(message)
-    if returncode == EXIT_USER_ERROR:
+    if result.returncode == EXIT_USER_ERROR:
         return Problem("There is a problem in the model code", message or tail, lineno,
                        hints=["Fix the line shown and explore again.",
                               "A model file defines `model` (an nn.Module instance or a function) and "
@@ -347,8 +308,9 @@ def diagnose(returncode: int | None, stderr: str, timeout: float, record: dict |
                        log=tail)
     if "MemoryError" in tail or "Cannot allocate memory" in tail:
         return Problem("The model ran out of memory",
-                       message or "The worker hit its memory limit.", lineno,
-                       hints=[f"The worker may use {MEMORY_GB:g} GiB (GLASSBOX_APP_MEMORY_GB); try smaller inputs."],
+                       message or "The worker could not allocate memory.", lineno,
+                       hints=["Try smaller inputs, or raise the memory limit in the sidebar (Limits), then press "
+                              "Re-explore."],
                        log=tail)
     if record is not None:
         return Problem("Glassbox's output differs from eager PyTorch",
@@ -356,91 +318,119 @@ def diagnose(returncode: int | None, stderr: str, timeout: float, record: dict |
                        hints=["This is a compiler bug, not yours: the run stage shows which output differs."],
                        log=tail)
     return Problem("Glassbox could not compile this model",
-                   message or f"The worker exited with code {returncode}.", lineno,
+                   message or f"The worker exited with code {result.returncode}.", lineno,
                    hints=["This is most likely a gap in the compiler, not a mistake in your code.",
                           "Try the other backend, or simplify the model around the line named above."],
                    log=tail)
+
+
+# a frame of the stack faulthandler prints ("line N in f", most recent call first), and of a Python traceback
+# ("line N, in f", most recent call last)
+STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.MULTILINE)
+TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
+
+
+def stopped_at(stderr: str, model_name: str) -> tuple[int, str] | None:
+    """(line, function) of the innermost frame in the user's file, in the last stack the worker printed as it
+    crashed or was stopped (app/worker_main.py) or the last traceback (KeyboardInterrupt), or None."""
+    first, last = stderr.rfind("(most recent call first)"), stderr.rfind("(most recent call last)")
+    if not model_name or max(first, last) < 0:
+        return None
+    if first > last:
+        frames = STACK_FRAME.findall(stderr[first:])
+    else:
+        frames = TRACEBACK_FRAME.findall(stderr[last:])[::-1]
+    for filename, line, function in frames:
+        if Path(filename).name == model_name:
+            return int(line), function
+    return None
+
+
+# What a stopped worker's Problem says beyond the sandbox's explanation: (title, what to try)
+STOPPED: dict[str, tuple[str, list[str]]] = {
+    "time": ("The model ran too long and was stopped",
+             ["Look for a loop that never ends in the model or in `example_inputs`.",
+              "Try smaller inputs: fewer rows, a smaller batch, fewer layers.",
+              "If the model is just slow, raise the time limit in the sidebar (Limits), then press Re-explore."]),
+    "cpu": ("The model used too much processor time and was stopped",
+            ["Look for a loop that never ends, or raise the time limit in the sidebar (Limits), then press "
+             "Re-explore."]),
+    "memory": ("The model used too much memory and was stopped",
+               ["Try smaller inputs: fewer rows, a smaller batch, fewer layers.",
+                "Look for a list or cache that keeps growing.",
+                "If the model really needs it, raise the memory limit in the sidebar (Limits), then press "
+                "Re-explore."]),
+    "output": ("The model printed too much and was stopped",
+               ["Remove the large prints; the worker's output is kept to a few hundred MB."]),
+    "processes": ("The model started too many processes and was stopped",
+                  ["Models must not fork or start processes in a loop."]),
+    "signal": ("The model's process crashed",
+               ["A crash in native code (a C/C++ extension, ctypes, a generated kernel) ends the process this "
+                "way; the app itself is fine.",
+                "Try smaller inputs, or the other backend, to see whether the crash depends on them."]),
+}
 
 
 # --- bench and Inductor (on demand; slow) -------------------------------------------------------------------
 
 
 def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
-          on_tick: Callable[[float], None] | None = None, min_time: float = 0.2) -> Outcome:
+          on_tick: Callable[[float], None] | None = None, min_time: float = 0.2,
+          memory_gb: float = MEMORY_GB) -> Outcome:
     """`python -m engine bench FILE --json`: eager vs Glassbox vs Inductor, in one worker."""
-    workdir = Path(tempfile.mkdtemp(prefix="glassbox-bench-"))
-    try:
-        model_path = workdir / model_file_name(label)
-        model_path.write_text(source, encoding="utf-8")
-        command = ["--memory-gb", str(memory_gb(options)), "--",
-                   "bench", str(model_path), "--json", "--backend", options.backend, "--device", options.device,
-                   "--min-time", str(min_time)]
-        finished = run_process(command, timeout, workdir, on_tick)
-        document = parse_json(finished.stdout)
-        stderr = finished.stderr.replace(str(workdir) + os.sep, "")
-        if finished.returncode == EXIT_OK and document is not None:
-            return Outcome(document=document, seconds=finished.seconds)
-        return Outcome(document=document, problem=diagnose(finished.returncode, stderr, timeout, document),
-                       seconds=finished.seconds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    name = model_file_name(label)
+    finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--backend", options.backend,
+                                        "--device", options.device, "--min-time", str(min_time)],
+                       limits(timeout, memory_gb), inputs={name: source}, on_tick=on_tick)
+    document = parse_json(finished.stdout)
+    if finished.returncode == EXIT_OK and document is not None and finished.completed:
+        return Outcome(document=document, seconds=finished.seconds)
+    return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
+                   seconds=finished.seconds)
 
 
 def inductor(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
-             on_tick: Callable[[float], None] | None = None) -> Outcome:
+             on_tick: Callable[[float], None] | None = None, memory_gb: float = MEMORY_GB) -> Outcome:
     """Real Inductor's output code for the same model (app/inductor_worker.py in a worker)."""
-    workdir = Path(tempfile.mkdtemp(prefix="glassbox-inductor-"))
+    name, dynamic = model_file_name(label), ["--dynamic"] if options.dynamic else []
+    finished = run_job(lambda workdir: ["--inductor", "--", str(workdir / name), "--out",
+                                        str(workdir / "inductor.json"), "--device", options.device, *dynamic],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("inductor.json",),
+                       on_tick=on_tick)
     try:
-        model_path = workdir / model_file_name(label)
-        model_path.write_text(source, encoding="utf-8")
-        out_path = workdir / "inductor.json"
-        command = ["--memory-gb", str(memory_gb(options)), "--inductor", "--",
-                   str(model_path), "--out", str(out_path), "--device", options.device] + \
-            (["--dynamic"] if options.dynamic else [])
-        finished = run_process(command, timeout, workdir, on_tick)
-        try:
-            document = json.loads(out_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            document = None
-        stderr = finished.stderr.replace(str(workdir) + os.sep, "")
-        if finished.returncode == EXIT_OK and document and document.get("ok"):
-            return Outcome(document=document, seconds=finished.seconds)
-        if document and document.get("error"):
-            code = finished.returncode
-            stderr = stderr + "\n\n" + str(document["error"]).replace(str(workdir) + os.sep, "")
-            problem = diagnose(code, stderr, timeout)
-            if code not in (EXIT_USER_ERROR, None):
-                problem.title = "Inductor could not compile this model"
-                problem.hints = ["This is Inductor's (torch.compile's) error, shown as it reported it."]
-        else:
-            problem = diagnose(finished.returncode, stderr, timeout)
-        return Outcome(document=document, problem=problem, seconds=finished.seconds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        document = json.loads(finished.files["inductor.json"] or "")
+    except ValueError:
+        document = None
+    if finished.returncode == EXIT_OK and document and document.get("ok") and finished.completed:
+        return Outcome(document=document, seconds=finished.seconds)
+    if document and document.get("error") and finished.completed:
+        error = str(document["error"]).replace(finished.workdir + os.sep, "")
+        problem = diagnose(finished, stderr=finished.stderr + "\n\n" + error, model_name=name)
+        if finished.returncode != EXIT_USER_ERROR:
+            problem.title = "Inductor could not compile this model"
+            problem.hints = ["This is Inductor's (torch.compile's) error, shown as it reported it."]
+    else:
+        problem = diagnose(finished, model_name=name)
+    return Outcome(document=document, problem=problem, seconds=finished.seconds)
 
 
 def assembly(graph: dict, kernel_names: list[str], timeout: float = BENCH_TIMEOUT_S,
              on_tick: Callable[[float], None] | None = None) -> Outcome:
     """Triton's lowerings (TTIR, TTGIR, LLIR, PTX, SASS) of some kernels of one graph of a record, compiled by
     the engine for display in a worker: document {"kernels": {name: {"ttir", ..., "error"?}}} or {"error"}."""
-    workdir = Path(tempfile.mkdtemp(prefix="glassbox-asm-"))
+    graph_json = json.dumps({"graphs": [{"code": graph.get("code") or {}, "kernels": graph.get("kernels") or []}]})
+    finished = run_job(lambda workdir: ["--asm", "--", str(workdir / "graph.json"), str(workdir / "asm.json"),
+                                        *kernel_names],
+                       limits(timeout), inputs={"graph.json": graph_json}, outputs=("asm.json",), on_tick=on_tick)
     try:
-        in_path, out_path = workdir / "graph.json", workdir / "asm.json"
-        in_path.write_text(json.dumps({"graphs": [{"code": graph.get("code") or {},
-                                                   "kernels": graph.get("kernels") or []}]}), encoding="utf-8")
-        finished = run_process(["--asm", "--", str(in_path), str(out_path), *kernel_names], timeout, workdir,
-                               on_tick)
-        try:
-            document = json.loads(out_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            document = None
-        if document is not None and "kernels" in document:
-            return Outcome(document=document, seconds=finished.seconds)
-        problem = diagnose(finished.returncode, finished.stderr, timeout)
-        if document and document.get("error"):
-            problem = Problem("Triton could not lower this kernel for display", document["error"],
-                              hints=["The kernel still runs (under the interpreter on a CPU); only its GPU "
-                                     "assembly could not be produced."], log=finished.stderr[-4000:])
-        return Outcome(document=document, problem=problem, seconds=finished.seconds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        document = json.loads(finished.files["asm.json"] or "")
+    except ValueError:
+        document = None
+    if document is not None and "kernels" in document:
+        return Outcome(document=document, seconds=finished.seconds)
+    problem = diagnose(finished)
+    if document and document.get("error"):
+        problem = Problem("Triton could not lower this kernel for display", document["error"],
+                          hints=["The kernel still runs (under the interpreter on a CPU); only its GPU "
+                                 "assembly could not be produced."], log=finished.stderr[-4000:])
+    return Outcome(document=document, problem=problem, seconds=finished.seconds)

@@ -1,40 +1,27 @@
-"""The worker process's entry point: limits first, then the engine's CLI (or the Inductor script).
+"""The worker process's entry point: the engine's CLI (or the Inductor script, or Triton's lowerings).
 
-Run as `python app/worker_main.py [--memory-gb N] [--inputs-out FILE] -- <engine CLI arguments>`, or with
-`--inductor` instead of engine arguments. It never runs inside the Streamlit server: app/worker.py starts it in its
-own process group, so a model that hangs or crashes takes down this process only.
+app/worker.py starts it through engine/sandbox.py (Note [Sandbox]: its own session, a clean environment, a
+private directory, limits, a group kill), as `python app/worker_main.py --standby`: it imports torch and the
+engine while nobody waits (Note [Standby worker]), then reads one job from stdin, a JSON line
+{"argv": [...], "finished": FILE}, and runs it: `[--inputs-out FILE] -- <engine CLI arguments>`, or
+`--inductor -- ...`, or `--asm -- ...`. One job, then exit, so no state from one model reaches the next. Once
+the job has returned normally, the worker writes its exit code to the "finished" file: a worker that exits
+without it was ended by the model itself (os._exit), which the app reports as such.
 
-`python app/worker_main.py --standby` is the same process started ahead of time: it imports torch and the engine
-(most of a small model's exploration time), then waits for one job on stdin, a JSON line
-{"argv": [...], "stdout": FILE, "stderr": FILE}, and runs it exactly like a fresh worker (one job, then exit, so
-no state from one model reaches the next).
-
-Why a launcher instead of `python -m engine` directly: the memory limit must be set inside the child before torch
-loads (a preexec_fn is unsafe in Streamlit's threaded server), and the app wants the example inputs' shapes, which
-the record does not hold yet; both are a few lines here.
+`python app/worker_main.py ARGS` runs ARGS directly (handy by hand). It never runs inside the Streamlit server.
 """
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
-import os
-import resource
 import runpy
+import signal
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def limit_memory(gigabytes: float) -> None:
-    """Cap the address space so a runaway model gets a MemoryError instead of swapping the machine."""
-    if gigabytes <= 0:
-        return
-    limit = int(gigabytes * 2**30)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+STACK_SIGNAL = signal.SIGUSR1  # app/worker.py sends it before a limit kill
 
 
 def describe_example_inputs(target: str, out: Path) -> None:
@@ -76,7 +63,6 @@ def assembly(in_path: Path, out_path: Path, kernel_names: list[str] | None) -> i
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="app/worker_main.py")
-    parser.add_argument("--memory-gb", type=float, default=0.0)
     parser.add_argument("--inputs-out", type=Path)
     parser.add_argument("--inductor", action="store_true", help="run app/inductor_worker.py instead of the CLI")
     parser.add_argument("--asm", action="store_true",
@@ -84,9 +70,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    limit_memory(args.memory_gb)
     sys.path.insert(0, str(ROOT))
-    os.chdir(ROOT)
     if args.inductor:
         from app import inductor_worker
         return inductor_worker.main(rest)
@@ -105,8 +89,11 @@ def main(argv: list[str]) -> int:
 
 def standby() -> int:
     """Import the heavy modules, then run the one job that arrives on stdin (see the module docstring)."""
+    # where the model was when it crashed (a fatal signal) or was stopped at a limit (the sandbox sends
+    # STACK_SIGNAL first): its Python stack on stderr, from which the app takes the user's line
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(STACK_SIGNAL, all_threads=True)
     sys.path.insert(0, str(ROOT))
-    os.chdir(ROOT)
     import torch  # noqa: F401 - imported now, while nobody waits
     import engine.__main__  # noqa: F401
 
@@ -114,13 +101,12 @@ def standby() -> int:
     if not line.strip():
         return 0  # the app went away (the pipe closed) before giving a job
     job = json.loads(line)
+    code = main(job["argv"])
     sys.stdout.flush()
     sys.stderr.flush()
-    for path, fd in ((job["stdout"], 1), (job["stderr"], 2)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(target, fd)
-        os.close(target)
-    return main(job["argv"])
+    if job.get("finished"):
+        Path(job["finished"]).write_text(str(code), encoding="utf-8")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,2 +1,11 @@
-"""Glassbox: a see-through compiler for PyTorch. `compile(model)` and `explore(model, inputs)`."""
-from engine.pipeline import compile, explore  # noqa: F401
+"""Glassbox: a see-through compiler for PyTorch. `compile(model)` and `explore(model, inputs)`.
+
+The two entry points are imported on first use (PEP 562): `import engine.sandbox` in the app's server must not
+import torch, which takes seconds and hundreds of MB there for nothing (the server never runs a model)."""
+
+
+def __getattr__(name: str):
+    if name in ("compile", "explore"):
+        from engine import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -159,7 +159,12 @@ def sandboxed_explore(args) -> tuple[dict, int]:
                            Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
     if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():
         code = EXIT_USER_ERROR if result.limit_hit or result.returncode == EXIT_USER_ERROR else EXIT_FAILED
-        raise Failure(result.explain() or f"The worker exited with code {result.returncode}.", code)
+        message = result.explain()
+        if result.returncode == 0 and not result.stdout.strip() and not result.limit_hit:
+            # with exit 0 the CLI always prints a record: something else ended the process
+            message = (f"The model's process exited (exit code {result.returncode}) without a result: something "
+                       "in the model ended the Python process directly, most likely os._exit().")
+        raise Failure(message or f"The worker exited with code {result.returncode}.", code)
     record = json.loads(result.stdout)
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))

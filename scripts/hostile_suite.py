@@ -251,7 +251,7 @@ CASES: list[Case] = [
         def model(x):
             raise KeyboardInterrupt
         example_inputs = (torch.randn(3),)
-        """), "crashed:SIGINT", note="Python exits by SIGINT; the sandbox says the worker died"),
+        """), "crashed:SIGINT", note="Python exits by SIGINT; the sandbox names the signal"),
     Case("hostile parameter names", _src("""
         import torch
         class M(torch.nn.Module):
@@ -329,7 +329,8 @@ def classify(result: SandboxResult) -> tuple[str, str]:
         try:
             record = json.loads(result.stdout)
         except ValueError:
-            return "no-record", "the worker exited without a record"
+            return "no-record", ("the model's process exited (exit code 0) without a record: something in the "
+                                 "model ended it directly (os._exit)")
         verify = record.get("verify") or {}
         return ("ok" if verify.get("ok") else "not-verified"), json.dumps(verify)[:300]
     if code == 2:

@@ -135,6 +135,35 @@ def test_broken_paste_shows_a_clear_error_and_the_app_keeps_working():
     assert any("### softmax" in m.value for m in at.markdown)
 
 
+ENDLESS_LOOP_CODE = textwrap.dedent('''\
+    import torch
+
+    def model(x):
+        while True:
+            x = x + 1
+
+    example_inputs = (torch.randn(3),)
+''')
+
+
+def test_endless_loop_is_stopped_at_the_time_limit_set_in_the_sidebar_and_the_app_recovers():
+    at = started("views/model.py")
+    at.number_input(key="time_limit_s").set_value(4).run()
+    at.text_area(key="editor").input(ENDLESS_LOOP_CODE)
+    at.button(key="explore_button").click().run()
+    assert not at.exception
+    assert any("ran too long" in e.value for e in at.error), [e.value for e in at.error]
+    page = html_text(at)
+    assert "after 4 s (its time limit)" in page and "line 5 of pasted.py" in page  # where the loop is
+    assert "pasted.py, line 5" in page  # the line, highlighted in the user's code
+    assert "Re-explore" in markdown_text(at)
+    at.number_input(key="time_limit_s").set_value(180).run()  # the stopped result stays until Re-explore
+    assert any("ran too long" in e.value for e in at.error)
+    at.selectbox(key="sample").set_value("layernorm").run()  # a fresh worker explores a sample
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("Explored **layernorm**" in s.value for s in at.success)
+
+
 def test_triton_backend_shows_its_kernels_and_lowerings_on_request():
     at = started()
     at.selectbox(key="sample").set_value("softmax").run()
@@ -211,7 +240,55 @@ def test_worker_survives_a_model_that_crashes_the_interpreter():
     outcome = worker.explore("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "pasted",
                              worker.Options())
     assert outcome.problem is not None and "crashed" in outcome.problem.title
-    assert "SIGSEGV" in outcome.problem.message
+    assert "killed by signal SIGSEGV (segmentation fault)" in outcome.problem.message
+    assert outcome.problem.lineno == 2 and "Traceback" not in outcome.problem.message
+
+
+@pytest.mark.parametrize("code,title,words,lineno", [
+    ("import os, torch\ndef model(x):\n    os._exit(1)\nexample_inputs = (torch.randn(3),)\n",
+     "ended early", "os._exit()", None),
+    ("import torch\ndef model(x):\n    raise KeyboardInterrupt\nexample_inputs = (torch.randn(3),)\n",
+     "interrupted", "killed by signal SIGINT (interrupt)", 3),
+    ("import ctypes, torch\ndef model(x):\n    return ctypes.string_at(0)\nexample_inputs = (torch.randn(3),)\n",
+     "crashed", "killed by signal SIGSEGV (segmentation fault)", 3),
+], ids=["os_exit", "keyboard_interrupt", "segfault_in_forward"])
+def test_worker_that_dies_in_user_code_is_explained_in_words(code, title, words, lineno):
+    outcome = worker.explore(code, "pasted", worker.Options())
+    assert outcome.record is None and outcome.problem is not None
+    assert title in outcome.problem.title and words in outcome.problem.message, outcome.problem
+    assert outcome.problem.lineno == lineno
+    assert worker.explore(GRAPH_BREAK_CODE, "pasted", worker.Options()).problem is None  # the next one works
+
+
+def test_worker_runs_in_the_sandbox_without_the_servers_secrets(monkeypatch):
+    monkeypatch.setenv("GLASSBOX_APP_TEST_SECRET", "hunter2")
+    code = ("import os, torch\ndef model(x):\n    raise RuntimeError('env ' + repr(os.environ.get("
+            "'GLASSBOX_APP_TEST_SECRET')) + ' cwd ' + os.getcwd())\nexample_inputs = (torch.randn(3),)\n")
+    outcome = worker.explore(code, "pasted", worker.Options())
+    assert "env None" in outcome.problem.message and "hunter2" not in outcome.problem.log
+    assert "cwd /" in outcome.problem.message and "glassbox-run-" in outcome.problem.message  # a private folder
+
+
+def test_the_standby_worker_takes_one_job_and_is_thrown_away():
+    worker.STANDBY.refill()
+    standby = worker.STANDBY._ready
+    assert standby is not None and standby.alive()
+    source = (ROOT / "samples" / "softmax.py").read_text()
+    outcome = worker.explore(source, "softmax", worker.Options())
+    assert outcome.problem is None and outcome.record["verify"]["ok"]
+    assert not standby.alive() and not standby.workdir.exists()
+    assert worker.STANDBY._ready is not standby
+
+
+def test_stopped_at_finds_the_users_innermost_line():
+    dump = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n'
+            '  File "/x/torch/nn/module.py", line 10 in _call\n  File "pasted.py", line 7 in helper\n'
+            '  File "pasted.py", line 3 in model\n  File "/x/engine/model_file.py", line 99 in run_eager\n')
+    assert worker.stopped_at(dump, "pasted.py") == (7, "helper")
+    traceback = ('Traceback (most recent call last):\n  File "pasted.py", line 3, in model\n    helper()\n'
+                 '  File "pasted.py", line 7, in helper\n    raise KeyboardInterrupt\nKeyboardInterrupt\n')
+    assert worker.stopped_at(traceback, "pasted.py") == (7, "helper")
+    assert worker.stopped_at(dump, "other.py") is None and worker.stopped_at("", "pasted.py") is None
 
 
 def test_worker_points_at_the_users_line():

@@ -188,6 +188,104 @@ def test_every_page_renders(server, browser, path, heading, ready):
     page.close()
 
 
+# --- hostile code through the real app (issue 6) -----------------------------------------------------------
+
+HOSTILE = [  # id, pasted code, sidebar limits to set first, the title shown, words on the page, next sample
+    ("infinite_loop", "import torch\n\ndef model(x):\n    while True:\n        x = x + 1\n\n"
+                      "example_inputs = (torch.randn(3),)\n",
+     {"Time limit (s)": "6"}, "The model ran too long and was stopped", ("6 s (its time limit)", "line 5 of pasted.py"),
+     "layernorm"),
+    ("syntax_error", "import torch\n\ndef model(x)\n    return x * 2\n\nexample_inputs = (torch.randn(4),)\n",
+     {}, "There is a problem in the model code", ("SyntaxError at pasted.py:3", "pasted.py, line 3"), "rmsnorm"),
+    ("memory_bomb", "import torch\n\nhoard = []\n\ndef model(x):\n    while True:\n"
+                    "        hoard.append(torch.ones(2 ** 25))\n\nexample_inputs = (torch.randn(3),)\n",
+     {"Memory limit (GB)": "1.5"}, "The model used too much memory and was stopped",
+     ("its limit (1536 MB resident", "line 7 of pasted.py"), "gelu_chain"),
+    ("os_exit", "import os, torch\n\ndef model(x):\n    os._exit(1)\n\nexample_inputs = (torch.randn(3),)\n",
+     {}, "The model's process ended early", ("exit code 1", "os._exit()"), "matmul"),
+    ("segfault", "import ctypes, torch\n\ndef model(x):\n    ctypes.string_at(0)\n    return x\n\n"
+                 "example_inputs = (torch.randn(3),)\n",
+     {}, "The model's process crashed", ("killed by signal SIGSEGV (segmentation fault)", "line 4 of pasted.py"),
+     "mlp"),
+]
+HOSTILE_TIMEOUT_MS = 90_000
+
+
+def wait_idle(page) -> None:
+    """Wait until the script is not running: typing into a widget during a rerun may lose the text."""
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidgetRunningIcon"]').wait_for(state="detached", timeout=STEP_TIMEOUT_MS)
+
+
+def set_limits(page, values: dict[str, str]) -> None:
+    """Type into the sidebar's Limits (opening the expander first), and check that each value holds."""
+    if not values:
+        return
+    wait_idle(page)
+    fields = [page.get_by_label(label, exact=True) for label in values]
+    if not fields[0].is_visible():
+        page.get_by_text("Limits", exact=True).click()
+    for field, value in zip(fields, values.values()):
+        for _ in range(3):
+            wait_idle(page)
+            field.fill(value)
+            field.press("Enter")
+            wait_idle(page)
+            if float(field.input_value()) == float(value):
+                break
+        assert float(field.input_value()) == float(value), (field, field.input_value(), value)
+
+
+def wait_text(page, text: str, timeout_ms: float, within: str = "body") -> None:
+    """Wait for `text` on the page (in `within`); on timeout, fail with what the page shows instead."""
+    try:
+        page.locator(within).get_by_text(text).first.wait_for(timeout=timeout_ms)
+    except playwright_api.TimeoutError:
+        page.screenshot(path=os.path.join(tempfile.gettempdir(), "glassbox-browser-failure.png"), full_page=True)
+        raise AssertionError(f"{text!r} did not show; the page shows:\n"
+                             + page.locator('[data-testid="stMain"]').inner_text()[:3000]) from None
+
+
+def choose_sample(page, name: str) -> None:
+    sample = page.get_by_role("combobox", name="Sample")
+    sample.click()
+    sample.fill(name)
+    page.get_by_role("option", name=name, exact=True).click()
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[case[0] for case in HOSTILE])
+def test_hostile_code_shows_a_clear_message_and_the_next_sample_explores(server, browser, case):
+    name, code, limits, title, words, next_sample = case
+    page = new_page(browser)
+    page.goto(f"{server}/model")
+    page.get_by_text("Explored").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)  # the default sample, explored
+    defaults = {label: page.get_by_label(label, exact=True).input_value() for label in limits} if limits else {}
+    set_limits(page, limits)
+    wait_idle(page)
+    page.locator(".st-key-editor textarea").fill(code)
+    start = time.perf_counter()
+    page.get_by_role("button", name="Explore", exact=True).click()
+    wait_text(page, title, HOSTILE_TIMEOUT_MS, '[data-testid="stAlert"]')  # the problem, not just the status
+    shown = time.perf_counter()
+    wait_idle(page)
+    problem = page.locator('[data-testid="stMain"]').inner_text()
+    assert all(word in problem for word in words), problem
+    assert "What to try" in problem
+    assert "Traceback" not in problem  # the worker's log is behind "details", collapsed
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shot(page, f"hostile_{name}")
+    set_limits(page, defaults)  # back to the defaults: the problem stays cached, nothing runs again
+    wait_idle(page)
+    choose_sample(page, next_sample)  # a sample nobody explored yet: a fresh worker, not the result cache
+    wait_text(page, f"Explored {next_sample}:", FIRST_VIEW_TIMEOUT_MS)
+    recovered = time.perf_counter()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert title not in page.locator('[data-testid="stMain"]').inner_text()
+    record_timing(f"hostile {name}: error shown", shown - start)
+    record_timing(f"hostile {name}: recovered ({next_sample} explored)", recovered - shown)
+    page.close()
+
+
 def teardown_module(module):
     if TIMINGS:
         print("\n[glassbox timings] " + "; ".join(f"{k}: {v:.2f} s" for k, v in TIMINGS.items()))

@@ -88,7 +88,7 @@ def test_killing_a_worker_mid_run_gives_a_clear_message_and_the_next_run_works(t
     os.kill(_worker_pid(target), signal.SIGKILL)
     runner.join(timeout=60)
     assert results and results[0].returncode == -signal.SIGKILL
-    assert "died (SIGKILL)" in results[0].explain()
+    assert "killed by signal SIGKILL" in results[0].explain()
     test_a_sample_explores_through_the_sandbox()
 
 
@@ -108,3 +108,79 @@ def test_four_explorations_at_once_all_finish_correctly(tmp_path):
     for result in results:
         assert result.ok, result.explain()
         assert json.loads(result.stdout)["verify"]["ok"]
+
+
+# --- the pieces the app's worker uses: a standby process, signals in words, CPU limit, interruption ----------
+
+WAITS_FOR_A_JOB = """
+import json, os, sys, time
+job = json.loads(sys.stdin.readline())
+print(json.dumps({"job": job, "cwd": os.getcwd(), "secret": os.environ.get("GLASSBOX_TEST_SECRET")}))
+exec(job["code"])
+"""
+
+
+def test_a_standby_process_takes_one_job_under_the_jobs_limits(monkeypatch):
+    import time
+    from engine.sandbox import Standby
+    monkeypatch.setenv("GLASSBOX_TEST_SECRET", "hunter2")
+    standby = Standby([sys.executable, "-c", WAITS_FOR_A_JOB], Limits(timeout_s=1, cpu_s=60))
+    standby.refill()
+    process = standby.take()
+    assert process is not None and standby.take() is None  # one process, one job
+    try:
+        time.sleep(2)  # idle longer than the time limit: the limits count from the job only
+        assert process.send(json.dumps({"code": "pass"}), Limits(timeout_s=30))
+        result = process.wait()
+        assert result.ok, result.explain()
+        printed = json.loads(result.stdout)
+        assert printed["job"] == {"code": "pass"} and printed["secret"] is None
+        assert printed["cwd"] == str(process.workdir)  # its own directory...
+    finally:
+        process.close()
+    assert not process.workdir.exists()  # ...removed afterwards
+
+
+def test_a_standby_job_that_hangs_is_stopped_at_the_jobs_time_limit():
+    from engine.sandbox import Standby
+    standby = Standby([sys.executable, "-c", WAITS_FOR_A_JOB], Limits())
+    process = standby.start()
+    try:
+        process.send(json.dumps({"code": "while True: pass"}), Limits(timeout_s=2))
+        result = process.wait()
+    finally:
+        process.close()
+    assert result.limit_hit == "time" and "2 s" in result.explain() and result.wall_s < 10
+
+
+@pytest.mark.parametrize("code,words", [
+    ("import ctypes; ctypes.string_at(0)", "killed by signal SIGSEGV (segmentation fault)"),
+    ("raise KeyboardInterrupt", "killed by signal SIGINT (interrupt)"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "killed by signal SIGKILL (killed)"),
+    ("import os; os.abort()", "killed by signal SIGABRT (abort)"),
+])
+def test_a_process_killed_by_a_signal_is_explained_in_words(code, words):
+    result = run_sandboxed([sys.executable, "-c", code], Limits(timeout_s=30))
+    assert result.signal is not None and result.limit_hit is None
+    assert words in result.explain() and "next exploration" in result.explain()
+
+
+def test_cpu_time_limit():
+    result = run_sandboxed([sys.executable, "-c", "while True: pass"], Limits(timeout_s=60, cpu_s=1))
+    assert result.limit_hit == "cpu" and "CPU-time limit" in result.explain()
+
+
+def test_an_interrupted_caller_kills_the_whole_group(tmp_path):
+    from engine.sandbox import SandboxedProcess
+    process = SandboxedProcess([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '60'])"],
+                               Limits(timeout_s=60))
+
+    def interrupt(seconds):
+        raise KeyboardInterrupt  # what Streamlit's stop looks like from inside on_tick
+
+    with pytest.raises(KeyboardInterrupt):
+        process.wait(on_tick=interrupt, tick_s=0.5)
+    process.close()
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+    import hostile_suite
+    assert hostile_suite.leftovers(process.pid) == []  # the sleeping child went too

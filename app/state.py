@@ -213,33 +213,26 @@ def cached(kind: str) -> worker.Outcome | None:
 
 
 def run_bench() -> worker.Outcome:
-    request = current_request()
-    with st.status("Benchmarking eager vs Glassbox vs Inductor (Inductor's cold compile takes a while)…",
-                   expanded=False) as status:
-        def tick(seconds: float) -> None:
-            status.update(label=f"Benchmarking… {seconds:.0f} s")
-
-        outcome = worker.bench(request.source, request.label, request.options, on_tick=tick,
-                               timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()),
-                               memory_gb=memory_limit_gb())
-        status.update(label=f"Benchmarked in {outcome.seconds:.0f} s",
-                      state="complete" if outcome.problem is None else "error")
-    result_cache().put(request.key("bench"), outcome)
-    return outcome
+    return _run_long_job("bench", worker.bench, "Benchmarking eager vs Glassbox vs Inductor (Inductor's cold "
+                         "compile takes a while)…", "Benchmarking…", "Benchmarked in")
 
 
 def run_inductor() -> worker.Outcome:
-    request = current_request()
-    with st.status("Compiling with Inductor (torch.compile), cold…", expanded=False) as status:
-        def tick(seconds: float) -> None:
-            status.update(label=f"Compiling with Inductor… {seconds:.0f} s")
+    return _run_long_job("inductor", worker.inductor, "Compiling with Inductor (torch.compile), cold…",
+                         "Compiling with Inductor…", "Inductor finished in")
 
-        outcome = worker.inductor(request.source, request.label, request.options, on_tick=tick,
-                                  timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()),
-                                  memory_gb=memory_limit_gb())
-        status.update(label=f"Inductor finished in {outcome.seconds:.0f} s",
-                      state="complete" if outcome.problem is None else "error")
-    result_cache().put(request.key("inductor"), outcome)
+
+def _run_long_job(kind: str, job, title: str, ticking: str, done: str) -> worker.Outcome:
+    """A bench or Inductor job in a worker, with a ticking status line; its outcome is cached under `kind`."""
+    request = current_request()
+    with st.status(title, expanded=False) as status:
+        def tick(seconds: float) -> None:
+            status.update(label=f"{ticking} {seconds:.0f} s")
+
+        outcome = job(request.source, request.label, request.options, on_tick=tick,
+                      timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()), memory_gb=memory_limit_gb())
+        status.update(label=f"{done} {outcome.seconds:.0f} s", state="complete" if outcome.problem is None else "error")
+    result_cache().put(request.key(kind), outcome)
     return outcome
 
 

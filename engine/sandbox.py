@@ -158,23 +158,33 @@ def clean_environment(workdir: Path, extra: dict[str, str] | None = None) -> dic
     return env
 
 
-def _group_usage(session: int) -> tuple[float, int]:
-    """(resident MB, process count) of every process in a session, from /proc."""
-    rss_kb, count = 0, 0
+def session_processes(session: int) -> list[tuple[int, bytes]]:
+    """(pid, state letter) of every process in a session, from /proc (field 6 of stat is the session id)."""
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as stat:
                 fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[3]) != session:  # field 6 of stat: session id
-                continue
-            count += 1
-            with open(f"/proc/{entry.name}/statm", "rb") as statm:
+            if int(fields[3]) == session:
+                found.append((int(entry.name), fields[0]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _group_usage(session: int) -> tuple[float, int]:
+    """(resident MB, process count) of every process in a session."""
+    members = session_processes(session)
+    rss_kb = 0
+    for pid, _ in members:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as statm:
                 rss_kb += int(statm.read().split()[1]) * (resource.getpagesize() // 1024)
         except (OSError, IndexError, ValueError):
             continue
-    return rss_kb / 1024, count
+    return rss_kb / 1024, len(members)
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.sandbox import Limits, SandboxResult, explore_command, run_sandboxed  # noqa: E402
+from engine.sandbox import (Limits, SandboxResult, explore_command, run_sandboxed,  # noqa: E402
+                            session_processes)
 
 SECRET_NAME, SECRET_VALUE = "GLASSBOX_HOSTILE_SECRET", "hunter2-" + uuid.uuid4().hex[:8]
 OUTSIDE_FILE = Path("/tmp") / f"glassbox-hostile-outside-{uuid.uuid4().hex[:8]}.txt"
@@ -345,17 +346,7 @@ def leftovers(session: int | None) -> list[int]:
     if session is None:
         return []
     for _ in range(20):
-        alive = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != b"Z":
-                alive.append(int(entry.name))
+        alive = [pid for pid, state in session_processes(session) if state != b"Z"]
         if not alive:
             return []
         time.sleep(0.1)

@@ -18,7 +18,7 @@ class GraphRecord:
     fx: list[dict] = field(default_factory=list)  # Dynamo's graph: one dict per node
     aten: list[dict] = field(default_factory=list)  # the functional ATen graph
     ir: dict = field(default_factory=dict)  # {"text", "nodes": [...]}
-    fusion: dict = field(default_factory=dict)  # {"decisions": [...]}
+    fusion: dict = field(default_factory=dict)  # {"decisions": [...], "unused": [IR node names in no kernel]}
     memory: dict = field(default_factory=dict)
     kernels: list[dict] = field(default_factory=list)
     code: dict = field(default_factory=dict)  # {"language", "source", "wrapper", "provenance"}

@@ -134,7 +134,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
         ir_nodes.append(entry)
     record.ir = {"nodes": ir_nodes, "text": "\n\n".join("\n".join(n["text"]) for n in ir_nodes),
                  "inputs": [b.name for b in lowered.inputs if b is not None]}
-    record.fusion = {"decisions": [vars(d) for d in scheduled.decisions]}
+    record.fusion = {"decisions": [vars(d) for d in scheduled.decisions],
+                     "unused": list(scheduled.unused)}  # Note [Unused nodes]: computed by no kernel
     record.memory = {
         "peak_bytes": memory.peak_bytes, "unfused_peak_bytes": memory.unfused_peak_bytes,
         "buffers": [vars(life) for life in memory.lives],

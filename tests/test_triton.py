@@ -186,6 +186,62 @@ def test_triton_printer_writes_every_op(dtype):
     assert printer.to_dtype(a, torch.bfloat16).name and printer.where(a, a, b).name
 
 
+# --- crash classes the OpInfo sweep found ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_a_node_nobody_reads_gets_no_kernel(backend):
+    """Note [Unused nodes]: copy() overwrites all of full_like's buffer, so full_like is read by nobody; a kernel
+    of it alone would store nothing (its launch had no arguments: a SyntaxError in the wrapper)."""
+    x = torch.randn(6)
+    for fn in (lambda t: torch.diff(t, 0, 0), lambda t: torch.full_like(t, 3.0).copy_(t) * 2):
+        exploration = engine.explore(fn, (x,), backend=backend)
+        assert exploration.verify["ok"], exploration.verify
+        graph = exploration.graphs[0]
+        assert graph.fusion["unused"], graph.fusion
+        assert all(k["writes"] for k in graph.kernels), graph.kernels
+
+
+def test_int64_index_values_stay_int64():
+    """index_expr(0, int64) was a Python literal, an int32 in Triton, which then met the int64 identity of
+    a max reduction (index_put's search, Note [Scatter as a search]); so did where() between two literals."""
+    x, values = torch.randn(5, 5), torch.randn(1, 5)
+    _check(lambda t, i, v: torch.index_put(t, (i,), v), x, torch.tensor([2]), values)
+    _check(lambda t, i, v: torch.index_put(t, (i,), v, accumulate=True), x, torch.tensor([-1, 2, -1]), values)
+    _check(lambda t: torch.where(t > 0, 0, -1) + t.long().amax(), torch.randn(7) * 4)
+    _check(lambda t: torch.where(t > 0, 0, -1).amax() - t.long(), torch.randn(7) * 4)
+    import sympy
+
+    from engine.codegen.triton_printer import TritonPrinter, TVar
+    from engine.schedule.kernel_plan import KernelPlan
+
+    printer = TritonPrinter(KernelPlan([], sympy.Integer(8), sympy.Integer(1)), {}, "x", {"x": "xmask"})
+    zero = printer.index_expr(sympy.Integer(0), torch.int64)
+    assert not zero.literal and zero.dtype == torch.int64
+    cond = TVar("c", torch.bool, True, frozenset("x"))
+    printer.where(cond, printer.constant(0, torch.int64), printer.constant(-1, torch.int64))
+    assert "tl.full([], 0, tl.int64)" in printer.lines[-1] + "".join(printer.hoisted), printer.lines
+
+
+def test_reads_of_empty_tensors():
+    """Note [Reads of empty tensors]: cat and pad read inputs with no elements at a clamped index; the
+    interpreter (and a GPU) fault on such an address."""
+    _check(lambda a, b, c: torch.block_diag(a, b, c), torch.randn(1, 5), torch.randn(3, 0), torch.randn(2, 2))
+    _check(lambda a, b: torch.cat([a, b, a], 1) * 2, torch.randn(3, 2), torch.randn(3, 0))
+    _check(lambda a: torch.nn.functional.pad(a, (1, 1, 2, 1), value=2.0), torch.randn(0, 3))
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+def test_reductions_over_an_empty_axis():
+    """A zero-length reduction needs its mask although every RBLOCK divides 0: unmasked, the block's lane read
+    memory that is not there (var of an empty tensor, vecdot of empty vectors faulted) and counted (prod 0)."""
+    x = torch.randn(3, 0)
+    _check(lambda t: (t.sum(1), t.prod(1), t.mean(1), (t > 0).any(1), (t > 0).all(1)), x)
+    _check(lambda t: (torch.var(t), torch.std_mean(t)), torch.randn(0))
+    _check(lambda a, b: torch.linalg.vecdot(a, b), torch.randn(0), torch.randn(0))
+    _check(lambda t: t.prod(1), torch.randn(3, 0, dtype=torch.float64))
+
+
 # --- display extras ------------------------------------------------------------------------------------------
 
 

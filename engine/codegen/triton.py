@@ -256,10 +256,14 @@ def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
     configs = [config, choose_config(form, plan.rows, plan.red, True), choose_config(form, plan.rows, plan.red, False)]
     configs += candidate_configs(form, plan.rows, plan.red)
     rows, red = _static(plan.rows), _static(plan.red)
-    x_needed = rows is None or any(rows % c.XBLOCK for c in configs)
+
+    def needs_mask(n: int | None, blocks: list[int]) -> bool:  # every block divides 0, yet no lane is inside
+        return n is None or n == 0 or any(n % block for block in blocks)
+
+    x_needed = needs_mask(rows, [c.XBLOCK for c in configs])
     masks = {"x": "xmask" if x_needed else None}
     if form != "pointwise":
-        r_needed = red is None or any(red % c.RBLOCK for c in configs)
+        r_needed = needs_mask(red, [c.RBLOCK for c in configs])
         masks["r"] = "rmask" if r_needed else None
         masks["xr"] = "xrmask" if x_needed and r_needed else masks["x"] or masks["r"]
     return masks

@@ -192,6 +192,8 @@ class TritonPrinter(KernelPrinter):
     def index_expr(self, expr, dtype):
         expr = sympy.sympify(expr)
         if expr.is_Integer:
+            if dtype == torch.int64:  # a Python literal would be an int32 in Triton: the value must be int64
+                return self.emit(f"tl.full([], {literal(int(expr), dtype)}, tl.int64)", dtype)
             return self.constant(int(expr), dtype)
         text, dims = self.index(expr)
         if not dims:  # sizes only: a scalar, made a tensor of the index type first
@@ -218,7 +220,9 @@ class TritonPrinter(KernelPrinter):
     def where(self, cond, a, b):
         if cond.literal:
             return a if cond.name == "True" else b
-        return self.emit(f"tl.where({cond}, {a}, {b})", a.dtype, cond.dims | a.dims | b.dims)
+        # between two Python literals Triton picks the type (int32 for an int64 0): make one a typed tensor
+        first = self.tensor(a) if a.literal and b.literal else a
+        return self.emit(f"tl.where({cond}, {first}, {b})", a.dtype, cond.dims | a.dims | b.dims)
 
     def indirect(self, value, size):
         symbol = self.new_indirect_symbol()

@@ -14,7 +14,7 @@ import sympy
 import torch
 
 from engine.ir.indexing import Expr, contiguous_strides, loop_var, offset, product, simplify_index
-from engine.ir.ops import ops
+from engine.ir.ops import compute_dtype, ops
 
 Index = list[Expr]
 
@@ -140,6 +140,18 @@ class MultiOutput(Buffer):
         return self.out_stride
 
 
+# Note [Reads of empty tensors]
+# A loop over a non-empty output can still name an input with no elements: cat skips one ([3, 0] in
+# block_diag), constant_pad_nd pads one. Lowerings select such a value away (where) or clamp the index
+# (creation.clamp_index), but no address of an empty tensor is valid, not even a clamped one: its data
+# pointer may be null, and the load faults on a GPU and in the Triton interpreter. Any value read from it is
+# discarded, so the read is a constant instead of a load: the kernel never touches the empty buffer.
+
+
+def _has_no_elements(size) -> bool:
+    return any(sympy.sympify(s) == 0 for s in size)
+
+
 # Note [Views are index maps]
 # permute, expand, slice, select, unsqueeze, reshape, ... never copy. A TensorValue is a node plus a function
 # from the value's index tuple to the node's index tuple; loads go through it. Strided views of a buffer in
@@ -164,6 +176,8 @@ class TensorValue:
         return list(index) if self.index_map is None else list(self.index_map(list(index)))
 
     def load(self, index: Index):
+        if _has_no_elements(self.size) or _has_no_elements(self.node.size):  # Note [Reads of empty tensors]
+            return ops.constant(0, compute_dtype(self.dtype))
         return ops.load(self.node.name, tuple(self.node_index(index)))
 
     def view(self, size: Sequence[Expr], remap: Callable[[Index], Index]) -> "TensorValue":

@@ -48,6 +48,7 @@ class Kernel:
 class Schedule:
     kernels: list[Kernel]
     decisions: list[FusionDecision] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)  # loop nodes nobody reads: in no kernel (Note [Unused nodes])
 
 
 def _label(group: list[Buffer]) -> str:
@@ -111,13 +112,34 @@ def _reads_through_group(node, nodes, buffers, names):
     return [r for r in node_reads(node, buffers) if r in names]
 
 
+# Note [Unused nodes]
+# Lowering can leave loop nodes whose value nobody reads: aten.copy(dst, src) overwrites all of dst, so the
+# full_like that made dst is never loaded (torch.diff(x, 0) is such a graph). A kernel made only of such
+# nodes would store nothing: an empty kernel, and a launch with no arguments. The scheduler drops them before
+# fusion, walking back from the graph outputs and the library/eager calls; Extern and Fallback nodes always
+# stay (an eager op may have effects, a random one advances the generator). The record lists them as unused.
+
+
+def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[str]) -> set[str]:
+    """Names of the Pointwise/Reduction nodes that no output and no library or eager call depends on."""
+    live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction))}
+    for node in reversed(nodes):  # program order is a topological order: readers come after what they read
+        if node.name in live:
+            live.update(reads[node.name])
+    return {n.name for n in nodes if n.name not in live}
+
+
 class Scheduler:
     def __init__(self, graph: LoweredGraph):
         self.graph = graph
         self.buffers = graph.buffers
-        self.nodes = [n for n in graph.nodes]
+        self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
+        reads = {n.name: node_reads(n, self.buffers) for n in graph.nodes}
+        unused = unused_nodes(graph.nodes, reads, self.output_names)
+        self.unused = [n.name for n in graph.nodes if n.name in unused]
+        self.nodes = [n for n in graph.nodes if n.name not in unused]
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
-        self.reads = {n.name: node_reads(n, self.buffers) for n in self.nodes}
+        self.reads = {n.name: reads[n.name] for n in self.nodes}
         self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
         for node in self.nodes:  # the pieces of a multi-result call belong to the call's own kernel
             if isinstance(node, MultiOutput):
@@ -125,7 +147,6 @@ class Scheduler:
                 group.append(node)
                 self.group_of[node.name] = group
         self.decisions: list[FusionDecision] = []
-        self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
 
     # -- dependencies between groups -----------------------------------------------------------------------
@@ -235,7 +256,7 @@ class Scheduler:
                     continue
                 if policy.fusion_verdict(self._visible(a), self._visible(b), "horizontal")[0]:
                     self.try_merge(a, b, "horizontal")
-        return Schedule(self._kernels(), self.decisions)
+        return Schedule(self._kernels(), self.decisions, self.unused)
 
     def _share_reads(self, a, b) -> bool:
         reads_a = {r for n in a for r in self.reads[n.name]}

@@ -469,7 +469,7 @@ def _uses_expensive_op(node: Buffer, buffers) -> bool:
 # several independent registers), walks the row in blocks of that many elements, finishes the remainder into
 # the scalar accumulator, and folds the lanes into it at the end. Sums also become a little more accurate
 # (lanes are shorter chains). Passes with argmax/argmin stay scalar (first-index order matters).
-ACCUMULATOR_LANES = 16
+ACCUMULATOR_LANES = 32  # 4 AVX2 or 2 AVX-512 registers of float32
 SPLIT_MIN_ROW = 4 * ACCUMULATOR_LANES
 
 

@@ -53,29 +53,34 @@ def compiler() -> str:
 @functools.lru_cache(maxsize=None)
 def _toolchain() -> tuple[str, tuple[str, ...]]:
     """(compiler version text, native flags), from the probe cache or a fresh probe."""
+    cpu_flags = _cpu_flags_line()
     try:
-        record = cache_dir() / "toolchain" / f"{_toolchain_key()}.json"
-        known = json.loads(record.read_text())
-        return known["version"], tuple(known["native_flags"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    version, native = _probe_version(), _probe_native_flags()
-    try:
-        record = cache_dir() / "toolchain" / f"{_toolchain_key()}.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(record, json.dumps({"version": version, "native_flags": list(native)}))
+        record = cache_dir() / "toolchain" / f"{_toolchain_key(cpu_flags)}.json"
     except OSError:
-        pass  # an unwritable cache only costs the probe next time
+        record = None  # no usable cache directory: probe every time
+    if record is not None:
+        try:
+            known = json.loads(record.read_text())
+            return known["version"], tuple(known["native_flags"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    version, native = _probe_version(), _probe_native_flags(cpu_flags)
+    if record is not None:
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(record, json.dumps({"version": version, "native_flags": list(native)}))
+        except OSError:
+            pass  # an unwritable cache only costs the probe next time
     return version, native
 
 
-def _toolchain_key() -> str:
+def _toolchain_key(cpu_flags: str) -> str:
     digest = hashlib.sha256(compiler().encode())
     binary = shutil.which(compiler())
     if binary:
         info = os.stat(binary)
         digest.update(f"{os.path.realpath(binary)}:{info.st_size}:{info.st_mtime_ns}".encode())
-    digest.update(_cpu_flags_line().encode())
+    digest.update(cpu_flags.encode())
     digest.update(b"probe 2")  # what the probe tries: a new candidate flag means probing again
     return digest.hexdigest()[:24]
 
@@ -87,12 +92,12 @@ def _probe_version() -> str:
         raise BuildError(f"no working C++ compiler ({compiler()}): {error}") from None
 
 
-def _probe_native_flags() -> tuple[str, ...]:
+def _probe_native_flags(cpu_flags: str) -> tuple[str, ...]:
     """-march=native, the widest vectors this CPU has (gcc prefers narrower ones on many CPUs: 128 bits on
     AMD Zen 1, 256 on AVX-512 Intel parts; wide vectors halve the calls into libmvec's exp and friends), and
     glibc's vector math library (libmvec), each where this compiler and machine take it."""
-    cpu_flags = set(_cpu_flags_line().split())
-    width = "512" if "avx512f" in cpu_flags else "256" if "avx2" in cpu_flags else None
+    features = set(cpu_flags.split())
+    width = "512" if "avx512f" in features else "256" if "avx2" in features else None
     candidates = ["-march=native"] + ([f"-mprefer-vector-width={width}"] if width else []) + ["-lmvec"]
     found = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,6 +111,7 @@ def _probe_native_flags() -> tuple[str, ...]:
 
 
 def _cpu_flags_line() -> str:
+    """The CPU's feature flags, as /proc/cpuinfo lists them ("" where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             return next((line for line in cpuinfo if line.startswith("flags")), "")

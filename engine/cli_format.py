@@ -174,8 +174,7 @@ def bench_table(cases: list[dict]) -> str:
             notes.append(f"{case.get('name', '?')}: {case['error']}")
             continue
         fresh = (case.get("compile_fresh") or {}).get("first_call_s")
-        compile_text = " / ".join(seconds(case.get(key)) for key in ("compile_s", "compile_warm_s")) + \
-            f" / {seconds(fresh)}"
+        compile_text = " / ".join(map(seconds, (case.get("compile_s"), case.get("compile_warm_s"), fresh)))
         rows.append([case.get("name", "?"), _ms(case.get("eager_ms")), _ms(case.get("glassbox_ms")),
                      _ms(case.get("inductor_ms")), _ratio(case.get("ratio_vs_inductor")), compile_text,
                      seconds(case.get("inductor_compile_s"))])

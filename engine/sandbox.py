@@ -158,6 +158,12 @@ def clean_environment(workdir: Path, extra: dict[str, str] | None = None) -> dic
     return env
 
 
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses): fields 3 (state) on."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()
+
+
 def session_processes(session: int) -> list[tuple[int, bytes]]:
     """(pid, state letter) of every process in a session, from /proc (field 6 of stat is the session id)."""
     found = []
@@ -165,8 +171,7 @@ def session_processes(session: int) -> list[tuple[int, bytes]]:
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
+            fields = _stat_fields(entry.name)
             if int(fields[3]) == session:
                 found.append((int(entry.name), fields[0]))
         except (OSError, IndexError, ValueError):
@@ -190,8 +195,7 @@ def _group_usage(session: int) -> tuple[float, int]:
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
+        fields = _stat_fields(pid)
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14 and 15)
     except (OSError, IndexError, ValueError):
         return 0.0

@@ -100,7 +100,7 @@ def test_the_toolchain_probe_is_remembered_and_a_bad_record_is_probed_again(tmp_
     instead of running g++; a damaged record, or a cache it cannot write, costs only a new probe."""
     probes = []
     real_probe = build._probe_native_flags
-    monkeypatch.setattr(build, "_probe_native_flags", lambda: probes.append(1) or real_probe())
+    monkeypatch.setattr(build, "_probe_native_flags", lambda cpu: probes.append(1) or real_probe(cpu))
     root = tmp_path / "cache"
     if damage == "unwritable_dir":
         (tmp_path / "a_file").write_text("not a directory")

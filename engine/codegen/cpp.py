@@ -554,19 +554,19 @@ def _emit_split_loop(accumulators: list[_Accumulator], updates, update_tags, cla
             body.add(f"for (int64_t lane = 0; lane < {lanes}; ++lane) {a.name}_lanes[lane] = {a.identity};")
         body.add(f"const int64_t row_blocked = ({row}) / {lanes} * {lanes};")
         lane_updates = [_update_text(a.kind, f"{a.name}_lanes[lane]", a.value) for a in accumulators]
-        lane_tags = [LineTag(a.node) for a in accumulators]
+        tags = [LineTag(a.node) for a in accumulators]
         with body.block(f"for (int64_t row_block = 0; row_block < row_blocked; row_block += {lanes})"):
             with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)",
                             f"#pragma omp simd {' '.join(clauses)}".rstrip()):
                 body.add("const int64_t r0 = row_block + lane;")
                 body.extend(printer.lines, printer.line_tags)
-                body.extend(updates + lane_updates, update_tags + lane_tags)
+                body.extend(updates + lane_updates, update_tags + tags)
         tail_updates = [_update_text(a.kind, a.name, a.value) for a in accumulators]
         with body.block(f"for (int64_t r0 = row_blocked; r0 < {row}; ++r0)"):
             body.extend(printer.lines, printer.line_tags)
-            body.extend(updates + tail_updates, update_tags + lane_tags)
+            body.extend(updates + tail_updates, update_tags + tags)
         with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)"):
-            for a, tag in zip(accumulators, lane_tags):
+            for a, tag in zip(accumulators, tags):
                 body.add(_update_text(a.kind, a.name, f"{a.name}_lanes[lane]"), tag)
 
 

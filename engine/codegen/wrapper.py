@@ -61,8 +61,11 @@ def _literal(value) -> str | None:
     return None
 
 
-def _bind(value, constants: dict) -> str:
-    """A fresh name for `value` in the wrapper's namespace."""
+def _value_source(value, constants: dict) -> str:
+    """`value` as wrapper source: its literal spelling, or a fresh name bound to it in the wrapper's namespace."""
+    text = _literal(value)
+    if text is not None:
+        return text
     name = f"value{len(constants)}"
     while name in constants:
         name += "_"
@@ -78,8 +81,7 @@ def _call_args(value, buffers, constants: dict) -> str:
         return f"[{inner}]"
     if isinstance(value, sympy.Expr):
         return _py(value)
-    text = _literal(value)
-    return text if text is not None else _bind(value, constants)
+    return _value_source(value, constants)
 
 
 def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryPlan,
@@ -160,5 +162,4 @@ def _output(value, graph: LoweredGraph, constants: dict) -> str:
                              f"(its index map is not affine); it must be realized into a buffer before codegen")
         stride, offset = layout
         return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers)
-    text = _literal(value)
-    return text if text is not None else _bind(value, constants)
+    return _value_source(value, constants)

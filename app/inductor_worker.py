@@ -38,7 +38,7 @@ def explore_inductor(target: str, device: str, dynamic: bool) -> dict:
     import torch
     from torch._inductor.utils import run_and_get_code
 
-    from engine.model_file import load_model_file, run_eager
+    from engine.tools.model_file import load_model_file, run_eager
 
     with contextlib.redirect_stdout(sys.stderr):
         spec = load_model_file(target)

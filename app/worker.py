@@ -1,6 +1,6 @@
 """Run user code in a sandboxed worker process, never in the server: limits, a clean environment, a group kill.
 
-Every job the app runs (explore, bench, Inductor, Triton lowerings) goes through engine/sandbox.py, the same
+Every job the app runs (explore, bench, Inductor, Triton lowerings) goes through engine/tools/sandbox.py, the same
 mechanism as `python -m engine explore --sandbox` and the hostile suite (Note [Sandbox]): the worker,
 app/worker_main.py, runs in its own session with a clean environment and a private directory (where the
 model file is written), under wall-time, CPU-time, memory, output and process limits. A model that hangs is
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from app.worker_main import STACK_SIGNAL
-from engine import sandbox
-from engine.sandbox import Limits, SandboxResult
+from engine.tools import sandbox
+from engine.tools.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "app" / "worker_main.py"
@@ -234,7 +234,7 @@ def last_paragraph(text: str) -> str:
     """The CLI prints its one-paragraph message last on stderr, after whatever torch or the model printed.
 
     A message may carry an indented source excerpt and a "Check ..."/"Fix ..." trailer as paragraphs of their own
-    (engine/model_file.py); they are kept with the paragraph they belong to.
+    (engine/tools/model_file.py); they are kept with the paragraph they belong to.
     """
     paragraphs = [p.strip("\n").rstrip() for p in re.split(r"\n[ \t]*\n", text.strip("\n")) if p.strip()]
     if not paragraphs:

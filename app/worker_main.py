@@ -1,6 +1,6 @@
 """The worker process's entry point: the engine's CLI (or the Inductor script, or Triton's lowerings).
 
-app/worker.py starts it through engine/sandbox.py (Note [Sandbox]: its own session, a clean environment, a
+app/worker.py starts it through engine/tools/sandbox.py (Note [Sandbox]: its own session, a clean environment, a
 private directory, limits, a group kill), as `python app/worker_main.py --standby`: it imports torch and the
 engine while nobody waits (Note [Standby worker]), then reads one job from stdin, a JSON line
 {"argv": [...], "finished": FILE}, and runs it: `[--inputs-out FILE] -- <engine CLI arguments>`, or
@@ -28,7 +28,7 @@ def describe_example_inputs(target: str, out: Path) -> None:
     """Write the model's example inputs as [{"dtype", "shape"}] to `out`; silent on failure (the CLI reports it)."""
     import contextlib
 
-    from engine.model_file import ModelFileError, load_model_file
+    from engine.tools.model_file import ModelFileError, load_model_file
 
     try:
         # the user's prints must not reach stdout, which carries the CLI's JSON

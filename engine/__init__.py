@@ -1,6 +1,6 @@
 """Glassbox: a see-through compiler for PyTorch. `compile(model)` and `explore(model, inputs)`.
 
-The two entry points are imported on first use (PEP 562): `import engine.sandbox` in the app's server must not
+The two entry points are imported on first use (PEP 562): `import engine.tools.sandbox` in the app's server must not
 import torch, which takes seconds and hundreds of MB there for nothing (the server never runs a model)."""
 
 

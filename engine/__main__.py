@@ -25,8 +25,8 @@ from typing import Iterator
 
 import torch
 
-from engine import cli_format
-from engine.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
+from engine.tools import cli_format
+from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
 from samples import DEFAULT_SAMPLE
 
 EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(bench)
     bench.add_argument("--threads", type=int, metavar="N",
                        help="threads for torch and for our OpenMP kernels; applied before anything compiles "
-                            "(see Note [Threads] in engine/bench.py)")
+                            "(see Note [Threads] in engine/tools/bench.py)")
     bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
                        help="seconds of timing per measurement, at least (blocked_autorange's min_run_time; "
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             return report_failure(Failure(f"--threads must be at least 1, got {args.threads}.", EXIT_USER_ERROR),
                                   args.verbose)
-        from engine.bench import set_threads
+        from engine.tools.bench import set_threads
         set_threads(args.threads)  # before the first compile: OpenMP reads its thread count once
     document = None
     try:
@@ -151,7 +151,7 @@ def explore_command(args) -> tuple[dict, int]:
 
 def sandboxed_explore(args) -> tuple[dict, int]:
     """The same exploration in a worker process under limits; its JSON record comes back on stdout."""
-    from engine.sandbox import Limits, explore_command as worker_command, run_sandboxed
+    from engine.tools.sandbox import Limits, explore_command as worker_command, run_sandboxed
 
     options = ["--backend", args.backend, "--device", args.device]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor)) if on]
@@ -194,7 +194,7 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 
 
 def bench_command(args) -> tuple[dict, int]:
-    from engine.bench import bench, load_cases
+    from engine.tools.bench import bench, load_cases
 
     cases = load_cases(args.target)
     if not cases:

@@ -37,7 +37,7 @@ except ImportError as missing:
     sys.exit(f"gpu_check needs torch, triton and sympy: {missing}. Install the missing one (no other package "
              "is needed), e.g. `pip install sympy`, and run again.")
 
-from engine.bench import sample_class  # noqa: E402 - after the check above, for its clear message
+from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
 
 
 # --- the cases -----------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import cli_format
-from engine.bench import bench, load_cases
-from engine.model_file import load_model_file
+from engine.tools import cli_format
+from engine.tools.bench import bench, load_cases
+from engine.tools.model_file import load_model_file
 from samples import DEFAULT_SAMPLE, sample_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from torch import nn
 import engine
 from engine.codegen.triton_printer import triton_index
 from engine.ir.indexing import FloorDiv, ModIndex, c_index, loop_var, py_index, size_symbol
-from engine.model_file import load_model_file
+from engine.tools.model_file import load_model_file
 from engine.pipeline import compile_reference
 from engine.run import verify
 from samples.bucketing import pad_to_bucket

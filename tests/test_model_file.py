@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from engine.model_file import ModelFileError, ModelSpec, load_model_file, load_model_source, run_eager
+from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, load_model_source, run_eager
 from samples import DEFAULT_SAMPLE, sample_names, sample_path
 
 GOOD = """\

@@ -4,7 +4,7 @@ import torch
 
 import engine
 from engine.pipeline import compile_reference
-from engine.model_file import load_model_file, run_eager
+from engine.tools.model_file import load_model_file, run_eager
 from engine.run import verify
 from samples import sample_names
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from engine.model_file import load_model_file, run_eager
+from engine.tools.model_file import load_model_file, run_eager
 from samples import DEFAULT_SAMPLE, sample_names
 
 # Samples run through the Triton interpreter in other tests, which is slow: keep every input small.

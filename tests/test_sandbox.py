@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from engine.sandbox import Limits, explore_command, run_sandboxed
+from engine.tools.sandbox import Limits, explore_command, run_sandboxed
 
 
 def _model_file(tmp_path, body: str) -> str:
@@ -122,7 +122,7 @@ exec(job["code"])
 
 def test_a_standby_process_takes_one_job_under_the_jobs_limits(monkeypatch):
     import time
-    from engine.sandbox import Standby
+    from engine.tools.sandbox import Standby
     monkeypatch.setenv("GLASSBOX_TEST_SECRET", "hunter2")
     standby = Standby([sys.executable, "-c", WAITS_FOR_A_JOB], Limits(timeout_s=1, cpu_s=60))
     standby.refill()
@@ -142,7 +142,7 @@ def test_a_standby_process_takes_one_job_under_the_jobs_limits(monkeypatch):
 
 
 def test_a_standby_job_that_hangs_is_stopped_at_the_jobs_time_limit():
-    from engine.sandbox import Standby
+    from engine.tools.sandbox import Standby
     standby = Standby([sys.executable, "-c", WAITS_FOR_A_JOB], Limits())
     process = standby.start()
     try:
@@ -171,7 +171,7 @@ def test_cpu_time_limit():
 
 
 def test_an_interrupted_caller_kills_the_whole_group(tmp_path):
-    from engine.sandbox import SandboxedProcess
+    from engine.tools.sandbox import SandboxedProcess
     process = SandboxedProcess([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '60'])"],
                                Limits(timeout_s=60))
 

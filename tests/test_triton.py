@@ -8,7 +8,7 @@ import torch
 
 import engine
 from engine.codegen import triton_build
-from engine.model_file import load_model_file
+from engine.tools.model_file import load_model_file
 from samples import sample_names
 
 ONE_KERNEL = ["scale_bias_relu", "softmax", "layernorm", "rmsnorm", "gelu_chain"]

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from engine.fresh_compile import in_fresh_process
-from engine.model_file import ModelSpec, load_model_file, run_eager
+from engine.tools.fresh_compile import in_fresh_process
+from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
 from engine.run import verify
 

@@ -8,7 +8,7 @@ compile cache. The child imports the compile path first (those seconds are repor
 then times the first call of engine.compile(model): `first_call_s`, of which `ours_s` is spent in Glassbox's
 own stages (lower, schedule, codegen, build: a cache hit) and the rest in Dynamo and AOTAutograd.
 
-Run as `python -m engine.fresh_compile CASE` (a bench case name, sample name or model file); it prints one
+Run as `python -m engine.tools.fresh_compile CASE` (a bench case name, sample name or model file); it prints one
 JSON object.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def measure(case_name: str) -> dict:
     import torch
 
     import engine.pipeline as pipeline
-    from engine.bench import load_case
+    from engine.tools.bench import load_case
     import engine.lowering.all_lowerings  # noqa: F401  the lowering registry, imported on first use otherwise
 
     spec = load_case(case_name)
@@ -49,9 +49,9 @@ def measure(case_name: str) -> dict:
 
 def in_fresh_process(case_name: str, timeout_s: float = 300) -> dict:
     """measure(case_name) in a child Python process (same environment: the caller's compile cache)."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "engine.fresh_compile", case_name], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "engine.tools.fresh_compile", case_name], capture_output=True,
                             text=True, timeout=timeout_s, env=env)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]

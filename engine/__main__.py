@@ -1,8 +1,9 @@
 """The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
 
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--dynamic] [--json]
-                                            [--out DIR] [--verbose]
+                                            [--out DIR] [--verbose] [--profile]
     python -m engine bench   FILE_OR_SAMPLE [--backend ...] [--device ...] [--json] [--threads N] [--no-inductor]
+                                            [--profile]
 
 Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, or outputs that differ from eager);
 2 when the model file is at fault (it does not parse, defines no model, or the model raises) or the command
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
+    explore.add_argument("--profile", action="store_true",
+                         help="time every kernel: time_ms, GB/s, FLOP/s and share of the call (engine/profile.py)")
     explore.add_argument("--sandbox", action="store_true",
                          help="run the model in a separate, limited worker process (Note [Sandbox])")
     explore.add_argument("--timeout", type=float, default=120.0, metavar="S", help="sandbox wall-time limit")
@@ -75,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="threads for torch and for our OpenMP kernels; applied before anything compiles "
                             "(see Note [Threads] in engine/tools/bench.py)")
     bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
+    bench.add_argument("--profile", action="store_true",
+                       help="also time every Glassbox kernel (each case gets `kernels` and `machine`)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
                        help="seconds of timing per measurement, at least (blocked_autorange's min_run_time; "
                             "default 0.5)")
@@ -122,7 +127,7 @@ def explore_command(args) -> tuple[dict, int]:
             spec.model, spec.example_inputs, backend=args.backend, device=args.device,
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
-            tolerance=spec.tolerance)
+            tolerance=spec.tolerance, profile=args.profile)
     except ModelFileError:
         raise
     except Exception as error:
@@ -132,7 +137,7 @@ def explore_command(args) -> tuple[dict, int]:
         from engine.reference import inductor_reference
         from engine.record import _plain
         try:
-            record["inductor"] = _plain(inductor_reference(spec.model, spec.example_inputs))
+            record["inductor"] = _plain(inductor_reference(spec.model, spec.example_inputs, profile=args.profile))
         except Exception as error:  # Inductor failing is worth showing, not fatal for our record
             record["inductor"] = {"error": f"{type(error).__name__}: {error}"}
     if not args.json:
@@ -154,7 +159,8 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     from engine.tools.sandbox import Limits, explore_command as worker_command, run_sandboxed
 
     options = ["--backend", args.backend, "--device", args.device]
-    options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor)) if on]
+    options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
+                                      ("--profile", args.profile)) if on]
     result = run_sandboxed(worker_command(args.target, options),
                            Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
     if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():
@@ -212,6 +218,9 @@ def bench_command(args) -> tuple[dict, int]:
                 reports.append(bench(spec, backend=args.backend, threads=args.threads, device=args.device,
                                      with_inductor=not args.no_inductor, min_run_time=args.min_time,
                                      inductor_cache_dir=inductor_dir, progress=progress))
+                if args.profile:
+                    progress("per-kernel profile")
+                    reports[-1].update(profile_case(spec, args))
             except ModelFileError:
                 raise
             except Exception as error:
@@ -222,9 +231,27 @@ def bench_command(args) -> tuple[dict, int]:
                 reports.append({"name": spec.name, "error": failure.message})
     if not args.json:
         print(cli_format.bench_table(reports))
+        for report in reports:
+            for kernel in report.get("kernels") or []:
+                print(f"  {report['name']} graph {kernel['graph']} {kernel['name']} {kernel['kind']}"
+                      f"{cli_format.kernel_profile(kernel)}")
+            print("\n".join(cli_format.machine_line(report.get("machine") or {})))
     failed = any(r.get("error") or not all(c.get("ok") for c in (r.get("verify") or {}).values())
                  for r in reports)
     return {"cases": reports}, EXIT_FAILED if failed else EXIT_OK
+
+
+def profile_case(spec: ModelSpec, args) -> dict:
+    """Per-kernel times of one bench case (an exploration with profile=True): its kernels and the machine."""
+    import engine
+
+    moved = spec_on_device(spec, args.device)
+    record = engine.explore(moved.model, moved.example_inputs, backend=args.backend, device=args.device, name=spec.name,
+                            profile=True).to_json()
+    keys = ("name", "kind", "time_ms", "time_iqr_ms", "share", "bytes", "gbps", "flops", "gflops")
+    return {"kernels": [{"graph": g["index"], **{key: k.get(key) for key in keys}}
+                        for g in record["graphs"] for k in g["kernels"]],
+            "machine": record.get("machine") or {}}
 
 
 # --- shared --------------------------------------------------------------------------------------------------

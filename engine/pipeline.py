@@ -125,8 +125,9 @@ def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
     return hints
 
 
-def make_backend(options: Options, exploration: Exploration | None = None) -> Callable:
-    """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given."""
+def make_backend(options: Options, exploration: Exploration | None = None, profiler=None) -> Callable:
+    """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given;
+    a `profiler` (engine/profile.py) keeps each graph to time its kernels after the run."""
 
     def backend(gm: torch.fx.GraphModule, example_inputs):
         graph_record = None
@@ -139,7 +140,10 @@ def make_backend(options: Options, exploration: Exploration | None = None) -> Ca
             compiled = compile_graph(aten_gm, aten_inputs, options, timings)
             if graph_record is not None:
                 from engine.report import fill_graph_record
-                fill_graph_record(graph_record, gm, aten_gm, compiled, size_hints(compiled.lowered, aten_inputs))
+                hints = size_hints(compiled.lowered, aten_inputs)
+                fill_graph_record(graph_record, gm, aten_gm, compiled, hints)
+                if profiler is not None:
+                    return profiler.watch(graph_record, compiled, hints)
             return compiled.call
 
         start = time.perf_counter()
@@ -171,16 +175,19 @@ def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic:
 
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
-            description: str = "", tolerance: dict | None = None) -> Exploration:
-    """Run the whole pipeline once on `example_inputs`, recording every stage."""
+            description: str = "", tolerance: dict | None = None, profile: bool = False) -> Exploration:
+    """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
+    then timed (engine/profile.py: time_ms, gbps, flops per kernel)."""
     from engine import run
+    from engine.profile import Profiler
 
     options = Options(backend, device, dynamic)
     exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
                               description=description, options={"dynamic": dynamic})
     capture.reset()
     log = capture.CaptureLog()
-    compiled = capture.dynamo_compile(model, make_backend(options, exploration), log, dynamic)
+    profiler = Profiler(device) if profile else None
+    compiled = capture.dynamo_compile(model, make_backend(options, exploration, profiler), log, dynamic)
     inputs = tuple(example_inputs)
     exploration.inputs = capture.describe_inputs(inputs)
     log.begin_call(exploration.inputs)
@@ -194,6 +201,9 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     exploration.timings = {"capture": max(total - sum(exploration.timings.values()), 0.0), **exploration.timings}
     with stage(exploration.timings, "run"):
         exploration.verify = run.verify(model, inputs, outputs, tolerance)
+    if profiler is not None:
+        with stage(exploration.timings, "profile"):
+            profiler.measure(exploration)
     for extra in dynamic_inputs:
         extra = tuple(extra)
         log.begin_call(capture.describe_inputs(extra))

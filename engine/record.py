@@ -24,6 +24,7 @@ class GraphRecord:
     code: dict = field(default_factory=dict)  # {"language", "source", "wrapper", "provenance"}
     timings: dict = field(default_factory=dict)  # seconds per stage for this graph
     cache_hit: bool = False
+    profile: dict = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms (engine/profile.py)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Exploration:
     runs: list[dict] = field(default_factory=list)  # extra input sets (dynamic shapes): shapes + verify
     timings: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)  # with --profile: measured copy GB/s and matmul GFLOP/s (roofline)
     errors: list[dict] = field(default_factory=list)
 
     def add_time(self, stage: str, seconds: float) -> None:

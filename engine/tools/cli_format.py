@@ -66,6 +66,7 @@ def explore_summary(record: dict, verbose: bool = False) -> str:
     for recompile in recompiles:
         lines.append(f"  on inputs {recompile.get('inputs', '?')}: {recompile.get('reason', '')}")
     lines += verify_summary(record.get("verify") or {}, record.get("runs") or [])
+    lines += machine_line(record.get("machine") or {})
     lines.append(timings_line(record.get("timings") or {}))
     for error in record.get("errors") or []:
         lines.append(f"Error: {error}")
@@ -83,7 +84,8 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
     width = max((len(k.get("name", "")) for k in kernels), default=0)
     for kernel in kernels:
         lines.append(f"  {kernel.get('name', '?'):<{width}}  {kernel.get('kind', '?'):<9}  "
-                     f"{fused_ops(kernel)}  [{human_bytes(kernel.get('bytes'))}]")
+                     f"{fused_ops(kernel)}  [{human_bytes(kernel.get('bytes'))}]{kernel_profile(kernel)}")
+    lines += profile_lines(graph.get("profile") or {})
     fallbacks = [k for k in kernels if k.get("kind") == "fallback"]
     if fallbacks:
         lines.append(f"  Fallbacks to eager: {len(fallbacks)}")
@@ -107,6 +109,34 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
         lines.append(f"  Memory: peak {human_bytes(memory['peak_bytes'])} "
                      f"(unfused {human_bytes(memory.get('unfused_peak_bytes'))})")
     return lines
+
+
+def kernel_profile(kernel: dict) -> str:
+    """With --profile: the kernel's median time, its spread, share of the call, GB/s and GFLOP/s."""
+    if not isinstance(kernel.get("time_ms"), (int, float)):
+        return ""
+    share = kernel.get("share")
+    rates = [f"{kernel[key]:.2f} {unit}" for key, unit in (("gbps", "GB/s"), ("gflops", "GFLOP/s"))
+             if isinstance(kernel.get(key), (int, float))]
+    return (f"  {kernel['time_ms']:.4f} ms ±{kernel.get('time_iqr_ms', 0):.4f}"
+            + (f" ({share:.0%} of the call)" if isinstance(share, (int, float)) else "")
+            + (f", {', '.join(rates)}" if rates else ""))
+
+
+def profile_lines(profile: dict) -> list[str]:
+    if "call_ms" not in profile:
+        return []
+    note = " (Triton interpreter: not GPU times)" if profile.get("interpreted") else ""
+    return [f"  Profile: call {profile['call_ms']:.4f} ms ±{profile.get('call_iqr_ms', 0):.4f}; timed call = kernels "
+            f"{profile['kernels_ms']:.4f} ms + wrapper {profile['overhead_ms']:.4f} ms; medians of "
+            f"{profile.get('repeats', '?')} calls (± interquartile range){note}"]
+
+
+def machine_line(machine: dict) -> list[str]:
+    if "copy_gbps" not in machine:
+        return []
+    return [f"Machine: copy {machine['copy_gbps']:.1f} GB/s, matmul {machine['matmul_gflops']:.1f} GFLOP/s "
+            f"({machine.get('threads', '?')} threads; {machine.get('how', '')})"]
 
 
 def breaks_summary(breaks: list[dict]) -> list[str]:

@@ -4,6 +4,7 @@
                                             [--out DIR] [--verbose] [--profile]
     python -m engine bench   FILE_OR_SAMPLE [--backend ...] [--device ...] [--json] [--threads N] [--no-inductor]
                                             [--profile]
+    python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
 
 Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, or outputs that differ from eager);
 2 when the model file is at fault (it does not parse, defines no model, or the model raises) or the command
@@ -83,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
                        help="seconds of timing per measurement, at least (blocked_autorange's min_run_time; "
                             "default 0.5)")
+    compare = commands.add_parser("compare", help="what-if: two explorations of one model and their diff",
+                                  description="Explore a model under two settings (A and B) and show their "
+                                              "differences: kernels, code and time. Keys: backend, device, "
+                                              "dynamic, mode, fusion, max_nodes, compiler, file.")
+    compare.add_argument("target", metavar="FILE_OR_SAMPLE")
+    compare.add_argument("--a", nargs="*", default=[], metavar="KEY=VALUE", help="side A's settings")
+    compare.add_argument("--b", nargs="*", default=[], metavar="KEY=VALUE", help="side B's settings")
+    compare.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
+    compare.add_argument("--verbose", action="store_true", help="also print the code diff")
     return parser
 
 
@@ -97,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     document = None
     try:
         with stdout_to_stderr() if args.json else nullcontext():
-            check_device(args.device)
-            command = explore_command if args.command == "explore" else bench_command
+            check_device(getattr(args, "device", "cpu"))
+            command = {"explore": explore_command, "bench": bench_command, "compare": compare_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         return report_failure(Failure(error.message, EXIT_USER_ERROR, error), args.verbose)
@@ -252,6 +262,27 @@ def profile_case(spec: ModelSpec, args) -> dict:
     return {"kernels": [{"graph": g["index"], **{key: k.get(key) for key in keys}}
                         for g in record["graphs"] for k in g["kernels"]],
             "machine": record.get("machine") or {}}
+
+
+# --- compare -------------------------------------------------------------------------------------------------
+
+
+def compare_command(args) -> tuple[dict, int]:
+    from engine.tools.compare import SettingError, compare, parse_side, summary
+
+    try:
+        sides = [parse_side(args.a), parse_side(args.b)]
+    except SettingError as error:
+        raise Failure(f"compare: {error}", EXIT_USER_ERROR) from error
+    for side in sides:
+        check_device(side.device)
+    comparison = compare(args.target, *sides)
+    if not args.json:
+        print(summary(comparison))
+        if args.verbose and comparison.code_diff:
+            print(comparison.code_diff)
+    failed = comparison.record_a.get("errors") or comparison.record_b.get("errors")
+    return comparison.to_json(), EXIT_FAILED if failed else EXIT_OK
 
 
 # --- shared --------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from engine.lowering.graph import LoweredGraph, lower
 from engine.record import Exploration, GraphRecord
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
+from engine.schedule.policy import FusionKnobs
 
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
@@ -42,6 +43,8 @@ class Options:
     device: str = "cpu"
     dynamic: bool | None = None
     mode: str = "default"
+    fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
+    max_fused_nodes: int | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -78,7 +81,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
     with stage(timings, "lower"):
         lowered = lower(aten_gm, example_inputs, options.device)
     with stage(timings, "schedule"):
-        scheduled = schedule(lowered)
+        scheduled = schedule(lowered, FusionKnobs(options.fusion, options.max_fused_nodes))
         memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
     with stage(timings, "codegen"):
         module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
@@ -175,15 +178,17 @@ def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic:
 
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
-            description: str = "", tolerance: dict | None = None, profile: bool = False) -> Exploration:
+            description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
+            fusion: bool = True, max_fused_nodes: int | None = None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/profile.py: time_ms, gbps, flops per kernel)."""
     from engine import run
     from engine.profile import Profiler
 
-    options = Options(backend, device, dynamic)
+    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes)
     exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
-                              description=description, options={"dynamic": dynamic})
+                              description=description, options={"dynamic": dynamic, "mode": mode, "fusion": fusion,
+                                                                "max_fused_nodes": max_fused_nodes})
     capture.reset()
     log = capture.CaptureLog()
     profiler = Profiler(device) if profile else None

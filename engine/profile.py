@@ -25,6 +25,7 @@ most rooflines' convention).
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from typing import Any, Callable
@@ -325,4 +326,16 @@ class Profiler:
         for graph_record, compiled, hints, saved in self.graphs:
             if saved and any(g is graph_record for g in exploration.graphs):  # Note [Restarted analysis]
                 profile_into(graph_record, compiled, saved, hints, self.device, self.min_time)
-        exploration.machine = machine_roofs(self.device)
+        exploration.machine = {**machine_roofs(self.device), **machine_load()}
+
+
+def machine_load() -> dict:
+    """The machine's load while profiling: other work on the same cores skews every time (more so with OpenMP,
+    whose threads wait for each other at every parallel loop), so the record carries it and a warning."""
+    cpus = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    busy = load > 0.5 * cpus
+    return {"load_avg_1m": load, "cpus": cpus,
+            "load_warning": (f"the machine was busy while profiling (load average {load:.2f} on {cpus} CPUs): "
+                             "times may be inflated and noisy; compare ratios measured side by side, and trust "
+                             "the spread") if busy else ""}

@@ -130,8 +130,9 @@ def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[
 
 
 class Scheduler:
-    def __init__(self, graph: LoweredGraph):
+    def __init__(self, graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs()):
         self.graph = graph
+        self.knobs = knobs
         self.buffers = graph.buffers
         self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
         reads = {n.name: node_reads(n, self.buffers) for n in graph.nodes}
@@ -220,6 +221,10 @@ class Scheduler:
             c.name in inside for c in self.nodes if names & set(self.reads[c.name]))
 
     def try_merge(self, a: list[Buffer], b: list[Buffer], kind: str) -> None:
+        refusal = policy.knob_refusal(self.knobs, a, b)
+        if refusal:
+            self.decisions.append(FusionDecision(_label(a), _label(b), kind, False, refusal))
+            return
         ok, reason = policy.fusion_verdict(self._visible(a), self._visible(b), kind)
         newly_private: set[str] = set()
         if not ok and kind == "vertical" and self._only_feeds(a, b) and not policy.is_library(b):
@@ -304,5 +309,5 @@ class Scheduler:
         return result
 
 
-def schedule(graph: LoweredGraph) -> Schedule:
-    return Scheduler(graph).run()
+def schedule(graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs()) -> Schedule:
+    return Scheduler(graph, knobs).run()

@@ -4,6 +4,8 @@ Each rule returns a reason in words; the app shows them as "why (not) fused".
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy
 
 from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Reduction
@@ -76,4 +78,19 @@ def fusion_verdict(first: list[Buffer], second: list[Buffer], kind: str) -> tupl
 def too_many_passes(reduction_depth: int) -> str | None:
     if reduction_depth > MAX_REDUCTION_PASSES:
         return f"would need {reduction_depth} passes over each row (limit {MAX_REDUCTION_PASSES})"
+    return None
+
+
+@dataclass(frozen=True)
+class FusionKnobs:
+    """What-if switches (engine compare, the app's compare page): fusion off, or a cap on nodes per kernel."""
+    enabled: bool = True
+    max_nodes: int | None = None  # at most this many IR nodes in one kernel; None: no cap
+
+
+def knob_refusal(knobs: FusionKnobs, first: list[Buffer], second: list[Buffer]) -> str | None:
+    if not knobs.enabled:
+        return "fusion is switched off (fusion=off): every IR node is its own kernel"
+    if knobs.max_nodes is not None and len(first) + len(second) > knobs.max_nodes:
+        return f"the kernel would hold {len(first) + len(second)} IR nodes, over the cap of {knobs.max_nodes} (max_nodes)"
     return None

@@ -136,7 +136,8 @@ def machine_line(machine: dict) -> list[str]:
     if "copy_gbps" not in machine:
         return []
     return [f"Machine: copy {machine['copy_gbps']:.1f} GB/s, matmul {machine['matmul_gflops']:.1f} GFLOP/s "
-            f"({machine.get('threads', '?')} threads; {machine.get('how', '')})"]
+            f"({machine.get('threads', '?')} threads; {machine.get('how', '')})"] + \
+        ([f"Warning: {machine['load_warning']}"] if machine.get("load_warning") else [])
 
 
 def breaks_summary(breaks: list[dict]) -> list[str]:

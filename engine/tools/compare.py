@@ -1,0 +1,277 @@
+"""What-if: two explorations of one model under two settings, and their differences.
+
+    python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]
+
+A side is a list of KEY=VALUE settings over the defaults (C++ on the CPU, static shapes, fusion on):
+backend=cpp|triton, device=cpu|cuda, dynamic=true|false, mode=default|reduce-overhead|max-autotune,
+fusion=on|off, max_nodes=N (at most N IR nodes in one kernel), compiler=glassbox|inductor (the side is real
+Inductor), file=PATH (another model file: before vs after an edit). Both sides are explored with the
+per-kernel profile on, so the comparison carries their times.
+
+Note [Matching kernels across two compiles]
+Kernel names (kernel_0, ...) are positions, not identities: switching fusion off renumbers everything. A kernel
+is identified by the ATen nodes it computes (its aten_origins; FX nodes where it has none): the ATen graph is
+the same for both sides when the model is (one FX node, softmax, decomposes into several ATen nodes, so FX
+nodes alone cannot tell its kernels apart). Two kernels are "the same" when they compute the same nodes; a kernel of B that computes what
+several kernels of A computed is a merge of those, the reverse a split; the rest were added or removed.
+Inductor's kernels carry no FX origins, so against an Inductor side only the counts and names are compared.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.pipeline import BACKENDS, MODES
+
+DEVICES = ("cpu", "cuda")
+BOOLEANS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
+COMPILERS = ("glassbox", "inductor")
+KEYS = {
+    "backend": ", ".join(BACKENDS), "device": ", ".join(DEVICES), "dynamic": "true, false",
+    "mode": ", ".join(MODES), "fusion": "on, off", "max_nodes": "a positive integer",
+    "compiler": ", ".join(COMPILERS), "file": "a model file or sample name",
+}
+
+
+class SettingError(ValueError):
+    """A KEY=VALUE the compare cannot use; the message names the valid keys or values."""
+
+
+@dataclass(frozen=True)
+class Side:
+    backend: str = "cpp"
+    device: str = "cpu"
+    dynamic: bool = False
+    mode: str = "default"
+    fusion: bool = True
+    max_nodes: int | None = None
+    compiler: str = "glassbox"
+    file: str | None = None
+
+    def label(self) -> str:
+        defaults = Side()
+        changed = [f"{f.name}={_text(f.name, getattr(self, f.name))}" for f in dataclasses.fields(self)
+                   if getattr(self, f.name) != getattr(defaults, f.name)]
+        return ", ".join(changed) or "defaults"
+
+
+def _text(key: str, value) -> str:
+    if isinstance(value, bool):
+        return ("on" if value else "off") if key == "fusion" else ("true" if value else "false")
+    return str(value)
+
+
+def _choice(key: str, value: str, choices) -> str:
+    if value not in choices:
+        raise SettingError(f"{key}={value!r} is not valid: {key} is one of {', '.join(choices)}")
+    return value
+
+
+def parse_side(settings: list[str]) -> Side:
+    """["backend=triton", "fusion=off"] -> Side; a SettingError names the valid keys or values."""
+    values: dict[str, Any] = {}
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        key, value = key.strip().lower().replace("-", "_"), value.strip()
+        if not equals or not key:
+            raise SettingError(f"{setting!r} is not KEY=VALUE; keys: {', '.join(KEYS)}")
+        if key not in KEYS:
+            raise SettingError(f"unknown key {key!r}; valid keys: " +
+                               "; ".join(f"{k} ({v})" for k, v in KEYS.items()))
+        if key in ("backend", "device", "mode", "compiler"):
+            values[key] = _choice(key, value.lower(), {"backend": BACKENDS, "device": DEVICES, "mode": MODES,
+                                                       "compiler": COMPILERS}[key])
+        elif key in ("dynamic", "fusion"):
+            if value.lower() not in BOOLEANS:
+                raise SettingError(f"{key}={value!r} is not valid: {key} is one of {KEYS[key]}")
+            values[key] = BOOLEANS[value.lower()]
+        elif key == "max_nodes":
+            if not value.isdigit() or int(value) < 1:
+                raise SettingError(f"max_nodes={value!r} is not valid: max_nodes is {KEYS[key]}")
+            values[key] = int(value)
+        else:
+            values[key] = value
+    return Side(**values)
+
+
+# --- running one side ----------------------------------------------------------------------------------------
+
+
+def explore_side(spec, side: Side, profile: bool = True) -> dict:
+    """The record of one side: a Glassbox exploration, or for compiler=inductor the Inductor reference shaped
+    like one (kernels with names, code per graph). A failing side is a record with `errors`."""
+    import torch
+
+    import engine
+
+    model, inputs = spec.model, tuple(spec.example_inputs)
+    if side.device != "cpu":
+        model = model.to(side.device) if isinstance(model, torch.nn.Module) else model
+        inputs = tuple(x.to(side.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+    if side.compiler == "inductor":
+        return _inductor_side(spec, model, inputs, profile)
+    try:
+        exploration = engine.explore(
+            model, inputs, backend=side.backend, device=side.device, dynamic=True if side.dynamic else None,
+            name=spec.name, source={"filename": spec.filename, "text": spec.source}, description=spec.description,
+            tolerance=spec.tolerance, profile=profile, mode=side.mode, fusion=side.fusion,
+            max_fused_nodes=side.max_nodes)
+    except Exception as error:  # noqa: BLE001 - a failing side is part of the comparison, not its end
+        return {"model": spec.name, "graphs": [], "errors": [{"stage": "compile",
+                                                              "message": f"{type(error).__name__}: {error}"}]}
+    return exploration.to_json()
+
+
+def _inductor_side(spec, model, inputs, profile: bool) -> dict:
+    from engine.record import _plain
+    from engine.reference import inductor_reference
+
+    try:
+        reference = _plain(inductor_reference(model, inputs, profile=profile))
+    except Exception as error:  # noqa: BLE001
+        return {"model": spec.name, "graphs": [], "errors": [{"stage": "inductor",
+                                                              "message": f"{type(error).__name__}: {error}"}]}
+    times = {t["name"]: t["time_ms"] for t in reference.get("kernel_times") or []}
+    kernels = [{"name": k["name"], "kind": "inductor", "fx_origins": [], "time_ms": times.get(k["name"])}
+               for k in reference.get("kernels") or []]
+    graphs = [{"index": i, "kernels": kernels if i == 0 else [], "code": {"language": "inductor", "source": code}}
+              for i, code in enumerate(reference.get("code") or [])]
+    return {"model": spec.name, "backend": "inductor", "graphs": graphs, "verify": reference.get("verify") or {},
+            "errors": [], "inductor": True}
+
+
+# --- the differences -----------------------------------------------------------------------------------------
+
+
+def _kernels(record: dict) -> list[dict]:
+    return [k for g in record.get("graphs") or [] for k in g.get("kernels") or []]
+
+
+def kernel_diff(a: dict, b: dict) -> dict:
+    """Note [Matching kernels across two compiles]: same, merged, split, added and removed kernels."""
+    ka, kb = _kernels(a), _kernels(b)
+    result: dict[str, Any] = {"count": [len(ka), len(kb)], "same": [], "merged": [], "split": [], "added": [],
+                              "removed": []}
+    if a.get("inductor") or b.get("inductor"):
+        names_a, names_b = {k["name"] for k in ka}, {k["name"] for k in kb}
+        result["added"] = [{"b": n} for n in sorted(names_b - names_a)]
+        result["removed"] = [{"a": n} for n in sorted(names_a - names_b)]
+        result["same"] = [{"a": n, "b": n} for n in sorted(names_a & names_b)]
+        return result
+    origins = lambda k: frozenset(k.get("aten_origins") or k.get("fx_origins") or [k["name"]])  # noqa: E731
+    used_a, used_b = set(), set()
+    for x in ka:
+        for y in kb:
+            if origins(x) == origins(y) and y["name"] not in used_b:
+                result["same"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x))})
+                used_a.add(x["name"])
+                used_b.add(y["name"])
+                break
+    for many, one, many_side, one_side, key in ((ka, kb, "a", "b", "merged"), (kb, ka, "b", "a", "split")):
+        used_many, used_one = (used_a, used_b) if many_side == "a" else (used_b, used_a)
+        for big in one:
+            if big["name"] in used_one:
+                continue
+            parts = [k for k in many if k["name"] not in used_many and origins(k) and origins(k) <= origins(big)]
+            covered = frozenset().union(*(origins(k) for k in parts)) if parts else frozenset()
+            if len(parts) >= 2 and covered == origins(big):
+                result[key].append({many_side: [k["name"] for k in parts], one_side: big["name"],
+                                    "ops": sorted(covered)})
+                used_one.add(big["name"])
+                used_many.update(k["name"] for k in parts)
+    result["removed"] = [{"a": k["name"], "ops": sorted(origins(k))} for k in ka if k["name"] not in used_a]
+    result["added"] = [{"b": k["name"], "ops": sorted(origins(k))} for k in kb if k["name"] not in used_b]
+    return result
+
+
+def code_diff(a: dict, b: dict, label_a: str = "a", label_b: str = "b") -> str:
+    """A unified diff of the generated code, graph by graph (kernels, then the wrapper)."""
+    def text(record: dict) -> list[str]:
+        lines = []
+        for graph in record.get("graphs") or []:
+            code = graph.get("code") or {}
+            lines.append(f"# ---- graph {graph.get('index', '?')} ({code.get('language', '?')})")
+            lines += (code.get("source") or "").splitlines()
+            if code.get("wrapper"):
+                lines.append(f"# ---- graph {graph.get('index', '?')} wrapper")
+                lines += code["wrapper"].splitlines()
+        return lines
+    return "\n".join(difflib.unified_diff(text(a), text(b), fromfile=label_a, tofile=label_b, lineterm=""))
+
+
+def total_ms(record: dict) -> float | None:
+    """The model's time per call: the graphs' profiled call times, or the sum of kernel times (Inductor)."""
+    calls = [(g.get("profile") or {}).get("call_ms") for g in record.get("graphs") or []]
+    if calls and all(isinstance(c, (int, float)) for c in calls):
+        return sum(calls)
+    times = [k.get("time_ms") for k in _kernels(record)]
+    return sum(times) if times and all(isinstance(t, (int, float)) for t in times) else None
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    record_a: dict
+    record_b: dict
+    kernels: dict = field(default_factory=dict)
+    code_diff: str = ""
+    timing: dict = field(default_factory=dict)
+
+    def to_json(self, records: bool = True) -> dict:
+        document = {
+            "a": {"settings": dataclasses.asdict(self.a), "label": self.a.label()},
+            "b": {"settings": dataclasses.asdict(self.b), "label": self.b.label()},
+            "kernels": self.kernels, "code_diff": self.code_diff, "timing": self.timing,
+            "errors": {"a": self.record_a.get("errors") or [], "b": self.record_b.get("errors") or []},
+            "verify": {"a": (self.record_a.get("verify") or {}).get("ok"),
+                       "b": (self.record_b.get("verify") or {}).get("ok")},
+        }
+        if records:
+            document["a"]["record"], document["b"]["record"] = self.record_a, self.record_b
+        return document
+
+
+def compare_records(a: Side, b: Side, record_a: dict, record_b: dict) -> Comparison:
+    ms_a, ms_b = total_ms(record_a), total_ms(record_b)
+    timing = {"a_ms": ms_a, "b_ms": ms_b,
+              "speedup_b_over_a": ms_a / ms_b if ms_a and ms_b else None,
+              "convention": "speedup = time of A / time of B: above 1, B is faster"}
+    return Comparison(a, b, record_a, record_b, kernel_diff(record_a, record_b),
+                      code_diff(record_a, record_b, f"A ({a.label()})", f"B ({b.label()})"), timing)
+
+
+def compare(target: str, a: Side, b: Side, profile: bool = True) -> Comparison:
+    """Explore `target` (a model file or sample; a side's file= overrides it) under both settings."""
+    from engine.tools.model_file import load_model_file
+
+    records = [explore_side(load_model_file(side.file or target), side, profile) for side in (a, b)]
+    return compare_records(a, b, *records)
+
+
+def summary(comparison: Comparison) -> str:
+    """The comparison as text for the terminal."""
+    k, t = comparison.kernels, comparison.timing
+    lines = [f"A: {comparison.a.label()}", f"B: {comparison.b.label()}",
+             f"Kernels: {k['count'][0]} -> {k['count'][1]}"]
+    for key, verb in (("same", "same"), ("merged", "merged"), ("split", "split"), ("added", "added"),
+                      ("removed", "removed")):
+        for item in k.get(key) or []:
+            ops = f"  [{', '.join(item.get('ops') or [])}]" if item.get("ops") else ""
+            a_side = item.get("a", "-")
+            a_side = " + ".join(a_side) if isinstance(a_side, list) else a_side
+            b_side = item.get("b", "-")
+            b_side = " + ".join(b_side) if isinstance(b_side, list) else b_side
+            lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}")
+    ms = lambda v: f"{v:.4f} ms" if isinstance(v, (int, float)) else "-"  # noqa: E731
+    speedup = t.get("speedup_b_over_a")
+    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}"
+                 + (f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""))
+    for side, record in (("A", comparison.record_a), ("B", comparison.record_b)):
+        for error in record.get("errors") or []:
+            lines.append(f"{side} error ({error.get('stage', '?')}): {error.get('message', '')}")
+    changed = sum(1 for line in comparison.code_diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    lines.append(f"Code: {changed} lines differ" + ("" if changed else " (identical)"))
+    return "\n".join(lines)

@@ -5,6 +5,7 @@
     python -m engine bench   FILE_OR_SAMPLE [--backend ...] [--device ...] [--json] [--threads N] [--no-inductor]
                                             [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
+    python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
 
 Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, or outputs that differ from eager);
 2 when the model file is at fault (it does not parse, defines no model, or the model raises) or the command
@@ -93,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--b", nargs="*", default=[], metavar="KEY=VALUE", help="side B's settings")
     compare.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
     compare.add_argument("--verbose", action="store_true", help="also print the code diff")
+
+    report = commands.add_parser("report", help="a self-contained offline HTML report of one exploration",
+                                 description="Explore a model (or read a record.json) and write one HTML file "
+                                             "that opens offline: graphs, IR, code, provenance, profile.")
+    common(report)
+    report.add_argument("--out", default="report.html", metavar="FILE", help="where to write (report.html)")
+    report.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
+    report.add_argument("--profile", action="store_true", help="time every kernel (a roofline in the report)")
+    report.add_argument("--inductor", action="store_true", help="add Inductor's code and kernels")
     return parser
 
 
@@ -108,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stdout_to_stderr() if args.json else nullcontext():
             check_device(getattr(args, "device", "cpu"))
-            command = {"explore": explore_command, "bench": bench_command, "compare": compare_command}[args.command]
+            command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
+                       "report": report_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         return report_failure(Failure(error.message, EXIT_USER_ERROR, error), args.verbose)
@@ -283,6 +294,34 @@ def compare_command(args) -> tuple[dict, int]:
             print(comparison.code_diff)
     failed = comparison.record_a.get("errors") or comparison.record_b.get("errors")
     return comparison.to_json(), EXIT_FAILED if failed else EXIT_OK
+
+
+# --- report --------------------------------------------------------------------------------------------------
+
+
+def report_command(args) -> tuple[dict, int]:
+    """Note [Offline report] in visualizers/html_report.py. The CLI's one call into a renderer, imported here
+    only: the compiler core and the other commands never load it. A failed exploration still gets a report."""
+    from visualizers.html_report import failed_record, report_html
+
+    code = EXIT_OK
+    if args.target.endswith(".json") and Path(args.target).is_file():
+        record = json.loads(Path(args.target).read_text(encoding="utf-8"))
+    else:
+        explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False})
+        try:
+            with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr
+                record, code = explore_command(explore_args)
+        except (Failure, ModelFileError) as failure:
+            spec_source = Path(args.target).read_text(encoding="utf-8") if Path(args.target).is_file() else ""
+            record = failed_record(Path(args.target).stem, {"filename": args.target, "text": spec_source},
+                                   "explore", getattr(failure, "message", str(failure)))
+            code = getattr(failure, "code", EXIT_FAILED)
+    out = Path(args.out)
+    out.write_text(report_html(record), encoding="utf-8")
+    print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no network needed.",
+          file=sys.stderr)
+    return {"report": str(out), "errors": record.get("errors") or []}, code
 
 
 # --- shared --------------------------------------------------------------------------------------------------

@@ -65,27 +65,56 @@ class SassLexer(RegexLexer):
     }
 
 
+class MlirLexer(RegexLexer):
+    """Triton's TTIR/TTGIR (MLIR): pygments' LLVM lexer marks MLIR's dialect ops, `#blocked` layouts and
+    `loc(...)` as errors (red boxes), so these get a small lexer of their own whose catch-all is plain text:
+    it never produces an error token."""
+    name = "MLIR"
+    aliases = ["mlir", "ttir", "ttgir"]
+    tokens = {
+        "root": [
+            (r"//.*$", Comment.Single),
+            (r"\s+", Whitespace),
+            (r'"[^"]*"', String),
+            (r"#[\w.]+", Name.Decorator),  # attribute aliases: #blocked, #loc
+            (r"%[\w.#]+|\^\w+", Name.Variable),  # SSA values, block labels
+            (r"@[\w.$]+", Name.Function),
+            (r"\b(tt|ttg|ttng|arith|math|scf|cf|gpu|nvvm|llvm|builtin|func)\.[\w.]+", Keyword),
+            (r"\b(module|func|return|loc|attributes|tensor|ptr|i1|i8|i16|i32|i64|f16|bf16|f32|f64|index)\b",
+             Keyword.Type),
+            (r"-?\d+\.\d*(e[+-]?\d+)?|-?\d+|0x[0-9a-fA-F]+", Number),
+            (r"[=:<>\[\](){},*+\-!?|]", Punctuation),
+            (r"[A-Za-z_][\w.]*", Name),
+            (r".", Text),
+        ],
+    }
+
+
 LEXERS = {
     "python": PythonLexer, "triton": PythonLexer, "wrapper": PythonLexer,
     "cpp": CppLexer, "c++": CppLexer,
     "ir": LoopIRLexer, "glassbox-ir": LoopIRLexer,
-    "ttir": LlvmLexer, "ttgir": LlvmLexer, "llir": LlvmLexer, "llvm": LlvmLexer,
+    "ttir": MlirLexer, "ttgir": MlirLexer, "mlir": MlirLexer, "llir": LlvmLexer, "llvm": LlvmLexer,
     "ptx": PtxLexer, "sass": SassLexer,
 }
 
 
 def lexer_for(language: str):
-    return LEXERS.get((language or "").lower(), TextLexer)()
+    # stripnl=False: pygments drops leading and trailing blank lines by default, which shifts every line
+    # number (and every highlighted line) of code that starts with blank lines.
+    return LEXERS.get((language or "").lower(), TextLexer)(stripnl=False)
 
 
 def highlight_html(code: str, language: str, *, hl_lines=(), first_line: int = 1, max_height: int | None = 520,
-                   line_numbers: bool = True, caption: str | None = None) -> str:
-    """Highlighted HTML for `code`; `hl_lines` and `first_line` use the numbering the reader sees."""
-    code = code or ""
+                   line_numbers: bool = True, caption: str | None = None, anchors: str | None = None) -> str:
+    """Highlighted HTML for `code`; `hl_lines` and `first_line` use the numbering the reader sees. `anchors`:
+    give every line the id "<anchors>-<number>" (links into the code, e.g. from provenance)."""
+    code = (code or "").replace("\r\n", "\n").replace("\r", "\n")  # pygments' own newline rule, applied first
     relative = sorted({line - first_line + 1 for line in hl_lines if line - first_line + 1 >= 1})
     formatter = HtmlFormatter(style=STYLE, noclasses=True, nobackground=True,
                               linenos="inline" if line_numbers else False, linenostart=first_line,
-                              hl_lines=relative, wrapcode=True, cssclass="gb-highlight")
+                              hl_lines=relative, wrapcode=True, cssclass="gb-highlight",
+                              lineanchors=anchors or "", anchorlinenos=bool(anchors))
     formatter.style.highlight_color = HIGHLIGHT_COLOUR
     body = highlight(code, lexer_for(language), formatter)
     height = f"max-height:{max_height}px;" if max_height else ""

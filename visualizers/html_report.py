@@ -1,0 +1,278 @@
+"""An exploration as one self-contained, offline HTML file: the record -> HTML, nothing else.
+
+Note [Offline report]
+The file must open anywhere, years later, with no network: graphs are inline SVG rendered by Graphviz's `dot`
+when the report is written (not in the browser), code and IR are highlighted by pygments with inline styles,
+charts are plotly with plotly.js inlined once (no CDN), and the few lines of script (graph search, nothing
+else) are inline too. Nothing in it refers to another file or host. Every string from the record (model
+names, sources, reasons, the user's description) is escaped: the description is shown as text, so its images
+and links are never fetched. Big graphs are drawn folded by module (the app's rule, graphs.auto_depth), and a
+graph dot cannot lay out in time is shown as a note and its DOT source, so a 2000-node model still gives a
+usable file. A failed exploration renders too: its errors lead the page, and whatever stages it has follow.
+"""
+from __future__ import annotations
+
+import datetime
+import html
+import re
+import shutil
+import subprocess
+
+from visualizers import graphs, roofline
+from visualizers.code import highlight_html, ir_listing
+
+DOT_TIMEOUT_S = 60
+FOLD_ABOVE = 150  # nodes: bigger graphs are drawn folded by module
+PROVENANCE_ROWS = 1500  # at most this many generated-line rows per graph
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#111827;background:#fff}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 64px}
+h1{font-size:1.5rem;margin:0.4rem 0} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #e5e7eb}
+h3{font-size:1rem;margin-top:1.4rem} nav a{margin-right:12px}
+table{border-collapse:collapse;font-size:0.85rem;margin:0.4rem 0} td,th{border:1px solid #e5e7eb;padding:3px 6px;
+text-align:left;vertical-align:top} th{background:#f9fafb}
+.error{border:1px solid #dc2626;background:#fef2f2;color:#991b1b;padding:8px 12px;border-radius:6px;margin:8px 0}
+.ok{color:#15803d} .bad{color:#b91c1c} .muted{color:#6b7280;font-size:0.85rem}
+.svg{overflow:auto;max-height:900px;border:1px solid #e5e7eb;border-radius:6px;padding:4px}
+.svg svg{max-width:none;height:auto} pre.plain{white-space:pre-wrap;font-size:0.85rem}
+.hint{border-left:3px solid #2563eb;padding:4px 10px;background:#eff6ff;margin:4px 0}
+g.node.gb-match polygon,g.node.gb-match ellipse,g.node.gb-match path{stroke:#dc2626;stroke-width:4px}
+"""
+
+_SEARCH_SCRIPT = """
+function gbSearch(box){var q=box.value.trim().toLowerCase();var root=document.getElementById(box.dataset.target);
+var hits=0,first=null;root.querySelectorAll('g.node').forEach(function(n){var t=(n.textContent||'').toLowerCase();
+var m=q&&t.indexOf(q)>=0;n.classList.toggle('gb-match',!!m);if(m){hits++;if(!first)first=n;}});
+document.getElementById(box.dataset.target+'-hits').textContent=q?hits+' match'+(hits==1?'':'es'):'';
+if(first)first.scrollIntoView({block:'center',inline:'center'});}
+"""
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def render_svg(dot: str) -> tuple[str | None, str]:
+    """(inline SVG, "") from DOT with Graphviz's `dot`, or (None, why not)."""
+    if not shutil.which("dot"):
+        return None, "Graphviz's `dot` is not installed here (apt-get install graphviz), so the graph is given as DOT."
+    try:
+        result = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, timeout=DOT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"`dot` did not lay this graph out within {DOT_TIMEOUT_S} s; here is its DOT source."
+    if result.returncode != 0:
+        return None, f"`dot` failed: {result.stderr.strip()[:300]}"
+    svg = result.stdout
+    start = svg.find("<svg")
+    return (svg[start:] if start >= 0 else svg), ""  # drop the XML prolog and DOCTYPE (an external DTD URL)
+
+
+def graph_section(dot: str, anchor: str, node_count: int, note: str = "") -> str:
+    svg, problem = render_svg(dot)
+    search = (f'<div><input type="search" placeholder="search nodes ({node_count})" data-target="{anchor}" '
+              f'oninput="gbSearch(this)" style="width:260px"> <span id="{anchor}-hits" class="muted"></span></div>')
+    body = (f'<div class="svg" id="{anchor}">{svg}</div>' if svg else
+            f'<p class="muted">{esc(problem)}</p><details><summary>DOT</summary><pre class="plain">{esc(dot)}'
+            f'</pre></details>')
+    return (f'<p class="muted">{esc(note)}</p>' if note else "") + (search if svg else "") + body
+
+
+def _draw_options(graph: dict, which: str) -> tuple[graphs.DrawOptions, str]:
+    count = len(graph.get(which) or [])
+    if count <= FOLD_ABOVE:
+        return graphs.DrawOptions(), ""
+    depth = graphs.auto_depth(graph, which, limit=FOLD_ABOVE)
+    note = (f"{count} nodes: drawn folded to module depth {depth}, weights hidden" if depth
+            else f"{count} nodes (no modules to fold): weights hidden")
+    return graphs.DrawOptions(collapse_depth=depth, hide_params=True), note
+
+
+def table(rows: list[dict]) -> str:
+    if not rows:
+        return '<p class="muted">none</p>'
+    heads = list(rows[0])
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row.values()) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _number(value, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def kernels_table(graph: dict) -> str:
+    index = graph.get("index", 0)
+    code_lines = _kernel_code_lines(graph)
+    rows = []
+    for kernel in graph.get("kernels") or []:
+        name = kernel.get("name", "?")
+        link = f'<a href="#g{index}-code-{code_lines[name]}">{esc(name)}</a>' if name in code_lines else esc(name)
+        rows.append({"kernel": link, "kind": esc(kernel.get("kind")),
+                     "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.get("ops") or [])),
+                     "from FX": esc(", ".join(kernel.get("fx_origins") or [])),
+                     "bytes": esc(kernel.get("bytes")), "time ms": _number(kernel.get("time_ms")),
+                     "share": f"{kernel['share']:.0%}" if isinstance(kernel.get("share"), (int, float)) else "-",
+                     "GB/s": _number(kernel.get("gbps"), 2), "GFLOP/s": _number(kernel.get("gflops"), 2),
+                     "note": esc(kernel.get("reason") or "")})
+    return table(rows)
+
+
+def _kernel_code_lines(graph: dict) -> dict[str, int]:
+    """Kernel name -> the first generated line attributed to it (provenance), for links into the code."""
+    first: dict[str, int] = {}
+    for item in (graph.get("code") or {}).get("provenance") or []:
+        first.setdefault(item.get("kernel"), item.get("line"))
+    return first
+
+
+def provenance_table(graph: dict) -> str:
+    index = graph.get("index", 0)
+    items = (graph.get("code") or {}).get("provenance") or []
+    rows = []
+    for item in items[:PROVENANCE_ROWS]:
+        users = " ".join(f'<a href="#src-{int(n)}">{int(n)}</a>' for n in item.get("user_lines") or []
+                         if isinstance(n, int))
+        rows.append({"line": f'<a href="#g{index}-code-{int(item.get("line", 0))}">{esc(item.get("line"))}</a>',
+                     "kernel": esc(item.get("kernel")), "IR node": esc(item.get("ir_node")),
+                     "ATen": esc(", ".join(item.get("aten_nodes") or [])),
+                     "FX": esc(", ".join(item.get("fx_nodes") or [])), "your line": users})
+    more = (f'<p class="muted">{len(items) - PROVENANCE_ROWS} more lines not listed</p>'
+            if len(items) > PROVENANCE_ROWS else "")
+    return table(rows) + more
+
+
+def figure_html(figure, first: list) -> str:
+    """A plotly figure; plotly.js goes inline with the first one only (Note [Offline report])."""
+    if figure is None:
+        return ""
+    include = not first
+    first.append(True)
+    return figure.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False})
+
+
+def breaks_html(record: dict) -> str:
+    parts = []
+    for number, item in enumerate(record.get("graph_breaks") or [], start=1):
+        line = item.get("lineno")
+        where = f'<a href="#src-{int(line)}">line {int(line)}</a>' if isinstance(line, int) else "?"
+        hints = "".join(f'<div class="hint">{esc(h)}</div>' for h in item.get("hints") or [])
+        fix = item.get("suggestion") or {}
+        rewrite = (f'<div class="hint"><b>Suggested rewrite:</b> {esc(fix.get("why"))}'
+                   f'<pre class="plain">{esc(fix.get("before"))}\n→\n{esc(fix.get("after"))}</pre></div>'
+                   if fix else "")
+        parts.append(f"<h3>Graph break {number} at {where}</h3><p>{esc(item.get('reason'))}</p>"
+                     f"<pre class='plain'>{esc(item.get('line'))}</pre>{hints}{rewrite}")
+    return "".join(parts) or '<p class="muted">No graph breaks: Dynamo captured the model whole.</p>'
+
+
+def _verify_html(verify: dict) -> str:
+    if not verify:
+        return '<span class="muted">not run</span>'
+    verdict = '<b class="ok">matches eager</b>' if verify.get("ok") else '<b class="bad">differs from eager</b>'
+    return f"{verdict} (max abs err {esc(verify.get('max_abs_err'))})" + (
+        f" — {esc(verify.get('problem'))}" if verify.get("problem") else "")
+
+
+def graph_html(record: dict, graph: dict, figures: list) -> str:
+    index = graph.get("index", 0)
+    out = [f'<h2 id="graph{index}">Graph {index}</h2>']
+    profile = graph.get("profile") or {}
+    if profile.get("call_ms") is not None:
+        out.append(f"<p>Call {_number(profile['call_ms'])} ms (median of {esc(profile.get('repeats'))}); "
+                   f"kernels {_number(profile.get('kernels_ms'))} ms + wrapper {_number(profile.get('overhead_ms'))} ms"
+                   + (" — Triton interpreter times, not GPU times" if profile.get("interpreted") else "") + "</p>")
+    for which, title in (("fx", "Dynamo's FX graph"), ("aten", "ATen graph")):
+        if graph.get(which):
+            options, note = _draw_options(graph, which)
+            dot = graphs.graph_dot(graph, which, options)
+            out.append(f"<h3>{title}</h3>" + graph_section(dot, f"g{index}-{which}", len(graph[which]), note))
+    if (graph.get("ir") or {}).get("nodes"):
+        text, _ = ir_listing(graph)
+        out.append("<h3>Loop IR</h3>" + highlight_html(text, "ir", max_height=600))
+    out.append("<h3>Kernels</h3>" + kernels_table(graph))
+    decisions = (graph.get("fusion") or {}).get("decisions") or []
+    out.append("<h3>Fusion decisions</h3>" + table([
+        {"fused": "yes" if d.get("fused") else "no", "producer": esc(d.get("producer")),
+         "consumer": esc(d.get("consumer")), "kind": esc(d.get("kind")), "why": esc(d.get("reason"))}
+        for d in decisions]))
+    memory = graph.get("memory") or {}
+    if "peak_bytes" in memory:
+        out.append(f"<h3>Memory</h3><p>peak {esc(memory['peak_bytes'])} bytes "
+                   f"(unfused {esc(memory.get('unfused_peak_bytes'))}); {len(memory.get('buffers') or [])} buffers</p>")
+    code = graph.get("code") or {}
+    if code.get("source"):
+        out.append(f"<h3>Generated {esc(code.get('language'))} code</h3>"
+                   + highlight_html(code["source"], code.get("language") or "text", max_height=700,
+                                    anchors=f"g{index}-code"))
+    if code.get("wrapper"):
+        out.append("<h3>Wrapper</h3>" + highlight_html(code["wrapper"], "python", max_height=500))
+    if code.get("provenance"):
+        out.append("<h3>Provenance: generated line → kernel → IR → ATen → FX → your line</h3>"
+                   + provenance_table(graph))
+    return "".join(out)
+
+
+def _source_html(record: dict) -> str:
+    text = (record.get("source") or {}).get("text")
+    if not text:
+        return ""
+    marked = [b["lineno"] for b in record.get("graph_breaks") or [] if isinstance(b.get("lineno"), int)]
+    return ("<h2 id='source'>Your model</h2>"
+            + highlight_html(text, "python", hl_lines=marked, max_height=600, anchors="src"))
+
+
+def report_html(record: dict, title: str | None = None) -> str:
+    """The whole report (Note [Offline report])."""
+    figures: list = []
+    name = record.get("model") or "model"
+    options = record.get("options") or {}
+    settings = ", ".join(f"{k}={v}" for k, v in options.items() if v is not None)
+    head = (f"<h1>Glassbox report: {esc(name)}</h1><p class='muted'>backend {esc(record.get('backend'))}, device "
+            f"{esc(record.get('device'))}{', ' + esc(settings) if settings else ''}; inputs {esc(record.get('inputs'))}; "
+            f"written {esc(datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}</p>")
+    errors = "".join(f'<div class="error"><b>Error in {esc(e.get("stage", "?"))}:</b> '
+                     f'<pre class="plain">{esc(e.get("message"))}</pre></div>' for e in record.get("errors") or [])
+    graphs_list = record.get("graphs") or []
+    nav = "<nav>" + "".join(f'<a href="#graph{g.get("index", i)}">graph {g.get("index", i)}</a>'
+                            for i, g in enumerate(graphs_list)) + '<a href="#source">source</a></nav>'
+    summary = (f"<p>{len(graphs_list)} graph(s), {sum(len(g.get('kernels') or []) for g in graphs_list)} kernel(s), "
+               f"{len(record.get('graph_breaks') or [])} graph break(s). Output: {_verify_html(record.get('verify') or {})}</p>")
+    description = (f"<details open><summary>About this model</summary><pre class='plain'>"
+                   f"{esc(record.get('description'))}</pre></details>" if record.get("description") else "")
+    machine = record.get("machine") or {}
+    profile = ""
+    if machine:
+        warning = f'<div class="error">{esc(machine["load_warning"])}</div>' if machine.get("load_warning") else ""
+        profile = ("<h2>Per-kernel profile</h2>"
+                   f"<p class='muted'>machine: copy {_number(machine.get('copy_gbps'), 1)} GB/s, matmul "
+                   f"{_number(machine.get('matmul_gflops'), 1)} GFLOP/s ({esc(machine.get('how'))})</p>{warning}"
+                   + figure_html(roofline.kernel_time_figure(record), figures)
+                   + figure_html(roofline.roofline_figure(record), figures))
+    breaks = "<h2>Graph breaks</h2>" + breaks_html(record)
+    body = "".join(graph_html(record, g, figures) for g in graphs_list)
+    timings = record.get("timings") or {}
+    stage_line = ("<p class='muted'>seconds per stage: " + esc(", ".join(f"{k} {v:.3f}" for k, v in timings.items()
+                                                                         if isinstance(v, (int, float)))) + "</p>"
+                  if timings else "")
+    page_title = esc(title or f"Glassbox: {name}")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{page_title}</title>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            f"script-src 'unsafe-inline' 'unsafe-eval'; img-src data:; font-src data:\">"
+            f"<style>{_STYLE}</style><script>{_SEARCH_SCRIPT}</script></head><body><main>"
+            f"{head}{errors}{nav}{summary}{description}{stage_line}{profile}{breaks}{body}{_source_html(record)}"
+            f"</main></body></html>")
+
+
+def failed_record(name: str, source: dict, stage: str, message: str) -> dict:
+    """The record of an exploration that did not produce one (the compile raised): enough for a report."""
+    return {"model": name, "source": source, "graphs": [], "errors": [{"stage": stage, "message": message}]}
+
+
+_SCRIPT_TAG = re.compile(r"<script\b[^>]*\bsrc=", re.I)
+
+
+def is_self_contained(page: str) -> bool:
+    """No script, stylesheet, image or frame loaded from elsewhere (a check for tests and the CLI)."""
+    return not (_SCRIPT_TAG.search(page) or re.search(r"<link\b[^>]*\bhref=|<img\b[^>]*\bsrc=\s*[\"']?(https?:)?//|"
+                                                      r"<iframe\b|@import", page, re.I))

@@ -1,0 +1,78 @@
+"""The per-kernel profile as charts (plotly): time per kernel beside Inductor's, and a roofline.
+
+Both read the record only: kernels' time_ms / bytes / flops / gflops and the machine's measured roofs
+(engine/profile.py). A record explored without the profile has none of them; the functions then return None.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from visualizers.graphs import KIND_STYLE
+
+OURS, THEIRS = "#2563eb", "#f97316"
+
+
+def _kernels(record: dict) -> list[tuple[int, dict]]:
+    return [(g.get("index", 0), k) for g in record.get("graphs") or [] for k in g.get("kernels") or []
+            if isinstance(k.get("time_ms"), (int, float))]
+
+
+def _layout(figure: go.Figure, title: str, height: int) -> go.Figure:
+    figure.update_layout(title=dict(text=title, font=dict(size=14)), height=height,
+                         margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", paper_bgcolor="white")
+    return figure
+
+
+def kernel_time_figure(record: dict, height: int | None = None) -> go.Figure | None:
+    """Each kernel's median time with its interquartile range, labelled with its share of the call; Inductor's
+    kernels (when the record has them) as a second colour."""
+    kernels = _kernels(record)
+    if not kernels:
+        return None
+    names = [f"graph {g} {k['name']}" if len(record.get("graphs") or []) > 1 else k["name"] for g, k in kernels]
+    figure = go.Figure(go.Bar(
+        y=names, x=[k["time_ms"] for _, k in kernels], orientation="h", name="Glassbox", marker_color=OURS,
+        error_x=dict(type="data", array=[k.get("time_iqr_ms") or 0 for _, k in kernels], visible=True),
+        text=[f"{k['share']:.0%}" if isinstance(k.get("share"), (int, float)) else "" for _, k in kernels],
+        textposition="auto",
+        customdata=[[k.get("kind", ""), k.get("gbps") or 0, ", ".join(k.get("ops") or [])] for _, k in kernels],
+        hovertemplate="%{y} (%{customdata[0]}): %{x:.4f} ms, %{customdata[1]:.2f} GB/s<br>%{customdata[2]}"
+                      "<extra>Glassbox</extra>"))
+    theirs = ((record.get("inductor") or {}).get("kernel_times")) or []
+    if theirs:
+        figure.add_bar(y=[f"Inductor {t['name']}" for t in theirs], x=[t["time_ms"] for t in theirs],
+                       orientation="h", name="Inductor", marker_color=THEIRS,
+                       hovertemplate="%{y}: %{x:.4f} ms<extra>Inductor</extra>")
+    rows = len(names) + len(theirs)
+    figure.update_layout(xaxis_title="ms per call (median; bar: interquartile range; label: share of the call)",
+                         yaxis=dict(autorange="reversed"), showlegend=bool(theirs))
+    return _layout(figure, "Time per kernel", height or max(220, 60 + 26 * rows))
+
+
+def roofline_figure(record: dict, height: int = 380) -> go.Figure | None:
+    """Achieved GFLOP/s against arithmetic intensity (FLOPs per byte moved), under the machine's two roofs:
+    the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
+    machine = record.get("machine") or {}
+    points = [(g, k) for g, k in _kernels(record) if k.get("flops") and k.get("bytes") and k.get("gflops")]
+    if not points or not machine.get("copy_gbps"):
+        return None
+    intensity = [k["flops"] / k["bytes"] for _, k in points]
+    low, high = min(intensity + [0.05]) / 2, max(intensity + [50.0]) * 2
+    bandwidth, peak = machine["copy_gbps"], machine.get("matmul_gflops") or None
+    ridge = peak / bandwidth if peak else high
+    xs = [low, min(ridge, high), high]
+    ys = [min(bandwidth * x, peak or bandwidth * x) for x in xs]
+    figure = go.Figure()
+    figure.add_scatter(x=xs, y=ys, mode="lines", name=f"roof: copy {bandwidth:.1f} GB/s"
+                       + (f", matmul {peak:.0f} GFLOP/s" if peak else ""), line=dict(color="#64748b", dash="dash"),
+                       hoverinfo="skip")
+    figure.add_scatter(
+        x=intensity, y=[k["gflops"] for _, k in points], mode="markers+text", name="kernels",
+        text=[k["name"] for _, k in points], textposition="top center",
+        marker=dict(size=11, color=[KIND_STYLE.get(k.get("kind"), KIND_STYLE["other"])[1] for _, k in points]),
+        customdata=[[k.get("time_ms"), k.get("gbps") or 0] for _, k in points],
+        hovertemplate="%{text}: %{x:.3f} FLOP/byte, %{y:.2f} GFLOP/s, %{customdata[0]:.4f} ms, "
+                      "%{customdata[1]:.2f} GB/s<extra></extra>")
+    figure.update_layout(xaxis=dict(type="log", title="arithmetic intensity (FLOP per byte moved, estimated)"),
+                         yaxis=dict(type="log", title="achieved GFLOP/s"), legend=dict(orientation="h", y=-0.25))
+    return _layout(figure, "Roofline: each kernel against the machine's measured roofs", height)

@@ -23,7 +23,8 @@ from engine.ir.indexing import c_index, simplify_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import Inliner, KernelPlan
+from engine.schedule.kernel_plan import (Inliner, KernelPlan, reduce_node, reduction_passes, store_node,
+                                         store_row_value)
 
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 
@@ -76,8 +77,71 @@ def c_constant(value, dtype: torch.dtype) -> str:
     return f"({c_type(dtype)}){value}LL" if dtype == torch.int64 else f"({c_type(dtype)}){value}"
 
 
+def _float_call(op: str):
+    """A C math function: float for float32 and half, double otherwise; integers through double
+    (floor/ceil/trunc/round of an integer is the integer)."""
+    def spell(p, a):
+        if not a.dtype.is_floating_point:
+            if op in ("floor", "ceil", "trunc", "round"):
+                return f"{a}"
+            if op != "sign":
+                return f"{_math_call(op, torch.float64)}(static_cast<double>({a}))"
+        return f"{_math_call(op, a.dtype)}({a})"
+    return spell
+
+
+def _infix(symbol: str):
+    return lambda p, a, b: f"{a} {symbol} {b}"
+
+
+def _one(a) -> str:
+    return c_constant(1, a.dtype)
+
+
+def _truediv(p, a, b):
+    if a.dtype.is_floating_point and a.varying and not b.varying:
+        # one division per row, then multiplies: the reciprocal is hoisted out of the inner loop
+        return f"{a} * {p.emit(f'{c_constant(1, b.dtype)} / {b}', b.dtype, False)}"
+    return f"{a} / {b}"
+
+
+def _by_kind(floating: str, integer: str):
+    """A binary op spelled one way for floating operands, another for integers ({a}, {b}, {t}: C type)."""
+    return lambda p, a, b: (floating if a.dtype.is_floating_point else integer).format(a=a, b=b, t=c_type(a.dtype))
+
+
+CPP_SPELLINGS = {  # Note [Spelling tables]
+    **{op: _float_call(op) for op in UNARY_FLOAT_CALLS},
+    **{op: _infix(symbol) for op, symbol in INFIX.items()},
+    "neg": lambda p, a: f"-{a}",
+    "abs": lambda p, a: f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
+    "rsqrt": lambda p, a: f"{_one(a)} / {_math_call('sqrt', a.dtype)}({a})",
+    "sigmoid": lambda p, a: f"{_one(a)} / ({_one(a)} + {_math_call('exp', a.dtype)}(-{a}))",
+    "relu": lambda p, a: f"{a} < {c_constant(0, a.dtype)} ? {c_constant(0, a.dtype)} : {a}",
+    "reciprocal": lambda p, a: f"{_one(a)} / {a}",
+    "square": lambda p, a: f"{a} * {a}",
+    "logical_not": lambda p, a: f"!{a}",
+    "bitwise_not": lambda p, a: f"!{a}" if a.dtype == torch.bool else f"~{a}",
+    "isnan": lambda p, a: f"{a} != {a}",
+    "isinf": lambda p, a: f"std::isinf({a})" if a.dtype.is_floating_point else "false",
+    "signbit": lambda p, a: f"std::signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
+    "truediv": _truediv,
+    "floordiv": _by_kind("std::floor({a} / {b})", "gb_floordiv<{t}>({a}, {b})"),
+    "truncdiv": _by_kind("std::trunc({a} / {b})", "{a} / {b}"),
+    "remainder": _by_kind("gb_fmod_py({a}, {b})", "gb_mod<{t}>({a}, {b})"),
+    "fmod": _by_kind("std::fmod({a}, {b})", "{a} % {b}"),
+    "pow": _by_kind("std::pow({a}, {b})", "gb_ipow<{t}>({a}, {b})"),
+    "maximum": _by_kind("gb_maximum<{t}>({a}, {b})", "gb_maximum<{t}>({a}, {b})"),
+    "minimum": _by_kind("gb_minimum<{t}>({a}, {b})", "gb_minimum<{t}>({a}, {b})"),
+    "atan2": lambda p, a, b: f"std::atan2({a}, {b})",
+    "hypot": lambda p, a, b: f"std::hypot({a}, {b})",
+    "copysign": lambda p, a, b: f"std::copysign({a}, {b})",
+    "logical_xor": lambda p, a, b: f"(bool){a} != (bool){b}",
+}
 class CppPrinter(KernelPrinter):
     """Writes one kernel body. Loads of this kernel's own nodes are inlined (see kernel_plan.Inliner)."""
+
+    SPELLINGS = CPP_SPELLINGS
 
     def __init__(self, plan: KernelPlan, buffers: dict, inner_var: sympy.Symbol, index_ranges: dict):
         super().__init__(plan, buffers, compute=self._compute)
@@ -88,6 +152,8 @@ class CppPrinter(KernelPrinter):
         self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
         self.row_cache_index: sympy.Symbol | None = None
         self.cache_written_now: set[str] = set()
+        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
+        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -152,61 +218,30 @@ class CppPrinter(KernelPrinter):
     def where(self, cond, a, b):
         return self.emit(f"{cond} ? {a} : {b}", a.dtype, cond.varying or a.varying or b.varying)
 
-    def indirect(self, value, size):
-        symbol = self.new_indirect_symbol()
-        size_text, size_varying = self.index(size)
+    def declare_indirect(self, symbol, value, size):
+        size_text, _ = self.index(size)
         self.add_line(f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : "
                       f"static_cast<int64_t>({value});", value.varying)
         if value.varying:
             self.varying_symbols.add(symbol)
-        return symbol
+        return value.varying
 
-    def expr(self, op, args):
-        a = args[0]
-        floating = a.dtype.is_floating_point
-        if op in INFIX:
-            return f"{a} {INFIX[op]} {args[1]}"
-        if op in UNARY_FLOAT_CALLS:
-            if not floating and op in ("floor", "ceil", "trunc", "round"):
-                return f"{a}"
-            if not floating and op != "sign":
-                return f"{_math_call(op, torch.float64)}(static_cast<double>({a}))"
-            return f"{_math_call(op, a.dtype)}({a})"
-        zero, one = c_constant(0, a.dtype), c_constant(1, a.dtype)
-        simple = {
-            "neg": f"-{a}", "abs": f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
-            "rsqrt": f"{one} / {_math_call('sqrt', a.dtype)}({a})",
-            "sigmoid": f"{one} / ({one} + {_math_call('exp', a.dtype)}(-{a}))",
-            "relu": f"{a} < {zero} ? {zero} : {a}", "reciprocal": f"{one} / {a}", "square": f"{a} * {a}",
-            "logical_not": f"!{a}", "bitwise_not": f"!{a}" if a.dtype == torch.bool else f"~{a}",
-            "isnan": f"{a} != {a}", "isinf": f"std::isinf({a})" if floating else "false",
-            "signbit": f"std::signbit({a})" if floating else f"{a} < 0",
-        }
-        if op in simple:
-            return simple[op]
-        b = args[1]
-        if op == "truediv":
-            if floating and a.varying and not b.varying:
-                # one division per row, then multiplies: the reciprocal is hoisted out of the inner loop
-                return f"{a} * {self.emit(f'{c_constant(1, b.dtype)} / {b}', b.dtype, False)}"
-            return f"{a} / {b}"
-        if op == "floordiv":
-            return f"std::floor({a} / {b})" if floating else f"gb_floordiv<{c_type(a.dtype)}>({a}, {b})"
-        if op == "truncdiv":
-            return f"std::trunc({a} / {b})" if floating else f"{a} / {b}"
-        if op == "remainder":
-            return f"gb_fmod_py({a}, {b})" if floating else f"gb_mod<{c_type(a.dtype)}>({a}, {b})"
-        if op == "fmod":
-            return f"std::fmod({a}, {b})" if floating else f"{a} % {b}"
-        if op == "pow":
-            return f"std::pow({a}, {b})" if floating else f"gb_ipow<{c_type(a.dtype)}>({a}, {b})"
-        if op in ("maximum", "minimum"):
-            return f"gb_{op}<{c_type(a.dtype)}>({a}, {b})"
-        if op in ("atan2", "hypot", "copysign"):
-            return f"std::{op}({a}, {b})"
-        if op == "logical_xor":
-            return f"(bool){a} != (bool){b}"
-        raise NotImplementedError(f"C++ printer has no rule for {op}")
+    # -- kernel structure (Note [Kernel structure ops]) -----------------------------------------------------
+    def store(self, name, index, value):
+        index_text, _ = self.index(self.buffers[name].storage_offset(index))
+        self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
+
+    def store_reduction(self, name, index, value):
+        self.store(name, index, value)
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        """Declares the accumulator of the current pass (emitted by _emit_pass); its name is the row's value."""
+        node = self.tag.ir_node
+        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
+        name = f"acc_{node}_index" if reduction_type in ("argmax", "argmin") else f"acc_{node}"
+        return Var(name, torch.int64 if reduction_type in ("argmax", "argmin") else dtype, False)
+
+
 
 
 @dataclass
@@ -255,14 +290,11 @@ def _store_text(node: Buffer, index_text: str, value: Var) -> str:
 
 def _emit_stores(nodes: list[Buffer], plan: KernelPlan, printer: CppPrinter) -> tuple[list[str], list]:
     """Compute each node at the index the kernel stores it (its body lines go to the printer)."""
-    stores, tags = [], []
+    printer.stores = []
     for node in nodes:
         printer.tag = LineTag(node.name)
-        value = node.inner_fn(plan.index(node))
-        index_text, _ = printer.index(node.storage_offset(plan.index(node)))
-        stores.append(_store_text(node, index_text, value))
-        tags.append(LineTag(node.name))
-    return stores, tags
+        store_node(plan, node)
+    return [line for line, _ in printer.stores], [tag for _, tag in printer.stores]
 
 
 class _Source:
@@ -350,20 +382,6 @@ def _finish(kernel, buffers, body: _Source, size_symbols) -> CppKernel:
 SIMD_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|", "all": "&"}
 
 
-def _reduction_passes(kernel: Kernel, plan: KernelPlan, buffers) -> list[list[Reduction]]:
-    from engine.schedule.fusion import node_reads
-    names = {n.name for n in kernel.nodes}
-    depth: dict[str, int] = {}
-    for node in kernel.nodes:
-        deps = [depth.get(r, 0) for r in node_reads(node, buffers) if r in names]
-        depth[node.name] = max(deps, default=0) + (1 if isinstance(node, Reduction) else 0)
-    passes: dict[int, list[Reduction]] = {}
-    for node in kernel.nodes:
-        if isinstance(node, Reduction):
-            passes.setdefault(depth[node.name], []).append(node)
-    return [passes[k] for k in sorted(passes)]
-
-
 def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -> CppKernel:
     x, r = plan.x, plan.r
     printer = CppPrinter(plan, buffers, r, {x: plan.rows, r: plan.red})
@@ -373,7 +391,8 @@ def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
     printer.index_ranges = {x_symbol: plan.rows, r_symbol: plan.red}
     printer.varying_symbols = {r_symbol}
     printer.inner_var = printer.row_cache_index = r_symbol
-    passes = _reduction_passes(kernel, plan, buffers)
+    from engine.schedule.fusion import node_reads
+    passes = reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers))
     body = _Source()
     with body.block(), body.block(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0)",
                                   _parallel_clause(plan.rows * plan.red)):
@@ -393,10 +412,10 @@ def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, bo
     for node in kernel.nodes:
         if node.name in kernel.stored and plan.role(node) != "full":
             printer.tag = LineTag(node.name)
-            value = printer.accumulators[node.name] if isinstance(node, Reduction) else node.inner_fn(plan.index(node))
-            index_text, _ = printer.index(node.storage_offset(plan.index(node)))
+            printer.stores = []
+            store_row_value(plan, node, printer.accumulators)
             body.extend(*printer.take_hoisted())
-            body.add(_store_text(node, index_text, value), LineTag(node.name))
+            body.extend([line for line, _ in printer.stores], [tag for _, tag in printer.stores])
     stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
     if stored_full:
         printer.start_inner_loop()
@@ -498,34 +517,33 @@ def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, bo
     updates, update_tags, clauses, finals = [], [], [], []
     accumulators: list[_Accumulator] = []
     vectorizable = True
+    printer.pass_reductions = []
     for node in group:
         printer.tag = LineTag(node.name)
-        acc = f"acc_{node.name}"
-        dtype = node.dtype if node.reduction_type not in ("argmax", "argmin") else node.src_dtype
-        kind = node.reduction_type
+        printer.accumulators[node.name] = reduce_node(plan, node)
+    for name, dtype, src_dtype, kind, value in printer.pass_reductions:
+        acc = f"acc_{name}"
+        dtype = dtype if kind not in ("argmax", "argmin") else src_dtype
         ctype = "int" if kind in ("any", "all") else c_type(dtype)
-        value = node.inner_fn(plan.index(node), plan.rindex(node))
         identity = c_constant(reduction_identity(kind, dtype), dtype) if ctype != "int" else str(int(kind == "all"))
-        body.add(f"{ctype} {acc} = {identity};", LineTag(node.name))
+        body.add(f"{ctype} {acc} = {identity};", LineTag(name))
         if kind in ("argmax", "argmin"):
             vectorizable = False
             better = ">" if kind == "argmax" else "<"
-            body.add(f"int64_t {acc}_index = 0;", LineTag(node.name))
-            body.add(f"bool {acc}_nan = false;", LineTag(node.name))
+            body.add(f"int64_t {acc}_index = 0;", LineTag(name))
+            body.add(f"bool {acc}_nan = false;", LineTag(name))
             nan_check = f" || {value} != {value}" if dtype.is_floating_point else ""
             updates.append(f"if (!{acc}_nan && ({value} {better} {acc}{nan_check})) {{ {acc} = {value}; "
                            f"{acc}_index = r0; {acc}_nan = {value} != {value}; }}")
-            update_tags.append(LineTag(node.name))
-            printer.accumulators[node.name] = Var(f"{acc}_index", torch.int64, False)
+            update_tags.append(LineTag(name))
             continue
-        accumulators.append(_Accumulator(node.name, acc, kind, ctype, identity, str(value)))
+        accumulators.append(_Accumulator(name, acc, kind, ctype, identity, str(value)))
         if kind in ("max", "min") and dtype.is_floating_point:
-            body.add(f"int {acc}_nan = 0;", LineTag(node.name))
+            body.add(f"int {acc}_nan = 0;", LineTag(name))
             updates.append(f"{acc}_nan |= ({value} != {value});")
-            update_tags.append(LineTag(node.name))
+            update_tags.append(LineTag(name))
             clauses.append(f"reduction(|:{acc}_nan)")
-            finals.append((f"if ({acc}_nan) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();", node.name))
-        printer.accumulators[node.name] = Var(acc, dtype, False)
+            finals.append((f"if ({acc}_nan) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();", name))
     body.extend(*printer.take_hoisted())
     row = c_index(plan.red)
     split = vectorizable and accumulators and not (plan.red.is_Integer and int(plan.red) < SPLIT_MIN_ROW)

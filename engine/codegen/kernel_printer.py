@@ -37,6 +37,7 @@ class KernelPrinter(TextHandler):
     def start_inner_loop(self) -> None:
         """Forget values computed inside the previous inner loop (they are out of scope now)."""
         self._cache = {k: v for k, v in self._cache.items() if not v.varying}
+        self._indirect_cache = {k: v for k, v in self._indirect_cache.items() if not v[1]}
         self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
         self.lines, self.line_tags = [], []
 

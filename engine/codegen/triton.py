@@ -20,12 +20,12 @@ import sympy
 import torch
 
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton_printer import (HALF, INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
+from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
-from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel, node_reads
-from engine.schedule.kernel_plan import KernelPlan
+from engine.schedule.kernel_plan import (KernelPlan, reduce_node, reduction_passes, store_node,
+                                         store_row_value)
 
 SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display extras)
     torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
@@ -220,20 +220,6 @@ def _needs_int64(kernel: Kernel, buffers: dict) -> bool:
     return any(_static(s) is None or _static(s) >= INT32_LIMIT for s in sizes)
 
 
-def reduction_passes(kernel: Kernel, buffers: dict) -> list[list[Reduction]]:
-    """Reductions grouped by how many reductions feed them: pass k needs the results of pass k-1."""
-    names = {n.name for n in kernel.nodes}
-    depth: dict[str, int] = {}
-    for node in kernel.nodes:
-        inputs = [depth.get(r, 0) for r in node_reads(node, buffers) if r in names]
-        depth[node.name] = max(inputs, default=0) + (1 if isinstance(node, Reduction) else 0)
-    passes: dict[int, list[Reduction]] = {}
-    for node in kernel.nodes:
-        if isinstance(node, Reduction):
-            passes.setdefault(depth[node.name], []).append(node)
-    return [passes[k] for k in sorted(passes)]
-
-
 def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpreter: bool) -> TritonKernel:
     plan = kernel.plan
     form = kernel_form(kernel)
@@ -286,26 +272,19 @@ def _r_header(body: _Source, plan: KernelPlan, masks: dict, int64: bool, start: 
         body.add("xrmask = xmask & rmask")
 
 
-def _store(printer: TritonPrinter, node: Buffer, plan: KernelPlan, value: TVar, dims: frozenset, shape: str) -> str:
-    offset, offset_dims = printer.index(node.storage_offset(plan.index(node)))
-    if offset_dims != dims:  # e.g. a scalar output: the pointer needs the block's shape for the mask
-        offset = f"{offset} + tl.full({shape}, 0, tl.int32)"
-    text = str(value)
-    if node.dtype in HALF and not value.literal:
-        text = f"{value}.to({tl_type(node.dtype)})"
-    mask = printer.mask(dims)
-    return f"tl.store({node.name} + ({offset}), {text}{f', mask={mask}' if mask else ''})"
+def _take_stores(printer: TritonPrinter) -> list[tuple[str, LineTag]]:
+    stores, printer.stores = printer.stores, []
+    return stores
 
 
 def _pointwise_body(kernel, plan, printer, body, masks, int64):
     _rows_header(body, plan, masks, int64, two_d=False)
-    stores = []
+    printer.store_dims, printer.store_shape = X, "[XBLOCK]"
     for node in [n for n in kernel.nodes if n.name in kernel.stored]:
         printer.tag = LineTag(node.name)
-        value = node.inner_fn(plan.index(node))
-        stores.append((_store(printer, node, plan, value, X, "[XBLOCK]"), LineTag(node.name)))
+        store_node(plan, node)
     body.extend(printer.take())
-    for line, tag in stores:
+    for line, tag in _take_stores(printer):
         body.add(line, tag)
 
 
@@ -321,26 +300,26 @@ ELEMENTWISE = {"sum": "{acc} + {t}", "prod": "{acc} * {t}", "max": "gb_maximum({
                "min": "gb_minimum({acc}, {t})", "any": "gb_maximum({acc}, {t})", "all": "gb_minimum({acc}, {t})"}
 
 
-def _kind(node: Reduction) -> str:
+def _kind(reduction_type: str, dtype: torch.dtype) -> str:
     """The reduction to run: the max/min of bools is any/all."""
-    if node.dtype == torch.bool and node.reduction_type in ("max", "min"):
-        return "any" if node.reduction_type == "max" else "all"
-    return node.reduction_type
+    if dtype == torch.bool and reduction_type in ("max", "min"):
+        return "any" if reduction_type == "max" else "all"
+    return reduction_type
 
 
-def _accumulator_dtype(node: Reduction) -> torch.dtype:
-    if _kind(node) in ("any", "all"):
+def _accumulator_dtype(kind: str, dtype: torch.dtype, src_dtype: torch.dtype) -> torch.dtype:
+    if kind in ("any", "all"):
         return torch.int32  # flags: tl.reduce on int1 is not portable
-    if _kind(node) in ("argmax", "argmin"):
-        return compute_dtype(node.src_dtype)
-    return compute_dtype(node.dtype)
+    if kind in ("argmax", "argmin"):
+        return compute_dtype(src_dtype)
+    return compute_dtype(dtype)
 
 
-def _tile(printer: TritonPrinter, node: Reduction, value: TVar) -> tuple[TVar, torch.dtype, str]:
-    kind = _kind(node)
-    dtype = _accumulator_dtype(node)
+def _tile(printer: TritonPrinter, kind: str, dtype: torch.dtype, src_dtype: torch.dtype,
+          value: TVar) -> tuple[TVar, torch.dtype, str]:
+    dtype = _accumulator_dtype(kind, dtype, src_dtype)
     identity = int(kind == "all") if kind in ("any", "all") else \
-        reduction_identity(kind, node.src_dtype if kind in ("argmax", "argmin") else dtype)
+        reduction_identity(kind, src_dtype if kind in ("argmax", "argmin") else dtype)
     if kind in ("any", "all"):
         value = printer.emit(f"({printer.tensor(value)} != 0).to(tl.int32)", torch.int32, value.dims)
     elif value.literal or compute_dtype(value.dtype) != dtype:
@@ -358,8 +337,8 @@ def _tile(printer: TritonPrinter, node: Reduction, value: TVar) -> tuple[TVar, t
     return printer.emit(text, dtype, XR), dtype, identity_text
 
 
-def _row_value(node: Reduction, tile: str, index: str | None) -> str:
-    return ROW_REDUCE[_kind(node)].format(t=tile, i=index)
+def _row_value(kind: str, tile: str, index: str | None) -> str:
+    return ROW_REDUCE[kind].format(t=tile, i=index)
 
 
 def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
@@ -367,31 +346,34 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
     index_type = "tl.int64" if int64 else "tl.int32"
     if form == "persistent":
         _r_header(body, plan, masks, int64, "")
-    for group in reduction_passes(kernel, buffers):
+    for group in reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers)):
         if form == "looped":
             printer.start_inner_loop()
         updates, finals, inits = [], [], []
+        printer.pass_reductions = []
         for node in group:
-            printer.tag = tag = LineTag(node.name)
-            value = node.inner_fn(plan.index(node), plan.rindex(node))
-            tile, dtype, identity = _tile(printer, node, value)
-            arg = _kind(node) in ("argmax", "argmin")
+            printer.tag = LineTag(node.name)
+            printer.accumulators[node.name] = reduce_node(plan, node)
+        for name, out_dtype, src_dtype, reduction_type, value in printer.pass_reductions:
+            printer.tag = tag = LineTag(name)
+            kind = _kind(reduction_type, out_dtype)
+            tile, dtype, identity = _tile(printer, kind, out_dtype, src_dtype, value)
+            arg = kind in ("argmax", "argmin")
             indices = printer.emit(f"r0 + tl.full([XBLOCK, RBLOCK], 0, {index_type})", torch.int64, XR) if arg else None
-            row = f"row_{node.name}"
+            row = f"row_{name}"
             if form == "persistent":
-                finals.append((f"{row} = {_row_value(node, tile.name, indices and indices.name)}", tag))
+                finals.append((f"{row} = {_row_value(kind, tile.name, indices and indices.name)}", tag))
             else:
-                acc = f"acc_{node.name}"
+                acc = f"acc_{name}"
                 inits.append((f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type(dtype)})", tag))
                 if arg:
                     inits.append((f"{acc}_index = tl.full([XBLOCK, RBLOCK], 2147483647, {index_type})", tag))
-                    update = f"gb_{_kind(node)}_combine({acc}, {acc}_index, {tile}, {indices})"
+                    update = f"gb_{kind}_combine({acc}, {acc}_index, {tile}, {indices})"
                     updates.append((f"{acc}, {acc}_index = {update}", tag))
                 else:
-                    step = ELEMENTWISE[_kind(node)].format(acc=acc, t=tile)
+                    step = ELEMENTWISE[kind].format(acc=acc, t=tile)
                     updates.append((f"{acc} = {step}", tag))
-                finals.append((f"{row} = {_row_value(node, acc, f'{acc}_index' if arg else None)}", tag))
-            printer.accumulators[node.name] = TVar(row, node.dtype, False, X)
+                finals.append((f"{row} = {_row_value(kind, acc, f'{acc}_index' if arg else None)}", tag))
         if form == "persistent":
             body.extend(printer.take())
         else:
@@ -426,11 +408,11 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
     stored = [n for n in kernel.nodes if n.name in kernel.stored]
     rows = [n for n in stored if plan.role(n) != "full"]
     full = [n for n in stored if plan.role(n) == "full"]
-    stores = []
+    printer.store_dims, printer.store_shape = X, "[XBLOCK, 1]"
     for node in rows:
         printer.tag = LineTag(node.name)
-        value = printer.accumulators[node.name] if isinstance(node, Reduction) else node.inner_fn(plan.index(node))
-        stores.append((_store(printer, node, plan, value, X, "[XBLOCK, 1]"), LineTag(node.name)))
+        store_row_value(plan, node, printer.accumulators)
+    stores = _take_stores(printer)
     body.extend(printer.take_hoisted())
     if form == "persistent":
         body.extend((printer.lines, printer.line_tags))
@@ -441,11 +423,11 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
         return
     if form == "looped":
         printer.start_inner_loop()
-    stores = []
+    printer.store_dims, printer.store_shape = XR, "[XBLOCK, RBLOCK]"
     for node in full:
         printer.tag = LineTag(node.name)
-        value = node.inner_fn(plan.index(node))
-        stores.append((_store(printer, node, plan, value, XR, "[XBLOCK, RBLOCK]"), LineTag(node.name)))
+        store_node(plan, node)
+    stores = _take_stores(printer)
     body.extend(printer.take_hoisted())
     if form == "persistent":
         body.extend(printer.take())

@@ -19,7 +19,7 @@ from sympy.printing.str import StrPrinter
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.ir.handlers import Var
 from engine.ir.indexing import simplify_index
-from engine.ir.ops import BINARY, UNARY, compute_dtype, result_dtype
+from engine.ir.ops import compute_dtype, result_dtype
 from engine.schedule.kernel_plan import KernelPlan
 
 TL_TYPES = {
@@ -69,6 +69,18 @@ class TritonIndexPrinter(StrPrinter):
         if exponent.is_Integer and exponent > 0:
             return "(" + "*".join([self._operand(base)] * int(exponent)) + ")"
         raise ValueError(f"index expression {e} has a non-integer power")
+
+    # Note [Index printing] (engine/ir/indexing.py): a fraction in an index is a bug upstream, never printed
+    def _print_Mul(self, e):
+        for factor in e.args:
+            if factor.is_Rational and not factor.is_Integer or factor.is_Pow and not factor.exp.is_positive:
+                raise ValueError(f"index expression {e} has a fraction (floor division is FloorDiv)")
+        return super()._print_Mul(e)
+
+    def _print_Rational(self, e):
+        if not e.is_Integer:
+            raise ValueError(f"index expression has a fraction {e} (floor division is FloorDiv)")
+        return super()._print_Rational(e)
 
 
 _INDEX_PRINTER = TritonIndexPrinter()
@@ -128,9 +140,85 @@ HELPER_UNARY = {name: f"gb_{name}" for name in (
 INTEGER_IDENTITY = {"floor", "ceil", "trunc", "round"}  # on integers these return their argument
 
 
+
+def _math(op: str):
+    """A tl./gb_ math function; integers go through float64 (as in C++)."""
+    def spell(p, a):
+        fn = TL_UNARY.get(op) or HELPER_UNARY[op]
+        if op == "sqrt" and a.dtype != torch.float64:
+            fn = "tl.sqrt_rn"  # IEEE square root (tl.sqrt is approximate in float32; float64 has no _rn)
+        if a.dtype.is_floating_point:
+            return f"{fn}({p.tensor(a)})"
+        return f"{fn}({p.tensor(a)}.to(tl.float64)).to({tl_type(a.dtype)})"
+    return spell
+
+
+def _infix(symbol: str):
+    return lambda p, a, b: f"{a} {symbol} {b}"
+
+
+def _on_bools(op: str, otherwise):
+    """Two bools: Note [No & and | on conditions] in the prelude; otherwise `otherwise`."""
+    def spell(p, a, b):
+        if a.dtype == torch.bool and b.dtype == torch.bool:
+            return BOOL_OPS[op].format(a=a, b=b)
+        return otherwise(p, a, b)
+    return spell
+
+
+def _logical(op: str):
+    return lambda p, a, b: BOOL_OPS[op].format(a=a, b=b)
+
+
+def _pow(p, a, b):
+    floating = a.dtype.is_floating_point
+    if b.literal and b.value in POWERS and (floating or float(b.value) >= 0):
+        return POWERS[b.value].format(a=a, sqrt="tl.sqrt" if a.dtype == torch.float64 else "tl.sqrt_rn")
+    return f"{'gb_pow' if floating else 'gb_pow_int'}({p.tensor(a)}, {p.tensor(b)})"
+
+
+def _extremum(op: str):
+    return lambda p, a, b: f"{'gb_' if a.dtype.is_floating_point else 'tl.'}{op}({p.tensor(a)}, {b})"
+
+
+def _helper2(op: str):
+    return lambda p, a, b: f"gb_{op}({p.tensor(a)}, {p.tensor(b)})"
+
+
+TRITON_SPELLINGS = {  # Note [Spelling tables]
+    **{op: _math(op) for op in (*TL_UNARY, *HELPER_UNARY)},
+    "neg": lambda p, a: f"-{a}",
+    "abs": lambda p, a: f"{a}" if a.dtype == torch.bool else f"tl.abs({p.tensor(a)})",
+    "relu": lambda p, a: f"tl.where({a} < 0, 0, {a})",
+    "sigmoid": lambda p, a: f"1.0 / (1.0 + tl.exp(-{a}))",
+    "reciprocal": lambda p, a: f"1.0 / {a}",
+    "square": lambda p, a: f"{a} * {a}",
+    "logical_not": lambda p, a: f"{a} == 0",
+    "bitwise_not": lambda p, a: f"{a} == 0" if a.dtype == torch.bool else f"~{a}",
+    "isnan": lambda p, a: f"{a} != {a}",
+    "isinf": lambda p, a: f"tl.abs({a}) == float(\"inf\")" if a.dtype.is_floating_point else f"{a} != {a}",
+    "signbit": lambda p, a: f"gb_signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
+    "sign": lambda p, a: f"{a}" if a.dtype == torch.bool else f"gb_sign({a})",
+    **{op: _infix(symbol) for op, symbol in INFIX.items()},
+    **{op: _on_bools(op, _infix(INFIX[op])) for op in ("add", "sub", "mul")},
+    **{op: _logical(op) for op in ("logical_and", "logical_or", "logical_xor")},
+    "maximum": _on_bools("maximum", _extremum("maximum")),
+    "minimum": _on_bools("minimum", _extremum("minimum")),
+    "truediv": lambda p, a, b: f"{a} / {b}",
+    "floordiv": lambda p, a, b: f"gb_floordiv_{'float' if a.dtype.is_floating_point else 'int'}({p.tensor(a)}, {b})",
+    "truncdiv": lambda p, a, b: f"gb_trunc({a} / {b})" if a.dtype.is_floating_point else f"{a} // {b}",
+    "remainder": lambda p, a, b: f"gb_remainder({p.tensor(a)}, {b})",
+    "fmod": lambda p, a, b: f"{a} % {b}",
+    "pow": _pow,
+    **{op: _helper2(op) for op in ("atan2", "hypot", "copysign")},
+}
+
+
 class TritonPrinter(KernelPrinter):
     """Writes one kernel body. `inner` is the axis of the innermost loop ("x" for pointwise, "r" for
     reductions): values that do not vary along it are hoisted above that loop (Note [Triton kernel shapes])."""
+
+    SPELLINGS = TRITON_SPELLINGS
 
     def __init__(self, plan: KernelPlan, buffers: dict, inner: str, masks: dict):
         super().__init__(plan, buffers)
@@ -139,6 +227,9 @@ class TritonPrinter(KernelPrinter):
         self.ranges = {plan.x: plan.rows, plan.r: plan.red}
         self.symbol_dims: dict = {plan.x: X, plan.r: R}
         self.loaded: set[str] = set()  # buffers read from memory (the kernel's pointer arguments)
+        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
+        self.store_dims, self.store_shape = X, "[XBLOCK]"
+        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
 
     def emit(self, text, dtype, dims=frozenset()):
         key = (text, dtype)
@@ -224,16 +315,38 @@ class TritonPrinter(KernelPrinter):
         first = self.tensor(a) if a.literal and b.literal else a
         return self.emit(f"tl.where({cond}, {first}, {b})", a.dtype, cond.dims | a.dims | b.dims)
 
-    def indirect(self, value, size):
-        symbol = self.new_indirect_symbol()
+    def declare_indirect(self, symbol, value, size):
         size_text, size_dims = self.index(size)
         self.symbol_dims[symbol] = value.dims | size_dims
-        self.add_line(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})",
-                      self.inner in self.symbol_dims[symbol])
-        return symbol
+        varying = self.inner in self.symbol_dims[symbol]
+        self.add_line(f"{symbol} = tl.where({value} < 0, {value} + {size_text}, {value})", varying)
+        return varying
+
+    # -- kernel structure (Note [Kernel structure ops]) -----------------------------------------------------
+    def store(self, name, index, value):
+        """A store over the block `self.store_dims` (set by the kernel for each phase: rows, tile, ...)."""
+        node = self.buffers[name]
+        dims, shape = self.store_dims, self.store_shape
+        offset, offset_dims = self.index(node.storage_offset(index))
+        if offset_dims != dims:  # e.g. a scalar output: the pointer needs the block's shape for the mask
+            offset = f"{offset} + tl.full({shape}, 0, tl.int32)"
+        text = str(value)
+        if node.dtype in HALF and not value.literal:
+            text = f"{value}.to({tl_type(node.dtype)})"
+        mask = self.mask(dims)
+        self.stores.append((f"tl.store({name} + ({offset}), {text}{f', mask={mask}' if mask else ''})", self.tag))
+
+    def store_reduction(self, name, index, value):
+        self.store(name, index, value)
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        """Declares a reduction of the current pass (triton.py emits its tile, accumulator and row value)."""
+        node = self.tag.ir_node
+        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
+        return TVar(f"row_{node}", dtype, False, X)
 
     # -- arithmetic ----------------------------------------------------------------------------------------
-    def compute(self, op: str, args: list[TVar]) -> TVar:
+    def arithmetic(self, op: str, args: list[TVar]) -> TVar:
         if op in INTEGER_IDENTITY and not args[0].dtype.is_floating_point:
             return args[0]
         if all(a.literal for a in args):  # keep Triton from folding Python constants with Python's rules
@@ -241,67 +354,3 @@ class TritonPrinter(KernelPrinter):
             args = [TVar(self.tensor(first), first.dtype, False, frozenset())] + list(args[1:])
         text = self.expr(op, args)
         return self.emit(text, result_dtype(op, [a.dtype for a in args]), frozenset().union(*[a.dims for a in args]))
-
-    def expr(self, op, args):
-        a = args[0]
-        floating = a.dtype.is_floating_point
-        boolean = a.dtype == torch.bool
-        if len(args) == 2:
-            return self._binary(op, a, args[1], floating, boolean)
-        if op in TL_UNARY or op in HELPER_UNARY:
-            fn = TL_UNARY.get(op) or HELPER_UNARY[op]
-            if op == "sqrt" and a.dtype != torch.float64:
-                fn = "tl.sqrt_rn"  # IEEE square root (tl.sqrt is approximate in float32; float64 has no _rn)
-            if floating:
-                return f"{fn}({self.tensor(a)})"
-            return f"{fn}({self.tensor(a)}.to(tl.float64)).to({tl_type(a.dtype)})"  # as C++: via double
-        simple = {
-            "neg": f"-{a}", "abs": f"{a}" if boolean else f"tl.abs({self.tensor(a)})",
-            "relu": f"tl.where({a} < 0, 0, {a})", "sigmoid": f"1.0 / (1.0 + tl.exp(-{a}))",
-            "reciprocal": f"1.0 / {a}", "square": f"{a} * {a}",
-            "logical_not": f"{a} == 0", "bitwise_not": f"{a} == 0" if boolean else f"~{a}",
-            "isnan": f"{a} != {a}", "isinf": f"tl.abs({a}) == float(\"inf\")" if floating else f"{a} != {a}",
-            "signbit": f"gb_signbit({a})" if floating else f"{a} < 0",
-            "sign": f"{a}" if boolean else f"gb_sign({a})",
-        }
-        if op in simple:
-            return simple[op]
-        raise NotImplementedError(f"Triton printer has no rule for {op}")
-
-    def _binary(self, op, a, b, floating, boolean):
-        if boolean and b.dtype == torch.bool and op in BOOL_OPS or op.startswith("logical_"):
-            return BOOL_OPS[op].format(a=a, b=b)
-        if op in INFIX:
-            return f"{a} {INFIX[op]} {b}"
-        if op == "truediv":
-            return f"{a} / {b}"
-        if op == "floordiv":
-            return f"gb_floordiv_{'float' if floating else 'int'}({self.tensor(a)}, {b})"
-        if op == "truncdiv":
-            return f"gb_trunc({a} / {b})" if floating else f"{a} // {b}"
-        if op == "remainder":
-            return f"gb_remainder({self.tensor(a)}, {b})"
-        if op == "fmod":
-            return f"{a} % {b}"
-        if op == "pow" and b.literal and b.value in POWERS and (floating or float(b.value) >= 0):
-            return POWERS[b.value].format(a=a, sqrt="tl.sqrt" if a.dtype == torch.float64 else "tl.sqrt_rn")
-        if op == "pow":
-            return f"{'gb_pow' if floating else 'gb_pow_int'}({self.tensor(a)}, {self.tensor(b)})"
-        if op in ("maximum", "minimum"):
-            if floating:
-                return f"gb_{op}({self.tensor(a)}, {b})"
-            return f"tl.{op}({self.tensor(a)}, {b})"
-        if op in ("atan2", "hypot", "copysign"):
-            return f"gb_{op}({self.tensor(a)}, {self.tensor(b)})"
-        raise NotImplementedError(f"Triton printer has no rule for {op}")
-
-
-def _make_op(name):
-    def op(self, *args):
-        return self.compute(name, list(args))
-    op.__name__ = name
-    return op
-
-
-for _name in UNARY + BINARY:
-    setattr(TritonPrinter, _name, _make_op(_name))

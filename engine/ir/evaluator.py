@@ -13,7 +13,7 @@ import torch
 
 from engine.ir.indexing import loop_var, py_index
 from engine.ir.nodes import Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, TensorArg, TensorValue
-from engine.ir.ops import BINARY, UNARY, compute_dtype, reduction_identity, use_handler
+from engine.ir.ops import compute_dtype, ops, reduction_identity, use_handler
 from engine.codegen.wrapper import strided_view
 from engine.lowering.graph import LoweredGraph
 
@@ -52,12 +52,14 @@ def _elementwise_min(a, b):
 class TorchEvaluator:
     """Ops handler whose values are torch tensors broadcast over the loop's index grid."""
 
-    def __init__(self, storages: dict[str, torch.Tensor], buffers: dict, env: dict):
+    def __init__(self, storages: dict[str, torch.Tensor], buffers: dict, env: dict, shape: list[int] = (),
+                 reduction_shape: list[int] = ()):
         self.storages = storages  # buffer name -> tensor in its own layout
         self.buffers = buffers
         self.env = dict(env)  # symbol name -> int64 tensor (loop variables) or int (sizes)
         self.env.update(max=_elementwise_max, min=_elementwise_min)
         self._indirect = 0
+        self.shape, self.reduction_shape = list(shape), list(reduction_shape)  # the index grid's dims
 
     def _index(self, expr) -> torch.Tensor:
         text = py_index(sympy.sympify(expr))
@@ -87,6 +89,25 @@ class TorchEvaluator:
     def where(self, cond, a, b):
         return torch.where(cond.bool(), a, b)
 
+    # -- kernel structure (Note [Kernel structure ops]): a node's whole result at once ------------------------
+    def store(self, name, index, value):
+        node = self.buffers[name]
+        self.storages[name] = torch.as_tensor(value).to(node.dtype).expand(self.shape).contiguous()
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        shape, rshape = self.shape, self.reduction_shape
+        value = torch.as_tensor(value).expand(shape + rshape)
+        dims = list(range(len(shape), len(shape) + len(rshape)))
+        if not dims:
+            return value if reduction_type not in ("argmax", "argmin") else torch.zeros(shape, dtype=torch.int64)
+        if 0 in rshape:
+            return torch.full(shape, reduction_identity(reduction_type, src_dtype))
+        return _REDUCE[reduction_type](value, dims)
+
+    def store_reduction(self, name, index, value):
+        node = self.buffers[name]
+        self.storages[name] = value.to(node.dtype).reshape(self.shape).contiguous()
+
     def indirect(self, value, size):
         name = f"ind{self._indirect}"
         self._indirect += 1
@@ -99,10 +120,8 @@ def _make(name, fn):
     return lambda self, *args: fn(*args)
 
 
-for _name in UNARY:
-    setattr(TorchEvaluator, _name, _make(_name, _TORCH_UNARY[_name]))
-for _name in BINARY:
-    setattr(TorchEvaluator, _name, _make(_name, _TORCH_BINARY[_name]))
+for _name, _fn in {**_TORCH_UNARY, **_TORCH_BINARY}.items():  # one method per table entry (Note [Spelling tables])
+    setattr(TorchEvaluator, _name, _make(_name, _fn))
 
 
 def _grid(prefix: str, sizes, total_dims: int, offset: int, env: dict) -> list[sympy.Symbol]:
@@ -158,25 +177,17 @@ def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = No
         if isinstance(node, Pointwise):
             env = dict(sizes)
             index = _grid("i", shape, len(shape), 0, env)
-            with use_handler(TorchEvaluator(storages, graph.buffers, env)):
-                value = node.inner_fn(index)
-            storages[node.name] = torch.as_tensor(value).to(node.dtype).expand(shape).contiguous()
+            with use_handler(TorchEvaluator(storages, graph.buffers, env, shape)):
+                ops.store(node.name, index, node.inner_fn(index))
         elif isinstance(node, Reduction):
             rshape = [concrete(s) for s in node.reduction_size]
             env = dict(sizes)
             total = len(shape) + len(rshape)
             index = _grid("i", shape, total, 0, env)
             rindex = _grid("r", rshape, total, len(shape), env)
-            with use_handler(TorchEvaluator(storages, graph.buffers, env)):
-                value = torch.as_tensor(node.inner_fn(index, rindex)).expand(shape + rshape)
-            dims = list(range(len(shape), total))
-            if not dims:
-                reduced = value if node.reduction_type not in ("argmax", "argmin") else torch.zeros(shape, dtype=torch.int64)
-            elif 0 in rshape:
-                reduced = torch.full(shape, reduction_identity(node.reduction_type, node.src_dtype))
-            else:
-                reduced = _REDUCE[node.reduction_type](value, dims)
-            storages[node.name] = reduced.to(node.dtype).reshape(shape).contiguous()
+            with use_handler(TorchEvaluator(storages, graph.buffers, env, shape, rshape)):
+                value = ops.reduction(node.dtype, node.src_dtype, node.reduction_type, node.inner_fn(index, rindex))
+                ops.store_reduction(node.name, index, value)
         elif isinstance(node, MultiOutput):
             storages[node.name] = _in_layout(storages[node.parent][node.index], node, concrete)
         elif isinstance(node, Extern):

@@ -31,11 +31,22 @@ BINARY = (
 ).split()
 PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
               "isnan", "isinf", "signbit"}
+ARITHMETIC = tuple(UNARY) + tuple(BINARY)
 # load(buffer_name, index_tuple), constant(value, dtype), index_expr(sympy_expr, dtype),
 # to_dtype(x, dtype), where(cond, a, b), indirect(int_value, size) -> a sympy symbol standing for a
 # data-dependent index (gather, embedding); negative values wrap around like Python indexing.
 SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect")
-ALL_OPS = SPECIAL + tuple(UNARY) + tuple(BINARY)
+# Note [Kernel structure ops]
+# The kernel's own structure is in the vocabulary too, so that a kernel body is fully IR (see
+# engine/schedule/kernel_plan.py, Note [Kernel body]):
+#   store(buffer_name, index_tuple, value)             the node's value, written where the kernel stores it
+#   reduction(dtype, src_dtype, reduction_type, value) `value` (varying along the reduction axis) reduced to
+#                                                      one value per row; returns that value
+#   store_reduction(buffer_name, index_tuple, value)   a reduction's result, written once per row
+# What a handler does with them is its own: the IR printer writes them as text, the evaluator writes tensors,
+# the code printers emit stores and accumulators (the reduction's update goes into the current pass's loop).
+STRUCTURE = ("store", "reduction", "store_reduction")
+ALL_OPS = SPECIAL + STRUCTURE + ARITHMETIC
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
 

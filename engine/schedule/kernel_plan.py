@@ -20,6 +20,7 @@ import sympy
 
 from engine.ir.indexing import Expr, loop_var, product, simplify_index, unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
+from engine.ir.ops import ops
 
 
 class NotFusable(Exception):
@@ -71,8 +72,64 @@ class KernelPlan:
             _same(self.simplify(a), b) for a, b in zip(index, expected))
 
 
+# Note [Kernel body]
+# A kernel's body is written in the ops protocol from three steps, which every backend runs in the order its
+# loop structure needs (Note [Kernel structure ops]):
+#   reduce_node     in a reduction pass: the node's loop body at (row, r), then ops.reduction -> the row's value
+#   store_node      a pointwise node computed at the kernel's index for it, then ops.store
+#   store_row_value a reduction's row value (or a per-row pointwise node), stored once per row
+# `reduction_passes` groups a kernel's reductions once: pass k needs the results of pass k-1.
+
+
+def reduce_node(plan: KernelPlan, node: Reduction):
+    value = node.inner_fn(plan.index(node), plan.rindex(node))
+    return ops.reduction(node.dtype, node.src_dtype, node.reduction_type, value)
+
+
+def store_node(plan: KernelPlan, node: Buffer) -> None:
+    index = plan.index(node)
+    ops.store(node.name, index, node.inner_fn(index))
+
+
+def store_row_value(plan: KernelPlan, node: Buffer, accumulators: dict) -> None:
+    if isinstance(node, Reduction):
+        ops.store_reduction(node.name, plan.index(node), accumulators[node.name])
+    else:
+        store_node(plan, node)
+
+
+def reduction_passes(nodes: list[Buffer], reads: Callable[[Buffer], list[str]]) -> list[list[Reduction]]:
+    """The reductions of a kernel grouped by how many reductions feed them (`reads(node)`: buffer names)."""
+    names = {n.name for n in nodes}
+    depth: dict[str, int] = {}
+    for node in nodes:
+        inputs = [depth.get(r, 0) for r in reads(node) if r in names]
+        depth[node.name] = max(inputs, default=0) + (1 if isinstance(node, Reduction) else 0)
+    passes: dict[int, list[Reduction]] = {}
+    for node in nodes:
+        if isinstance(node, Reduction):
+            passes.setdefault(depth[node.name], []).append(node)
+    return [passes[k] for k in sorted(passes)]
+
+
 def _same(a, b) -> bool:
     return sympy.expand(a - b) == 0 or sympy.simplify(a - b) == 0
+
+
+# Note [Iterative inlining]
+# A kernel inlines its own pointwise nodes: a load of one runs that node's loop body at the load's index, whose
+# loads run their producers' bodies, and so on. Done by plain recursion, a chain of n fused ops nests about
+# 8n Python frames (a 150-op chain exceeded Python's recursion limit). Instead the Inliner computes a producer
+# with an explicit stack: inside a producer's body, a load of another not-yet-computed producer raises
+# `_Needs(key)`, which unwinds only that body; the stack computes the needed producer first, then runs the
+# interrupted body again. The handler's common-subexpression cache makes the rerun emit nothing twice (the
+# ops it already issued return the same values), so each body runs at most once per producer it waits for,
+# and the Python stack stays flat however long the chain.
+
+
+class _Needs(BaseException):  # BaseException: no `except Exception` in a loop body may swallow it
+    def __init__(self, key):
+        self.key = key
 
 
 class Inliner:
@@ -80,7 +137,7 @@ class Inliner:
 
     `external(name, index)` answers loads from memory, `accumulator(name)` the value of a reduction of this
     kernel in the current row. Results are memoized per (node, index) so that diamonds in the graph do not
-    re-run loop bodies exponentially often."""
+    re-run loop bodies exponentially often; producers are computed iteratively (Note [Iterative inlining])."""
 
     def __init__(self, plan: KernelPlan, external: Callable, accumulator: Callable,
                  on_inline: Callable[[Buffer], Any] | None = None, compute: Callable | None = None):
@@ -90,6 +147,7 @@ class Inliner:
         self.on_inline = on_inline
         self.compute = compute or (lambda node, index: node.inner_fn(list(index)))
         self.memo: dict[tuple, Any] = {}
+        self._computing = False  # inside a producer's body (a nested miss raises _Needs)
 
     def load(self, name: str, index: tuple):
         node = self.plan.by_name.get(name)
@@ -102,13 +160,32 @@ class Inliner:
             return self.accumulator(name)
         key = (name, index)
         if key not in self.memo:
+            if self._computing:
+                raise _Needs(key)
+            self._compute_from(key)
+        return self.memo[key]
+
+    def _compute_from(self, first: tuple) -> None:
+        stack = [first]
+        while stack:
+            key = stack[-1]
+            if key in self.memo:
+                stack.pop()
+                continue
+            node = self.plan.by_name[key[0]]
             restore = self.on_inline(node) if self.on_inline else None
+            self._computing = True
             try:
-                self.memo[key] = self.compute(node, index)
+                self.memo[key] = self.compute(node, key[1])
+                stack.pop()
+            except _Needs as needs:
+                if needs.key in stack:
+                    raise RuntimeError(f"{needs.key[0]} reads itself through the kernel's nodes") from None
+                stack.append(needs.key)
             finally:
+                self._computing = False
                 if restore is not None:
                     restore()
-        return self.memo[key]
 
 
 def _fmt(index) -> str:
@@ -135,4 +212,5 @@ def describe_size(sizes) -> str:
     return "x".join(str(s) for s in sizes) if len(sizes) else "scalar"
 
 
-__all__ = ["KernelPlan", "Inliner", "NotFusable", "kernel_shape", "group_shape", "describe_size", "product"]
+__all__ = ["KernelPlan", "Inliner", "NotFusable", "kernel_shape", "group_shape", "describe_size", "product",
+           "reduce_node", "store_node", "store_row_value", "reduction_passes"]

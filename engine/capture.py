@@ -6,13 +6,18 @@ guards, graph breaks and recompiles itself.
 """
 from __future__ import annotations
 
+import functools
+import json
 import linecache
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch._dynamo
+
+from engine.break_fixes import suggest
 
 
 @dataclass
@@ -21,6 +26,11 @@ class GraphBreak:
     filename: str
     lineno: int | None
     line: str
+    gb_type: str = ""  # Dynamo's graph-break type, e.g. "Data-dependent branching" (Note [Dynamo's explanations])
+    gb_id: str = ""  # its entry in Dynamo's graph-break registry, e.g. "GB0170"
+    explanation: str = ""  # Dynamo's explanation
+    hints: list[str] = field(default_factory=list)  # Dynamo's hints
+    suggestion: dict | None = None  # a rewrite of the user's line (engine/break_fixes.py), when one applies
 
 
 @dataclass
@@ -59,7 +69,11 @@ class CaptureLog:
         filename = frame.filename if frame else ""
         lineno = frame.lineno if frame else None
         line = (linecache.getline(filename, lineno).strip() if frame and lineno else "") or (frame.line if frame else "")
-        self.graph_breaks.append(GraphBreak(explain_break(reason.reason), filename, lineno, line or ""))
+        explained = dynamo_explanation(reason.reason)
+        self.graph_breaks.append(GraphBreak(
+            explain_break(reason.reason), filename, lineno, line or "", **explained,
+            suggestion=suggest(reason.reason, explained["gb_type"], line or "",
+                               "".join(linecache.getlines(filename)) if filename else "", lineno)))
 
     def on_guards(self, guards) -> None:
         self._checking = None  # a function finished compiling: the next failed guard starts a new recompile
@@ -132,6 +146,59 @@ def explain_break(reason: str) -> str:
         if pattern.search(reason):
             return f"{words} (Dynamo: {reason.strip().splitlines()[0][:300]})"
     return reason.strip().splitlines()[0][:500] if reason.strip() else "graph break"
+
+
+# Note [Dynamo's explanations]
+# Dynamo's graph-break messages (torch >= 2.7) read "<graph-break type>\n  Explanation: ...\n  Hint: ...\n
+# Developer debug context: ...\n For more details ... gb/gb0059.html". Its registry (graph_break_registry.json
+# beside torch._dynamo, keyed by GB id) holds the same type, explanation and hints for every break it knows.
+# A few breaks still arrive as bare internal words ("generic_jump TensorVariable()", data-dependent branching):
+# those are looked up in the registry by their type. We keep the type, id, explanation and hints, and leave
+# out the developer context.
+_REGISTRY_ALIASES = {"generic_jump": "Data-dependent branching"}
+
+
+@functools.lru_cache(maxsize=1)
+def _graph_break_registry() -> dict[str, tuple[str, dict]]:
+    """Dynamo's graph-break registry by type: {gb_type: (gb_id, entry with Explanation and Hints)}."""
+    path = Path(torch._dynamo.__file__).parent / "graph_break_registry.json"
+    try:
+        registry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    by_type: dict[str, tuple[str, dict]] = {}
+    for gb_id, entries in registry.items():
+        for entry in entries:
+            known = by_type.get(entry.get("Gb_type", ""))
+            if known is None or (entry.get("Hints") and not known[1].get("Hints")):
+                by_type[entry.get("Gb_type", "")] = (gb_id, entry)
+    return by_type
+
+
+def dynamo_explanation(reason: str) -> dict:
+    """{gb_type, gb_id, explanation, hints} from Dynamo's message (Note [Dynamo's explanations])."""
+    lines = [line.strip() for line in (reason or "").strip().splitlines()]
+    gb_type = lines[0] if lines else ""
+    explanation = " ".join(l.split(":", 1)[1].strip() for l in lines if l.startswith("Explanation:"))
+    hints = [l.split(":", 1)[1].strip() for l in lines if l.startswith("Hint:")]
+    found = re.search(r"gb/(gb\d+)\.html", reason or "", re.I)
+    gb_id = found.group(1).upper() if found else ""
+    alias = next((t for word, t in _REGISTRY_ALIASES.items() if gb_type.startswith(word)), None)
+    if alias or not explanation:
+        known = _graph_break_registry().get(alias or gb_type)
+        if known is not None:
+            gb_id, entry = known
+            gb_type = entry.get("Gb_type", gb_type)
+            explanation = explanation or _plain_registry_text(entry.get("Explanation", ""))
+            hints = hints or [_plain_registry_text(h) for h in entry.get("Hints") or []]
+    hints = [h for h in hints if h and "report an issue to PyTorch" not in h]
+    return {"gb_type": gb_type, "gb_id": gb_id, "explanation": explanation, "hints": hints}
+
+
+def _plain_registry_text(text: str) -> str:
+    """Registry strings are Python source fragments at times ('"Detected ..." "Dynamo ..."'): join them."""
+    pieces = re.findall(r'"((?:[^"\\]|\\.)*)"', text)
+    return ("".join(pieces) if pieces and text.strip().startswith('"') else text).strip()
 
 
 def _split_guard_failure(text: str) -> tuple[str, str]:

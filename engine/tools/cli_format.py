@@ -147,6 +147,12 @@ def breaks_summary(breaks: list[dict]) -> list[str]:
         lines.append(f"  {number}. {where}: {item.get('reason', '')}")
         if item.get("line"):
             lines.append(f"       {item['line']}")
+        for hint in item.get("hints") or []:
+            lines.append(f"       hint: {hint}")
+        fix = item.get("suggestion")
+        if fix:
+            lines.append(f"       suggested rewrite ({fix.get('pattern')}):")
+            lines += [f"         {line}" for line in str(fix.get("after", "")).splitlines()]
     return lines
 
 

@@ -30,6 +30,7 @@ import torch
 
 from engine.tools import cli_format
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
+from engine.tools.sandbox import positive_limit
 from samples import DEFAULT_SAMPLE
 
 EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2
@@ -68,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="time every kernel: time_ms, GB/s, FLOP/s and share of the call (engine/profile.py)")
     explore.add_argument("--sandbox", action="store_true",
                          help="run the model in a separate, limited worker process (Note [Sandbox])")
-    explore.add_argument("--timeout", type=float, default=120.0, metavar="S", help="sandbox wall-time limit")
-    explore.add_argument("--memory-mb", type=int, default=4096, metavar="M", help="sandbox memory limit")
+    explore.add_argument("--timeout", type=positive_limit("seconds"), default=120.0, metavar="S",
+                         help="sandbox wall-time limit")
+    explore.add_argument("--memory-mb", type=positive_limit("megabytes", whole=True), default=4096, metavar="M",
+                         help="sandbox memory limit")
 
     bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
                                 description="Time a model under eager, Glassbox and Inductor in one process. "
@@ -177,8 +180,11 @@ def explore_command(args) -> tuple[dict, int]:
 
 def sandboxed_explore(args) -> tuple[dict, int]:
     """The same exploration in a worker process under limits; its JSON record comes back on stdout."""
+    from engine.tools.isolation import missing_protection_words
     from engine.tools.sandbox import Limits, explore_command as worker_command, run_sandboxed
 
+    if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
+        print(missing_protection_words(), file=sys.stderr)
     options = ["--backend", args.backend, "--device", args.device]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile)) if on]

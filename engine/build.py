@@ -8,6 +8,15 @@ an entry whose library is missing, truncated or altered does not match and is re
 take an exclusive lock (flock on kernels.lock in the entry's directory), so concurrent explorations of the
 same model compile it once; the others wait and then find the entry. When the cache directory cannot be
 created or written (read-only, full disk), we warn and build in a fresh temporary directory instead.
+
+Note [Trusted builder]
+A sandboxed worker sees the shared cache read-only, at its own path, and writes only a private one
+(its GLASSBOX_CACHE_DIR, for Triton modules and autotuning, which dies with the job). It builds a library by
+sending the generated source over the socket GLASSBOX_BUILDER_FD to a trusted builder in the process that
+started it (engine/tools/builder.py). The builder chooses the flags and the compiler itself (the toolchain
+probe runs there), computes the key from source, flags and compiler version, compiles (g++ itself in a
+sandbox of its own), stores, and answers with the library's path in the shared cache. So a job can only ever
+store the correct binary of the source it sent, under that source's key; nothing a job writes reaches the next.
 """
 from __future__ import annotations
 
@@ -18,8 +27,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -61,7 +73,8 @@ def _toolchain() -> tuple[str, tuple[str, ...]]:
     if record is not None:
         try:
             known = json.loads(record.read_text())
-            return known["version"], tuple(known["native_flags"])
+            if isinstance(known["version"], str):
+                return known["version"], _trusted_flags(known["native_flags"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
     version, native = _probe_version(), _probe_native_flags(cpu_flags)
@@ -72,6 +85,15 @@ def _toolchain() -> tuple[str, tuple[str, ...]]:
         except OSError:
             pass  # an unwritable cache only costs the probe next time
     return version, native
+
+
+def _trusted_flags(flags: list) -> tuple[str, ...]:
+    """The probe record's flags, if every one is a flag the probe can find (ValueError otherwise): a record
+    that was written by something else must not put its own words on g++'s command line."""
+    allowed = {"-march=native", "-lmvec", "-mprefer-vector-width=256", "-mprefer-vector-width=512"}
+    if not isinstance(flags, list) or not all(isinstance(f, str) and f in allowed for f in flags):
+        raise ValueError(f"untrusted flags in the toolchain record: {flags!r}")
+    return tuple(flags)
 
 
 def _toolchain_key(cpu_flags: str) -> str:
@@ -139,8 +161,12 @@ def library_key(source: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def build_library(source: str) -> tuple[Path, bool]:
-    """Compile `source` to a shared library; returns (path, cache_hit). See Note [Compile cache]."""
+def build_library(source: str, run=subprocess.run) -> tuple[Path, bool]:
+    """Compile `source` to a shared library; returns (path, cache_hit). See Note [Compile cache]. In a sandboxed
+    worker the trusted builder does it (Note [Trusted builder]); `run` runs the compiler (the builder's runs it
+    in a sandbox)."""
+    if os.environ.get("GLASSBOX_BUILDER_FD"):
+        return _ask_builder(source)
     key = library_key(source)
     try:
         entry = cache_dir() / "cpp" / key
@@ -155,11 +181,55 @@ def build_library(source: str) -> tuple[Path, bool]:
         if _intact(target):
             return target, True
         try:
-            return _compile(source, entry), False
+            return _compile(source, entry, run), False
         except OSError as error:  # e.g. the disk filled up while writing the entry
             warnings.warn(f"Glassbox could not write to its compile cache ({error}); building without it.",
                           stacklevel=2)
-            return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-"))), False
+            return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-")), run), False
+
+
+_BUILDER_LOCK = threading.Lock()  # one request at a time on the worker's one socket
+
+
+def _ask_builder(source: str) -> tuple[Path, bool]:
+    """Send the source to the trusted builder; its answer is a library in the read-only shared cache."""
+    with _BUILDER_LOCK:
+        with socket.socket(fileno=os.dup(int(os.environ["GLASSBOX_BUILDER_FD"]))) as channel:
+            try:
+                send_message(channel, {"source": source})
+                answer = receive_message(channel)
+            except (OSError, ValueError) as error:
+                raise BuildError(f"the trusted builder did not answer ({error})") from None
+    if answer is None or "error" in answer:
+        raise BuildError((answer or {}).get("error") or "the trusted builder went away")
+    return Path(answer["path"]), bool(answer["cache_hit"])
+
+
+def send_message(channel: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    channel.sendall(struct.pack("!Q", len(data)) + data)
+
+
+def receive_message(channel: socket.socket, limit: int = 256 << 20) -> dict | None:
+    """One length-prefixed JSON message, or None at the end of the stream (or one over `limit` bytes)."""
+    def exactly(count: int) -> bytes | None:
+        chunks, left = [], count
+        while left:
+            chunk = channel.recv(min(left, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    header = exactly(8)
+    if header is None or struct.unpack("!Q", header)[0] > limit:
+        return None
+    body = exactly(struct.unpack("!Q", header)[0])
+    if body is None:
+        return None
+    message = json.loads(body)
+    return message if isinstance(message, dict) else None
 
 
 def _checksum(path: Path) -> str:
@@ -181,14 +251,14 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp_path, path)
 
 
-def _compile(source: str, directory: Path) -> Path:
+def _compile(source: str, directory: Path, run=subprocess.run) -> Path:
     target = directory / "kernels.so"
     _atomic_write(directory / "kernels.cpp", source)
     fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
     command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(directory / "kernels.cpp"),
                "-o", tmp_path, *[f for f in flags() if f.startswith("-l")]]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(tmp_path)
         raise BuildError(f"g++ failed on generated code:\n{result.stderr[-4000:]}")

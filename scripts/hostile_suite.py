@@ -20,7 +20,6 @@ import os
 import re
 import sys
 import textwrap
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,8 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.tools.sandbox import (Limits, SandboxResult, explore_command, run_sandboxed,  # noqa: E402
-                            session_processes)
+from engine.tools import isolation  # noqa: E402
+from engine.tools import sandbox  # noqa: E402
+from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_sandboxed  # noqa: E402
+
+ISOLATED = not isolation.bwrap_problem()  # bubblewrap runs here (Note [Isolation])
 
 SECRET_NAME, SECRET_VALUE = "GLASSBOX_HOSTILE_SECRET", "hunter2-" + uuid.uuid4().hex[:8]
 OUTSIDE_FILE = Path("/tmp") / f"glassbox-hostile-outside-{uuid.uuid4().hex[:8]}.txt"
@@ -46,6 +48,12 @@ class Case:
     env: dict[str, str] | None = None
     message: str | None = None   # a regex the final message must match
     note: str = ""               # shown in the report's outcome column
+    needs_isolation: bool = False  # namespaces are what keeps the caller safe: skipped where bwrap cannot run
+    without_isolation: str | None = None  # the expected outcome where bwrap cannot run, when it differs
+
+    @property
+    def outcome_expected(self) -> str:
+        return self.expected if ISOLATED or self.without_isolation is None else self.without_isolation
 
 
 GOOD = """
@@ -119,7 +127,8 @@ CASES: list[Case] = [
         def model(x):
             return x * 3
         example_inputs = (torch.randn(3),)
-        """), "ok", note="allowed: not confined, see README Security"),
+        """), "file-not-written", without_isolation="ok",
+         note="the job's /tmp is its own (without bubblewrap: not confined, see README Security)"),
     Case("reads environment variables", _src(f"""
         import os, torch
         def model(x):
@@ -277,6 +286,124 @@ CASES: list[Case] = [
             return x.sum(0) + 1
         example_inputs = (torch.randn(0, 5),)
         """), "ok"),
+    # --- issue 15: what only the operating system's isolation stops (Note [Isolation]) ---
+    Case("child calls setpgid(0, 0) and sleeps", _src("""
+        import os, time, torch
+        if os.fork() == 0:
+            os.setpgid(0, 0)
+            time.sleep(600)
+            os._exit(0)
+        def model(x):
+            return x + 1
+        example_inputs = (torch.randn(3),)
+        """), "ok", needs_isolation=True, note="the child dies with the job's PID namespace"),
+    Case("setsid daemon outlives the job", _src("""
+        import os, time, torch
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        def model(x):
+            return x + 1
+        example_inputs = (torch.randn(3),)
+        """), "ok", needs_isolation=True, note="the daemon dies with the job's PID namespace"),
+    Case("kills its parent and every process it sees", _src("""
+        import os, signal, torch
+        os.kill(os.getppid(), signal.SIGKILL)
+        for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+            if pid not in (os.getpid(), 1):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        def model(x):
+            return x + 1
+        example_inputs = (torch.randn(3),)
+        """), "ok", needs_isolation=True, note="it sees only its own namespace; its parent there ignores SIGKILL"),
+    Case("reads other processes' environments", _src("""
+        import os, torch
+        mine = open("/proc/self/environ", "rb").read()
+        others = set()
+        for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                text = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            others.update(v.split(b"=")[0] for v in text.split(b"\\0") if v and v not in mine.split(b"\\0"))
+        def model(x):
+            raise RuntimeError(f"foreign variables seen: {sorted(others)}")
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"foreign variables seen: \[\]", needs_isolation=True,
+         note="only its own environment"),
+    Case("fills /dev/shm", _src("""
+        import torch
+        with open("/dev/shm/hoard", "wb") as hoard:
+            for _ in range(300):
+                hoard.write(b"x" * (10 << 20))
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "limit:memory", limits=Limits(timeout_s=60, memory_mb=1500), needs_isolation=True,
+         note="shared memory counts (cgroup, or the capped private tmpfs)"),
+    Case("fills a memfd", _src("""
+        import os, torch
+        fd = os.memfd_create("hoard")
+        for _ in range(300):
+            os.write(fd, b"x" * (10 << 20))
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "limit:memory", limits=Limits(timeout_s=60, memory_mb=1500), needs_isolation=True,
+         note="memfds count"),
+    Case("writes a forged job into other processes' stdin", _src("""
+        import os, torch
+        written = 0
+        for pid in [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]:
+            try:  # (pid 1, bwrap's init, shares this job's own stdin)
+                with open(f"/proc/{pid}/fd/0", "w") as stdin:
+                    stdin.write('{"argv": ["--", "explore", "forged"]}\\n')
+                    written += 1
+            except OSError:
+                pass
+        def model(x):
+            raise RuntimeError(f"stdin of {written} other processes written")
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"stdin of 0 other processes", needs_isolation=True,
+         note="no other job or standby worker is visible"),
+    Case("rewrites the compile cache", _src("""
+        import os, pathlib, torch
+        refused = []
+        shared = pathlib.Path(os.environ["GLASSBOX_SHARED_HINT"])  # where the shared cache is (it is no secret)
+        for path in [shared / "poison.json", shared / "toolchain" / "poison.json"]:
+            try:
+                path.write_text("{}")
+            except OSError as error:
+                refused.append(error.strerror)
+        for root in [shared, pathlib.Path("/tmp")]:
+            for path in root.glob("**/toolchain/*.json"):
+                try:
+                    path.write_text('{"version": "x", "native_flags": ["-fplugin=/tmp/evil.so"]}')
+                except OSError as error:
+                    refused.append(error.strerror)
+            for path in root.glob("**/cpp/*/kernels.so"):
+                try:
+                    path.write_bytes(b"not a library")
+                except OSError as error:
+                    refused.append(error.strerror)
+        def model(x):
+            raise RuntimeError(f"cache writes refused: {sorted(set(refused))} of {len(refused)}")
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"Read-only file system", needs_isolation=True,
+         note="the shared cache is read-only in the sandbox; the next exploration is correct"),
+    Case("opens a network connection", _src("""
+        import socket, torch
+        socket.create_connection(("1.1.1.1", 53), timeout=5)
+        def model(x):
+            return x
+        example_inputs = (torch.randn(3),)
+        """), "user-error", message=r"[Nn]etwork is unreachable|OSError", needs_isolation=True,
+         note="no network namespace access"),
 ]
 
 
@@ -296,8 +423,8 @@ class Outcome:
 
     def problems(self) -> list[str]:
         found = []
-        if self.outcome != self.case.expected:
-            found.append(f"expected {self.case.expected}, got {self.outcome}: {self.message[:300]}")
+        if self.outcome != self.case.outcome_expected:
+            found.append(f"expected {self.case.outcome_expected}, got {self.outcome}: {self.message[:300]}")
         if self.leftovers:
             found.append(f"processes left running: {self.leftovers}")
         if self.case.message and not re.search(self.case.message, self.message):
@@ -341,16 +468,9 @@ def classify(result: SandboxResult) -> tuple[str, str]:
     return f"exit:{code}", final_message(result.stderr)
 
 
-def leftovers(session: int | None) -> list[int]:
-    """Live (non-zombie) processes still in the worker's session, after a short grace for the kernel."""
-    if session is None:
-        return []
-    for _ in range(20):
-        alive = [pid for pid, state in session_processes(session) if state != b"Z"]
-        if not alive:
-            return []
-        time.sleep(0.1)
-    return alive
+def leftovers(session: int | None, namespace: str | None = None) -> list[int]:
+    """Live (non-zombie) processes still in the worker's session or PID namespace, after a short grace."""
+    return sandbox.leftovers(session, namespace)
 
 
 def run_case(case: Case, workdir: Path) -> Outcome:
@@ -358,18 +478,32 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     path = workdir / f"{re.sub(r'[^a-z0-9]+', '_', case.name.lower())}.py"
     path.write_bytes(case.source.encode())
     try:
-        result = run_sandboxed(explore_command(str(path), []), case.limits, env=case.env)
+        env = {**(case.env or {}), "GLASSBOX_SHARED_HINT": str(_shared_cache())}
+        result = run_sandboxed(explore_command(str(path), []), case.limits, env=env)
         outcome, message = classify(result)
         if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
-            outcome = "file-not-written"  # pins the behaviour: the sandbox does not confine the file system
-        return Outcome(case, outcome, message, result.wall_s, leftovers(result.session), result)
+            outcome = "file-not-written"  # the job's /tmp is its own
+        return Outcome(case, outcome, message, result.wall_s, leftovers(result.session, result.pid_namespace),
+                       result)
     finally:
         if case.name == "writes outside the work dir" and OUTSIDE_FILE.exists():
             OUTSIDE_FILE.unlink()
 
 
+def _shared_cache() -> Path:
+    from engine.build import cache_dir
+    return cache_dir()
+
+
+def runnable_cases(cases: list[Case] = CASES) -> list[Case]:
+    """The cases this machine can run safely: without bubblewrap, the ones that only namespaces make safe (a
+    model that kills every process it sees) are left out, and the report says so."""
+    return [case for case in cases if ISOLATED or not case.needs_isolation]
+
+
 def run_suite(workdir: Path, jobs: int = 2, group_size: int = 6, cases: list[Case] = CASES) -> list[Outcome]:
     """Run every case; after each group, one good exploration (its wall time is the group's recovery)."""
+    cases = runnable_cases(cases)
     groups = [cases[i:i + group_size] for i in range(0, len(cases), group_size)]
 
     def run_group(group: list[Case]) -> list[Outcome]:

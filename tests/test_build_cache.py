@@ -82,11 +82,11 @@ def test_a_failing_write_into_the_cache_degrades_with_a_warning(cache, monkeypat
     real_compile = build._compile
     calls = []
 
-    def full_disk(source, directory):
+    def full_disk(source, directory, *run):
         calls.append(directory)
         if len(calls) == 1:
             raise OSError(28, "No space left on device")
-        return real_compile(source, directory)
+        return real_compile(source, directory, *run)
 
     monkeypatch.setattr(build, "_compile", full_disk)
     with pytest.warns(UserWarning, match="could not write"):

@@ -2,42 +2,51 @@
 
 Note [Sandbox]
 A sandboxed process (the CLI's `explore --sandbox`, the hostile suite, and every worker of the app) is started
-by `SandboxedProcess` in a new session (its own process group), with
+by `SandboxedProcess` under the operating system's isolation of Note [Isolation] (engine/tools/isolation.py:
+bubblewrap namespaces, a read-only system, private capped /tmp and /dev/shm, an unprivileged uid, a cgroup
+for memory and processes), with
   - a clean environment: only what Python and the compiler need; no inherited secrets
-  - its own working and temp directory (HOME too), removed afterwards; the compile cache is shared
-    (content-addressed, checksummed, atomic: Note [Compile cache])
+  - its own work directory (HOME too), removed afterwards, or by the next start when its owner was killed
+    (Note [Work directories]); the compile cache read-only, builds by the trusted builder (Note [Trusted
+    builder] in engine/build.py)
   - a wall-time limit, and a CPU-time limit (RLIMIT_CPU, a backstop should the watcher itself die)
-  - a memory limit enforced by watching the resident memory of the whole process group (an address-space
+  - a memory limit: the cgroup's (shared memory counted; the kernel stops the job), else this module's polling
+    of the resident memory of every process of the job plus its private tmpfs and memfds (an address-space
     limit would break CUDA, which reserves far more virtual memory than it uses)
   - a cap on output bytes and on the number of processes
-When a limit is hit, the whole process group is killed and the result says which limit, in words; so does a
+When a limit is hit, every process of the job is killed and the result says which limit, in words; so does a
 process that died from a signal (a segfault in native code, SIGKILL from outside, KeyboardInterrupt).
-Limits are set from the parent with prlimit(), not in a preexec_fn: a preexec_fn is unsafe in a threaded
-parent (the Streamlit server), and the child runs no user code until long after it starts (it imports torch).
-This protects a local tool against mistakes and hostile paste-ins; it is not a container: code that calls
-setsid() can leave the group, and the file system is the user's. See README, "Security".
+Limits are set from the parent (prlimit(), cgroup files), not in a preexec_fn: a preexec_fn is unsafe in a
+threaded parent (the Streamlit server). Where bubblewrap cannot run, `isolation.protection()` says what is
+missing, and the process runs in its own session only. See README, "Security".
 
 Note [Standby worker]
 Importing torch and the engine is most of a small model's exploration time (5-10 s on two busy cores). A
-`Standby` keeps one sandboxed process started ahead of time, under the same environment and directory rules,
-that has done those imports and waits for one job on stdin. Its limits (wall time, memory, processes, output)
-are enforced only from the moment it is given the job, and its CPU limit is lowered to the job's then; it runs
-exactly one job and is thrown away, so no state from one model reaches the next.
+`Standby` keeps one sandboxed process started ahead of time, under the same isolation, that has done those
+imports and waits for one job on stdin. Nothing of any job can reach it: its stdin is a pipe only the parent
+holds, and every job lives in its own PID namespace, so no job sees the standby's /proc/<pid>/fd/0 (a daemon a
+job leaves dies with the job's namespace anyway). Its limits (wall time, memory, processes, output) are enforced
+from the moment it is given the job, and its CPU limit is lowered to the job's then; it runs exactly one job
+and is thrown away, so no state from one model reaches the next.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import math
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from engine.tools import isolation
+from engine.tools.builder import TrustedBuilder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.05
@@ -51,6 +60,21 @@ class Limits:
     cpu_s: int = 600
     output_bytes: int = 64 * 1024 * 1024
     processes: int = 64
+
+
+def positive_limit(unit: str, whole: bool = False) -> Callable[[str], float]:
+    """An argparse type for a limit: a finite number above zero (nan, inf, 0 and negatives are refused in
+    words, since a limit of nan or inf would mean no limit at all)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of {unit}, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0 or (whole and value != int(value)):
+            kind = "a whole number" if whole else "a finite number"
+            raise argparse.ArgumentTypeError(f"must be {kind} of {unit} above 0, got {text!r}")
+        return int(value) if whole else value
+    return parse
 
 
 # What a signal means, in words: (short name, the likely cause). Note [Sandbox]
@@ -90,6 +114,7 @@ class SandboxResult:
     details: list[str] = field(default_factory=list)
     session: int | None = None  # the worker's session (process group) id, to check that nothing is left
     limits: Limits = field(default_factory=Limits)
+    pid_namespace: str | None = None  # the sandbox's PID namespace (bubblewrap), to check that nothing is left
 
     @property
     def ok(self) -> bool:
@@ -138,24 +163,34 @@ class SandboxResult:
         return "", ""
 
 
-def clean_environment(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def clean_environment(workdir: Path, extra: dict[str, str] | None = None, isolated: bool = False) -> dict[str, str]:
+    """The worker's whole environment. Isolated, its compile cache is a private one in its work directory (the
+    shared cache is read-only there) and its temp directory the private capped /tmp."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
+        "HOME": str(workdir), "TMPDIR": "/tmp" if isolated else str(workdir), "LANG": "C.UTF-8",
         "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1",
     }
     for key in ("GLASSBOX_CACHE_DIR", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "CXX",
                 "VIRTUAL_ENV", "LD_LIBRARY_PATH"):
         if key in os.environ:
             env[key] = os.environ[key]
-    if "GLASSBOX_CACHE_DIR" not in env:  # keep sharing the user's compile cache; HOME moved
-        from engine.build import cache_dir
-        try:
-            env["GLASSBOX_CACHE_DIR"] = str(cache_dir())
-        except OSError:  # the worker warns and builds without a cache (Note [Compile cache])
-            pass
+    if isolated:
+        env["GLASSBOX_CACHE_DIR"] = str(workdir / ".cache")
+    elif "GLASSBOX_CACHE_DIR" not in env:  # keep sharing the user's compile cache; HOME moved
+        shared = _shared_cache()
+        if shared is not None:
+            env["GLASSBOX_CACHE_DIR"] = str(shared)
     env.update(extra or {})
     return env
+
+
+def _shared_cache() -> Path | None:
+    from engine.build import cache_dir
+    try:
+        return cache_dir()
+    except OSError:  # the worker warns and builds without a cache (Note [Compile cache])
+        return None
 
 
 def _stat_fields(pid: int | str) -> list[bytes]:
@@ -164,32 +199,96 @@ def _stat_fields(pid: int | str) -> list[bytes]:
         return stat.read().rsplit(b")", 1)[1].split()
 
 
-def session_processes(session: int) -> list[tuple[int, bytes]]:
-    """(pid, state letter) of every process in a session, from /proc (field 6 of stat is the session id)."""
+def _all_processes() -> list[tuple[int, list[bytes]]]:
     found = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = _stat_fields(entry.name)
-            if int(fields[3]) == session:
-                found.append((int(entry.name), fields[0]))
-        except (OSError, IndexError, ValueError):
-            continue
+        if entry.name.isdigit():
+            try:
+                found.append((int(entry.name), _stat_fields(entry.name)))
+            except (OSError, IndexError):
+                continue
     return found
 
 
-def _group_usage(session: int) -> tuple[float, int]:
-    """(resident MB, process count) of every process in a session."""
-    members = session_processes(session)
+def session_processes(session: int) -> list[tuple[int, bytes]]:
+    """(pid, state letter) of every process in a session, from /proc (field 6 of stat is the session id)."""
+    return [(pid, fields[0]) for pid, fields in _all_processes() if len(fields) > 3 and fields[3] == b"%d" % session]
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def namespace_processes(namespace: str) -> list[tuple[int, bytes]]:
+    """(pid, state letter) of every process in a PID namespace (the sandbox's, seen from outside)."""
+    return [(pid, fields[0]) for pid, fields in _all_processes() if pid_namespace(pid) == namespace]
+
+
+def leftovers(session: int | None, namespace: str | None = None, grace_s: float = 2.0) -> list[int]:
+    """Live (non-zombie) processes still in a worker's session or PID namespace, after a grace for the kernel."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = [pid for pid, state in (session_processes(session) if session else []) +
+                 (namespace_processes(namespace) if namespace else []) if state != b"Z"]
+        if not alive or time.monotonic() > deadline:
+            return sorted(set(alive))
+        time.sleep(0.1)
+
+
+def _descendants(root: int) -> list[int]:
+    """root and every process below it (children of children), from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _all_processes():
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _resident_mb(pids: list[int]) -> float:
     rss_kb = 0
-    for pid, _ in members:
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/statm", "rb") as statm:
                 rss_kb += int(statm.read().split()[1]) * (resource.getpagesize() // 1024)
         except (OSError, IndexError, ValueError):
             continue
-    return rss_kb / 1024, len(members)
+    return rss_kb / 1024
+
+
+def _shared_mb(pids: list[int], root_pid: int | None) -> float:
+    """Memory a job holds outside its resident pages: memfds it has open, and files on its private tmpfs
+    (/tmp, /dev/shm; root_pid is a process inside the sandbox, None when there is none)."""
+    seen, total = set(), 0
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    info = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if (info.st_dev, info.st_ino) not in seen:
+                        seen.add((info.st_dev, info.st_ino))
+                        total += info.st_blocks * 512
+            except OSError:
+                continue
+    if root_pid is not None:
+        for mount in ("tmp", "dev/shm"):
+            try:
+                usage = os.statvfs(f"/proc/{root_pid}/root/{mount}")
+                total += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+            except OSError:
+                continue
+    return total / (1 << 20)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -201,31 +300,52 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def _readable_paths(argv: list[str]) -> list[tuple[str, str]]:
+    """(real path, path) pairs a worker must read that its private /tmp, /dev/shm and /run would hide: the repo,
+    the Python installation and the files named on its command line, where they live there (Note [Isolation])."""
+    paths = {str(REPO_ROOT), sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), *(
+        a for a in argv if os.path.isabs(a) and os.path.isfile(a))}
+    hidden = ("/tmp/", "/dev/shm/", "/run/", "/var/run/")
+
+    def under_hidden(path: str) -> bool:
+        return any((candidate + "/").startswith(hidden) for candidate in (os.path.realpath(path), path))
+
+    return sorted((os.path.realpath(p), p) for p in paths if os.path.exists(p) and under_hidden(p))
+
+
+# the gate: wait for the parent's go (after it put this process into the job's cgroup), then become the worker
+GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "glassbox-gate"]
+
+
 class SandboxedProcess:
-    """One process under Note [Sandbox]: started at once, limited while it runs its job, killed with its group.
+    """One process under Note [Sandbox]: started at once, limited while it runs its job, killed with every
+    process of its job.
 
     `wait()` enforces the limits and collects the result. With `stdin_job=True` the process waits for one line
     on stdin (Note [Standby worker]): `send(line)` hands it over and the limits count from then. A process
     that answers `stack_signal` by printing its Python stack to stderr (faulthandler.register) is sent that
     signal before a limit kills it, so the result can say where the model was: the line of the endless loop.
+    `network=True` keeps the machine's network (the sandbox has none otherwise).
     """
 
     def __init__(self, argv: list[str], limits: Limits = Limits(), workdir: Path | None = None,
-                 env: dict[str, str] | None = None, stdin_job: bool = False, stack_signal: int | None = None):
-        self.limits, self.stack_signal = limits, stack_signal
-        self.own_dir = workdir is None
-        self.workdir = Path(tempfile.mkdtemp(prefix="glassbox-run-")) if workdir is None else workdir
+                 env: dict[str, str] | None = None, stdin_job: bool = False, stack_signal: int | None = None,
+                 network: bool = False):
+        self.limits, self.stack_signal, self.stdin_job = limits, stack_signal, stdin_job
+        self.isolated = not isolation.bwrap_problem()
+        self._own_dir = isolation.WorkDirectory() if workdir is None else None
+        self.workdir = self._own_dir.path if self._own_dir is not None else workdir
         self.born = time.monotonic()
+        self.cgroup: isolation.Cgroup | None = None
+        self.builder: TrustedBuilder | None = None
+        self.pid_namespace: str | None = None
+        self._worker: int | None = None
         try:
-            self.process = subprocess.Popen(
-                argv, cwd=self.workdir, env=clean_environment(self.workdir, env),
-                stdin=subprocess.PIPE if stdin_job else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True)
+            self.process = self._start(argv, env, network)
         except BaseException:
-            if self.own_dir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            self._release()
             raise
-        self._set_cpu_limit(limits.cpu_s, hard=limits.cpu_s + 5)
+        self._set_cpu_limit(self.pid, limits.cpu_s, hard=limits.cpu_s + 5)
         self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
         self._output_bytes = 0
         self._limit_hit: str | None = None
@@ -233,24 +353,84 @@ class SandboxedProcess:
                          threading.Thread(target=self._pump, args=(self.process.stderr, "stderr"), daemon=True)]
         for reader in self._readers:
             reader.start()
+        self._open_gate()
+
+    def _start(self, argv: list[str], env: dict[str, str] | None, network: bool) -> subprocess.Popen:
+        environment = clean_environment(self.workdir, env, self.isolated)
+        command, keep = argv, ()
+        if self.isolated:
+            self.builder = TrustedBuilder()
+            environment["GLASSBOX_BUILDER_FD"] = str(self.builder.worker_fd())
+            keep = (self.builder.worker_fd(),)
+            shared = _shared_cache()  # read-only: Note [Trusted builder]
+            readable = _readable_paths(argv) + ([(str(shared.resolve()), str(shared))] if shared else [])
+            command = isolation.bwrap_argv(self.workdir, readable, self.limits.memory_mb << 20, network) + argv
+        process = subprocess.Popen(GATE + command, cwd=self.workdir, env=environment, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                   pass_fds=keep)
+        if self.builder is not None:
+            self.builder.started()
+        return process
+
+    def _open_gate(self) -> None:
+        """Put the gate into the job's cgroup (where cgroups are writable), then let it become the worker."""
+        self.cgroup = isolation.Cgroup.create(self.limits.memory_mb << 20, self._pids_max(self.limits),
+                                              isolation.cgroup_name(self.workdir) if self._own_dir else None)
+        if self.cgroup is not None:
+            try:
+                self.cgroup.add(self.pid)
+            except OSError:
+                self.cgroup.remove()
+                self.cgroup = None
+        try:
+            self.process.stdin.write(b"go\n")
+            self.process.stdin.flush()
+            if not self.stdin_job:
+                self.process.stdin.close()
+        except OSError:
+            pass  # it is gone already: wait() reports how it ended
+
+    @staticmethod
+    def _pids_max(limits: Limits) -> int:
+        # the pids controller counts threads too (OpenMP and torch start one per core): a backstop against a
+        # fork bomb; the process count itself is watched by wait()
+        return max(4096, 64 * limits.processes)
 
     @property
     def pid(self) -> int:
-        return self.process.pid  # also its session and process-group id (start_new_session)
+        return self.process.pid  # the gate, then bwrap; its session and process group (start_new_session)
+
+    def worker_pid(self) -> int | None:
+        """The worker itself: bwrap's init's child inside the sandbox (found once it exists), else the gate."""
+        if not self.isolated:
+            return self.pid
+        if self._worker is None:
+            below = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) == self.pid]
+            inner = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) in below]
+            if inner:
+                self._worker = inner[0]
+                self.pid_namespace = pid_namespace(inner[0])
+        return self._worker
+
+    def members(self) -> list[int]:
+        """Every process of the job: its cgroup's, else every process below the gate and in its session."""
+        if self.cgroup is not None:
+            return self.cgroup.members()
+        return sorted(set(_descendants(self.pid)) | {pid for pid, _ in session_processes(self.pid)})
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def _set_cpu_limit(self, soft: float, hard: float | None = None) -> None:
+    def _set_cpu_limit(self, pid: int | None, soft: float, hard: float | None = None) -> None:
         try:
-            _, current_hard = resource.prlimit(self.pid, resource.RLIMIT_CPU)
+            _, current_hard = resource.prlimit(pid, resource.RLIMIT_CPU)
             hard = current_hard if hard is None else int(hard)
             if current_hard != resource.RLIM_INFINITY and hard > current_hard:
                 hard = current_hard  # a limit can only be lowered
             soft = min(int(soft), hard) if hard != resource.RLIM_INFINITY else int(soft)
-            resource.prlimit(self.pid, resource.RLIMIT_CPU, (soft, hard))
-            resource.prlimit(self.pid, resource.RLIMIT_CORE, (0, 0))
-        except (ProcessLookupError, PermissionError, ValueError, OSError):
+            resource.prlimit(pid, resource.RLIMIT_CPU, (soft, hard))
+            resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        except (ProcessLookupError, PermissionError, ValueError, OSError, TypeError):
             pass  # it is gone already: wait() reports how it ended
 
     def _pump(self, stream, name: str) -> None:
@@ -267,9 +447,16 @@ class SandboxedProcess:
         from now. False when the process is no longer there to take it."""
         if limits is not None:
             self.limits = limits
-            soft = _cpu_seconds(self.pid) + limits.cpu_s
-            self._set_cpu_limit(soft, hard=soft + 5)
-        if not self.alive() or self.process.stdin is None:
+            worker = self.worker_pid()
+            soft = _cpu_seconds(worker) + limits.cpu_s if worker else limits.cpu_s
+            self._set_cpu_limit(worker, soft, hard=soft + 5)
+            if self.cgroup is not None:
+                try:
+                    self.cgroup.set_memory(limits.memory_mb << 20)
+                    self.cgroup.set_pids(self._pids_max(limits))
+                except OSError:  # e.g. it already holds more than the job may: the polling decides
+                    self.cgroup.memory_enforced = False
+        if not self.alive() or self.process.stdin is None or self.process.stdin.closed:
             return False
         try:
             self.process.stdin.write(line.encode("utf-8") + (b"" if line.endswith("\n") else b"\n"))
@@ -278,22 +465,31 @@ class SandboxedProcess:
             return False
         return True
 
+    def _usage(self) -> tuple[float, int]:
+        """(memory MB as the limit counts it, process count) of the job now."""
+        members = self.members()
+        if self.cgroup is not None and self.cgroup.memory_enforced:
+            return _resident_mb(members), len(members)  # the kernel enforces; this is for the peak only
+        private_tmpfs = self.worker_pid() if self.isolated else None  # else /tmp and /dev/shm are the machine's
+        return _resident_mb(members) + _shared_mb(members, private_tmpfs), len(members)
+
     def wait(self, on_tick: Callable[[float], None] | None = None, tick_s: float = 0.25) -> SandboxResult:
-        """Watch the process until it ends or hits a limit (then its whole group is killed), calling
-        `on_tick(seconds)` now and then; if on_tick raises (the caller was interrupted), the group is killed and
+        """Watch the process until it ends or hits a limit (then every process of the job is killed), calling
+        `on_tick(seconds)` now and then; if on_tick raises (the caller was interrupted), the job is killed and
         the exception goes on. Time counts from this call."""
         start = last_tick = time.monotonic()
         peak = 0.0
         try:
             while self.process.poll() is None:
-                rss, count = _group_usage(self.pid)
-                peak = max(peak, rss)
+                self.worker_pid()
+                memory, count = self._usage()
+                peak = max(peak, memory)
                 elapsed = time.monotonic() - start
                 if elapsed > self.limits.timeout_s:
                     self._limit_hit = self._limit_hit or "time"
-                elif rss > self.limits.memory_mb:
+                elif memory > self.limits.memory_mb or (self.cgroup is not None and self.cgroup.oom_killed()):
                     self._limit_hit = self._limit_hit or "memory"
-                elif count > self.limits.processes:
+                elif count > self.limits.processes or (self.cgroup is not None and self.cgroup.forks_refused()):
                     self._limit_hit = self._limit_hit or "processes"
                 if self._limit_hit:
                     self._ask_for_stack()
@@ -303,24 +499,35 @@ class SandboxedProcess:
                     on_tick(elapsed)
                 time.sleep(POLL_SECONDS)
         finally:
-            self.kill()  # on a limit, on interruption, and whatever the worker left behind in its group
+            self.kill()  # on a limit, on interruption, and whatever the worker left behind
         for reader in self._readers:
             reader.join(timeout=5)
         code = self.process.returncode
+        if self.isolated and code is not None and 128 < code <= 128 + 64:
+            code = 128 - code  # bwrap reports a worker killed by signal N as exit status 128 + N
+        if self.cgroup is not None and self._limit_hit is None:
+            if self.cgroup.oom_killed():
+                self._limit_hit = "memory"  # the kernel's OOM killer, at the cgroup's limit
+            elif self.cgroup.forks_refused():
+                self._limit_hit = "processes"
+        if self._limit_hit == "memory" and self.cgroup is not None:
+            peak = max(peak, self.cgroup.peak_mb())
         if self._limit_hit is None and code == -signal.SIGXCPU:
             self._limit_hit = "cpu"
         return SandboxResult(code, b"".join(self._chunks["stdout"]).decode(errors="replace"),
                              b"".join(self._chunks["stderr"]).decode(errors="replace"),
-                             time.monotonic() - start, peak, self._limit_hit, session=self.pid, limits=self.limits)
+                             time.monotonic() - start, peak, self._limit_hit, session=self.pid, limits=self.limits,
+                             pid_namespace=self.pid_namespace)
 
     def _ask_for_stack(self, grace_s: float = 0.5) -> None:
         """Send stack_signal and give the process a moment to print its stack (faulthandler writes it from a C
         signal handler, so it answers even inside a long C call)."""
-        if self.stack_signal is None:
+        worker = self.worker_pid()
+        if self.stack_signal is None or worker is None:
             return
         seen = len(self._chunks["stderr"])
         try:
-            os.kill(self.pid, self.stack_signal)
+            os.kill(worker, self.stack_signal)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + grace_s
@@ -331,26 +538,43 @@ class SandboxedProcess:
             time.sleep(0.01)
 
     def kill(self) -> None:
-        """SIGKILL the whole process group and reap the process (it leads the group: its pgid is its pid)."""
+        """SIGKILL every process of the job and reap the gate: its process group (bwrap: its PID namespace dies
+        with it), its cgroup, and (without bubblewrap) whatever is left below it or in its session."""
+        self.worker_pid()  # its PID namespace, to check afterwards that nothing of it is left
+        stragglers = [] if self.isolated or self.cgroup is not None else self.members()
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid in stragglers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
 
     def close(self) -> None:
-        """Kill it and remove its directory (when the sandbox made it)."""
+        """Kill it and remove its directory (when the sandbox made it) and its cgroup."""
         self.kill()
         if self.process.stdin is not None:
             try:
                 self.process.stdin.close()
             except OSError:
                 pass
-        if self.own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.builder is not None:
+            self.builder.close()
+        if self._own_dir is not None:
+            self._own_dir.remove()
 
 
 def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | None = None,
@@ -358,11 +582,31 @@ def run_sandboxed(argv: list[str], limits: Limits = Limits(), workdir: Path | No
                   on_tick: Callable[[float], None] | None = None) -> SandboxResult:
     """Run argv (a Python module invocation or any command) under the limits of Note [Sandbox].
     `env` adds or overrides variables of the clean environment (e.g. CXX, to test a failing compiler)."""
-    process = SandboxedProcess(argv, limits, workdir, env)
+    with _terminate_as_exit():
+        process = SandboxedProcess(argv, limits, workdir, env)
+        try:
+            return process.wait(on_tick)
+        finally:
+            process.close()
+
+
+@contextlib.contextmanager
+def _terminate_as_exit():
+    """In the main thread (the CLI), SIGTERM and SIGHUP end the wait like Ctrl-C does: the worker is killed and
+    its directory removed on the way out, instead of the caller dying with the worker left unwatched."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(number, frame):
+        raise SystemExit(128 + number)
+
+    previous = {number: signal.signal(number, leave) for number in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return process.wait(on_tick)
+        yield
     finally:
-        process.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class Standby:

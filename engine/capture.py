@@ -119,7 +119,7 @@ def describe_guard(guard) -> str:
     kind = getattr(getattr(guard, "create_fn", None), "__name__", "") or "guard"
     code = getattr(guard, "code_list", None)
     if code:
-        return f"{name}: {' and '.join(code)}"
+        return f"{name}: {' and '.join(code)}" if name else " and ".join(code)  # no stray ": " before a global check
     if kind in ("TENSOR_MATCH", "SHAPE_ENV"):
         return f"{kind.lower()}: {name}" if name else kind.lower()
     return f"{kind.lower()} on {name}" if name else kind.lower()

@@ -68,3 +68,15 @@ def test_sample_breaks_have_hints_and_the_suggested_rewrite_removes_the_break(tm
     again = engine.explore(fixed.model, fixed.example_inputs, name="fixed").to_json()
     assert again["graph_breaks"] == [] and len(again["graphs"]) == 1 and again["verify"]["ok"]
     torch.testing.assert_close(fixed.model(*spec.example_inputs), spec.model(*spec.example_inputs))
+
+
+def test_guards_have_no_stray_colon_and_dynamic_seq_names_only_symbols_it_shows():
+    import re
+
+    spec = load_model_file("dynamic_seq")
+    record = engine.explore(spec.model, spec.example_inputs, dynamic_inputs=spec.dynamic_inputs,
+                            name=spec.name).to_json()
+    assert record["guards"] and not [g for g in record["guards"] if g.startswith(":")]
+    shown = set(re.findall(r"\bs\d+\b", " ".join(g["ir"]["text"] for g in record["graphs"])))
+    promised = set(re.findall(r"\bs\d+\b", spec.description))  # a symbol the description names must be shown
+    assert shown and promised <= shown, (promised, shown)

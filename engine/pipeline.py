@@ -30,6 +30,7 @@ from engine.record import Exploration, GraphRecord
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
+from engine.schedule.templates import MODES as TEMPLATE_MODES, TemplateOptions
 
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
@@ -45,12 +46,15 @@ class Options:
     mode: str = "default"
     fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
     max_fused_nodes: int | None = None
+    templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto = a heuristic decides, on = forced, off
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.templates not in TEMPLATE_MODES:
+            raise ValueError(f"unknown templates {self.templates!r}; choose one of {', '.join(TEMPLATE_MODES)}")
         if self.mode == "reduce-overhead" and not self.device.startswith("cuda"):
             raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
 
@@ -81,7 +85,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
     with stage(timings, "lower"):
         lowered = lower(aten_gm, example_inputs, options.device)
     with stage(timings, "schedule"):
-        scheduled = schedule(lowered, FusionKnobs(options.fusion, options.max_fused_nodes))
+        scheduled = schedule(lowered, FusionKnobs(options.fusion, options.max_fused_nodes),
+                             TemplateOptions(options.templates, options.backend, options.mode))
         memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
     with stage(timings, "codegen"):
         module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
@@ -171,24 +176,26 @@ def records_fx(gm: torch.fx.GraphModule) -> list[dict]:
 
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
-            mode: str = "default") -> Callable:
+            mode: str = "default", templates: str = "auto") -> Callable:
     """Like torch.compile(model, mode=mode), with Glassbox as the backend."""
-    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic, mode)), None, dynamic)
+    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic, mode, templates=templates)), None,
+                                  dynamic)
 
 
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
-            fusion: bool = True, max_fused_nodes: int | None = None) -> Exploration:
+            fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto") -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/profile.py: time_ms, gbps, flops per kernel)."""
     from engine import run
     from engine.profile import Profiler
 
-    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes)
+    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates)
     exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
                               description=description, options={"dynamic": dynamic, "mode": mode, "fusion": fusion,
-                                                                "max_fused_nodes": max_fused_nodes})
+                                                                "max_fused_nodes": max_fused_nodes,
+                                                                "templates": templates})
     capture.reset()
     log = capture.CaptureLog()
     profiler = Profiler(device) if profile else None

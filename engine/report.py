@@ -115,6 +115,12 @@ def _bytes(node, hints) -> int:
     return int(numel) * node.dtype.itemsize if numel.is_Integer else 0
 
 
+def _fused_op(node, aten_by_name: dict) -> dict:
+    aten = [a for a in node.origins if a in aten_by_name]
+    return {"ir_node": node.name, "aten_origins": aten, "ops": [str(aten_by_name[a]["target"]) for a in aten],
+            "fx_origins": list(dict.fromkeys(f for a in aten for f in aten_by_name[a].get("fx_origins", [])))}
+
+
 def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict) -> None:
     lowered, scheduled, memory = compiled.lowered, compiled.schedule, compiled.memory
     record.cache_hit = compiled.cache_hit
@@ -135,7 +141,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
     record.ir = {"nodes": ir_nodes, "text": "\n\n".join("\n".join(n["text"]) for n in ir_nodes),
                  "inputs": [b.name for b in lowered.inputs if b is not None]}
     record.fusion = {"decisions": [vars(d) for d in scheduled.decisions],
-                     "unused": list(scheduled.unused)}  # Note [Unused nodes]: computed by no kernel
+                     "unused": list(scheduled.unused),  # Note [Unused nodes]: computed by no kernel
+                     "templates": list(scheduled.templates)}  # per matmul: template or library call, and why
     record.memory = {
         "peak_bytes": memory.peak_bytes, "unfused_peak_bytes": memory.unfused_peak_bytes,
         "buffers": [vars(life) for life in memory.lives],
@@ -156,6 +163,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
         }
         if generated is not None and hasattr(generated, "record_fields"):
             entry.update(generated.record_fields())  # backend extras, e.g. Triton's launch config and autotuning
+        if "template" in entry:  # the GEMM template's fused epilogue, op by op (Note [GEMM templates])
+            entry["template"]["fused_ops"] = [_fused_op(buffers[n], aten_by_name) for n in entry["template"]["epilogue"]]
         if kernel.kind == "fallback":
             entry["reason"] = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
         record.kernels.append(entry)

@@ -596,6 +596,8 @@ class CppModule:
     language = "cpp"
 
     def launch_text(self, kernel: CppKernel) -> str:
+        if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
+            return kernel.launch_text()
         args = [f"{name}.data_ptr()" for name in kernel.args] + kernel.size_args
         return f"{kernel.name}({', '.join(args)})"
 
@@ -613,6 +615,13 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
         function = getattr(library, kernel.name)
         function.restype = None
         function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_args)
+        if hasattr(kernel, "template"):
+            from engine.codegen.cpp_gemm import CppTemplateRunner
+            from engine.codegen.gemm_launch import TemplateLaunch
+
+            function.argtypes = [ctypes.c_void_p] * (len(kernel.args) + 1) + [ctypes.c_int64] * 3
+            function = TemplateLaunch(kernel, CppTemplateRunner(kernel, function), device,
+                                      tune=getattr(module, "autotune", False))
         namespace[kernel.name] = function
     return cache_hit
 
@@ -622,10 +631,13 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) ->
     lines = PRELUDE.splitlines()
     line_kernel: list = [None] * len(lines)
     generated = []
+    from engine.codegen.cpp_gemm import generate_template
+
     for kernel in kernels:
-        if kernel.kind not in ("pointwise", "reduction"):
+        if kernel.kind not in ("pointwise", "reduction", "template"):
             continue
-        cpp = generate_kernel(kernel, buffers, size_symbols)
+        cpp = generate_template(kernel, buffers) if kernel.kind == "template" else \
+            generate_kernel(kernel, buffers, size_symbols)
         generated.append(cpp)
         lines.append("")
         line_kernel.append(None)

@@ -477,6 +477,8 @@ class TritonModule:
     def launch_text(self, kernel: TritonKernel) -> str:
         """The wrapper's call: the jit function's run() with the grid and block sizes worked out here, so a
         launch does no work beyond Triton's own argument handling (the lean launch path)."""
+        if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
+            return kernel.launch_text()
         args = ", ".join(kernel.args + kernel.size_args)
         if self.tunable(kernel):  # triton_build.AutotunedLaunch picks grid and blocks at the first launch
             return f"{kernel.name}.run({args}, grid=None, warmup=False)  # autotuned"
@@ -485,10 +487,13 @@ class TritonModule:
 
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> TritonModule:
     """All generated kernels of one graph in one Python module (imported once per graph)."""
-    devices = {n.device for k in kernels for n in k.nodes if k.kind in ("pointwise", "reduction")}
+    devices = {n.device for k in kernels for n in k.nodes if k.kind in ("pointwise", "reduction", "template")}
     interpreter = not any(str(d).startswith("cuda") for d in devices)
-    generated = [generate_kernel(k, buffers, size_symbols, interpreter) for k in kernels
-                 if k.kind in ("pointwise", "reduction")]
+    from engine.codegen.triton_gemm import generate_template
+
+    generated = [generate_template(k, buffers, interpreter) if k.kind == "template" else
+                 generate_kernel(k, buffers, size_symbols, interpreter) for k in kernels
+                 if k.kind in ("pointwise", "reduction", "template")]
     helpers = set()
     for kernel in generated:
         helpers |= {name for name in HELPERS if re.search(rf"\b{name}\(", kernel.source)}
@@ -517,7 +522,13 @@ def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> 
         function = getattr(loaded, kernel.name)
         if interpret:
             function = triton_build.QuietInterpreted(function)
-        elif module.tunable(kernel):
+        if hasattr(kernel, "template"):
+            from engine.codegen.gemm_launch import TemplateLaunch
+            from engine.codegen.triton_gemm import TritonTemplateRunner
+
+            function = TemplateLaunch(kernel, TritonTemplateRunner(kernel, function), device,
+                                      tune=module.autotune and not interpret)
+        elif not interpret and module.tunable(kernel):
             function = triton_build.AutotunedLaunch(kernel, function, device)
         namespace[kernel.name] = function
     return cache_hit

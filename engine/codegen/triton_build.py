@@ -252,7 +252,15 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
             continue
         for entry in kernels:
             info = entry.get("triton")
-            if not info or kernel_names is not None and entry["name"] not in kernel_names:
+            if kernel_names is not None and entry["name"] not in kernel_names:
+                continue
+            display = (entry.get("template") or {}).get("display")
+            if display:  # a GEMM template: its GPU config's constexprs (codegen/triton_gemm.py)
+                entry["asm"] = kernel_assembly(code["source"], entry["name"], entry["template"]["signature"],
+                                               display["constants"], display["num_warps"])
+                count += 1
+                continue
+            if not info:
                 continue
             # the config the kernel launches with on a GPU (a CPU record's own config is the interpreter's)
             config = (info.get("autotune") or {}).get("best") or info.get("gpu_config", info["config"])

@@ -101,7 +101,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
     device = graph.device
     for index, kernel in enumerate(kernels):
         body.append(f"# {kernel.name}: {kernel.kind} ({', '.join(n.name for n in kernel.nodes)})")
-        if kernel.kind in ("pointwise", "reduction"):
+        if kernel.kind in ("pointwise", "reduction", "template"):
             for name in kernel.stored:
                 node = graph.buffers[name]
                 reused = memory.reuse_of(name)

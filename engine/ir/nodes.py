@@ -128,6 +128,16 @@ class Fallback(Extern):
 
 
 @dataclass(eq=False)
+class Template(Extern):
+    """A library call the scheduler chose to generate as a kernel of its own (a tiled GEMM), so that its
+    elementwise consumers run as the kernel's epilogue (engine/schedule/templates.py). `spec` describes
+    the operation in the template's terms (schedule/templates.GemmSpec); `reason` says why it was chosen."""
+    spec: Any = None
+    reason: str = ""
+    kind = "template"
+
+
+@dataclass(eq=False)
 class MultiOutput(Buffer):
     """Element `index` of a Fallback/Extern node that returns several tensors."""
     parent: str = ""

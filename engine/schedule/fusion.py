@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Template, TensorValue
 from engine.ir.ops import use_handler
 from engine.lowering.graph import LoweredGraph
-from engine.schedule import policy
+from engine.schedule import policy, templates
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, group_shape
 
 
@@ -32,7 +32,7 @@ class FusionDecision:
 @dataclass
 class Kernel:
     name: str
-    kind: str  # pointwise | reduction | extern | fallback
+    kind: str  # pointwise | reduction | extern | fallback | template
     nodes: list[Buffer]
     stored: list[str]  # buffers this kernel writes to memory
     reads: list[str]  # buffers it reads from memory
@@ -49,6 +49,7 @@ class Schedule:
     kernels: list[Kernel]
     decisions: list[FusionDecision] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # loop nodes nobody reads: in no kernel (Note [Unused nodes])
+    templates: list[dict] = field(default_factory=list)  # per matmul: template or library call, and why
 
 
 def _label(group: list[Buffer]) -> str:
@@ -73,6 +74,8 @@ def node_reads(node: Buffer, buffers: dict) -> list[str]:
 def check_loop_nest(nodes: list[Buffer], buffers: dict, private: set[str] = frozenset()) -> str | None:
     """None when the nodes can share one loop nest; otherwise why not. `private` nodes are only ever
     inlined into their consumers (never stored), so their own size does not matter."""
+    if any(isinstance(n, Template) for n in nodes):  # Note [GEMM templates]
+        return templates.check_epilogue(nodes, buffers)
     rows, red = group_shape([n for n in nodes if n.name not in private] or nodes)
     plan = KernelPlan(nodes, rows, red)
     for node in nodes:
@@ -130,7 +133,8 @@ def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[
 
 
 class Scheduler:
-    def __init__(self, graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs()):
+    def __init__(self, graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),
+                 template_options: templates.TemplateOptions | None = None):
         self.graph = graph
         self.knobs = knobs
         self.buffers = graph.buffers
@@ -138,7 +142,9 @@ class Scheduler:
         reads = {n.name: node_reads(n, self.buffers) for n in graph.nodes}
         unused = unused_nodes(graph.nodes, reads, self.output_names)
         self.unused = [n.name for n in graph.nodes if n.name in unused]
-        self.nodes = [n for n in graph.nodes if n.name not in unused]
+        self.template_options = template_options or templates.TemplateOptions(templates="off")
+        self.template_choices: list[dict] = []
+        self.nodes = [self._template_or_node(n) for n in graph.nodes if n.name not in unused]
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
         self.reads = {n.name: reads[n.name] for n in self.nodes}
         self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
@@ -149,6 +155,14 @@ class Scheduler:
                 self.group_of[node.name] = group
         self.decisions: list[FusionDecision] = []
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
+
+    def _template_or_node(self, node: Buffer) -> Buffer:
+        """A matmul the template policy takes becomes a Template node (Note [GEMM templates])."""
+        if type(node) is not Extern or node.target not in templates.GEMM_TARGETS:
+            return node
+        template, reason = templates.choose(node, self.template_options)
+        self.template_choices.append({"node": node.name, "template": template is not None, "reason": reason})
+        return template or node
 
     # -- dependencies between groups -----------------------------------------------------------------------
     def _group_id(self, group) -> int:
@@ -261,7 +275,7 @@ class Scheduler:
                     continue
                 if policy.fusion_verdict(self._visible(a), self._visible(b), "horizontal")[0]:
                     self.try_merge(a, b, "horizontal")
-        return Schedule(self._kernels(), self.decisions, self.unused)
+        return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices)
 
     def _share_reads(self, a, b) -> bool:
         reads_a = {r for n in a for r in self.reads[n.name]}
@@ -275,6 +289,12 @@ class Scheduler:
             names = {n.name for n in group}
             stored = [n.name for n in group if n.name in self.output_names or any(
                 n.name in self.reads[c.name] and c.name not in names for c in self.nodes)]
+            if isinstance(group[0], Template):
+                kept = self._template_kernel(group, index, stored)
+                if kept is not None:
+                    kernels.append(kept)
+                    continue
+                group = [self.buffers[group[0].name]]  # back to the library call (its Extern node)
             if isinstance(group[0], (Extern, Fallback, MultiOutput)):
                 kind = "fallback" if isinstance(group[0], Fallback) or (
                     isinstance(group[0], MultiOutput) and isinstance(self.buffers[group[0].parent], Fallback)) \
@@ -287,6 +307,20 @@ class Scheduler:
             reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
             kernels.append(Kernel(f"kernel_{index}", kind, group, stored, reads, rows, red))
         return kernels
+
+    def _template_kernel(self, group: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
+        template, epilogue = group[0], group[1:]
+        keep, reason = templates.keep_template(template, epilogue, self.template_options)
+        for choice in self.template_choices:
+            if choice["node"] == template.name:
+                choice.update(template=keep, reason=reason, epilogue=[n.name for n in epilogue])
+        if not keep:
+            return None
+        names = {n.name for n in group}
+        reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
+        spec = template.spec
+        return Kernel(f"template_{index}", "template", group, stored, reads, sympy.Integer(spec.rows),
+                      sympy.Integer(spec.n))
 
     def _topological(self, groups):
         edges = self._group_edges()
@@ -309,5 +343,6 @@ class Scheduler:
         return result
 
 
-def schedule(graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs()) -> Schedule:
-    return Scheduler(graph, knobs).run()
+def schedule(graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),
+             template_options: templates.TemplateOptions | None = None) -> Schedule:
+    return Scheduler(graph, knobs, template_options).run()

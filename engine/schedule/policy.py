@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import sympy
 
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Reduction
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Reduction, Template
 from engine.schedule.kernel_plan import describe_size, group_shape
+from engine.schedule.templates import epilogue_verdict
 
 MAX_REDUCTION_PASSES = 4  # more passes over a row than this re-read it too often to pay off
 
@@ -41,6 +42,8 @@ def is_library(group: list[Buffer]) -> bool:
 
 def fusion_verdict(first: list[Buffer], second: list[Buffer], kind: str) -> tuple[bool, str]:
     """May the nodes of two groups run as one kernel? `kind` is vertical or horizontal."""
+    if any(isinstance(n, Template) for n in first + second):
+        return template_epilogue(first, second, kind)
     for group in (first, second):
         for node in group:
             library = _library_kind(node)
@@ -73,6 +76,22 @@ def fusion_verdict(first: list[Buffer], second: list[Buffer], kind: str) -> tupl
     if same(numel, rows):
         return True, f"per-row {'input' if pointwise_group is first else 'epilogue'} over the same {rows} rows"
     return False, f"different iteration space {_shape_text(pointwise_group)} vs {_shape_text(reduction_group)}"
+
+
+def template_epilogue(first: list[Buffer], second: list[Buffer], kind: str) -> tuple[bool, str]:
+    """Rule: a GEMM template fuses elementwise consumers of its output as its epilogue (Note [GEMM templates])."""
+    if any(isinstance(n, Template) for n in second):
+        if any(isinstance(n, Template) for n in first):
+            return False, "two templates cannot share a kernel"
+        return False, "a template fuses consumers of its output (its epilogue), not producers of its inputs"
+    if kind != "vertical":
+        return False, "a template kernel fuses only its epilogue, no siblings"
+    for node in second:
+        library = _library_kind(node)
+        if library:
+            return False, f"{library}: library and eager calls are not fused"
+    template = next(n for n in first if isinstance(n, Template))
+    return epilogue_verdict(template, second)
 
 
 def too_many_passes(reduction_depth: int) -> str | None:

@@ -1,0 +1,114 @@
+"""Launching a GEMM template kernel, for both backends: the template itself, or the library call followed by
+the same kernel run as an epilogue only; in mode="max-autotune" the choice between them is measured.
+
+Note [Template or library at run time]
+Every template kernel has two modes, one source: it computes the tile itself (K loop, the tile config's
+blocks), or it reads the tile from a buffer the library call (cuBLAS, the CPU BLAS) has just written
+(ACC_FROM_MEMORY) and runs only the epilogue: exactly the unfused "library GEMM + one elementwise kernel"
+plan. In max-autotune both are timed on the real arguments at the first launch, with a few tile configs
+for the template, and the fastest wins. Tuning happens at the first launch, not at compile time, because
+compiling runs under Dynamo's fake tensors, which hold no memory to run a kernel on. Results are cached on
+disk by kernel source (which spells the shape, strides and dtype), candidate list and device.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from engine.build import cache_dir
+from engine.ir.nodes import TensorArg, Template
+
+CPU_TIMING_SECONDS = 0.05  # per candidate: enough repeats of a skinny GEMM for a stable median
+
+
+class TemplateLaunch:
+    """The wrapper calls this with the kernel's tensor arguments (in `kernel.args` order).
+
+    `backend.run(tensors, config, acc)` launches the generated kernel (acc: the library result, or None to
+    compute the tile); `backend.configs()` lists tile configs, the heuristic's first."""
+
+    def __init__(self, kernel, backend, device: str, tune: bool):
+        self.kernel, self.backend, self.device = kernel, backend, device
+        self.template: Template = kernel.template
+        self.position = {name: i for i, name in enumerate(kernel.args)}
+        self.tune = tune
+        self.choice: Callable | None = None if tune else self._template_run(backend.configs()[0])
+
+    def __call__(self, *tensors):
+        if self.choice is None:
+            self.choice = self._autotune(tensors)
+        self.choice(tensors)
+
+    # -- the two modes -------------------------------------------------------------------------------------
+    def _template_run(self, config: dict) -> Callable:
+        return lambda tensors: self.backend.run(tensors, config, None)
+
+    def _library_run(self, tensors) -> None:
+        def view(arg):
+            if not isinstance(arg, TensorArg):
+                return arg
+            tensor = tensors[self.position[arg.name]]
+            return tensor.as_strided([int(s) for s in arg.size], [int(s) for s in arg.stride],
+                                     tensor.storage_offset() + int(arg.offset))
+
+        args, kwargs = torch.utils._pytree.tree_map(view, (self.template.args, self.template.kwargs),
+                                                    is_leaf=lambda a: isinstance(a, TensorArg))
+        result = self.template.target(*args, **kwargs).contiguous()
+        self.backend.run(tensors, self.backend.configs()[0], result)
+
+    # -- max-autotune --------------------------------------------------------------------------------------
+    def _autotune(self, tensors) -> Callable:
+        configs = self.backend.configs()
+        key = hashlib.sha256(json.dumps([self.kernel.source, configs, _device_name(self.device),
+                                         self.backend.version]).encode()).hexdigest()[:24]
+        path = cache_dir() / "templates" / f"{key}.json"
+        cached = path.exists()
+        if cached:
+            results = json.loads(path.read_text())
+        else:
+            results = [self._time(f"template {_config_text(c)}", lambda t, c=c: self.backend.run(t, c, None),
+                                  tensors, config=c) for c in configs]
+            results.append(self._time("library + epilogue", self._library_run, tensors, config=None))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(results))
+        timed = [r for r in results if r.get("ms") is not None]
+        best = min(timed, key=lambda r: r["ms"]) if timed else results[0]
+        self.kernel.tuning.update(candidates=results, winner=best["candidate"], cached=cached,
+                                  device=_device_name(self.device))
+        if best["config"] is None:
+            return self._library_run
+        return self._template_run(best["config"])
+
+    def _time(self, name: str, run: Callable, tensors, config) -> dict:
+        try:
+            run(tensors)
+            milliseconds = _median_ms(lambda: run(tensors), self.device)
+        except Exception as error:  # noqa: BLE001 - a config that does not compile (registers) is skipped
+            return {"candidate": name, "config": config, "ms": None, "error": str(error)[:200]}
+        return {"candidate": name, "config": config, "ms": milliseconds}
+
+
+def _config_text(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
+
+
+def _median_ms(fn: Callable[[], Any], device: str) -> float:
+    if str(device).startswith("cuda"):
+        from triton.testing import do_bench
+        return float(do_bench(fn, return_mode="median"))
+    times = []
+    deadline = time.perf_counter() + CPU_TIMING_SECONDS
+    while len(times) < 5 or time.perf_counter() < deadline and len(times) < 200:
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3

@@ -1,0 +1,256 @@
+"""The Triton GEMM template: a tiled tl.dot kernel whose epilogue is printed from the IR.
+
+The template owns the loop structure (Note [Triton GEMM template]); the epilogue — every fused consumer of
+the output tile — is written by the same TritonPrinter the pointwise kernels use, with the accumulator tile
+as the value of the matmul's buffer (Note [Template epilogue loads] in schedule/templates.py).
+
+Note [Triton GEMM template]
+  programs   one per (BLOCK_M x BLOCK_N output tile, batch); program ids walk tiles in groups of GROUP_M
+             rows of tiles, so consecutive programs share B columns and A rows in L2
+  K loop     A and B tiles loaded at rows `rm % M`, columns `rn % N` (always in bounds, so only K needs a mask,
+             and only when BLOCK_K does not divide K: EVEN_K), multiplied with tl.dot into a float32 tile
+  epilogue   alpha/beta and the bias of addmm/baddbmm, the rounding to the output dtype that eager's
+             library call does, then the fused consumers; stores masked on the ragged edges
+  dtypes     float16/bfloat16 on tensor cores; float32 as tf32 only when torch allows it
+             (torch.backends.cuda.matmul.allow_tf32), otherwise exact ("ieee")
+ACC_FROM_MEMORY runs the epilogue on a tile the library call wrote instead (Note [Template or library at run
+time] in gemm_launch.py). Sizes and strides are literals: a template is generated per shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.codegen.provenance import LineTag
+from engine.codegen.triton import SIGNATURE_TYPES, _store
+from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
+from engine.ir.nodes import Template
+from engine.ir.ops import use_handler
+from engine.schedule.fusion import Kernel
+from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
+
+MASKS = {"x": "xmask", "r": "rmask", "xr": "xrmask"}
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int = 4
+    num_stages: int = 3
+    GROUP_M: int = 8
+
+    def kwargs(self) -> dict:
+        return dict(vars(self))
+
+
+# Tile configs for the GPU (fp16/bf16 on Hopper-class parts; the set Inductor and Triton's tutorial time for
+# large GEMMs, plus small-M ones for decode-like shapes). The first one that fits the shape is the heuristic.
+GPU_CONFIGS = [GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 256, 64, 8, 3), GemmConfig(256, 128, 64, 8, 3),
+               GemmConfig(128, 128, 32, 4, 4), GemmConfig(64, 128, 64, 4, 4), GemmConfig(128, 64, 64, 4, 4),
+               GemmConfig(64, 64, 64, 4, 3), GemmConfig(32, 128, 128, 4, 4), GemmConfig(16, 128, 128, 4, 5),
+               GemmConfig(16, 64, 256, 4, 4)]
+INTERPRETER_CONFIG = GemmConfig(64, 64, 32, 4, 1)  # the interpreter wants few, large programs
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def gpu_configs(spec: GemmSpec) -> list[GemmConfig]:
+    """Configs whose tile is not much larger than the problem (a 16-row GEMM gets no 256-row tiles)."""
+    m, n, k = (max(16, _next_power_of_2(v)) for v in (spec.m, spec.n, spec.k))
+    fitting = [c for c in GPU_CONFIGS if c.BLOCK_M <= m and c.BLOCK_N <= n and c.BLOCK_K <= k]
+    shrunk = GemmConfig(min(m, 64), min(n, 64), min(k, 64), 4, 3)
+    return fitting or [shrunk]
+
+
+def interpreter_config(spec: GemmSpec) -> GemmConfig:
+    m, n, k = (_next_power_of_2(v) for v in (spec.m, spec.n, spec.k))
+    return GemmConfig(min(m, INTERPRETER_CONFIG.BLOCK_M), min(n, INTERPRETER_CONFIG.BLOCK_N),
+                      min(k, INTERPRETER_CONFIG.BLOCK_K), 4, 1, 1)
+
+
+@dataclass
+class TritonTemplateKernel:
+    name: str
+    source: str
+    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
+    size_args: list[str]
+    template: Template
+    epilogue: list[str]  # IR nodes fused after the GEMM
+    interpreter: bool
+    signature: dict
+    line_tags: list = field(default_factory=list)
+    tuning: dict = field(default_factory=dict)  # max-autotune: filled at the first launch
+
+    @property
+    def spec(self) -> GemmSpec:
+        return self.template.spec
+
+    def configs(self) -> list[GemmConfig]:
+        return [interpreter_config(self.spec)] if self.interpreter else gpu_configs(self.spec)
+
+    def grid(self, config: GemmConfig) -> tuple:
+        spec = self.spec
+        tiles = -(-spec.m // config.BLOCK_M) * -(-spec.n // config.BLOCK_N)
+        return (tiles, spec.batch, 1)
+
+    def launch_text(self) -> str:
+        return f"{self.name}({', '.join(self.args)})"
+
+    def record_fields(self) -> dict:
+        config = self.configs()[0]
+        return {"template": {
+            "name": "triton_gemm", "spec": self.spec.record(), "config": config.kwargs(),
+            "gpu_config": gpu_configs(self.spec)[0].kwargs(), "grid": list(self.grid(config)),
+            "epilogue": list(self.epilogue), "reason": self.template.reason,
+            "candidates": [c.kwargs() for c in gpu_configs(self.spec)], "autotune": self.tuning,
+            "signature": self.signature, "display": {
+                "constants": self.display_constants(gpu_configs(self.spec)[0]),
+                "num_warps": gpu_configs(self.spec)[0].num_warps}}}
+
+    def display_constants(self, config: GemmConfig) -> dict:
+        """The constexprs of a launch with `config` (for triton_build.kernel_assembly)."""
+        return dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
+                    GROUP_M=config.GROUP_M, EVEN_K=self.spec.k % config.BLOCK_K == 0, ACC_FROM_MEMORY=False)
+
+
+class EpiloguePrinter(TritonPrinter):
+    """TritonPrinter whose loads of the template's own output are the accumulator tile."""
+
+    def __init__(self, plan: TemplatePlan, buffers: dict, template: Template):
+        super().__init__(plan, buffers, "r", MASKS)
+        self.template = template
+        self.accumulator = TVar("acc", template.dtype, True, XR)
+
+    def _load_memory(self, name, index):
+        if name == self.template.name:
+            accumulator_read(self.plan, self.template, index)
+            return self.accumulator
+        return super()._load_memory(name, index)
+
+
+def _needs_int64(spec: GemmSpec) -> bool:
+    def extent(operand, sizes):
+        return operand.offset + sum((s - 1) * st for s, st in zip(sizes, operand.strides))
+    sizes = [extent(spec.a, (spec.batch, spec.m, spec.k)), extent(spec.b, (spec.batch, spec.k, spec.n)),
+             spec.rows * spec.n] + ([extent(spec.bias, (spec.batch, spec.m, spec.n))] if spec.bias else [])
+    return max(sizes) >= INT32_LIMIT
+
+
+def _precision(spec: GemmSpec) -> str:
+    if spec.dtype != torch.float32:
+        return "tf32"  # ignored for half types: tensor cores take them as they are
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+
+def _gemm_lines(spec: GemmSpec, int64: bool) -> list[str]:
+    """The template's own part: tile ids, the K loop, alpha/beta/bias, rounding (Note [Triton GEMM template])."""
+    sa, sb = spec.a.strides, spec.b.strides
+    index = ".to(tl.int64)" if int64 else ""
+    # tl.full, not tl.zeros/tl.cdiv: those are jit functions, which the interpreter cannot call (Note
+    # [Reductions without Triton's standard library] in the prelude)
+    lines = [
+        "pid = tl.program_id(0)",
+        f"pid_b = tl.program_id(1){index}",
+        f"num_pid_m = ({spec.m} + BLOCK_M - 1) // BLOCK_M",
+        f"num_pid_n = ({spec.n} + BLOCK_N - 1) // BLOCK_N",
+        "group_width = GROUP_M * num_pid_n",
+        "first_m = (pid // group_width) * GROUP_M",
+        "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)",
+        "pid_m = first_m + (pid % group_width) % group_rows",
+        "pid_n = (pid % group_width) // group_rows",
+        f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){index}",
+        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){index}",
+        f"x0 = pid_b * {spec.m} + rm[:, None]",
+        "r0 = rn[None, :]",
+        f"xmask = rm[:, None] < {spec.m}",
+        f"rmask = r0 < {spec.n}",
+        "xrmask = xmask & rmask",
+        "if ACC_FROM_MEMORY:",
+        f"    acc = tl.load(acc_in + (x0 * {spec.n} + r0), mask=xrmask, other=0.0).to(tl.float32)",
+        "else:",
+        f"    ram = rm % {spec.m}",
+        f"    rbn = rn % {spec.n}",
+        "    rk = tl.arange(0, BLOCK_K)",
+        f"    a_ptrs = {spec.a.name} + ({spec.a.offset} + pid_b * {sa[0]} + ram[:, None] * {sa[1]} + rk[None, :] * {sa[2]})",
+        f"    b_ptrs = {spec.b.name} + ({spec.b.offset} + pid_b * {sb[0]} + rk[:, None] * {sb[1]} + rbn[None, :] * {sb[2]})",
+        "    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)",
+        f"    for k in range(0, {spec.k}, BLOCK_K):",
+        "        if EVEN_K:",
+        "            a = tl.load(a_ptrs)",
+        "            b = tl.load(b_ptrs)",
+        "        else:",
+        f"            a = tl.load(a_ptrs, mask=rk[None, :] < {spec.k} - k, other=0.0)",
+        f"            b = tl.load(b_ptrs, mask=rk[:, None] < {spec.k} - k, other=0.0)",
+    ]
+    if spec.dtype == torch.bfloat16:  # the interpreter's tl.dot mis-computes bfloat16 (numpy has no bf16)
+        lines += ["        if GB_INTERPRET:", "            a = a.to(tl.float32)", "            b = b.to(tl.float32)"]
+    lines += [
+        f"        acc += tl.dot(a, b, input_precision=\"{_precision(spec)}\")",
+        f"        a_ptrs += BLOCK_K * {sa[2]}",
+        f"        b_ptrs += BLOCK_K * {sb[1]}",
+    ]
+    if spec.alpha != 1.0:
+        lines.append(f"    acc = acc * {spec.alpha!r}")
+    if spec.bias is not None:
+        bias, sc = spec.bias, spec.bias.strides
+        load = (f"tl.load({bias.name} + ({bias.offset} + pid_b * {sc[0]} + rm[:, None] * {sc[1]} + "
+                f"r0 * {sc[2]}), mask=xrmask, other=0.0).to(tl.float32)")
+        lines.append(f"    acc = acc + {load}" + (f" * {spec.beta!r}" if spec.beta != 1.0 else ""))
+    if spec.dtype in HALF:  # eager's library call rounds its result to the output dtype
+        lines.append(f"acc = acc.to({tl_type(spec.dtype)}).to(tl.float32)")
+    return lines
+
+
+def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> TritonTemplateKernel:
+    template, epilogue = kernel.nodes[0], kernel.nodes[1:]
+    spec = template.spec
+    plan = epilogue_plan(template, epilogue)
+    printer = EpiloguePrinter(plan, buffers, template)
+    stores = []
+    with use_handler(printer):
+        for node in [n for n in kernel.nodes if n.name in kernel.stored]:
+            printer.tag = LineTag(node.name)
+            value = printer.accumulator if node is template else node.inner_fn(plan.index(node))
+            stores.append((_store(printer, node, plan, value, XR, "[BLOCK_M, BLOCK_N]"), LineTag(node.name)))
+    epilogue_lines, epilogue_tags = printer.take()
+    operands = [spec.a.name, spec.b.name] + ([spec.bias.name] if spec.bias else [])
+    args = list(dict.fromkeys(operands + sorted(printer.loaded, key=kernel.reads.index) + list(kernel.stored)))
+    params = args + ["acc_in"] + [f"{c}: tl.constexpr" for c in CONSTEXPRS]
+    tag = LineTag(template.name)
+    body = [(line, tag) for line in _gemm_lines(spec, _needs_int64(spec))]
+    body += list(zip(epilogue_lines, epilogue_tags)) + stores
+    header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):",
+              f"    # GEMM template: {spec.op} {spec.shape_text()}, epilogue: "
+              f"{', '.join(n.name for n in epilogue) or 'none'}"]
+    lines = header + ["    " + line for line, _ in body]
+    tags = [None, None, tag] + [t for _, t in body]
+    signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
+    signature["acc_in"] = SIGNATURE_TYPES[template.dtype]
+    signature.update({c: "constexpr" for c in CONSTEXPRS})
+    return TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
+                                interpreter, signature, tags)
+
+
+class TritonTemplateRunner:
+    """gemm_launch's backend for one Triton template kernel."""
+
+    def __init__(self, kernel: TritonTemplateKernel, function):
+        import triton
+
+        self.kernel, self.function, self.version = kernel, function, triton.__version__
+
+    def configs(self) -> list[dict]:
+        return [c.kwargs() for c in self.kernel.configs()]
+
+    def run(self, tensors, config: dict, acc) -> None:
+        config = GemmConfig(**config)
+        constexprs = self.kernel.display_constants(config)
+        constexprs["ACC_FROM_MEMORY"] = acc is not None
+        self.function.run(*tensors, tensors[0] if acc is None else acc, grid=self.kernel.grid(config),
+                          warmup=False, num_warps=config.num_warps, num_stages=config.num_stages, **constexprs)

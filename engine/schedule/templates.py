@@ -1,0 +1,299 @@
+"""GEMM templates as a scheduling decision: which library matmuls become generated kernels, and which of their
+consumers run as the kernel's epilogue.
+
+Note [GEMM templates]
+A matmul (mm, addmm, bmm, baddbmm, a 1x1 convolution) is lowered to an Extern library call. Before fusion the
+scheduler asks `choose` about each one; an eligible call becomes a Template node: the same call, now a kernel
+of kind "template" whose output tile stays in registers while elementwise consumers of the same output shape
+(bias, activation, scale, residual add, dtype cast) are computed on it — the epilogue. Fusion treats a
+template like a reduction's row: a consumer joins when every read it makes of the template's output is the
+element the tile holds (Note [Template epilogue loads]). After fusion, `keep_template` drops a template that
+fused nothing when the heuristic chose it only for its epilogue: the library call alone is as fast.
+
+Every GEMM is seen in one frame, out[b, m, n] = sum_k A[b, m, k] * B[b, k, n] (+ beta * bias[b, m, n]), with
+each operand a strided view (batch stride 0 = broadcast), and the output row-major over (batch*M, N): the
+template's rows are x = b*M + m and its columns r = n, so the epilogue is the `full` loop shape of Note [Fused
+loop shape] with rows = batch*M and red = N.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from engine.ir.handlers import AccessRecorder, Var
+from engine.ir.indexing import contiguous_strides, unflatten
+from engine.ir.nodes import Buffer, Extern, Pointwise, TensorArg, Template
+from engine.ir.ops import use_handler
+from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable
+
+aten = torch.ops.aten
+MODES = ("auto", "on", "off")
+GEMM_TARGETS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+                aten.convolution.default)
+TEMPLATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TENSOR_CORE_MIN = 16  # tl.dot's smallest tile side: a GEMM with a smaller M, N or K stays a library call
+CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (batch 1-32 of an LLM layer)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A matrix operand as a strided view of a buffer: element (b, i, j) is at offset + b*sb + i*si + j*sj."""
+    name: str
+    offset: int
+    strides: tuple[int, int, int]  # (batch, row, column) in elements; 0 = broadcast
+
+    def text(self) -> str:
+        return f"{self.name}[{self.offset} + b*{self.strides[0]} + i*{self.strides[1]} + j*{self.strides[2]}]"
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    op: str  # mm | addmm | bmm | baddbmm | conv1x1
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Operand  # [batch, m, k]
+    b: Operand  # [batch, k, n]
+    bias: Operand | None  # [batch, m, n] broadcast view, or None
+    alpha: float
+    beta: float
+    dtype: torch.dtype
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.m
+
+    def shape_text(self) -> str:
+        batch = f"{self.batch} x " if self.batch > 1 else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} (MxNxK)"
+
+    def record(self) -> dict:
+        return {"op": self.op, "batch": self.batch, "M": self.m, "N": self.n, "K": self.k,
+                "dtype": str(self.dtype).replace("torch.", ""),
+                "a": dataclasses.asdict(self.a), "b": dataclasses.asdict(self.b),
+                "bias": dataclasses.asdict(self.bias) if self.bias else None, "alpha": self.alpha, "beta": self.beta}
+
+
+class NotATemplate(Exception):
+    """Why a library call is not a template (the reason is shown)."""
+
+
+def _ints(values, what: str) -> tuple[int, ...]:
+    result = []
+    for value in values:
+        value = sympy.sympify(value)
+        if not value.is_Integer:
+            raise NotATemplate(f"{what} {value} is symbolic (a template is generated for static shapes)")
+        result.append(int(value))
+    return tuple(result)
+
+
+def _operand(arg: TensorArg, dims: tuple) -> Operand:
+    """`arg` seen as [batch, rows, cols]: `dims` names which of its dims are batch/rows/cols (None: absent)."""
+    sizes = _ints(arg.size, "size")
+    strides = _ints(arg.stride, "stride")
+    picked = []
+    for dim in dims:
+        picked.append(0 if dim is None or sizes[dim] == 1 else strides[dim])
+    return Operand(arg.name, _ints([arg.offset], "offset")[0], tuple(picked))
+
+
+def _broadcast(arg: TensorArg, out_ndim: int) -> Operand:
+    """A bias broadcast to the output's [batch?, m, n] (aligned from the right, as torch broadcasts)."""
+    missing = out_ndim - len(arg.size)
+    dims = [None] * missing + list(range(len(arg.size)))
+    if out_ndim == 2:
+        dims = [None] + dims
+    return _operand(arg, tuple(dims))
+
+
+def _scalar(value, name: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise NotATemplate(f"{name}={value!r} is not a number known at compile time")
+
+
+def gemm_spec(node: Extern) -> GemmSpec:
+    """The call in the template's frame (Note [GEMM templates]); NotATemplate says why it does not fit."""
+    target, args, kwargs = node.target, node.args, node.kwargs
+    if node.dtype not in TEMPLATE_DTYPES:
+        raise NotATemplate(f"{str(node.dtype).replace('torch.', '')} has no tiled tl.dot path here")
+    bias, alpha, beta = None, 1.0, 1.0
+    if target in (aten.mm.default, aten.addmm.default):
+        if target == aten.addmm.default:
+            bias = _broadcast(args[0], 2)
+            args = args[1:]
+            beta, alpha = _scalar(kwargs.get("beta", 1), "beta"), _scalar(kwargs.get("alpha", 1), "alpha")
+        a, b = args[0], args[1]
+        (m, k), (_, n) = _ints(a.size, "size"), _ints(b.size, "size")
+        spec_a, spec_b, batch = _operand(a, (None, 0, 1)), _operand(b, (None, 0, 1)), 1
+        op = "addmm" if bias else "mm"
+    elif target in (aten.bmm.default, aten.baddbmm.default):
+        if target == aten.baddbmm.default:
+            bias = _broadcast(args[0], 3)
+            args = args[1:]
+            beta, alpha = _scalar(kwargs.get("beta", 1), "beta"), _scalar(kwargs.get("alpha", 1), "alpha")
+        a, b = args[0], args[1]
+        (batch, m, k), (_, _, n) = _ints(a.size, "size"), _ints(b.size, "size")
+        spec_a, spec_b = _operand(a, (0, 1, 2)), _operand(b, (0, 1, 2))
+        op = "baddbmm" if bias else "bmm"
+    elif target == aten.convolution.default:
+        spec_a, spec_b, bias, batch, m, n, k = _conv1x1(node)
+        op = "conv1x1"
+    else:
+        raise NotATemplate(f"{target} is not a matmul")
+    if 0 in (batch, m, n, k):
+        raise NotATemplate(f"empty GEMM {batch}x{m}x{n}x{k}: nothing to tile (the library call handles it)")
+    if beta != 1.0 and bias is None:
+        beta = 1.0
+    out = _ints(node.size, "size")
+    expected = contiguous_strides([sympy.Integer(s) for s in out])
+    if any(s != 1 and int(st) != int(ex) for s, st, ex in zip(out, _ints(node.out_stride, "stride"), expected)):
+        raise NotATemplate(f"output strides {list(_ints(node.out_stride, 'stride'))} are not row-major")
+    return GemmSpec(op, batch, m, n, k, spec_a, spec_b, bias, alpha, beta, node.dtype)
+
+
+def _conv1x1(node: Extern):
+    """A 1x1, stride-1, unpadded, ungrouped 2D convolution is a batched GEMM: per image, W[Cout, Cin] @
+    X[Cin, H*W] (+ bias[Cout] along the rows)."""
+    x, w, bias = node.args[0], node.args[1], node.args[2]
+    stride, padding, _, transposed, _, groups = node.args[3:9]
+    if len(w.size) != 4 or _ints(w.size[2:], "size") != (1, 1):
+        raise NotATemplate("only 1x1 convolutions are GEMMs")
+    if transposed or groups != 1 or any(int(s) != 1 for s in stride) or any(int(p) != 0 for p in padding):
+        raise NotATemplate("a 1x1 convolution with stride, padding, groups or transposition is not one GEMM")
+    nb, cin, h, wd = _ints(x.size, "size")
+    xs = _ints(x.stride, "stride")
+    if h > 1 and wd > 1 and xs[2] != wd * xs[3]:
+        raise NotATemplate("the input's H and W do not flatten into one axis (not NCHW-contiguous)")
+    hw_stride = xs[3] if wd > 1 else xs[2]
+    cout = _ints(w.size, "size")[0]
+    ws = _ints(w.stride, "stride")
+    a = Operand(w.name, _ints([w.offset], "offset")[0], (0, ws[0] if cout > 1 else 0, ws[1] if cin > 1 else 0))
+    b = Operand(x.name, _ints([x.offset], "offset")[0],
+                (xs[0] if nb > 1 else 0, xs[1] if cin > 1 else 0, hw_stride if h * wd > 1 else 0))
+    spec_bias = None
+    if isinstance(bias, TensorArg):
+        bs = _ints(bias.stride, "stride")
+        spec_bias = Operand(bias.name, _ints([bias.offset], "offset")[0], (0, bs[0] if cout > 1 else 0, 0))
+    return a, b, spec_bias, nb, cout, h * wd, cin
+
+
+# --- the choice ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemplateOptions:
+    """What the choice depends on: Options.templates (auto | on | off), the backend, the mode."""
+    templates: str = "auto"
+    backend: str = "cpp"
+    mode: str = "default"
+
+
+def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str]:
+    """A Template node for this library call, or None; and the reason in words."""
+    if options.templates == "off":
+        return None, "templates are off (Options.templates='off'): library call"
+    try:
+        spec = gemm_spec(node)
+    except NotATemplate as reason:
+        return None, f"library call: {reason}"
+    if options.templates == "on":
+        reason = "template forced on (Options.templates='on')"
+    elif options.mode == "max-autotune":
+        reason = "max-autotune: tile configs are timed against the library call at the first launch"
+    elif options.backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN:
+        return None, (f"library call: {spec.shape_text()} is too small for tensor-core tiles "
+                      f"(tl.dot wants {TENSOR_CORE_MIN}x{TENSOR_CORE_MIN}x{TENSOR_CORE_MIN})")
+    elif options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
+        return None, (f"library call: {spec.rows} rows; the CPU BLAS beats a generated GEMM beyond "
+                      f"{CPU_SKINNY_ROWS} rows (the C++ template is for skinny, batch 1-32 shapes)")
+    else:
+        reason = (f"{spec.shape_text()} fits a tiled template; kept if an epilogue fuses into it "
+                  f"(then the output is written once instead of written and read again)")
+    fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(Extern)}
+    return Template(**fields, spec=spec, reason=reason), reason
+
+
+def keep_template(template: Template, epilogue: list[Buffer], options: TemplateOptions) -> tuple[bool, str]:
+    """After fusion: a template chosen only for its epilogue and given none goes back to the library call."""
+    if epilogue or options.templates == "on" or options.mode == "max-autotune":
+        fused = ", ".join(n.name for n in epilogue) or "nothing"
+        return True, f"{template.reason}; epilogue: {fused}"
+    return False, "library call: no elementwise consumer fused into the template, and the library GEMM alone is as fast"
+
+
+# --- the epilogue --------------------------------------------------------------------------------------------
+
+
+class TemplatePlan(KernelPlan):
+    """The epilogue's loop shape: rows x = b*M + m, columns r = n; every epilogue node is `full` (one value
+    per output element), at index unflatten(x*N + r, its size)."""
+
+    def role(self, node: Buffer) -> str:
+        return "full"
+
+    def index(self, node: Buffer) -> list:
+        return [self.simplify(e) for e in unflatten(self.x * self.red + self.r, node.size)]
+
+    def output_offset(self) -> sympy.Expr:
+        return self.simplify(self.x * self.red + self.r)
+
+
+def epilogue_plan(template: Template, epilogue: list[Buffer]) -> TemplatePlan:
+    spec = template.spec
+    return TemplatePlan(list(epilogue), sympy.Integer(spec.rows), sympy.Integer(spec.n))
+
+
+# Note [Template epilogue loads]
+# The template holds one output element per (x, r) lane: an epilogue may read the template's output only at
+# that element (its storage offset, simplified over the tile's ranges, is x*N + r). A read anywhere else (a
+# transpose, a neighbour, a broadcast of one row) would need a value another program computes: not fusable.
+
+
+def accumulator_read(plan: TemplatePlan, template: Template, index) -> None:
+    """Raise NotFusable unless `index` into the template's output is the element the lane holds."""
+    offset = plan.simplify(sympy.expand(template.storage_offset(index)))
+    if sympy.expand(offset - plan.output_offset()) != 0:
+        raise NotFusable(f"reads {template.name} at another element ({offset}), not the tile's own "
+                         f"(Note [Template epilogue loads])")
+
+
+def epilogue_verdict(template: Template, consumer: list[Buffer]) -> tuple[bool, str]:
+    """May these nodes join the template as its epilogue? (policy's template rule)"""
+    numel = template.spec.rows * template.spec.n
+    for node in consumer:
+        if not isinstance(node, Pointwise):
+            return False, f"{node.name} is a {node.kind}: a template's epilogue is elementwise"
+        if sympy.expand(node.numel - numel) != 0:
+            return False, (f"{node.name} has {node.numel} elements; the template's epilogue runs over its "
+                           f"{template.spec.rows}x{template.spec.n} output")
+    return True, f"epilogue of the {template.spec.op} template: elementwise over its {template.spec.rows}x{template.spec.n} output tile"
+
+
+def check_epilogue(nodes: list[Buffer], buffers: dict) -> str | None:
+    """None when the group (one Template and its epilogue) is valid; otherwise why not."""
+    templates = [n for n in nodes if isinstance(n, Template)]
+    if len(templates) != 1:
+        return "two templates cannot share a kernel"
+    template = templates[0]
+    epilogue = [n for n in nodes if n is not template]
+    plan = epilogue_plan(template, epilogue)
+
+    def external(name, index):
+        if name == template.name:
+            accumulator_read(plan, template, index)
+        return Var("load", buffers[name].dtype)
+
+    inliner = Inliner(plan, external=external, accumulator=lambda name: Var("acc", buffers[name].dtype))
+    try:
+        with use_handler(AccessRecorder(buffers, on_load=inliner.load)):
+            for node in epilogue:
+                node.inner_fn(plan.index(node))
+    except NotFusable as reason:
+        return str(reason)
+    return None

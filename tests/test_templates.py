@@ -1,0 +1,195 @@
+"""GEMM templates (Note [GEMM templates]): matmuls and 1x1 convolutions become generated kernels of kind
+"template" with their elementwise consumers fused as the epilogue, through the Triton interpreter and the
+C++ backend, matching eager; the record says which template, tile config, fused ops (with FX origins) and,
+in max-autotune, the measured candidates. Sizes are small and ragged (the interpreter is slow)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import engine
+from engine.codegen import triton_build
+
+TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
+             torch.bfloat16: dict(atol=1e-1, rtol=5e-2)}
+
+
+class LinearReLU(torch.nn.Module):
+    def __init__(self, k=63, n=255):
+        super().__init__()
+        self.linear = torch.nn.Linear(k, n)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+class LinearGeluResidual(torch.nn.Module):
+    def __init__(self, k=63):
+        super().__init__()
+        self.linear = torch.nn.Linear(k, k)
+
+    def forward(self, x):
+        return F.gelu(self.linear(x)) + x
+
+
+class SwiGLU(torch.nn.Module):
+    def __init__(self, d=63, hidden=96):
+        super().__init__()
+        self.gate = torch.nn.Linear(d, hidden, bias=False)
+        self.up = torch.nn.Linear(d, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def bmm_scale_tanh(a, b):
+    return torch.tanh(torch.bmm(a, b) * 0.5)
+
+
+class Conv1x1BiasReLU(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(24, 40, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def _case(name, dtype):
+    torch.manual_seed(0)
+    if name == "linear_relu":
+        return LinearReLU().to(dtype), (torch.randn(127, 63, dtype=dtype),)
+    if name == "linear_gelu_residual":
+        return LinearGeluResidual().to(dtype), (torch.randn(2, 40, 63, dtype=dtype),)
+    if name == "swiglu":
+        return SwiGLU().to(dtype), (torch.randn(37, 63, dtype=dtype),)
+    if name == "bmm":
+        return bmm_scale_tanh, (torch.randn(3, 33, 63, dtype=dtype), torch.randn(3, 63, 47, dtype=dtype))
+    if name == "conv1x1":
+        return Conv1x1BiasReLU().to(dtype), (torch.randn(2, 24, 5, 7, dtype=dtype),)
+    raise ValueError(name)
+
+
+MODELS = ["linear_relu", "linear_gelu_residual", "swiglu", "bmm", "conv1x1"]
+# one or two dtypes per model under the interpreter: every dtype is covered, each model twice
+TRITON_CASES = [(m, torch.float32) for m in MODELS] + list(zip(MODELS, [torch.float16, torch.bfloat16] * 3))
+
+
+def _explore(name, dtype, backend, **options):
+    model, inputs = _case(name, dtype)
+    return engine.explore(model, inputs, backend=backend, name=name, tolerance=TOLERANCE[dtype], **options)
+
+
+def _templates(exploration):
+    return [k for k in exploration.kernels if k["kind"] == "template"]
+
+
+def _assert_fused(exploration, name):
+    assert exploration.verify["ok"], exploration.verify
+    templates = _templates(exploration)
+    assert templates, [(k["name"], k["kind"]) for k in exploration.kernels]
+    fused = [op for t in templates for op in t["template"]["fused_ops"]]
+    assert fused, templates[0]["template"]
+    assert all(op["fx_origins"] for op in fused), fused
+    expected = {"linear_relu": "relu", "linear_gelu_residual": "gelu", "swiglu": "mul", "bmm": "tanh",
+                "conv1x1": "relu"}[name]
+    assert any(expected in o for op in fused for o in op["ops"]), fused
+
+
+@pytest.mark.parametrize("name,dtype", TRITON_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_triton_template_fuses_epilogue_and_matches_eager(name, dtype):
+    exploration = _explore(name, dtype, "triton", templates="on")
+    _assert_fused(exploration, name)
+    assert "tl.dot(" in exploration.graphs[0].code["source"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cpp_template_forced_on_matches_eager(name):
+    exploration = _explore(name, torch.float32, "cpp", templates="on")
+    _assert_fused(exploration, name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpp_template_half_types(dtype):
+    _assert_fused(_explore("linear_gelu_residual", dtype, "cpp", templates="on"), "linear_gelu_residual")
+
+
+def test_record_carries_template_config_fused_ops_and_autotune(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))
+    exploration = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")
+    assert exploration.verify["ok"], exploration.verify
+    record = exploration.to_json()
+    kernel = next(k for g in record["graphs"] for k in g["kernels"] if k["kind"] == "template")
+    template = kernel["template"]
+    assert template["name"] == "cpp_gemm" and template["spec"]["op"] == "addmm"
+    assert {"tile_m", "tile_n"} <= set(template["config"])
+    assert template["fused_ops"][0]["fx_origins"] == ["relu"]
+    tuning = template["autotune"]
+    timed = [c for c in tuning["candidates"] if c["ms"] is not None]
+    assert any(c["candidate"].startswith("template") for c in timed)
+    assert any(c["candidate"] == "library + epilogue" for c in timed)
+    assert tuning["winner"] in [c["candidate"] for c in timed] and tuning["cached"] is False
+    choices = record["graphs"][0]["fusion"]["templates"]
+    assert choices and choices[0]["template"] and choices[0]["reason"]
+    again = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")
+    assert _templates(again)[0]["template"]["autotune"]["cached"] is True  # on disk by shape/dtype/device
+
+
+def test_default_mode_heuristic_says_why():
+    wide = _explore("linear_relu", torch.float32, "cpp")  # 127 rows: the CPU BLAS keeps it
+    assert not _templates(wide)
+    choice = wide.graphs[0].fusion["templates"][0]
+    assert not choice["template"] and "rows" in choice["reason"]
+    torch.manual_seed(0)
+    skinny = engine.explore(LinearReLU(), (torch.randn(4, 63),), backend="cpp")
+    assert _templates(skinny) and skinny.verify["ok"], skinny.kernels
+    off = _explore("linear_relu", torch.float32, "cpp", templates="off")
+    assert not _templates(off) and "off" in off.graphs[0].fusion["templates"][0]["reason"]
+
+
+def test_template_without_epilogue_goes_back_to_the_library_call():
+    torch.manual_seed(0)
+    exploration = engine.explore(lambda a, b: a @ b, (torch.randn(4, 63), torch.randn(63, 20)), backend="cpp")
+    assert [k["kind"] for k in exploration.kernels] == ["extern"]
+    assert "no elementwise consumer" in exploration.graphs[0].fusion["templates"][0]["reason"]
+
+
+EDGE_CASES = {
+    "transposed_operands": (lambda a, b: torch.relu(a.t() @ b.t()), (torch.randn(63, 17), torch.randn(29, 63))),
+    "k_of_one": (lambda a, b: torch.sigmoid(a @ b), (torch.randn(19, 1), torch.randn(1, 21))),
+    "empty_k": (lambda a, b: torch.relu(a @ b) + 1, (torch.randn(9, 0), torch.randn(0, 11))),
+    "broadcast_batch": (lambda a, b: torch.relu(torch.matmul(a, b)), (torch.randn(2, 3, 17, 31), torch.randn(31, 18))),
+    "expanded_batch": (lambda a, b: torch.relu(torch.bmm(a.expand(3, 17, 31), b)),
+                       (torch.randn(1, 17, 31), torch.randn(3, 31, 18))),
+    "mixed_dtypes": (lambda a, b, r: (a @ b).float() * 2 + r,
+                     (torch.randn(33, 40).half(), torch.randn(40, 24).half(), torch.randn(33, 24))),
+    "tiny": (lambda a, b: torch.relu(a @ b), (torch.randn(2, 3), torch.randn(3, 4))),
+    "strided_view_input": (lambda a, b: torch.relu(a[:, ::2] @ b), (torch.randn(20, 62), torch.randn(31, 24))),
+}
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_edge_cases_match_eager(case, backend):
+    fn, inputs = EDGE_CASES[case]
+    exploration = engine.explore(fn, inputs, backend=backend, templates="on", tolerance=TOLERANCE[torch.float16])
+    assert exploration.verify["ok"], exploration.verify
+    if case == "empty_k":
+        assert not _templates(exploration)
+        assert "empty" in exploration.graphs[0].fusion["templates"][0]["reason"]
+
+
+def test_tiny_gemm_stays_library_on_triton_by_default_with_reason():
+    fn, inputs = EDGE_CASES["tiny"]
+    exploration = engine.explore(fn, inputs, backend="triton")
+    assert exploration.verify["ok"] and not _templates(exploration)
+    assert "too small" in exploration.graphs[0].fusion["templates"][0]["reason"]
+
+
+def test_triton_template_compiles_for_sm90_without_a_gpu():
+    exploration = _explore("linear_gelu_residual", torch.bfloat16, "triton", templates="on")
+    assert triton_build.add_assembly(exploration) >= 1
+    for kernel in _templates(exploration):
+        asm = kernel["asm"]
+        assert not asm.get("error"), asm.get("error")
+        assert ".target sm_90" in asm["ptx"] and "mma" in asm["ptx"]

@@ -172,7 +172,7 @@ def _namespace_entries(compiled) -> dict[str, str]:
     """Namespace key -> kernel name, for every kernel the wrapper launches or calls."""
     entries = {}
     for kernel in compiled.schedule.kernels:
-        if kernel.kind in ("pointwise", "reduction"):
+        if kernel.kind in ("pointwise", "reduction", "template"):
             entries[kernel.name] = kernel.name
         else:
             for node in kernel.nodes:

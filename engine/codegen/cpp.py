@@ -394,8 +394,8 @@ def _reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols) -
     from engine.schedule.fusion import node_reads
     passes = reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers))
     body = _Source()
-    with body.block(), body.block(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0)",
-                                  _parallel_clause(plan.rows * plan.red)):
+    rows_pragma = "" if splits_rows(plan) else _parallel_clause(plan.rows * plan.red)
+    with body.block(), body.block(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0)", rows_pragma):
         for name in _row_cache_nodes(kernel, plan, buffers, passes):
             printer.row_cache[name] = False
             body.add(f"alignas(64) {c_type(buffers[name].dtype)} cache_{name}[{c_index(plan.red)}];", LineTag(name))
@@ -421,7 +421,8 @@ def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, bo
         printer.start_inner_loop()
         stores, store_tags = _emit_stores(stored_full, plan, printer)
         body.extend(*printer.take_hoisted())
-        with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", "#pragma omp simd"):
+        pragma = "#pragma omp parallel for simd" if splits_rows(plan) else "#pragma omp simd"
+        with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
             body.extend(printer.lines, printer.line_tags)
             body.extend(stores, store_tags)
 
@@ -548,7 +549,7 @@ def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, bo
     row = c_index(plan.red)
     split = vectorizable and accumulators and not (plan.red.is_Integer and int(plan.red) < SPLIT_MIN_ROW)
     if split:
-        _emit_split_loop(accumulators, updates, update_tags, clauses, row, printer, body)
+        _emit_split_loop(accumulators, updates, update_tags, clauses, row, printer, body, splits_rows(plan))
     else:
         for a in accumulators:
             updates.append(_update_text(a.kind, a.name, a.value))
@@ -562,30 +563,65 @@ def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, bo
         body.add(line, LineTag(name))
 
 
+# Note [Cascade sums]
+# A float32 lane that keeps adding stops growing once its total is 2^24 times the addend: the sum of 2^31
+# ones over 32 lanes gave 536870912 (2^24 * 32) instead of 2147483648. ATen sums in a cascade: short runs
+# are summed first, then the run totals. Here the lanes restart from the identity for every chunk of
+# CASCADE_CHUNK elements (128 elements a lane), the chunk's lanes are folded into a chunk total, and chunk
+# totals go into the row's accumulator: no partial sum grows past a chunk, and the accumulator takes one add
+# per chunk. The chunk loop is also the unit of a split reduction (Note [Split reductions in C++]).
+CASCADE_CHUNK = 4096
+
+# Note [Split reductions in C++]
+# A kernel with few rows and long ones (a full sum, a column sum with a few columns) would run its rows on
+# a few threads and leave the others idle. When the rows are fewer than SPLIT_MAX_ROWS and a row has at
+# least SPLIT_MIN_RED elements, the rows loop runs on one thread and each pass's chunk loop runs on all of
+# them (`omp parallel for` with a reduction clause per accumulator: each thread sums its chunks, OpenMP adds
+# the thread totals), as do the row's elementwise stores after the passes.
+SPLIT_MAX_ROWS = 16
+SPLIT_MIN_RED = 1 << 16
+
+
+def splits_rows(plan: KernelPlan) -> bool:
+    rows, red = plan.rows, plan.red
+    return rows.is_Integer and int(rows) < SPLIT_MAX_ROWS and red.is_Integer and int(red) >= SPLIT_MIN_RED
+
+
 def _emit_split_loop(accumulators: list[_Accumulator], updates, update_tags, clauses, row: str,
-                     printer: CppPrinter, body: _Source) -> None:
-    """One pass with ACCUMULATOR_LANES partial accumulators per reduction (Note [Split accumulators])."""
-    lanes = ACCUMULATOR_LANES
+                     printer: CppPrinter, body: _Source, parallel: bool) -> None:
+    """One pass with ACCUMULATOR_LANES partial accumulators per reduction, restarted every chunk
+    (Note [Split accumulators], Note [Cascade sums])."""
+    lanes, chunk = ACCUMULATOR_LANES, CASCADE_CHUNK
+    tags = [LineTag(a.node) for a in accumulators]
+    pragma = ""
+    if parallel:
+        pragma = " ".join(["#pragma omp parallel for"] + [f"reduction({SIMD_CLAUSE[a.kind]}:{a.name})"
+                                                          for a in accumulators] + clauses)
     with body.block():  # a scope per pass: every pass declares its own row_blocked
-        for a in accumulators:
-            body.add(f"{a.ctype} {a.name}_lanes[{lanes}];", LineTag(a.node))
-            body.add(f"for (int64_t lane = 0; lane < {lanes}; ++lane) {a.name}_lanes[lane] = {a.identity};")
         body.add(f"const int64_t row_blocked = ({row}) / {lanes} * {lanes};")
-        lane_updates = [_update_text(a.kind, f"{a.name}_lanes[lane]", a.value) for a in accumulators]
-        tags = [LineTag(a.node) for a in accumulators]
-        with body.block(f"for (int64_t row_block = 0; row_block < row_blocked; row_block += {lanes})"):
-            with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)",
-                            f"#pragma omp simd {' '.join(clauses)}".rstrip()):
-                body.add("const int64_t r0 = row_block + lane;")
-                body.extend(printer.lines, printer.line_tags)
-                body.extend(updates + lane_updates, update_tags + tags)
+        with body.block(f"for (int64_t chunk = 0; chunk < row_blocked; chunk += {chunk})", pragma):
+            for a, tag in zip(accumulators, tags):
+                body.add(f"{a.ctype} {a.name}_lanes[{lanes}];", tag)
+                body.add(f"for (int64_t lane = 0; lane < {lanes}; ++lane) {a.name}_lanes[lane] = {a.identity};")
+            body.add(f"const int64_t chunk_end = std::min<int64_t>(chunk + {chunk}, row_blocked);")
+            lane_updates = [_update_text(a.kind, f"{a.name}_lanes[lane]", a.value) for a in accumulators]
+            with body.block(f"for (int64_t row_block = chunk; row_block < chunk_end; row_block += {lanes})"):
+                with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)",
+                                f"#pragma omp simd {' '.join(clauses)}".rstrip()):
+                    body.add("const int64_t r0 = row_block + lane;")
+                    body.extend(printer.lines, printer.line_tags)
+                    body.extend(updates + lane_updates, update_tags + tags)
+            for a, tag in zip(accumulators, tags):
+                body.add(f"{a.ctype} {a.name}_chunk = {a.identity};", tag)
+            with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)"):
+                for a, tag in zip(accumulators, tags):
+                    body.add(_update_text(a.kind, f"{a.name}_chunk", f"{a.name}_lanes[lane]"), tag)
+            for a, tag in zip(accumulators, tags):
+                body.add(_update_text(a.kind, a.name, f"{a.name}_chunk"), tag)
         tail_updates = [_update_text(a.kind, a.name, a.value) for a in accumulators]
         with body.block(f"for (int64_t r0 = row_blocked; r0 < {row}; ++r0)"):
             body.extend(printer.lines, printer.line_tags)
             body.extend(updates + tail_updates, update_tags + tags)
-        with body.block(f"for (int64_t lane = 0; lane < {lanes}; ++lane)"):
-            for a, tag in zip(accumulators, tags):
-                body.add(_update_text(a.kind, a.name, f"{a.name}_lanes[lane]"), tag)
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""Long float32 sums match eager (Note [Cascade sums]), and few-row reductions split over threads
+(Note [Split reductions in C++]). Expanded views give billions of elements without the memory."""
+import pytest
+import torch
+
+import engine
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _check(fn, *inputs, backend="cpp", device="cpu", **tolerance):
+    compiled = engine.compile(fn, backend=backend, device=device)
+    with torch.no_grad():
+        expected, actual = fn(*inputs), compiled(*inputs)
+    torch.testing.assert_close(actual, expected, **tolerance)
+    return actual
+
+
+def test_sum_of_2_pow_31_ones_through_an_expanded_view():
+    x = torch.ones(1).expand(2 ** 31)
+    total = _check(lambda t: t.sum(), x, rtol=0, atol=0)
+    assert total.item() == 2 ** 31
+
+
+def test_long_sum_of_random_values_is_as_accurate_as_eager():
+    x = torch.rand(1 << 22) + 0.5  # positive: the relative error of a long sum is the cascade's
+    actual = engine.compile(lambda t: t.sum())(x)
+    exact = x.double().sum()
+    assert abs(actual.double() - exact) / exact <= 4 * abs(x.sum().double() - exact) / exact + 1e-7
+
+
+@pytest.mark.parametrize("shape,dim", [((1 << 18, 3), 0), ((2, 1 << 17), 1), ((5, 70000), None)])
+def test_few_rows_long_reductions(shape, dim):
+    x = torch.randn(shape)
+    fn = (lambda t: t.sum()) if dim is None else (lambda t: t.sum(dim))
+    _check(fn, x, rtol=1e-4, atol=1e-3)
+    _check(lambda t: (t - t.mean()).abs().amax(), x, rtol=1e-4, atol=1e-4)
+
+
+def test_triton_long_sum_through_an_expanded_view():
+    """The interpreter runs one program at a time: 2^22 elements keep it to seconds."""
+    x = torch.ones(1).expand(2 ** 22)
+    assert _check(lambda t: t.sum(), x, backend="triton", rtol=0, atol=0).item() == 2 ** 22
+
+
+@GPU
+def test_triton_sum_of_2_pow_31_ones_on_the_gpu():
+    x = torch.ones(1, device="cuda").expand(2 ** 31)
+    assert _check(lambda t: t.sum(), x, backend="triton", device="cuda", rtol=0, atol=0).item() == 2 ** 31

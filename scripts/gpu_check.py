@@ -6,6 +6,9 @@
     python scripts/gpu_check.py --only softmax,mlp
     python scripts/gpu_check.py --dry-run       # no GPU: tiny shapes on the CPU (Triton interpreter), to check
                                                 # that the script itself runs; its times mean nothing
+    python scripts/gpu_check.py --gemm          # also the GEMM-with-epilogue section (scripts/gemm_bench.py):
+                                                # bf16 LLM shapes, templates vs cuBLAS + epilogue vs Inductor
+                                                # max-autotune; --gemm-sizes 512,2048 to shorten it
 
 Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case runs eager, Glassbox
 (engine.compile(..., backend="triton", device="cuda")) and torch.compile (Inductor) on the same inputs; every
@@ -236,8 +239,9 @@ def table(reports: list[dict]) -> str:
 
 
 def run_tests(dry_run: bool) -> dict:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_triton.py"]
-    command += ["-k", "reduce_overhead_needs_cuda or ptx"] if dry_run else ["-m", "gpu"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_triton.py",
+               "tests/test_templates.py"]
+    command += ["-k", "reduce_overhead_needs_cuda or ptx or sm90"] if dry_run else ["-m", "gpu"]
     print("$", " ".join(command), flush=True)
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -246,6 +250,17 @@ def run_tests(dry_run: bool) -> dict:
     summary = [line for line in output.splitlines() if " passed" in line or " failed" in line or " error" in line]
     return {"returncode": result.returncode, "summary": summary[-1] if summary else "", "seconds":
             time.perf_counter() - start, "tail": output[-4000:]}
+
+
+def run_gemm_section(dry_run: bool, sizes: str) -> dict:
+    """GEMMs with epilogues (scripts/gemm_bench.py) in a process of its own: Inductor's max-autotune state and
+    the GPU memory of the zoo above do not leak into it."""
+    device = ["--device", "cpu", "--sizes", "4"] if dry_run else ["--device", "cuda", "--sizes", sizes]
+    command = [sys.executable, str(ROOT / "scripts" / "gemm_bench.py"), *device]
+    print("$", " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
+    return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
 
 
 def environment() -> dict:
@@ -266,6 +281,8 @@ def main() -> int:
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: tiny shapes on the CPU interpreter")
+    parser.add_argument("--gemm", action="store_true", help="run the GEMM template section (scripts/gemm_bench.py)")
+    parser.add_argument("--gemm-sizes", default="512,2048,8192", help="M values of the GEMM section")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
@@ -294,12 +311,15 @@ def main() -> int:
                 torch.cuda.empty_cache()
         print(table(reports), flush=True)
     document["bench"] = reports
+    if args.gemm:
+        document["gemm"] = run_gemm_section(args.dry_run, args.gemm_sizes)
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "gpu_bench.json"
         path.write_text(json.dumps(document, indent=2, default=str))
         print(f"wrote {path}")
     failed_tests = document.get("tests", {}).get("returncode", 0) != 0
     wrong = any(r.get("error") or r.get("glassbox_ok") is False for r in reports)
+    wrong = wrong or document.get("gemm", {}).get("returncode", 0) != 0
     return 1 if failed_tests or wrong else 0
 
 

@@ -193,3 +193,23 @@ def test_triton_template_compiles_for_sm90_without_a_gpu():
         asm = kernel["asm"]
         assert not asm.get("error"), asm.get("error")
         assert ".target sm_90" in asm["ptx"] and "mma" in asm["ptx"]
+
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])
+@pytest.mark.parametrize("name,dtype", [("linear_relu", torch.bfloat16), ("swiglu", torch.float16),
+                                        ("bmm", torch.float32), ("conv1x1", torch.bfloat16)])
+def test_gpu_template_matches_eager(name, dtype, mode):
+    model, inputs = _case(name, dtype)
+    model = model.cuda() if isinstance(model, torch.nn.Module) else model
+    inputs = tuple(x.cuda() for x in inputs)
+    exploration = engine.explore(model, inputs, backend="triton", device="cuda", templates="on", mode=mode,
+                                 tolerance=TOLERANCE[dtype])
+    _assert_fused(exploration, name)
+    if mode == "max-autotune":
+        tuning = _templates(exploration)[0]["template"]["autotune"]
+        assert tuning["winner"] and any(c["ms"] for c in tuning["candidates"]), tuning

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.codegen.cpp import STORAGE_TYPES, CppPrinter, _Source, _store_text
+from engine.codegen.cpp import STORAGE_TYPES, CppPrinter, _Source
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template
-from engine.ir.ops import use_handler
+from engine.ir.ops import ops, use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
 
@@ -131,14 +131,12 @@ def generate_template(kernel: Kernel, buffers: dict) -> CppTemplateKernel:
     spec = template.spec
     plan = epilogue_plan(template, epilogue)
     printer = EpiloguePrinter(plan, buffers, template)
-    stores, store_tags = [], []
     with use_handler(printer):
         for node in [n for n in kernel.nodes if n.name in kernel.stored]:
             printer.tag = LineTag(node.name)
-            value = printer.accumulator if node is template else node.inner_fn(plan.index(node))
-            index_text, _ = printer.index(node.storage_offset(plan.index(node)))
-            stores.append(_store_text(node, index_text, value))
-            store_tags.append(LineTag(node.name))
+            index = plan.index(node)
+            ops.store(node.name, index, printer.accumulator if node is template else node.inner_fn(index))
+    stores, store_tags = [line for line, _ in printer.stores], [tag for _, tag in printer.stores]
     hoisted, hoisted_tags = printer.take_hoisted()
     operands = [spec.a.name, spec.b.name] + ([spec.bias.name] if spec.bias else [])
     body_text = "\n".join(printer.lines + hoisted)

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton import SIGNATURE_TYPES, _store
+from engine.codegen.triton import SIGNATURE_TYPES
 from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
 from engine.ir.nodes import Template
-from engine.ir.ops import use_handler
+from engine.ir.ops import ops, use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
 
@@ -212,13 +212,14 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     spec = template.spec
     plan = epilogue_plan(template, epilogue)
     printer = EpiloguePrinter(plan, buffers, template)
-    stores = []
+    printer.store_dims, printer.store_shape = XR, "[BLOCK_M, BLOCK_N]"
     with use_handler(printer):
         for node in [n for n in kernel.nodes if n.name in kernel.stored]:
             printer.tag = LineTag(node.name)
-            value = printer.accumulator if node is template else node.inner_fn(plan.index(node))
-            stores.append((_store(printer, node, plan, value, XR, "[BLOCK_M, BLOCK_N]"), LineTag(node.name)))
+            index = plan.index(node)
+            ops.store(node.name, index, printer.accumulator if node is template else node.inner_fn(index))
     epilogue_lines, epilogue_tags = printer.take()
+    stores, printer.stores = printer.stores, []
     operands = [spec.a.name, spec.b.name] + ([spec.bias.name] if spec.bias else [])
     args = list(dict.fromkeys(operands + sorted(printer.loaded, key=kernel.reads.index) + list(kernel.stored)))
     params = args + ["acc_in"] + [f"{c}: tl.constexpr" for c in CONSTEXPRS]

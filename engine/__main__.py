@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Compile a model once, recording every stage, and summarize it.")
     common(explore)
     explore.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
+    explore.add_argument("--train", action="store_true",
+                         help="run a training step: loss (the file's loss_fn, or the sum of the outputs), backward; "
+                              "records forward, backward and the partition, checks every gradient")
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
@@ -141,6 +144,7 @@ def explore_command(args) -> tuple[dict, int]:
     if args.sandbox:
         return sandboxed_explore(args)
     import engine
+    from engine.train_verify import TrainingInputError
 
     spec = spec_on_device(load_model_file(args.target), args.device)
     # Run it eagerly first: a model that raises is the user's error, and caught here it is reported at their
@@ -151,9 +155,11 @@ def explore_command(args) -> tuple[dict, int]:
             spec.model, spec.example_inputs, backend=args.backend, device=args.device,
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
-            tolerance=spec.tolerance, profile=args.profile)
+            tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn)
     except ModelFileError:
         raise
+    except TrainingInputError as error:
+        raise Failure(f"Cannot train {spec.name}: {error}", EXIT_USER_ERROR, error) from error
     except Exception as error:
         raise compile_failure(spec, error) from error
     record = exploration.to_json()
@@ -187,7 +193,7 @@ def sandboxed_explore(args) -> tuple[dict, int]:
         print(missing_protection_words(), file=sys.stderr)
     options = ["--backend", args.backend, "--device", args.device]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
-                                      ("--profile", args.profile)) if on]
+                                      ("--profile", args.profile), ("--train", args.train)) if on]
     result = run_sandboxed(worker_command(args.target, options),
                            Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
     if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():

@@ -25,7 +25,7 @@ EXTRA_DECOMPOSITIONS = [
     aten._softmax, aten._log_softmax, aten.native_layer_norm, aten._native_batch_norm_legit_no_training,
     aten._native_batch_norm_legit, aten.native_batch_norm, aten.native_group_norm, aten.hardswish,
     aten.hardsigmoid, aten.softplus, aten.elu, aten.log_sigmoid_forward, aten.mish, aten.addcmul, aten.addcdiv,
-    aten.lerp, aten.native_dropout, aten.std, aten.std_mean, aten.linalg_vector_norm, aten._unsafe_index,
+    aten.lerp, aten.std, aten.std_mean, aten.linalg_vector_norm, aten._unsafe_index,
     aten.upsample_nearest2d, aten.upsample_bilinear2d, aten.avg_pool2d, aten._adaptive_avg_pool2d,
     aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
     aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
@@ -33,6 +33,9 @@ EXTRA_DECOMPOSITIONS = [
     aten.addmv, aten.ldexp, aten.as_strided_copy, aten.max_pool2d_with_indices,
     aten.grid_sampler_2d, aten.i0, aten._native_batch_norm_legit_functional, aten.max_pool2d_with_indices_backward,
 ]
+# Not decomposed: aten.native_dropout. Its decomposition draws the mask with rand_like, eager's kernel with
+# bernoulli_: kept whole (a visible Fallback) it draws the very mask eager draws from the same RNG state, so a
+# training step with dropout can be checked against eager (engine/train_verify.py).
 # Kept whole: these become Extern library calls.
 KEEP_AS_LIBRARY = [
     aten.scaled_dot_product_attention.default,
@@ -61,7 +64,23 @@ def decomposition_table() -> dict:
     return table
 
 
-def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable) -> Callable:
-    """Trace `gm` to ATen and hand the forward graph to `fw_compiler(aten_gm, fake_inputs)`."""
-    return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
-                                 decompositions=decomposition_table())
+def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable,
+                bw_compiler: Callable | None = None, partition_fn: Callable | None = None,
+                inference_compiler: Callable | None = None) -> Callable:
+    """Trace `gm` to ATen and hand the graph to `fw_compiler(aten_gm, fake_inputs)`. When a graph needs
+    gradients, AOTAutograd traces the joint forward+backward graph instead, `partition_fn` splits it
+    (partition.py), and the halves go to `fw_compiler` and `bw_compiler` (the backward on its first use);
+    a graph that needs none goes to `inference_compiler`."""
+    extra = {"partition_fn": partition_fn} if partition_fn is not None else {}
+    return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
+                                 **extra)
+
+
+def split_joint(joint_gm: torch.fx.GraphModule, saved_values: list, saved_sym_nodes: list,
+                num_fwd_outputs: int) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The forward and backward graphs of a joint graph, given the values to save (partition.py decides
+    which). torch's graph surgery: it orders saved values the way AOTAutograd's runtime expects and drops
+    from `saved_values` (in place) any the backward does not read."""
+    from torch._functorch.partitioners import _extract_fwd_bwd_modules
+    return _extract_fwd_bwd_modules(joint_gm, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs)

@@ -26,6 +26,7 @@ from engine import codegen
 from engine.codegen.wrapper import generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile
 from engine.lowering.graph import LoweredGraph, lower
+from engine.partition import make_partition_fn
 from engine.record import Exploration, GraphRecord
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
@@ -47,6 +48,7 @@ class Options:
     fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
     max_fused_nodes: int | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto = a heuristic decides, on = forced, off
+    train: bool = False  # explore: run a training step (engine/train_verify.py); compile always trains
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -143,19 +145,34 @@ def make_backend(options: Options, exploration: Exploration | None = None, profi
             graph_record = GraphRecord(index=-1)  # numbered when it joins the record
             graph_record.fx = records_fx(gm)
 
-        def fw_compiler(aten_gm: torch.fx.GraphModule, aten_inputs):
-            timings = graph_record.timings if graph_record is not None else {}
-            compiled = compile_graph(aten_gm, aten_inputs, options, timings)
+        def compiler(phase: str) -> Callable:
+            def compile_phase(aten_gm: torch.fx.GraphModule, aten_inputs):
+                record = graph_record
+                if record is not None and phase == "backward":  # its own graph, compiled on first backward
+                    record = GraphRecord(index=len(exploration.graphs), fx=graph_record.fx,
+                                         partition={"forward_graph": graph_record.index})
+                timings = record.timings if record is not None else {}
+                compiled = compile_graph(aten_gm, aten_inputs, options, timings)
+                if record is not None:
+                    from engine.report import fill_graph_record
+                    record.phase = phase
+                    hints = size_hints(compiled.lowered, aten_inputs)
+                    fill_graph_record(record, gm, aten_gm, compiled, hints)
+                    if phase == "backward":
+                        exploration.graphs.append(record)
+                    if profiler is not None:
+                        return profiler.watch(record, compiled, hints)
+                return compiled.call
+
+            return compile_phase
+
+        def on_partition(partition: dict) -> None:
             if graph_record is not None:
-                from engine.report import fill_graph_record
-                hints = size_hints(compiled.lowered, aten_inputs)
-                fill_graph_record(graph_record, gm, aten_gm, compiled, hints)
-                if profiler is not None:
-                    return profiler.watch(graph_record, compiled, hints)
-            return compiled.call
+                graph_record.partition = partition
 
         start = time.perf_counter()
-        compiled_fn = aot_compile(gm, example_inputs, fw_compiler)
+        compiled_fn = aot_compile(gm, example_inputs, compiler("forward"), compiler("backward"),
+                                  make_partition_fn(on_partition), compiler("inference"))
         if graph_record is not None:
             inner = sum(graph_record.timings.values())
             graph_record.timings["decompose"] = time.perf_counter() - start - inner
@@ -185,34 +202,45 @@ def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic:
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
-            fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto") -> Exploration:
+            fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
+            loss_fn: Callable | None = None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
-    then timed (engine/profile.py: time_ms, gbps, flops per kernel)."""
+    then timed (engine/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
+    loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
+    forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
     from engine import run
     from engine.profile import Profiler
 
-    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates)
+    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train)
     exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
                               description=description, options={"dynamic": dynamic, "mode": mode, "fusion": fusion,
                                                                 "max_fused_nodes": max_fused_nodes,
-                                                                "templates": templates})
+                                                                "templates": templates, "train": train})
     capture.reset()
     log = capture.CaptureLog()
     profiler = Profiler(device) if profile else None
-    compiled = capture.dynamo_compile(model, make_backend(options, exploration, profiler), log, dynamic)
     inputs = tuple(example_inputs)
+    step = None
+    if train:
+        from engine.train_verify import TrainingStep
+        step = TrainingStep(model, inputs, loss_fn)  # compiles a copy: the eager reference starts where it did
+    compiled = capture.dynamo_compile(step.model if step else model, make_backend(options, exploration, profiler), log,
+                                      dynamic)
     exploration.inputs = capture.describe_inputs(inputs)
     log.begin_call(exploration.inputs)
     start = time.perf_counter()
-    with torch.no_grad():
-        outputs = compiled(*run.fresh(inputs))  # a model may mutate its inputs: keep the originals for eager
+    if step is not None:
+        step.run(compiled)  # forward, loss, backward: the backward graphs compile on their first use
+    else:
+        with torch.no_grad():
+            outputs = compiled(*run.fresh(inputs))  # a model may mutate its inputs: keep the originals for eager
     total = time.perf_counter() - start
     for graph in exploration.graphs:
         for stage_name, seconds in graph.timings.items():
             exploration.add_time(stage_name, seconds)
     exploration.timings = {"capture": max(total - sum(exploration.timings.values()), 0.0), **exploration.timings}
     with stage(exploration.timings, "run"):
-        exploration.verify = run.verify(model, inputs, outputs, tolerance)
+        exploration.verify = step.verify(tolerance) if step else run.verify(model, inputs, outputs, tolerance)
     if profiler is not None:
         with stage(exploration.timings, "profile"):
             profiler.measure(exploration)

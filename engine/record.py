@@ -25,6 +25,8 @@ class GraphRecord:
     timings: dict = field(default_factory=dict)  # seconds per stage for this graph
     cache_hit: bool = False
     profile: dict = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms (engine/profile.py)
+    phase: str = "inference"  # "inference", or in training "forward" / "backward" (engine/partition.py)
+    partition: dict = field(default_factory=dict)  # forward graph: saved/recomputed values; backward: its forward
 
 
 @dataclass

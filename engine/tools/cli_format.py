@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from engine.tools import train_format
+
 STAGES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
 REFUSALS_SHOWN = 8  # without --verbose; a big model refuses hundreds of pairs
 
@@ -78,7 +80,8 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
     ir_nodes = (graph.get("ir") or {}).get("nodes") or []
     language = {"cpp": "C++ library", "triton": "Triton kernels"}.get((graph.get("code") or {}).get("language"), "code")
     cache = f" ({language} from the cache)" if graph.get("cache_hit") else ""
-    lines = [f"Graph {graph.get('index', '?')}: {len(graph.get('fx') or [])} FX nodes -> "
+    phase = f" ({graph['phase']})" if graph.get("phase", "inference") != "inference" else ""
+    lines = [f"Graph {graph.get('index', '?')}{phase}: {len(graph.get('fx') or [])} FX nodes -> "
              f"{len(graph.get('aten') or [])} ATen nodes -> {plural(len(ir_nodes), 'IR node')} -> "
              f"{plural(len(kernels), 'kernel')}{cache}"]
     width = max((len(k.get("name", "")) for k in kernels), default=0)
@@ -108,7 +111,7 @@ def graph_summary(graph: dict, verbose: bool) -> list[str]:
     if "peak_bytes" in memory:
         lines.append(f"  Memory: peak {human_bytes(memory['peak_bytes'])} "
                      f"(unfused {human_bytes(memory.get('unfused_peak_bytes'))})")
-    return lines
+    return lines + train_format.partition_lines(graph, verbose)
 
 
 def kernel_profile(kernel: dict) -> str:
@@ -164,6 +167,7 @@ def verify_summary(verify: dict, runs: list[dict]) -> list[str]:
              f"max rel err {error_text(verify.get('max_rel_err'))})"]
     if verify.get("problem"):
         lines.append(f"  {verify['problem']}")
+    lines += train_format.gradient_lines(verify)
     for output_number, output in enumerate(verify.get("outputs") or []):
         if not output.get("ok"):
             lines.append(f"  output {output_number} {output.get('dtype', '')}{output.get('shape', '')}: "

@@ -36,6 +36,7 @@ class ModelSpec:
     description: str = ""
     dynamic_inputs: list = field(default_factory=list)  # each entry a tuple shaped like example_inputs
     tolerance: dict | None = None  # {"atol": ..., "rtol": ...} for comparing against eager
+    loss_fn: Any = None  # training (--train): loss_fn(output, *inputs) -> scalar; default: sum of float outputs
 
 
 class ModelFileError(Exception):
@@ -108,6 +109,7 @@ def _load(source: str, filename: str, name: str) -> ModelSpec:
         description=_get_description(namespace, source, filename),
         dynamic_inputs=dynamic_inputs,
         tolerance=_get_tolerance(namespace, source, filename),
+        loss_fn=_get_loss_fn(namespace, source, filename),
     )
 
 
@@ -297,3 +299,11 @@ def _get_tolerance(namespace: dict, source: str, filename: str) -> dict | None:
         raise _value_error("must be a dict like `dict(atol=1e-4, rtol=1e-4)` with non-negative numbers.",
                            "tolerance", source, filename)
     return dict(tolerance)
+
+
+def _get_loss_fn(namespace: dict, source: str, filename: str) -> Any:
+    loss_fn = namespace.get("loss_fn")
+    if loss_fn is not None and not callable(loss_fn):
+        raise _value_error(f"is {_a(loss_fn)}; it must be a function `loss_fn(output, *inputs)` returning a "
+                           "one-element tensor.", "loss_fn", source, filename)
+    return loss_fn

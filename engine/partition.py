@@ -1,0 +1,296 @@
+"""Training: split AOTAutograd's joint forward+backward graph into a forward and a backward graph.
+
+Note [Min-cut partition]
+The joint graph computes the forward outputs from the primals (parameters and inputs) and the gradients
+from the primals and the tangents (the gradient of the loss with respect to each forward output). Every
+forward value the backward reads must either be *saved* (an extra output of the forward graph, alive until
+the backward runs: activation memory) or *recomputed* in the backward from other saved values. Like
+Inductor's partitioner, we choose with a minimum cut in a flow graph:
+
+- every forward value v is an edge v_in -> v_out whose capacity is what saving v costs: its bytes. A
+  parameter or input costs (almost) nothing: the caller keeps it alive anyway;
+- v_out -> u_in for every user u (infinite: dataflow cannot be cut, only values);
+- source -> p_in for every primal: the inputs exist;
+- source -> v_in for a value we refuse to recompute (a matmul, a reduction, a random or mutating op: see
+  `recompute_ban`): it is computed once, in the forward;
+- u_in -> sink for every backward node (one that reads a tangent): the backward must get there.
+
+A finite cut separates what the forward computes from what the backward computes, and its cut edges are the
+saved values; the cheapest cut saves the fewest bytes. The forward values on the sink side are recomputed
+in the backward: cheap pointwise ops and views whose inputs are saved anyway (a relu's input is saved for
+the matmul after it; the relu itself is then recomputed instead of saved). "Saved all" is the plain
+partition for comparison: every forward value the backward reads directly, nothing recomputed.
+
+Note [Backward provenance]
+AOTAutograd gives each backward node the `seq_nr` of the forward autograd node it differentiates, but not
+the forward node's `from_node` (the Dynamo FX node) and often no stack trace. Before splitting we copy those
+from the forward node with the same seq_nr, and name it in meta['differentiates'], so the backward graph's
+kernels trace back to the FX node and the user's source line their gradient belongs to (report.py reads
+from_node and stack_trace as for any graph).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Callable
+
+import networkx
+import torch
+
+from engine.decompose import split_joint
+
+aten = torch.ops.aten
+
+# Views and shape ops: recomputing them moves no data.
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default, aten.t.default,
+    aten.transpose.int, aten.expand.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+    aten.squeeze.default, aten.slice.Tensor, aten.select.int, aten.alias.default, aten.as_strided.default,
+    aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
+}
+# Constants made from nothing.
+CREATION_OPS = {aten.scalar_tensor.default, aten.full.default, aten.zeros.default, aten.ones.default,
+                aten.arange.default, aten.arange.start, aten.arange.start_step, aten.full_like.default,
+                aten.zeros_like.default, aten.ones_like.default}
+RANDOM_OPS = {aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default,
+              aten.bernoulli.default, aten.bernoulli.p, aten.native_dropout.default, aten.randint.default,
+              aten.randint_like.default, aten.normal.Tensor_float, aten.uniform.default}
+PRIMAL_COST = 1  # Note [Min-cut partition]: a saved input or parameter costs no activation memory
+
+
+def is_primal(node: torch.fx.Node) -> bool:
+    return node.op == "placeholder" and str(node.target).startswith("primals")
+
+
+def is_tangent(node: torch.fx.Node) -> bool:
+    return node.op == "placeholder" and str(node.target).startswith("tangents")
+
+
+def value_bytes(node: torch.fx.Node) -> int | None:
+    """Bytes of a tensor value (size hints under dynamic shapes); None for a non-tensor (tuple, SymInt)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    numel = val.numel()
+    if isinstance(numel, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+        numel = optimization_hint(numel, fallback=0)
+    return int(numel) * val.dtype.itemsize
+
+
+def is_sym(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def recompute_ban(node: torch.fx.Node) -> str | None:
+    """Why `node` must not be recomputed in the backward (None: it may be)."""
+    target = node.target
+    if node.op != "call_function":
+        return None
+    if target in RANDOM_OPS or (isinstance(target, torch._ops.OpOverload) and target.is_view is False
+                                and torch.Tag.nondeterministic_seeded in target.tags):
+        return "random: recomputing it would draw different numbers"
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        return "mutates its input (e.g. batch norm's running stats): it runs once, in the forward"
+    if target in VIEW_OPS or target in CREATION_OPS or target is operator.getitem:
+        return None
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags:
+        return None
+    if target in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+                  aten.convolution.default) or "scaled_dot_product" in str(target):
+        return "library call (matmul, convolution, attention): too many FLOPs to compute twice"
+    if "sum" in str(target) or "amax" in str(target) or "mean" in str(target) or "var" in str(target):
+        return "reduction: recomputing it reads its whole input again"
+    return "not a cheap pointwise or view op"
+
+
+def _forward_region(graph: torch.fx.Graph, num_fwd_outputs: int) -> tuple[set, list]:
+    """Nodes the forward outputs need (ancestors), and the forward outputs."""
+    output = next(iter(graph.find_nodes(op="output")))
+    outputs = torch.utils._pytree.arg_tree_leaves(*output.args)
+    forward_outputs = [o for o in outputs[:num_fwd_outputs] if isinstance(o, torch.fx.Node)]
+    needed, stack = set(), list(forward_outputs)
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(node.all_input_nodes)
+    return needed, forward_outputs
+
+
+def _backward_region(graph: torch.fx.Graph) -> set:
+    """Tangents, every node that reads one (transitively), and the nodes AOTAutograd traced for the backward
+    that read no tangent (threshold_backward's `relu <= 0`): what the backward pass itself computes."""
+    region = set()
+    for node in graph.nodes:
+        if is_tangent(node) or any(i in region for i in node.all_input_nodes) or (
+                node.op == "call_function" and node.meta.get("partitioner_tag") == "is_backward"):
+            region.add(node)
+    return region
+
+
+def _storage_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose memory a chain of views reads."""
+    while node.op == "call_function" and node.all_input_nodes and (
+            node.target in VIEW_OPS or node.target is operator.getitem and node.all_input_nodes[0].target in VIEW_OPS):
+        node = node.all_input_nodes[0]
+    return node
+
+
+def annotate_backward_provenance(graph: torch.fx.Graph) -> None:
+    """Note [Backward provenance]."""
+    forward_by_seq: dict[int, torch.fx.Node] = {}
+    for node in graph.nodes:
+        seq = node.meta.get("seq_nr")
+        if seq is None or node.op != "call_function":
+            continue
+        if node.meta.get("partitioner_tag") != "is_backward":
+            if node.meta.get("from_node") and seq not in forward_by_seq:
+                forward_by_seq[seq] = node
+            continue
+        forward = forward_by_seq.get(seq)
+        if forward is None:
+            continue
+        node.meta["differentiates"] = forward.name
+        if not node.meta.get("from_node"):
+            node.meta["from_node"] = forward.meta["from_node"]
+        if not node.meta.get("stack_trace") and forward.meta.get("stack_trace"):
+            node.meta["stack_trace"] = forward.meta["stack_trace"]
+
+
+def mutated_primals(graph: torch.fx.Graph) -> set:
+    """Inputs the model changes in place. AOTAutograd returns their new value as a forward output and copies it
+    into the input after the forward, so the input's old value is gone by the backward: it cannot be saved."""
+    output = next(iter(graph.find_nodes(op="output")))
+    mutated = [getattr(d, "mutated_input", None) for d in output.meta.get("desc") or ()]
+    return {n for n in graph.find_nodes(op="placeholder") if n.meta.get("desc") is not None
+            and any(m == n.meta["desc"] for m in mutated if m is not None)}
+
+
+def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int) -> dict:
+    """Note [Min-cut partition]: which forward values to save; every decision with its reason."""
+    forward, _ = _forward_region(graph, num_fwd_outputs)
+    backward = _backward_region(graph)
+    unsaveable = mutated_primals(graph)
+    flow = networkx.DiGraph()
+    bans = {}
+    for node in graph.nodes:
+        if node.op == "output":
+            continue
+        if node in backward:
+            flow.add_edge(node.name + "_in", "sink")  # no capacity attribute: infinite
+            continue
+        if is_primal(node):
+            flow.add_edge("source", node.name + "_in")
+        ban = recompute_ban(node)
+        if ban is not None:
+            bans[node.name] = ban
+            flow.add_edge("source", node.name + "_in")
+        size = value_bytes(node)
+        if node in unsaveable:
+            cost = math.inf
+        elif is_primal(node):
+            cost = PRIMAL_COST
+        elif size is not None:
+            cost = max(size, 1)
+        elif is_sym(node):
+            cost = 1
+        else:
+            cost = math.inf  # a tuple cannot be saved: its items (getitem) are
+        if cost == math.inf:
+            flow.add_edge(node.name + "_in", node.name + "_out")
+        else:
+            flow.add_edge(node.name + "_in", node.name + "_out", capacity=cost)
+        for user in node.users:
+            if user.op != "output":
+                flow.add_edge(node.name + "_out", user.name + "_in")
+    if "sink" not in flow or "source" not in flow:  # no backward work, or nothing from the inputs
+        reachable = {n.name + "_in" for n in graph.nodes if n not in backward} | \
+                    {n.name + "_out" for n in graph.nodes if n not in backward}
+    else:
+        _, (reachable, _) = networkx.minimum_cut(flow, "source", "sink")
+    by_name = {n.name: n for n in graph.nodes}
+    saved = [n for n in graph.nodes if n.name + "_in" in reachable and n.name + "_out" not in reachable
+             and n not in backward]
+    computed_in_forward = {n for n in graph.nodes if n.name + "_in" in reachable}
+    saved_all = [n for n in graph.nodes if n not in backward and n.op != "output"
+                 and any(u in backward for u in n.users)]
+    return {"saved": saved, "bans": bans, "computed_in_forward": computed_in_forward, "saved_all": saved_all,
+            "forward": forward, "backward": backward, "by_name": by_name}
+
+
+def _describe(node: torch.fx.Node) -> dict:
+    val = node.meta.get("val")
+    shape = [str(s) for s in val.shape] if isinstance(val, torch.Tensor) else []
+    dtype = str(val.dtype).replace("torch.", "") if isinstance(val, torch.Tensor) else type(val).__name__
+    target = node.target if node.op == "placeholder" else getattr(node.target, "__name__", str(node.target))
+    return {"name": node.name, "op": str(target), "shape": shape, "dtype": dtype}
+
+
+def _activation_bytes(nodes) -> int:
+    """Memory kept for the backward: each storage once; views of inputs and parameters cost nothing."""
+    roots = {_storage_root(n) for n in nodes}
+    return sum(value_bytes(n) or 0 for n in roots if not is_primal(n))
+
+
+def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.fx.GraphModule) -> dict:
+    """The partition as plain data: saved and recomputed values with reasons, activation bytes both ways,
+    and the joint graph's nodes with the side each ended on (for drawing)."""
+    saved_names = {n.name for n in choice["saved"]}
+    bw_names = {n.name for n in bw_gm.graph.nodes if n.op == "call_function"}
+    forward_side = choice["computed_in_forward"]
+    saved = []
+    for node in choice["saved"]:
+        free = is_primal(_storage_root(node))
+        entry = {**_describe(node), "bytes": 0 if free else (value_bytes(node) or 0)}
+        if free:
+            entry["reason"] = "an input or parameter: the caller keeps it alive, saving it costs no memory"
+        elif node.name in choice["bans"]:
+            entry["reason"] = f"not recomputed ({choice['bans'][node.name]}); the backward reads it"
+        elif is_sym(node):
+            entry["reason"] = "a size the backward needs"
+        else:
+            entry["reason"] = ("cheapest cut: recomputing it in the backward would need values costing "
+                               "more bytes to save than it does")
+        saved.append(entry)
+    recomputed = []
+    for node in joint_gm.graph.nodes:
+        if node.name in bw_names and node not in choice["backward"] and node.op == "call_function":
+            inputs = [i.name for i in node.all_input_nodes]
+            recomputed.append({**_describe(node), "bytes": value_bytes(node) or 0, "inputs": inputs,
+                               "reason": "cheap (pointwise or view): recomputed in the backward from "
+                                         f"{', '.join(inputs) or 'nothing'} instead of saved"})
+    joint = []
+    for node in joint_gm.graph.nodes:
+        if node.op == "output":
+            continue
+        side = ("backward" if node in choice["backward"] else
+                "recomputed" if node.name in bw_names else
+                "forward" if node in forward_side or node in choice["forward"] else "backward")
+        joint.append({**_describe(node), "args": [a.name for a in node.all_input_nodes], "side": side,
+                      "saved": node.name in saved_names, "ban": choice["bans"].get(node.name)})
+    return {
+        "saved": saved, "recomputed": recomputed,
+        "saved_bytes": _activation_bytes(choice["saved"]),
+        "saved_all_bytes": _activation_bytes(choice["saved_all"]),
+        "saved_all": [n.name for n in choice["saved_all"]],
+        "joint": joint,
+    }
+
+
+def make_partition_fn(on_partition: Callable[[dict], None] | None = None) -> Callable:
+    """AOTAutograd's partition_fn: our min cut, then torch's graph surgery (decompose.split_joint)."""
+
+    def partition(joint_gm: torch.fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **_):
+        annotate_backward_provenance(joint_gm.graph)
+        choice = choose_saved(joint_gm.graph, num_fwd_outputs)
+        values = [n for n in choice["saved"] if not is_sym(n)]
+        symbols = [n for n in choice["saved"] if is_sym(n)]
+        fw_gm, bw_gm = split_joint(joint_gm, values, symbols, num_fwd_outputs)
+        choice["saved"] = values + symbols  # the split drops values the backward turned out not to read
+        if on_partition is not None:
+            on_partition(partition_record(joint_gm, choice, bw_gm))
+        return fw_gm, bw_gm
+
+    return partition

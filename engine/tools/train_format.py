@@ -1,0 +1,37 @@
+"""CLI text for training explorations: a graph's phase and partition, the gradient checks (cli_format calls in)."""
+from __future__ import annotations
+
+
+def _bytes(count) -> str:
+    from engine.tools.cli_format import human_bytes
+    return human_bytes(count)
+
+
+def partition_lines(graph: dict, verbose: bool) -> list[str]:
+    """Under a forward graph: what it saves for the backward and what the backward recomputes."""
+    partition = graph.get("partition") or {}
+    if graph.get("phase") == "backward":
+        return [f"  Backward of graph {partition.get('forward_graph', '?')}"]
+    if "saved" not in partition:
+        return []
+    saved, recomputed = partition["saved"], partition.get("recomputed") or []
+    lines = [f"  Partition: saves {len(saved)} values, {_bytes(partition.get('saved_bytes'))} of activations "
+             f"(saving all the backward reads: {_bytes(partition.get('saved_all_bytes'))}); "
+             f"recomputes {len(recomputed)} ops in the backward"]
+    if verbose:
+        lines += [f"    saved {s['name']} {s['dtype']}{s['shape']} [{_bytes(s['bytes'])}]: {s['reason']}" for s in saved]
+        lines += [f"    recomputed {r['name']} ({r['op']}): {r['reason']}" for r in recomputed]
+    return lines
+
+
+def gradient_lines(verify: dict) -> list[str]:
+    """Loss, gradients and buffers that failed, and what was skipped."""
+    if "gradients" not in verify:
+        return []
+    checked = [verify.get("loss") or {}] + verify["gradients"] + (verify.get("buffers") or [])
+    failed = [e for e in checked if e and not e.get("ok")]
+    lines = [f"  Training step: loss and {len(verify['gradients'])} gradients checked, {len(failed)} failed"]
+    for entry in failed:
+        lines.append(f"    {entry.get('name')}: max abs err {entry.get('max_abs_err')} {entry.get('problem', '')}")
+    lines += [f"  Note: {note}" for note in verify.get("notes") or []]
+    return lines

@@ -1,0 +1,234 @@
+"""A training step (output -> loss -> backward) run compiled and eagerly, and its gradients compared.
+
+Note [Training step]
+`explore(..., train=True)` compiles a copy of the model and runs one step: the model's output goes through
+`loss_fn(output, *inputs)` (a model file may define it) or, by default, the sum of every floating output,
+then `.backward()`. Floating inputs get requires_grad, so their gradients are checked too; parameters frozen
+with requires_grad=False get no gradient and are listed as skipped. The eager reference is another copy of
+the model, taken before the compiled step, so both start from the same parameters and buffers (batch norm's
+running stats move in both; we compare them after the step as well).
+
+Note [Same RNG state]
+A model with dropout draws a random mask on every call. We keep aten.native_dropout whole (decompose.py):
+its Fallback calls eager's kernel, in the graph's order, which is the model's order. So the eager step is run
+from the RNG state the compiled step started from, and both draw the same masks. A model drawing random
+numbers our compiled code makes itself (none today: random ops are Fallbacks) would differ; verify then
+says the step is random instead of failing on every tensor.
+
+Every tensor (loss, outputs, gradients named by parameter path or input position, buffers) is judged by
+run.py's per-tensor policy (Note [Tolerance policy]), with the float64 rule from a float64 eager step.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from engine import run
+
+
+class TrainingInputError(ValueError):
+    """The model cannot be trained as given; the message says why in plain words."""
+
+
+def default_loss(output, *inputs) -> torch.Tensor:
+    floating = [t for t in run.flatten_outputs(output) if t.dtype.is_floating_point or t.dtype.is_complex]
+    if not floating:
+        raise TrainingInputError(
+            "the model returns no floating-point tensor (integer or bool outputs only), so there is nothing to "
+            "differentiate. Return a floating output, or define `loss_fn(output, *inputs)` in the model file.")
+    return sum(t.float().sum() if t.dtype in (torch.float16, torch.bfloat16) else t.sum() for t in floating)
+
+
+def _leaf_inputs(inputs, frozen: frozenset = frozenset()) -> tuple:
+    """Fresh copies; floating tensors (but the leaves numbered in `frozen`) require grad: their gradient is
+    checked."""
+    leaves, spec = torch.utils._pytree.tree_flatten(list(inputs))
+    prepared = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, torch.Tensor):
+            x = x.detach().clone()
+            if x.dtype.is_floating_point and i not in frozen:
+                x.requires_grad_(True)
+        prepared.append(x)
+    return tuple(torch.utils._pytree.tree_unflatten(prepared, spec))
+
+
+def _input_leaves(inputs) -> list[tuple[str, torch.Tensor]]:
+    leaves = torch.utils._pytree.tree_leaves(list(inputs))
+    return [(f"input[{i}]", x) for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and x.requires_grad]
+
+
+@dataclass
+class StepResult:
+    outputs: Any
+    loss: torch.Tensor
+    gradients: dict[str, torch.Tensor | None]  # name -> .grad (None: no gradient reached it)
+    buffers: dict[str, torch.Tensor]
+
+
+@dataclass
+class TrainingStep:
+    """Note [Training step]. `model` is the copy to compile; `run(compiled)` does the compiled step."""
+    original: Callable
+    inputs: tuple
+    loss_fn: Callable | None = None
+    model: Callable = None
+    reference: Callable = None
+    frozen_inputs: frozenset = frozenset()  # input leaves not differentiated (changed in place)
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    rng_state: torch.Tensor | None = None
+    compiled_result: StepResult | None = None
+
+    def __post_init__(self):
+        module = isinstance(self.original, torch.nn.Module)
+        self.model = copy.deepcopy(self.original) if module else self.original
+        self.reference = copy.deepcopy(self.original) if module else self.original
+        if module:
+            self.skipped = [name for name, p in self.original.named_parameters() if not p.requires_grad]
+            if self.skipped:
+                self.notes.append(f"{len(self.skipped)} parameter(s) frozen with requires_grad=False get no "
+                                  f"gradient and are not checked: {', '.join(self.skipped)}")
+        self._check_leaf_mutation()
+
+    def _check_leaf_mutation(self) -> None:
+        """Autograd forbids in-place ops on a leaf that requires grad: an input the model changes in place is
+        not differentiated (its gradient is not checked), and we say so."""
+        leaves = torch.utils._pytree.tree_leaves(list(self.inputs))
+        if not any(isinstance(x, torch.Tensor) and x.dtype.is_floating_point for x in leaves):
+            return
+        model = copy.deepcopy(self.reference) if isinstance(self.reference, torch.nn.Module) else self.reference
+        copies = run.fresh(self.inputs)
+        try:
+            with torch.no_grad():
+                model(*copies)
+        except Exception:
+            return  # the step itself will report it
+        changed = frozenset(i for i, (before, after) in enumerate(zip(leaves, torch.utils._pytree.tree_leaves(
+            list(copies)))) if isinstance(before, torch.Tensor) and before.dtype.is_floating_point
+            and not torch.equal(before, after))
+        if changed:
+            self.frozen_inputs = changed
+            self.notes.append(f"the model changes input(s) {', '.join(f'input[{i}]' for i in sorted(changed))} in "
+                              "place, which autograd forbids on a tensor that requires grad: they are not "
+                              "differentiated. Clone an input inside the model to get its gradient.")
+
+    def _step(self, fn: Callable, owner) -> StepResult:
+        """One step of `fn`; `owner` is the module whose parameters and buffers it trains (None: a function)."""
+        inputs = _leaf_inputs(self.inputs, self.frozen_inputs)
+        with torch.enable_grad():
+            outputs = fn(*inputs)
+            loss = (self.loss_fn or default_loss)(outputs, *inputs)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise TrainingInputError(f"loss_fn must return a one-element tensor, got {_describe(loss)}")
+            if not loss.requires_grad:
+                raise TrainingInputError(
+                    "the loss has no gradient path: no output depends on a parameter or an input that requires "
+                    "grad (every parameter frozen, outputs detached or computed under no_grad, or only integer "
+                    "math). There is no backward pass to compile.")
+            loss.backward()
+        gradients, buffers = {}, {}
+        if owner is not None:
+            gradients = {f"param:{n}": p.grad for n, p in owner.named_parameters() if p.requires_grad}
+            buffers = {f"buffer:{n}": b.detach().clone() for n, b in owner.named_buffers() if b.dtype.is_floating_point}
+        gradients.update({name: x.grad for name, x in _input_leaves(inputs)})
+        return StepResult(outputs, loss.detach(), gradients, buffers)
+
+    def _owner(self, model):
+        return model if isinstance(model, torch.nn.Module) else None
+
+    def run(self, compiled: Callable) -> StepResult:
+        """The compiled step (Note [Same RNG state]: remembers where the RNG started)."""
+        self.rng_state = torch.get_rng_state()
+        self.compiled_result = self._step(compiled, self._owner(self.model))
+        return self.compiled_result
+
+    def eager(self, model: Callable | None = None, inputs: tuple | None = None) -> StepResult:
+        """An eager step of the reference (or of `model` on `inputs`) from the compiled step's RNG state."""
+        after = torch.get_rng_state()
+        torch.set_rng_state(self.rng_state)
+        try:
+            if model is None:
+                return self._step(self.reference, self._owner(self.reference))
+            step = TrainingStep(model, inputs, self.loss_fn, frozen_inputs=self.frozen_inputs)
+            return step._step(step.reference, step._owner(step.reference))
+        finally:
+            torch.set_rng_state(after)
+
+    def verify(self, tolerance: dict | None = None) -> dict:
+        ours = self.compiled_result
+        eager = self.eager()
+        entries = [{"name": "loss", **run.compare(eager.loss, ours.loss, tolerance)}]
+        eager_outputs, our_outputs = run.flatten_outputs(eager.outputs), run.flatten_outputs(ours.outputs)
+        entries += [{"name": f"output[{i}]", **run.compare(e.detach(), a.detach(), tolerance)}
+                    for i, (e, a) in enumerate(zip(eager_outputs, our_outputs))]
+        gradient_entries = []
+        for name, expected in eager.gradients.items():
+            actual = ours.gradients.get(name)
+            if expected is None and actual is None:
+                gradient_entries.append({"name": name, "ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0,
+                                         "note": "no gradient reaches it (unused in this step), in eager as in ours"})
+            elif expected is None or actual is None:
+                gradient_entries.append({"name": name, "ok": False, "max_abs_err": float("inf"),
+                                         "max_rel_err": float("inf"),
+                                         "problem": f"{'eager' if expected is None else 'compiled'} has no gradient"})
+            else:
+                gradient_entries.append({"name": name, **run.compare(expected, actual, tolerance)})
+        buffer_entries = [{"name": n, **run.compare(e, ours.buffers[n], tolerance)}
+                          for n, e in eager.buffers.items() if n in ours.buffers]
+        checked = entries + gradient_entries + buffer_entries
+        for entry in checked:
+            entry.setdefault("judged_by", "eager")
+        if not all(e["ok"] for e in checked):
+            self._judge_failures_fp64(checked, eager, ours, tolerance)
+        result = {
+            "ok": all(e["ok"] for e in checked),
+            "max_abs_err": max((e["max_abs_err"] for e in checked), default=0.0),
+            "max_rel_err": max((e["max_rel_err"] for e in checked), default=0.0),
+            "loss": entries[0], "outputs": entries[1:], "gradients": gradient_entries, "buffers": buffer_entries,
+            "skipped": list(self.skipped), "notes": list(self.notes),
+        }
+        if not result["ok"] and self._is_random(eager, tolerance):
+            result["problem"] = ("the training step is random: two eager steps from the same RNG state disagree, "
+                                 "so it cannot be checked. Make the randomness an input, or call model.eval().")
+        return result
+
+    def _is_random(self, eager: StepResult, tolerance) -> bool:
+        again = self.eager(self.original, self.inputs)
+        return not run.compare(eager.loss, again.loss, tolerance)["ok"]
+
+    def _judge_failures_fp64(self, checked: list, eager: StepResult, ours: StepResult, tolerance) -> None:
+        """Rule 2 of Note [Tolerance policy] for the tensors rule 1 rejected: a float64 eager step decides."""
+        reference = self._fp64_step()
+        if reference is None:
+            return
+        by_name = {"loss": (eager.loss, ours.loss, reference.loss)}
+        by_name.update({n: (eager.gradients[n], ours.gradients.get(n), reference.gradients.get(n))
+                        for n in eager.gradients})
+        by_name.update({n: (e, ours.buffers.get(n), reference.buffers.get(n)) for n, e in eager.buffers.items()})
+        for entry in checked:
+            e, a, r = by_name.get(entry["name"], (None, None, None))
+            if entry["ok"] or "problem" in entry or e is None or a is None or r is None or r.shape != e.shape:
+                continue
+            judged = run.judge_against_fp64(e, a, r, entry["atol"])
+            entry["fp64"] = judged
+            if judged["ok"]:
+                entry["ok"], entry["judged_by"] = True, "fp64"
+
+    def _fp64_step(self) -> StepResult | None:
+        try:
+            reference = copy.deepcopy(self.original)
+            if isinstance(reference, torch.nn.Module):
+                reference = reference.to(torch.float64)
+            return self.eager(reference, tuple(torch.utils._pytree.tree_map(run._upcast, list(self.inputs))))
+        except Exception:  # the model may insist on its dtypes: then rule 1 alone decides
+            return None
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    return type(value).__name__

@@ -269,6 +269,9 @@ def bench_command(args) -> tuple[dict, int]:
                 print(f"  {report['name']} graph {kernel['graph']} {kernel['name']} {kernel['kind']}"
                       f"{cli_format.kernel_profile(kernel)}")
             print("\n".join(cli_format.machine_line(report.get("machine") or {})))
+        warnings = {report.get("load_warning") for report in reports if report.get("load_warning")}
+        for warning in warnings:
+            print(f"Warning: {warning}")
     failed = any(r.get("error") or not all(c.get("ok") for c in (r.get("verify") or {}).values())
                  for r in reports)
     return {"cases": reports}, EXIT_FAILED if failed else EXIT_OK

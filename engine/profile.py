@@ -336,6 +336,8 @@ def machine_load() -> dict:
     load = os.getloadavg()[0]
     busy = load > 0.5 * cpus
     return {"load_avg_1m": load, "cpus": cpus,
-            "load_warning": (f"the machine was busy while profiling (load average {load:.2f} on {cpus} CPUs): "
-                             "times may be inflated and noisy; compare ratios measured side by side, and trust "
-                             "the spread") if busy else ""}
+            "load_warning": (f"the machine was busy while measuring (load average {load:.2f} on {cpus} CPUs): "
+                             "times may be inflated and noisy, most of all with several threads (OpenMP and "
+                             "torch's threads wait for each other at every parallel loop; --threads 1 is "
+                             "steadier); compare ratios measured side by side, and trust the spread")
+            if busy else ""}

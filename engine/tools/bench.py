@@ -39,6 +39,7 @@ from torch.utils.benchmark import Timer
 from engine.tools.fresh_compile import in_fresh_process
 from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
+from engine.profile import machine_load
 from engine.run import verify
 
 SUITE = "suite"  # the CLI's name for the CPU benchmark suite below
@@ -66,10 +67,12 @@ def environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def median_ms(fn: Callable, inputs: tuple, threads: int, min_run_time: float, label: str) -> float:
-    """Steady-state milliseconds per call: the median over blocked_autorange's blocks."""
+def median_ms(fn: Callable, inputs: tuple, threads: int, min_run_time: float, label: str) -> tuple[float, float]:
+    """Steady-state milliseconds per call: the median over blocked_autorange's blocks, and their interquartile
+    range (the spread a reader needs to trust a ratio on a shared machine)."""
     timer = Timer(stmt="fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads, label=label)
-    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+    measurement = timer.blocked_autorange(min_run_time=min_run_time)
+    return measurement.median * 1e3, measurement.iqr * 1e3
 
 
 def first_call_seconds(compiled: Callable, inputs: tuple) -> tuple[float, Any]:
@@ -102,6 +105,8 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
 
     name, backend, device, threads      what was measured, with how many threads
     eager_ms, glassbox_ms, inductor_ms  steady-state median milliseconds per call
+    eager_iqr_ms, glassbox_iqr_ms, ...  their spread: the interquartile range over the timed blocks
+    load_avg_1m, cpus, load_warning     the machine's load while measuring (a warning when it skews them)
     compile_s, compile_warm_s           Glassbox's cold and warm compile-to-first-result seconds
     compile_fresh                       a warm compile in a new process (Note [Fresh-process warm compile]):
                                         {imports_s, first_call_s, ours_s, stages_s}; cpp on the CPU only
@@ -131,7 +136,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     with torch.no_grad():
         run_eager(dataclasses.replace(spec, model=model, example_inputs=inputs))
         say("eager")
-        report["eager_ms"] = median_ms(model, inputs, threads, min_run_time, f"{spec.name} eager")
+        report["eager_ms"], report["eager_iqr_ms"] = median_ms(model, inputs, threads, min_run_time, f"{spec.name} eager")
 
         # Glassbox: cold, then warm (Note [Cold and warm compiles]); the warm-compiled callable is the one timed.
         with tempfile.TemporaryDirectory(prefix="glassbox-bench-") as cache, \
@@ -150,26 +155,28 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
                 say("glassbox compile (warm, fresh process)")
                 report["compile_fresh"] = in_fresh_process(spec.name if spec.filename == __file__ else spec.filename)
             say("glassbox")
-            report["glassbox_ms"] = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} glassbox")
+            report["glassbox_ms"], report["glassbox_iqr_ms"] = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} glassbox")
         torch._dynamo.reset()
 
         if with_inductor:
             try:
                 compile_s, check, milliseconds = bench_inductor(spec, model, inputs, threads, min_run_time,
-                                                                inductor_cache_dir, say)
+                                                                inductor_cache_dir, say)  # ms: (median, iqr)
             except Exception as error:  # noqa: BLE001 - the reference failing must not discard our numbers
                 first_line = (str(error).strip().splitlines() or [""])[0][:300]
                 report["inductor_error"] = f"{type(error).__name__}: {first_line}"
             else:
-                report.update(inductor_compile_s=compile_s, inductor_ms=milliseconds)
+                report.update(inductor_compile_s=compile_s, inductor_ms=milliseconds[0],
+                              inductor_iqr_ms=milliseconds[1])
                 report["verify"]["inductor"] = check
                 report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
     report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
+    report.update(machine_load())  # load_avg_1m, cpus, load_warning: what skews these figures
     return report
 
 
 def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_time: float,
-                   cache_dir: str | None, say: Callable[[str], None]) -> tuple[float, dict, float]:
+                   cache_dir: str | None, say: Callable[[str], None]) -> tuple[float, dict, tuple[float, float]]:
     """Inductor's cold compile seconds (no FX graph cache, an empty cache directory), its verify summary and
     its steady-state milliseconds."""
     import torch._inductor.config as inductor_config

@@ -204,21 +204,33 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def _ms_spread(case: dict, who: str) -> str:
+    """"1.234±0.010": the median and its interquartile range, when the bench recorded one."""
+    spread = case.get(f"{who}_iqr_ms")
+    return _ms(case.get(f"{who}_ms")) + (f"±{spread:.3f}" if isinstance(spread, (int, float)) else "")
+
+
+def _speedup(case: dict, who: str) -> float | None:
+    eager, ms = case.get("eager_ms"), case.get(f"{who}_ms")
+    return eager / ms if isinstance(eager, (int, float)) and isinstance(ms, (int, float)) and ms > 0 else None
+
+
 def bench_table(cases: list[dict]) -> str:
-    header = ["case", "eager ms", "glassbox ms", "inductor ms", "glassbox/inductor",
-              "compile s (ours cold/warm/fresh)", "inductor compile s"]
+    header = ["case", "eager ms", "glassbox ms", "inductor ms", "speedup over eager: glassbox / inductor",
+              "glassbox/inductor", "compile s (ours cold/warm/fresh)", "inductor compile s"]
     rows = []
     notes = []
     for case in cases:
         if case.get("error"):
-            rows.append([case.get("name", "?"), "-", "-", "-", "-", "-", "-"])
+            rows.append([case.get("name", "?"), "-", "-", "-", "-", "-", "-", "-"])
             notes.append(f"{case.get('name', '?')}: {case['error']}")
             continue
         fresh = (case.get("compile_fresh") or {}).get("first_call_s")
         compile_text = " / ".join(map(seconds, (case.get("compile_s"), case.get("compile_warm_s"), fresh)))
-        rows.append([case.get("name", "?"), _ms(case.get("eager_ms")), _ms(case.get("glassbox_ms")),
-                     _ms(case.get("inductor_ms")), _ratio(case.get("ratio_vs_inductor")), compile_text,
-                     seconds(case.get("inductor_compile_s"))])
+        rows.append([case.get("name", "?"), _ms_spread(case, "eager"), _ms_spread(case, "glassbox"),
+                     _ms_spread(case, "inductor"),
+                     f"{_ratio(_speedup(case, 'glassbox'))} / {_ratio(_speedup(case, 'inductor'))}",
+                     _ratio(case.get("ratio_vs_inductor")), compile_text, seconds(case.get("inductor_compile_s"))])
         if case.get("inductor_error"):
             notes.append(f"{case.get('name', '?')}: Inductor failed: {case['inductor_error']}")
         for who, check in (case.get("verify") or {}).items():
@@ -233,6 +245,8 @@ def bench_table(cases: list[dict]) -> str:
     mean = geomean(case.get("ratio_vs_inductor") for case in cases if not case.get("error"))
     lines.append("")
     lines.append(f"geomean glassbox/inductor: {_ratio(mean)}" + ("  (below 1x: Glassbox is faster)" if mean else ""))
+    lines.append("speedup over eager = eager ms / ms: higher is better; ± is the interquartile range of the timed "
+                 "blocks")
     threads = sorted({case.get("threads") for case in cases if case.get("threads")})
     if threads:
         lines.append(f"threads: {', '.join(map(str, threads))}")

@@ -51,8 +51,11 @@ def in_fresh_process(case_name: str, timeout_s: float = 300) -> dict:
     """measure(case_name) in a child Python process (same environment: the caller's compile cache)."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # in a sandboxed worker, builds go over the socket GLASSBOX_BUILDER_FD to the trusted builder (engine/build.py):
+    # the child needs that descriptor too (subprocess closes every other one by default)
+    builder = os.environ.get("GLASSBOX_BUILDER_FD")
     result = subprocess.run([sys.executable, "-m", "engine.tools.fresh_compile", case_name], capture_output=True,
-                            text=True, timeout=timeout_s, env=env)
+                            text=True, timeout=timeout_s, env=env, pass_fds=(int(builder),) if builder else ())
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the fresh-process compile failed: {last}")

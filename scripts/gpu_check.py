@@ -263,6 +263,38 @@ def run_gemm_section(dry_run: bool, sizes: str) -> dict:
     return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
 
 
+def run_profile_section(dry_run: bool) -> dict:
+    """Per-kernel profile on the GPU (engine/profile.py: CUDA events per kernel, copy GB/s roof) beside
+    Inductor's kernel times (torch.profiler), and one compare (fusion on vs off) timed on the device."""
+    device = "cpu" if dry_run else "cuda"
+    results = {}
+    for sample in ("softmax", "layernorm", "mlp", "gelu_chain"):
+        command = [sys.executable, "-m", "engine", "explore", sample, "--backend", "triton", "--device", device,
+                   "--profile", "--json"] + ([] if dry_run else ["--inductor"])
+        print("$", " ".join(command), flush=True)
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        try:
+            record = json.loads(result.stdout)
+        except ValueError:
+            results[sample] = {"error": result.stderr[-2000:]}
+            continue
+        results[sample] = {
+            "machine": record.get("machine"),
+            "kernels": [{k: kernel.get(k) for k in ("name", "kind", "time_ms", "time_iqr_ms", "share", "gbps",
+                                                     "gflops")} for g in record["graphs"] for kernel in g["kernels"]],
+            "calls": [g.get("profile") for g in record["graphs"]],
+            "inductor": (record.get("inductor") or {}).get("kernel_times"),
+        }
+        print(json.dumps(results[sample], default=str)[:3000], flush=True)
+    command = [sys.executable, "-m", "engine", "compare", "layernorm", "--a", "backend=triton", f"device={device}",
+               "--b", "backend=triton", f"device={device}", "fusion=off"]
+    print("$", " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(result.stdout[-3000:] + result.stderr[-2000:], flush=True)
+    results["compare_layernorm_fusion_off"] = {"returncode": result.returncode, "summary": result.stdout[-3000:]}
+    return results
+
+
 def environment() -> dict:
     import triton
 
@@ -283,6 +315,8 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="no GPU: tiny shapes on the CPU interpreter")
     parser.add_argument("--gemm", action="store_true", help="run the GEMM template section (scripts/gemm_bench.py)")
     parser.add_argument("--gemm-sizes", default="512,2048,8192", help="M values of the GEMM section")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the per-kernel profile section (explore --profile on the GPU, and a compare)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
@@ -313,6 +347,8 @@ def main() -> int:
     document["bench"] = reports
     if args.gemm:
         document["gemm"] = run_gemm_section(args.dry_run, args.gemm_sizes)
+    if args.profile:
+        document["profile"] = run_profile_section(args.dry_run)
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "gpu_bench.json"
         path.write_text(json.dumps(document, indent=2, default=str))

@@ -9,6 +9,9 @@
     python scripts/gpu_check.py --gemm          # also the GEMM-with-epilogue section (scripts/gemm_bench.py):
                                                 # bf16 LLM shapes, templates vs cuBLAS + epilogue vs Inductor
                                                 # max-autotune; --gemm-sizes 512,2048 to shorten it
+    python scripts/gpu_check.py --train         # also the bf16 training-step section (scripts/train_bench.py):
+                                                # transformer block B=8 T=1024 D=1024 and a small Llama-style
+                                                # model, default and reduce-overhead, vs eager and Inductor
 
 Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case runs eager, Glassbox
 (engine.compile(..., backend="triton", device="cuda")) and torch.compile (Inductor) on the same inputs; every
@@ -295,6 +298,16 @@ def run_profile_section(dry_run: bool) -> dict:
     return results
 
 
+def run_train_section(dry_run: bool) -> dict:
+    """bf16 training steps (scripts/train_bench.py) in a process of its own, like the GEMM section."""
+    device = ["--device", "cpu", "--small", "--min-time", "0.1"] if dry_run else ["--device", "cuda"]
+    command = [sys.executable, str(ROOT / "scripts" / "train_bench.py"), *device]
+    print("$", " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
+    return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
+
+
 def environment() -> dict:
     import triton
 
@@ -317,6 +330,7 @@ def main() -> int:
     parser.add_argument("--gemm-sizes", default="512,2048,8192", help="M values of the GEMM section")
     parser.add_argument("--profile", action="store_true",
                         help="run the per-kernel profile section (explore --profile on the GPU, and a compare)")
+    parser.add_argument("--train", action="store_true", help="run the training-step section (scripts/train_bench.py)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
@@ -349,6 +363,8 @@ def main() -> int:
         document["gemm"] = run_gemm_section(args.dry_run, args.gemm_sizes)
     if args.profile:
         document["profile"] = run_profile_section(args.dry_run)
+    if args.train:
+        document["train"] = run_train_section(args.dry_run)
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "gpu_bench.json"
         path.write_text(json.dumps(document, indent=2, default=str))
@@ -356,6 +372,7 @@ def main() -> int:
     failed_tests = document.get("tests", {}).get("returncode", 0) != 0
     wrong = any(r.get("error") or r.get("glassbox_ok") is False for r in reports)
     wrong = wrong or document.get("gemm", {}).get("returncode", 0) != 0
+    wrong = wrong or document.get("train", {}).get("returncode", 0) != 0
     return 1 if failed_tests or wrong else 0
 
 

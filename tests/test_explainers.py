@@ -1,0 +1,78 @@
+"""Record -> teaching text, fusion groups named by ops and FX nodes, the memory timeline, and shareable state
+(visualizers/teaching.py, visualizers/memory.py, app/share.py)."""
+import pytest
+
+import engine
+from app import share
+from engine.tools.model_file import load_model_file
+from visualizers import memory, teaching
+
+
+@pytest.fixture(scope="module")
+def softmax_record():
+    spec = load_model_file("softmax")
+    return engine.explore(spec.model, spec.example_inputs, name=spec.name, fusion=False).to_json()
+
+
+@pytest.fixture(scope="module")
+def mlp_record():
+    spec = load_model_file("mlp")
+    return engine.explore(spec.model, spec.example_inputs, name=spec.name).to_json()
+
+
+def test_teaching_text_names_this_models_ops_and_kernels(mlp_record):
+    graph = mlp_record["graphs"][0]
+    text = {stage: " ".join(teaching.stage_text(mlp_record, graph, stage))
+            for stage in ("capture", "ATen", "loop IR", "fusion", "code", "run", "bench")}
+    assert "1 graph" in text["capture"] and "no graph break" in text["capture"]
+    kernels = graph["kernels"]
+    assert f"{len(kernels)} kernel" in text["fusion"]
+    assert "match eager" in text["run"]
+    assert "profile" in text["bench"]  # explored without it: says so
+    assert str(len(graph["ir"]["nodes"])) in text["loop IR"]
+
+
+def test_fusion_decisions_are_named_by_ops_and_fx_nodes(softmax_record):
+    graph = softmax_record["graphs"][0]
+    decision = graph["fusion"]["decisions"][0]
+    named = teaching.decision_ops(graph, decision["producer"])
+    assert named["ops"] and named["fx"] == ["softmax"] and not any(op.startswith("buf") for op in named["ops"])
+    assert "FX: softmax" in teaching.describe_group(graph, decision["consumer"])
+    assert "stay apart" in " ".join(teaching.fusion_text(graph))  # fusion=off: refusals explained
+
+
+def test_memory_timeline_has_a_bar_per_buffer_and_the_peak(softmax_record):
+    graph = softmax_record["graphs"][0]
+    buffers = graph["memory"]["buffers"]
+    figure = memory.memory_timeline_figure(graph)
+    bars = [t for t in figure.data if t.type == "bar"]
+    assert len(bars) == len(buffers)
+    live = memory.live_bytes(buffers, len(graph["kernels"]) + 1)
+    assert max(live) > 0
+    assert any("peak" in (a.text or "") for a in figure.layout.annotations)
+
+
+def test_live_bytes_count_a_reused_storage_once():
+    buffers = [{"name": "a", "bytes": 100, "first": 0, "last": 1, "reuses": None},
+               {"name": "b", "bytes": 100, "first": 2, "last": 3, "reuses": "a"},
+               {"name": "c", "bytes": 10, "first": 1, "last": 2, "reuses": None}]
+    assert memory.live_bytes(buffers, 4) == [100, 110, 110, 100]
+
+
+def test_url_state_keeps_only_valid_values():
+    state = share.clean_state({"page": "explorer", "sample": "softmax", "backend": "rust", "stage": "fusion",
+                               "node": "<script>", "dynamic": "1", "evil": "x", "code": "zz"},
+                              samples=["softmax"], pages=["explorer"], stages=["fusion"])
+    assert state == {"page": "explorer", "sample": "softmax", "stage": "fusion", "dynamic": "1"}
+
+
+def test_pasted_code_round_trips_by_content_and_a_missing_link_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLASSBOX_SHARE_DIR", str(tmp_path))
+    source = "import torch\nmodel = torch.relu\nexample_inputs = (torch.randn(4),)\n"
+    key = share.store_code(source)
+    assert share.store_code(source) == key and share.load_code(key) == source
+    assert share.load_code("0" * 24) is None  # no such code (another server, a cleaned cache)
+    (tmp_path / f"{key}.py").write_text("tampered")
+    assert share.load_code(key) is None
+    with pytest.raises(ValueError):
+        share.store_code("x" * (share.MAX_SHARED_BYTES + 1))

@@ -213,3 +213,15 @@ def test_gpu_template_matches_eager(name, dtype, mode):
     if mode == "max-autotune":
         tuning = _templates(exploration)[0]["template"]["autotune"]
         assert tuning["winner"] and any(c["ms"] for c in tuning["candidates"]), tuning
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("name", ["linear_gelu_residual", "swiglu", "bmm", "conv1x1"])
+def test_library_then_epilogue_path_matches_eager(name, backend, monkeypatch):
+    """The other mode of the same kernel (Note [Template or library at run time]): the library call writes
+    the tile, the kernel runs only the epilogue; max-autotune picks it when it is faster."""
+    from engine.codegen import gemm_launch
+
+    monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run)
+    dtype = torch.float32 if backend == "cpp" else torch.bfloat16
+    _assert_fused(_explore(name, dtype, backend, templates="on"), name)

@@ -23,7 +23,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.pipeline import BACKENDS, MODES
+from engine.pipeline import BACKENDS, MODES, TEMPLATE_MODES
 
 DEVICES = ("cpu", "cuda")
 BOOLEANS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
@@ -32,6 +32,7 @@ KEYS = {
     "backend": ", ".join(BACKENDS), "device": ", ".join(DEVICES), "dynamic": "true, false",
     "mode": ", ".join(MODES), "fusion": "on, off", "max_nodes": "a positive integer",
     "compiler": ", ".join(COMPILERS), "file": "a model file or sample name",
+    "templates": ", ".join(TEMPLATE_MODES),
 }
 
 
@@ -49,6 +50,7 @@ class Side:
     max_nodes: int | None = None
     compiler: str = "glassbox"
     file: str | None = None
+    templates: str = "auto"  # GEMM templates (Note [GEMM templates])
 
     def label(self) -> str:
         defaults = Side()
@@ -80,9 +82,9 @@ def parse_side(settings: list[str]) -> Side:
         if key not in KEYS:
             raise SettingError(f"unknown key {key!r}; valid keys: " +
                                "; ".join(f"{k} ({v})" for k, v in KEYS.items()))
-        if key in ("backend", "device", "mode", "compiler"):
+        if key in ("backend", "device", "mode", "compiler", "templates"):
             values[key] = _choice(key, value.lower(), {"backend": BACKENDS, "device": DEVICES, "mode": MODES,
-                                                       "compiler": COMPILERS}[key])
+                                                       "compiler": COMPILERS, "templates": TEMPLATE_MODES}[key])
         elif key in ("dynamic", "fusion"):
             if value.lower() not in BOOLEANS:
                 raise SettingError(f"{key}={value!r} is not valid: {key} is one of {KEYS[key]}")
@@ -117,7 +119,7 @@ def explore_side(spec, side: Side, profile: bool = True) -> dict:
             model, inputs, backend=side.backend, device=side.device, dynamic=True if side.dynamic else None,
             name=spec.name, source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=profile, mode=side.mode, fusion=side.fusion,
-            max_fused_nodes=side.max_nodes)
+            max_fused_nodes=side.max_nodes, templates=side.templates)
     except Exception as error:  # noqa: BLE001 - a failing side is part of the comparison, not its end
         return {"model": spec.name, "graphs": [], "errors": [{"stage": "compile",
                                                               "message": f"{type(error).__name__}: {error}"}]}

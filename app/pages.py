@@ -7,6 +7,7 @@ import streamlit as st
 
 from app import inputs as input_specs
 from app import stages, state, ui
+from app.safe_text import description_markdown, html_text, md_text
 from visualizers import charts, graphs, inductor, provenance
 from visualizers import code as code_html
 from visualizers import tables
@@ -44,8 +45,9 @@ def _header(record: dict) -> None:
     with left:
         backend = state.BACKENDS.get(record.get("backend"), record.get("backend"))
         dynamic = " · dynamic shapes" if (record.get("options") or {}).get("dynamic") else ""
-        st.markdown(f"### {record.get('model', 'model')} <span style='font-size:0.9rem;color:#6b7280'>· {backend} · "
-                    f"{record.get('device', '')}{dynamic}</span>", unsafe_allow_html=True)
+        st.markdown(f"### {html_text(record.get('model', 'model'))} <span style='font-size:0.9rem;color:#6b7280'>· "
+                    f"{html_text(backend)} · {html_text(record.get('device', ''))}{dynamic}</span>",
+                    unsafe_allow_html=True)  # Note [Record text]: every record field escaped
         columns = st.columns(4)
         columns[0].metric("graphs", len(record.get("graphs") or []))
         columns[1].metric("graph breaks", len(record.get("graph_breaks") or []))
@@ -55,7 +57,7 @@ def _header(record: dict) -> None:
                           help=f"max abs error {verify.get('max_abs_err')}")
         if record.get("description"):
             with st.expander("About this model", expanded=True):
-                st.markdown(record["description"])
+                st.markdown(description_markdown(record["description"]))
     with right:
         st.plotly_chart(charts.stage_times_figure(timings, height=130, legend=False), width="stretch",
                         key="header_stage_chart", config=CHART_CONFIG)
@@ -155,7 +157,7 @@ def model_page() -> None:
         links[1].page_link("views/breaks.py", label="See the graph breaks", icon=":material/call_split:")
     if description:
         with st.expander("Description", expanded=False):
-            st.markdown(description)
+            st.markdown(description_markdown(description))
 
 
 # --- Provenance -------------------------------------------------------------------------------------------------
@@ -325,16 +327,16 @@ def breaks_page() -> None:
                 if graph_break.get("line"):
                     st.code(graph_break["line"], language="python")
                 reason, _, dynamo = str(graph_break.get("reason", "")).partition(" (Dynamo: ")
-                st.markdown(reason)
+                st.markdown(md_text(reason))
                 if dynamo:
-                    st.caption("Dynamo said: " + (dynamo[:-1] if dynamo.endswith(")") else dynamo))
+                    st.caption("Dynamo said: " + md_text(dynamo[:-1] if dynamo.endswith(")") else dynamo))
         recompiles = tables.recompile_rows(record)
         runs = tables.run_rows(record)
         st.markdown("**Recompiles when inputs change**")
         for row in recompiles:
             with st.container(border=True):
-                st.markdown(f"**{row['inputs']}** recompiled")
-                st.caption(row["reason"])
+                st.markdown(f"**{md_text(row['inputs'])}** recompiled")
+                st.caption(md_text(row["reason"]))
         if not recompiles and runs:
             st.caption("The other inputs in `dynamic_inputs` ran without a recompile"
                        + (" (dynamic shapes)." if (record.get("options") or {}).get("dynamic") else "."))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, worker
+from app.safe_text import description_markdown
 
 
 def render() -> None:
@@ -19,15 +20,18 @@ def render() -> None:
         description = state.description_of(state.sample_file_text(st.session_state.sample))
         if description:
             with st.expander("About this sample", expanded=False):
-                st.markdown(description)
+                st.markdown(description_markdown(description))
         st.radio("Backend", list(state.BACKENDS), key="backend", format_func=state.BACKENDS.get, horizontal=True)
         devices = ["cpu"] + (["cuda"] if state.cuda_available() else [])
         st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
                  help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
         st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
         with st.expander("Limits", expanded=False):
-            st.caption("Model code runs in a separate, sandboxed process (clean environment, its own folder); "
-                       "it is stopped with everything it started when it passes a limit.")
+            st.caption("Model code runs in a separate, sandboxed process (its own namespaces, a read-only system, "
+                       "an unprivileged user, a clean environment, its own folder); it is stopped with everything "
+                       "it started when it passes a limit.")
+            if worker.protection_missing():
+                st.warning(worker.protection_missing())
             st.number_input("Time limit (s)", key="time_limit_s", value=state.default_time_limit_s(), min_value=1.0,
                             max_value=worker.MAX_TIMEOUT_S, step=10.0, format="%.0f",
                             help="Wall time for one exploration, from Explore to result.")

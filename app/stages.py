@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, ui
+from app.safe_text import md_text
 from visualizers import charts, graphs, tables
 from visualizers import code as code_html
 
@@ -85,7 +86,8 @@ def ir_stage(record: dict, graph_index: int, key: str) -> None:
     st.caption(" · ".join(f"{count} {kind}" for kind, count in counts.items()))
     for node in ir_nodes:
         if node.get("kind") == "fallback":
-            st.warning(f"**{node['name']}** runs eagerly (fallback): {node.get('reason') or 'no lowering'}")
+            st.warning(f"**{md_text(node['name'])}** runs eagerly (fallback): "
+                       f"{md_text(node.get('reason') or 'no lowering')}")
     text, _ = code_html.ir_listing(graph)
     ui.show_code(text, "ir", caption=f"loop IR of graph {graph.get('index', 0)}, grouped by kernel", max_height=640)
 
@@ -209,7 +211,8 @@ def lowering_view(graph: dict, graph_index: int, key: str, recorded: dict[str, s
 
 def run_stage(record: dict, graph_index: int, key: str) -> None:
     for error in record.get("errors") or []:
-        st.warning(error.get("message") or error.get("reason") or str(error) if isinstance(error, dict) else error)
+        text = error.get("message") or error.get("reason") or str(error) if isinstance(error, dict) else error
+        st.warning(md_text(text))
     verify = record.get("verify") or {}
     if verify.get("ok"):
         st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.get('max_abs_err'))}, "

@@ -11,9 +11,10 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import sidebar, state  # noqa: E402
+from app import host_check, sidebar, state  # noqa: E402
 
 st.set_page_config(page_title="Glassbox", page_icon=":material/blur_on:", layout="wide")
+host_check.enforce()  # Note [Host check]: a foreign Host header (DNS rebinding) gets nothing
 state.init()
 # less empty space above the page title than Streamlit's default
 st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}</style>")

@@ -1,9 +1,10 @@
-"""Run user code in a sandboxed worker process, never in the server: limits, a clean environment, a group kill.
+"""Run user code in a sandboxed worker process, never in the server: namespaces, limits, a clean environment.
 
 Every job the app runs (explore, bench, Inductor, Triton lowerings) goes through engine/tools/sandbox.py, the same
-mechanism as `python -m engine explore --sandbox` and the hostile suite (Note [Sandbox]): the worker,
-app/worker_main.py, runs in its own session with a clean environment and a private directory (where the
-model file is written), under wall-time, CPU-time, memory, output and process limits. A model that hangs is
+mechanism as `python -m engine explore --sandbox` and the hostile suite (Note [Sandbox], Note [Isolation]): the
+worker, app/worker_main.py, runs under bubblewrap (its own PID, mount, IPC, UTS and network namespaces, an
+unprivileged uid, a read-only system and compile cache) with a clean environment and a private directory (where
+the model file is written), under wall-time, CPU-time, memory (cgroup), output and process limits. A model that hangs is
 killed with its whole group at the time limit, one that crashes the interpreter ends the worker only, and an
 interrupted Streamlit run (the user clicked something else, or Stop) kills the worker on the way out. A
 standby worker with torch already imported takes the next job (Note [Standby worker]).
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.worker_main import STACK_SIGNAL
-from engine.tools import sandbox
+from engine.tools import isolation, sandbox
 from engine.tools.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +100,11 @@ def limits(timeout_s: float = EXPLORE_TIMEOUT_S, memory_gb: float = MEMORY_GB) -
     memory_mb = int(memory_gb * 1024) if memory_gb > 0 else 1 << 40
     return Limits(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=int(timeout_s * (os.cpu_count() or 1)) + 30,
                   output_bytes=OUTPUT_MB << 20, processes=PROCESSES)
+
+
+def protection_missing() -> str:
+    """What the sandbox cannot enforce on this machine, in words ("" when everything is in force)."""
+    return isolation.missing_protection_words()
 
 
 # Note [Standby worker]; its CPU limit is lowered to each job's when the job is handed over

@@ -176,6 +176,11 @@ def explore_command(args) -> tuple[dict, int]:
         written = write_outputs(record, Path(args.out))
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
     checks = [record.get("verify") or {}] + [run.get("verify") or {} for run in record.get("runs") or []]
+    # Note [Verdicts] (engine/run.py): "nothing compared" is no pass and no mismatch; it is said, not failed
+    vacuous = [check for check in checks if check.get("verdict") == "nothing compared"]
+    if vacuous:
+        print(f"Nothing was verified for {spec.name}: {vacuous[0]['problem']}", file=sys.stderr)
+    checks = [check for check in checks if check not in vacuous]
     if not all(check.get("ok") for check in checks):
         problems = [check["problem"] for check in checks if check.get("problem")]
         print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above)."

@@ -292,11 +292,24 @@ def explain_recompile(failed_guards: list[str], function: str) -> str:
     return f"{why} (in {function}{dynamo})"
 
 
+def _layout(x: torch.Tensor) -> str:
+    """How a tensor's layout differs from a fresh contiguous one, in words ("" when it does not): the layout
+    the user gave is the one explored (run.fresh keeps it)."""
+    if x.layout != torch.strided or (x.is_contiguous() and x.storage_offset() == 0):
+        return ""
+    words = [f"strides {tuple(x.stride())}"]
+    if 0 in x.stride() and x.numel() > 1:
+        words.append("expanded")
+    if x.storage_offset():
+        words.append(f"offset {x.storage_offset()}")
+    return f" ({', '.join(words)})"
+
+
 def describe_inputs(inputs) -> str:
     parts = []
     for x in inputs:
         if isinstance(x, torch.Tensor):
-            parts.append(f"{str(x.dtype).replace('torch.', '')}[{', '.join(map(str, x.shape))}]")
+            parts.append(f"{str(x.dtype).replace('torch.', '')}[{', '.join(map(str, x.shape))}]{_layout(x)}")
         else:
             parts.append(type(x).__name__)
     return ", ".join(parts)

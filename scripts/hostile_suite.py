@@ -9,6 +9,7 @@ Each case is (name, model-file source, expected outcome, options). Outcomes:
   limit:WHAT      the sandbox stopped the worker (time, memory, output, processes)
   crashed:SIGNAL  the worker died from a signal; the sandbox says so
   no-record       the worker exited 0 but produced no record (the model called os._exit)
+  nothing-compared the record's verify compared no tensor (Note [Verdicts] in engine/run.py): no pass
 After each case nothing of its process group may be left running; after each group of cases a good
 exploration runs, and its time is the group's "time to recover". tests/test_hostile.py reuses CASES and run_case.
 """
@@ -173,7 +174,8 @@ CASES: list[Case] = [
         def model(x):
             return "a string", 3
         example_inputs = (torch.randn(3),)
-        """), "ok"),
+        """), "nothing-compared", message=r"nothing was verified",
+         note="its own verdict, not ok (Note [Verdicts])"),
     Case("integer overflow", _src("""
         import torch
         def model(x):
@@ -460,6 +462,8 @@ def classify(result: SandboxResult) -> tuple[str, str]:
             return "no-record", ("the model's process exited (exit code 0) without a record: something in the "
                                  "model ended it directly (os._exit)")
         verify = record.get("verify") or {}
+        if verify.get("verdict") == "nothing compared":
+            return "nothing-compared", verify.get("problem", "")
         return ("ok" if verify.get("ok") else "not-verified"), json.dumps(verify)[:300]
     if code == 2:
         return "user-error", final_message(result.stderr)

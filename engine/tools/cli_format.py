@@ -162,7 +162,8 @@ def breaks_summary(breaks: list[dict]) -> list[str]:
 def verify_summary(verify: dict, runs: list[dict]) -> list[str]:
     if not verify:
         return ["Verify: not run"]
-    verdict = "ok" if verify.get("ok") else "FAILED"
+    verdict = "ok" if verify.get("ok") else "NOTHING COMPARED" if verify.get("verdict") == "nothing compared" \
+        else "FAILED"
     lines = [f"Verify vs eager: {verdict} (max abs err {error_text(verify.get('max_abs_err'))}, "
              f"max rel err {error_text(verify.get('max_rel_err'))})"]
     if verify.get("problem"):

@@ -48,15 +48,32 @@ class ModelFileError(Exception):
         self.lineno = lineno
 
 
+# A model file is code: the record carries its text (for graph breaks and provenance), the app's worker sends
+# the record as JSON, so megabytes of source would be megabytes in every record. Larger files are refused
+# with the reason, before anything runs.
+MAX_SOURCE_BYTES = 2 << 20
+
+
 def load_model_file(path_or_sample_name: str | Path) -> ModelSpec:
     """Load a .py file by path, or a sample by name (see samples/)."""
     path = _resolve(path_or_sample_name)
+    _check_size(path.stat().st_size, str(path))
     return _load(path.read_text(encoding="utf-8"), str(path), name=path.stem)
+
+
+def _check_size(size: int, filename: str) -> None:
+    if size > MAX_SOURCE_BYTES:
+        raise ModelFileError(
+            f"{filename} is {size / (1 << 20):.1f} MB, more than the {MAX_SOURCE_BYTES >> 20} MB of source Glassbox "
+            "reads from a model file. A model file is code: load large data (weights, tables, token lists) from a "
+            "file of its own with torch.load or numpy, or make it with torch (torch.randn, torch.arange), and "
+            "keep the .py file small.")
 
 
 def load_model_source(source: str, filename: str = "<pasted>") -> ModelSpec:
     """Load model code given as text (the app's editor); `filename` is what errors and tracebacks will show."""
     name = filename.strip("<>") if filename.startswith("<") else Path(filename).stem
+    _check_size(len(source.encode("utf-8", errors="replace")), filename)
     return _load(source, filename, name=name)
 
 

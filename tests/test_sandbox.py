@@ -183,4 +183,4 @@ def test_an_interrupted_caller_kills_the_whole_group(tmp_path):
     process.close()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
     import hostile_suite
-    assert hostile_suite.leftovers(process.pid) == []  # the sleeping child went too
+    assert hostile_suite.leftovers(process.pid, process.pid_namespace) == []  # the sleeping child went too

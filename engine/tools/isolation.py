@@ -7,6 +7,7 @@ with bubblewrap's
   - new user, PID, mount, IPC, UTS and network namespaces (network only when asked), --die-with-parent and
     --new-session; uid/gid 65534 (nobody) inside, every capability dropped;
   - the whole file system read-only; private size-capped tmpfs on /tmp and /dev/shm; /run hidden (sockets);
+    a /dev of its own with only the basic devices and the GPU's (/dev/nvidia*, /dev/dri);
     its own /proc, which lists only the job's processes: no server process to signal (`os.kill(os.getppid())`
     reaches bwrap's init, which ignores it), no server /proc/<pid>/environ to read, no other job's stdin;
   - writable: only its work directory; the compile cache is bound read-only (Note [Trusted builder]);
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import glob
 import os
 import shutil
 import signal
@@ -59,6 +61,8 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
     argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--tmpfs", "/run"]
+    for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
+        argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:
         argv += ["--ro-bind", source, destination]
     return argv + ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
@@ -306,12 +310,17 @@ def _kill_members(directory: Path) -> None:
             return
         if not members:
             return
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_processes(members)
         time.sleep(0.02)
+
+
+def kill_processes(pids: list[int]) -> None:
+    """SIGKILL each of them; one already gone is fine."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _remove_cgroup(directory: Path) -> None:

@@ -144,8 +144,9 @@ class SandboxResult:
                     "with every process it started.",
                     "Look for a loop that never ends or a very large input; or raise the time limit.")
         if self.limit_hit == "memory":
-            return (f"The model used more memory than its limit ({limits.memory_mb} MB resident; it reached "
-                    f"{self.peak_rss_mb:.0f} MB), so it was stopped with every process it started.",
+            return (f"The model used more memory than its limit ({limits.memory_mb} MB resident, shared memory and "
+                    f"its /tmp counted; it reached {self.peak_rss_mb:.0f} MB), so it was stopped with every process "
+                    "it started.",
                     "Use smaller inputs, or raise the memory limit.")
         if self.limit_hit == "cpu":
             return (f"The model used more than its CPU-time limit ({limits.cpu_s} s of processor time), so it was "
@@ -546,11 +547,7 @@ class SandboxedProcess:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for pid in stragglers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        isolation.kill_processes(stragglers)
         if self.cgroup is not None:
             self.cgroup.kill_all()
         try:

@@ -216,10 +216,6 @@ def _processes_naming(marker: str) -> list[int]:
     return found
 
 
-def _work_directories() -> set[str]:
-    return {p.name for p in isolation.RUN_ROOT.glob("glassbox-run-*") if p.is_dir()}
-
-
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_killing_the_cli_leaves_no_worker_and_no_work_directory(tmp_path, how):
     marker = f"sleeper_{uuid.uuid4().hex[:8]}"
@@ -227,12 +223,12 @@ def test_killing_the_cli_leaves_no_worker_and_no_work_directory(tmp_path, how):
     target = tmp_path / f"{marker}.py"
     target.write_text(f"import time, subprocess\nsubprocess.Popen(['sleep', '{nap}'])\ntime.sleep(300)\n"
                       "def model(x):\n    return x\nexample_inputs = ()\n")
-    before = _work_directories()
     cli = subprocess.Popen([sys.executable, "-m", "engine", "explore", str(target), "--sandbox", "--timeout", "600"],
                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         _wait_for(lambda: _processes_naming(nap))  # the model runs
+        workdir = _held_work_directory(cli.pid)
         cli.send_signal(how)
         cli.wait(timeout=30)
     finally:
@@ -241,7 +237,19 @@ def test_killing_the_cli_leaves_no_worker_and_no_work_directory(tmp_path, how):
         isolation.sweep_stale()
     _wait_for(lambda: not [p for p in _processes_naming(nap) + _processes_naming(marker) if _alive(p)],
               timeout_s=15)
-    assert not (_work_directories() - before)
+    assert not workdir.exists()
+
+
+def _held_work_directory(pid: int) -> Path:
+    """The work directory whose lock the process holds open (Note [Work directories])."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".lock") and "glassbox-run-" in target:
+            return Path(target[:-len(".lock")])
+    raise AssertionError("the CLI holds no work directory lock")
 
 
 def _is_worker(pid: int) -> bool:

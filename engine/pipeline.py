@@ -149,8 +149,7 @@ def make_backend(options: Options, exploration: Exploration | None = None, profi
             def compile_phase(aten_gm: torch.fx.GraphModule, aten_inputs):
                 record = graph_record
                 if record is not None and phase == "backward":  # its own graph, compiled on first backward
-                    record = GraphRecord(index=len(exploration.graphs), fx=graph_record.fx,
-                                         partition={"forward_graph": graph_record.index})
+                    record = GraphRecord(index=-1, fx=graph_record.fx)
                 timings = record.timings if record is not None else {}
                 compiled = compile_graph(aten_gm, aten_inputs, options, timings)
                 if record is not None:
@@ -159,12 +158,22 @@ def make_backend(options: Options, exploration: Exploration | None = None, profi
                     hints = size_hints(compiled.lowered, aten_inputs)
                     fill_graph_record(record, gm, aten_gm, compiled, hints)
                     if phase == "backward":
-                        exploration.graphs.append(record)
+                        backward_records.append(record)
+                        if graph_record.index >= 0:  # else (dynamic shapes: compiled at once) after the forward
+                            add_backward_records()
                     if profiler is not None:
                         return profiler.watch(record, compiled, hints)
                 return compiled.call
 
             return compile_phase
+
+        backward_records: list[GraphRecord] = []
+
+        def add_backward_records() -> None:
+            while backward_records:
+                record = backward_records.pop(0)
+                record.index, record.partition = len(exploration.graphs), {"forward_graph": graph_record.index}
+                exploration.graphs.append(record)
 
         def on_partition(partition: dict) -> None:
             if graph_record is not None:
@@ -182,6 +191,7 @@ def make_backend(options: Options, exploration: Exploration | None = None, profi
             # abandoned one counts as capture.
             graph_record.index = len(exploration.graphs)
             exploration.graphs.append(graph_record)
+            add_backward_records()
         return compiled_fn
 
     return backend

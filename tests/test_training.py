@@ -156,3 +156,20 @@ def test_in_place_update_of_an_input_is_explained():
     assert verify["ok"], verify
     assert any("in place" in note for note in verify["notes"])
     assert all(e["name"] != "input[0]" for e in verify["gradients"])
+
+
+def test_dynamic_shapes_train_and_keep_graph_order():
+    """Under dynamic shapes AOTAutograd compiles the backward at once: it still follows its forward."""
+    spec = load_model_file("mlp")
+    exploration = _train(spec.model.train(), spec.example_inputs, dynamic=True)
+    _check_step(exploration)
+    assert [g.phase for g in exploration.graphs] == ["forward", "backward"]
+
+
+def test_graph_breaks_give_one_backward_per_forward():
+    spec = load_model_file("graph_break")
+    exploration = _train(spec.model, spec.example_inputs)
+    assert exploration.verify["ok"] and exploration.graph_breaks
+    forwards = [g.index for g in exploration.graphs if g.phase == "forward"]
+    backwards = sorted(g.partition["forward_graph"] for g in exploration.graphs if g.phase == "backward")
+    assert backwards == forwards

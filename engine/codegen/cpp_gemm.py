@@ -6,8 +6,8 @@ The output is cut into tiles of tile_m x tile_n (runtime arguments, so max-autot
 build); OpenMP threads take whole tiles. Each tile is accumulated in float32 in a stack array, by one of two
 inner loops chosen from the operands' strides, so that the innermost loop walks contiguous memory and
 vectorizes:
-  dot   B is contiguous along K (a Linear's weight, x @ w.t()): out[i, j] = dot(A row i, B column j), four
-        columns at a time (four independent accumulators; the row of A is loaded once for all four)
+  dot   B is contiguous along K (a Linear's weight, x @ w.t()): out[i, j] = dot(A row i, B column j), in
+        blocks of 2 rows x 4 columns (eight independent accumulators; each loaded value feeds 2 or 4 of them)
   axpy  otherwise (B contiguous along N: x @ w, bmm, a 1x1 convolution): out[i, :] += A[i, k] * B[k, :]
 Then the epilogue loop walks the tile's rows (row-invariant values hoisted) and columns (simd).
 acc_from_memory runs only the epilogue, on the tile the library call wrote (Note [Template or library at run
@@ -98,22 +98,32 @@ def _load(dtype, text: str) -> str:
     return LOAD[dtype].format(text)
 
 
-def _dot_loop(spec: GemmSpec, out: _Source):
+def _dot_block(spec: GemmSpec, out: _Source, rows: int, cols: int):
+    """rows x cols dot products at once: rows*cols independent accumulators, each A and B element loaded once
+    per block (the register blocking that keeps the vector units busy instead of waiting on one add chain)."""
     a, b, dt = spec.a, spec.b, spec.dtype
-    with out.block("for (int64_t i = 0; i < mb; ++i)"):
-        out.add("int64_t j = 0;")
-        with out.block("for (; j + 4 <= nb; j += 4)"):
-            out.add("float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;")
-            with out.block(f"for (int64_t k = 0; k < {spec.k}; ++k)", "#pragma omp simd reduction(+:s0,s1,s2,s3)"):
-                out.add(f"const float av = {_load(dt, _at(a, 'b', 'm0 + i', 'k'))};")
-                for q in range(4):
-                    out.add(f"s{q} += av * {_load(dt, _at(b, 'b', 'k', f'n0 + j + {q}'))};")
-            out.add("acc[i][j] = s0; acc[i][j + 1] = s1; acc[i][j + 2] = s2; acc[i][j + 3] = s3;")
-        with out.block("for (; j < nb; ++j)"):
-            out.add("float s = 0.0f;")
-            with out.block(f"for (int64_t k = 0; k < {spec.k}; ++k)", "#pragma omp simd reduction(+:s)"):
-                out.add(f"s += {_load(dt, _at(a, 'b', 'm0 + i', 'k'))} * {_load(dt, _at(b, 'b', 'k', 'n0 + j'))};")
-            out.add("acc[i][j] = s;")
+    names = [f"s{r}_{c}" for r in range(rows) for c in range(cols)]
+    out.add(f"float {', '.join(f'{n} = 0.0f' for n in names)};")
+    with out.block(f"for (int64_t k = 0; k < {spec.k}; ++k)", f"#pragma omp simd reduction(+:{','.join(names)})"):
+        for r in range(rows):
+            out.add(f"const float a{r} = {_load(dt, _at(a, 'b', f'm0 + i + {r}', 'k'))};")
+        for c in range(cols):
+            out.add(f"const float b{c} = {_load(dt, _at(b, 'b', 'k', f'n0 + j + {c}'))};")
+        for r in range(rows):
+            out.add(" ".join(f"s{r}_{c} += a{r} * b{c};" for c in range(cols)))
+    for r in range(rows):
+        out.add(" ".join(f"acc[i + {r}][j + {c}] = s{r}_{c};" for c in range(cols)))
+
+
+def _dot_loop(spec: GemmSpec, out: _Source):
+    """Note [C++ GEMM template]'s dot form: 2x4 blocks of the tile, then the ragged rows and columns."""
+    out.add("int64_t i = 0;")
+    for rows, condition in ((2, "i + 2 <= mb"), (1, "i < mb")):
+        with out.block(f"for (; {condition}; i += {rows})"):
+            out.add("int64_t j = 0;")
+            for cols, column_condition in ((4, "j + 4 <= nb"), (1, "j < nb")):
+                with out.block(f"for (; {column_condition}; j += {cols})"):
+                    _dot_block(spec, out, rows, cols)
 
 
 def _axpy_loop(spec: GemmSpec, out: _Source):

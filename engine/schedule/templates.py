@@ -204,11 +204,11 @@ def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str
         return None, f"library call: {reason}"
     if options.templates == "on":
         reason = "template forced on (Options.templates='on')"
-    elif options.mode == "max-autotune":
-        reason = "max-autotune: tile configs are timed against the library call at the first launch"
     elif options.backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN:
         return None, (f"library call: {spec.shape_text()} is too small for tensor-core tiles "
                       f"(tl.dot wants {TENSOR_CORE_MIN}x{TENSOR_CORE_MIN}x{TENSOR_CORE_MIN})")
+    elif options.mode == "max-autotune":
+        reason = "max-autotune: tile configs are timed against the library call at the first launch"
     elif options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
         return None, (f"library call: {spec.rows} rows; the CPU BLAS beats a generated GEMM beyond "
                       f"{CPU_SKINNY_ROWS} rows (the C++ template is for skinny, batch 1-32 shapes)")

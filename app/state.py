@@ -222,6 +222,26 @@ def run_inductor() -> worker.Outcome:
                          "Compiling with Inductor…", "Inductor finished in")
 
 
+def run_compare(side_a: list[str], side_b: list[str], edited: str | None = None) -> worker.Outcome:
+    """Two explorations of the current code and their diff (engine compare), cached by both sides' settings."""
+    request = current_request()
+    kind = "compare:" + " ".join(side_a) + "|" + " ".join(side_b) + (f"|{content_key('edit', edited)}" if edited else "")
+    with st.status("Comparing: two explorations, each kernel timed…", expanded=False) as status:
+        outcome = worker.compare(request.source, request.label, side_a, side_b, edited,
+                                 on_tick=lambda s: status.update(label=f"Comparing… {s:.0f} s"),
+                                 timeout=max(worker.BENCH_TIMEOUT_S, time_limit_s()), memory_gb=memory_limit_gb())
+        status.update(label=f"Compared in {outcome.seconds:.0f} s",
+                      state="complete" if outcome.problem is None else "error")
+    result_cache().put(request.key(kind), outcome)
+    st.session_state.compare_kind = kind
+    return outcome
+
+
+def cached_compare() -> worker.Outcome | None:
+    kind = st.session_state.get("compare_kind")
+    return result_cache().get(current_request().key(kind)) if kind else None
+
+
 def _run_long_job(kind: str, job, title: str, ticking: str, done: str) -> worker.Outcome:
     """A bench or Inductor job in a worker, with a ticking status line; its outcome is cached under `kind`."""
     request = current_request()

@@ -24,6 +24,7 @@ pages = [
     st.Page("views/provenance.py", title="Provenance", icon=":material/timeline:"),
     st.Page("views/breaks.py", title="Graph breaks", icon=":material/call_split:"),
     st.Page("views/inductor.py", title="Inductor", icon=":material/compare_arrows:"),
+    st.Page("views/compare.py", title="Compare", icon=":material/difference:"),
 ]
 navigation = st.navigation(pages)
 sidebar.render()

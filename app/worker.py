@@ -440,3 +440,23 @@ def assembly(graph: dict, kernel_names: list[str], timeout: float = BENCH_TIMEOU
                           hints=["The kernel still runs (under the interpreter on a CPU); only its GPU "
                                  "assembly could not be produced."], log=finished.stderr[-4000:])
     return Outcome(document=document, problem=problem, seconds=finished.seconds)
+
+
+def compare(source: str, label: str, side_a: list[str], side_b: list[str], edited: str | None = None,
+            timeout: float = BENCH_TIMEOUT_S, on_tick: Callable[[float], None] | None = None,
+            memory_gb: float = MEMORY_GB) -> Outcome:
+    """`python -m engine compare FILE --a ... --b ... --json` (engine/tools/compare.py) in one worker. With
+    `edited`, side B explores that code instead (before vs after an edit)."""
+    name = model_file_name(label)
+    inputs = {name: source, **({"edited.py": edited} if edited is not None else {})}
+
+    def arguments(workdir: Path) -> list[str]:
+        b = side_b + ([f"file={workdir / 'edited.py'}"] if edited is not None else [])
+        return ["--", "compare", str(workdir / name), "--a", *side_a, "--b", *b, "--json"]
+
+    finished = run_job(arguments, limits(timeout, memory_gb), inputs=inputs, on_tick=on_tick)
+    document = parse_json(finished.stdout)
+    if finished.returncode in (EXIT_OK, EXIT_FAILED) and document is not None and finished.completed:
+        return Outcome(document=document, seconds=finished.seconds)
+    return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
+                   seconds=finished.seconds)

@@ -12,7 +12,7 @@ import re
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import RegexLexer, bygroups
-from pygments.lexers import CppLexer, LlvmLexer, PtxLexer, PythonLexer, TextLexer
+from pygments.lexers import CppLexer, DiffLexer, LlvmLexer, PtxLexer, PythonLexer, TextLexer
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
 
 STYLE = "friendly"
@@ -95,7 +95,7 @@ LEXERS = {
     "cpp": CppLexer, "c++": CppLexer,
     "ir": LoopIRLexer, "glassbox-ir": LoopIRLexer,
     "ttir": MlirLexer, "ttgir": MlirLexer, "mlir": MlirLexer, "llir": LlvmLexer, "llvm": LlvmLexer,
-    "ptx": PtxLexer, "sass": SassLexer,
+    "ptx": PtxLexer, "sass": SassLexer, "diff": DiffLexer,
 }
 
 

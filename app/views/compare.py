@@ -1,0 +1,74 @@
+"""Compare (what-if): the current model explored twice, under two settings, and their differences."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import state, ui
+from visualizers import compare as compare_view
+
+st.markdown("### Compare two compiles")
+st.caption("What changes when you switch the backend, dynamic shapes, fusion, or edit the model: the kernels "
+           "(same / merged / split / added / removed, matched by the ATen nodes they compute), the code and the "
+           "time (each kernel timed in its wrapper).")
+
+
+def side_settings(column, side: str, defaults: dict) -> list[str]:
+    with column:
+        st.markdown(f"**{side}**")
+        compiler = st.selectbox("compiler", ["glassbox", "inductor"], key=f"cmp_{side}_compiler",
+                                index=["glassbox", "inductor"].index(defaults.get("compiler", "glassbox")))
+        settings = [f"compiler={compiler}"]
+        if compiler == "glassbox":
+            backend = st.selectbox("backend", ["cpp", "triton"], key=f"cmp_{side}_backend",
+                                   index=["cpp", "triton"].index(defaults.get("backend", "cpp")))
+            dynamic = st.checkbox("dynamic shapes", key=f"cmp_{side}_dynamic", value=defaults.get("dynamic", False))
+            fusion = st.checkbox("fusion", key=f"cmp_{side}_fusion", value=defaults.get("fusion", True))
+            cap = st.number_input("max IR nodes per kernel (0: no cap)", min_value=0, value=0, step=1,
+                                  key=f"cmp_{side}_cap")
+            settings += [f"backend={backend}", f"dynamic={'true' if dynamic else 'false'}",
+                         f"fusion={'on' if fusion else 'off'}"] + ([f"max_nodes={int(cap)}"] if cap else [])
+        return settings
+
+
+left, right = st.columns(2, gap="medium")
+side_a = side_settings(left, "A", {"backend": "cpp"})
+side_b = side_settings(right, "B", {"backend": "triton"})
+edited = None
+with right:
+    if st.checkbox("B explores edited code (before vs after an edit)", key="cmp_edit"):
+        edited = st.text_area("B's code", value=state.user_source(), height=240, key="cmp_edited_code")
+if st.button("Compare A and B", type="primary", key="cmp_run"):
+    state.run_compare(side_a, side_b, edited)
+outcome = state.cached_compare()
+if outcome is None:
+    st.info("Pick two settings and press **Compare A and B** (two explorations in a worker: a few seconds each; "
+            "Triton on the CPU runs under its interpreter, which is slow).")
+elif outcome.problem is not None and not outcome.document:
+    ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
+else:
+    document = outcome.document
+    kernels, timing = document.get("kernels") or {}, document.get("timing") or {}
+    counts = kernels.get("count") or [0, 0]
+    columns = st.columns(4)
+    columns[0].metric("kernels A", counts[0])
+    columns[1].metric("kernels B", counts[1], delta=counts[1] - counts[0], delta_color="off")
+    speedup = timing.get("speedup_b_over_a")
+    columns[2].metric("speedup of B over A", f"{speedup:.3g}x" if isinstance(speedup, (int, float)) else "-",
+                      help="time of A / time of B: higher is better for B")
+    columns[3].metric("code lines changed", sum(1 for line in (document.get("code_diff") or "").splitlines()
+                                                  if line[:1] in "+-" and line[:3] not in ("+++", "---")))
+    st.caption(f"A: {document['a']['label']} · B: {document['b']['label']}. {compare_view.speedup_sentence(timing)}")
+    for side in ("a", "b"):
+        record = (document.get(side) or {}).get("record") or {}
+        if any((g.get("profile") or {}).get("interpreted") for g in record.get("graphs") or []):
+            st.warning(f"{side.upper()} is Triton on the CPU: it ran under Triton's interpreter, so its times say "
+                       "nothing about a GPU (compare its kernels and code, not its speed).")
+    for side in ("a", "b"):
+        for error in (document.get("errors") or {}).get(side) or []:
+            st.error(f"{side.upper()} failed in {error.get('stage', '?')}: {error.get('message', '')}")
+    st.markdown("**Kernels**")
+    st.dataframe(compare_view.kernel_diff_rows(kernels), hide_index=True, width="stretch")
+    st.markdown("**Time per kernel**")
+    st.dataframe(compare_view.timing_rows(document), hide_index=True, width="stretch")
+    st.markdown("**Code diff** (A → B: kernels, then the wrapper)")
+    ui.show_code(document.get("code_diff") or "(identical)", "diff", max_height=640)

@@ -1,0 +1,135 @@
+"""The explorer's jobs in a real browser (Playwright + Debian's Chromium), as a user sees them: the offline HTML
+report opened with the network blocked (graphs, code, the per-kernel profile chart, graph-break hints and
+rewrites, the highlighted line of code that starts with blank lines and CRLF), a 2000-node graph searched in
+the report, and the app's compare page (C++ vs Triton showing a diff). The app server comes from
+tests/test_browser.py's fixture. With GLASSBOX_SHOTS=DIR, screenshots are saved there."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, server  # noqa: F401 - the app server fixture
+
+import engine
+from engine.tools.model_file import load_model_file
+from visualizers.html_report import report_html
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}"),
+              pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz's dot is not installed")]
+
+# the graph_break sample, opening with blank lines and CRLF line ends: its breaks' lines must still be the
+# highlighted ones (pygments used to drop the leading blank lines, shifting every highlight)
+SHIFTED = "\r\n\r\n\r\n" + (Path(__file__).resolve().parents[1] / "samples" / "graph_break.py").read_text().replace("\n", "\r\n")
+
+
+def shot(page, name: str) -> None:
+    folder = os.environ.get("GLASSBOX_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def offline_page(browser, path: Path):
+    """A page that may load the file and nothing else: any other request is aborted and counted."""
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    fetched: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url.startswith("file://"):
+            request_route.continue_()
+        else:
+            fetched.append(url)
+            request_route.abort()
+    context.route("**/*", route)
+    page = context.new_page()
+    page.goto(path.as_uri())
+    return page, fetched
+
+
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("report") / "shifted.py"
+    path.write_bytes(SHIFTED.encode())
+    spec = load_model_file(str(path))
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name, description=spec.description,
+                            source={"filename": spec.filename, "text": spec.source}, profile=True).to_json()
+    out = path.with_suffix(".html")
+    out.write_text(report_html(record), encoding="utf-8")
+    return out, record
+
+
+def test_report_offline_shows_graphs_code_profile_and_break_fixes(browser, report_file):
+    path, record = report_file
+    page, fetched = offline_page(browser, path)
+    page.locator("svg g.node").first.wait_for(timeout=30_000)
+    assert page.locator(".svg svg").count() >= 3  # FX and ATen graphs drawn, inline
+    assert page.get_by_text("Generated cpp code").count() >= 1
+    assert page.locator("[data-language=cpp] pre").first.inner_text().strip()
+    page.locator(".plotly .bars, .plotly .barlayer").first.wait_for(timeout=30_000)  # the per-kernel chart drew
+    assert page.get_by_text("Time per kernel").count() >= 1
+    hint = page.get_by_text("Suggested rewrite:").first
+    hint.scroll_into_view_if_needed()
+    assert "torch.where(flag.sum() > 0" in page.locator(".hint").all_inner_texts().__str__()
+    shot(page, "report_breaks")
+    assert fetched == []
+
+
+def test_report_highlights_the_break_lines_despite_blank_lines_and_crlf(browser, report_file):
+    path, record = report_file
+    page, _ = offline_page(browser, path)
+    lines = [b["lineno"] for b in record["graph_breaks"]]
+    source = SHIFTED.replace("\r\n", "\n").splitlines()
+    highlighted = page.locator("#source ~ div .gb-highlight span[style*='#fde68a']").all_inner_texts()
+    assert len(highlighted) == len(lines)
+    for number, text in zip(lines, highlighted):
+        assert source[number - 1].strip() in text  # the line Dynamo named, not its neighbour
+    page.locator("#source").scroll_into_view_if_needed()
+    shot(page, "report_source_lines")
+
+
+def test_report_of_a_2000_node_graph_is_searchable(browser, tmp_path):
+    fx = [{"name": "x", "op": "placeholder", "target": "x", "args": [], "shape": ["64"], "dtype": "float32"}]
+    for i in range(2000):
+        fx.append({"name": f"op{i}", "op": "call_function", "target": "mul" if i % 2 else "add",
+                   "args": [fx[-1]["name"]], "shape": ["64"], "dtype": "float32", "module_path": ""})
+    fx.append({"name": "output", "op": "output", "target": "output", "args": [fx[-1]["name"]]})
+    path = tmp_path / "big.html"
+    path.write_text(report_html({"model": "chain", "graphs": [{"index": 0, "fx": fx, "kernels": []}]}))
+    page, fetched = offline_page(browser, path)
+    page.fill("input[type=search]", "op1234 ")
+    page.fill("input[type=search]", "op1234")
+    page.wait_for_timeout(500)
+    assert page.locator("g.node.gb-match").count() == 1
+    assert page.locator("#g0-fx-hits").inner_text() == "1 match"
+    assert page.locator("g.node.gb-match").first.is_visible()
+    shot(page, "report_big_search")
+    assert fetched == []
+
+
+def test_compare_cpp_with_triton_shows_a_diff(browser, server):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(f"{server}/compare")
+    page.get_by_role("button", name="Compare A and B").wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_role("button", name="Compare A and B").click()
+    page.get_by_text("Code diff").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert page.get_by_text("kernels A").count() and page.get_by_text("speedup of B over A").count()
+    diff = page.locator("[data-language=diff]").first
+    diff.scroll_into_view_if_needed()
+    text = diff.inner_text()
+    assert "--- A (defaults)" in text and "+++ B (backend=triton)" in text and "@triton.jit" in text
+    assert page.get_by_text("Triton's interpreter").count()  # B's times are flagged, not trusted
+    shot(page, "compare_cpp_triton")
+    page.close()

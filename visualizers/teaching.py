@@ -7,8 +7,6 @@ ATen ops and FX nodes a reader sees on the graphs.
 """
 from __future__ import annotations
 
-import html
-import re
 from collections import Counter
 
 
@@ -176,19 +174,3 @@ def stage_text(record: dict, graph: dict | None, stage: str) -> list[str]:
              "run": lambda: run_text(record), "bench": lambda: bench_text(record)}
     return table[stage]() if stage in table else []
 
-
-# Note [Descriptions are the user's text]
-# A model file's `description` is markdown written by whoever wrote the file, shown in the app with st.markdown.
-# Markdown images (and raw <img>) would make every viewer's browser fetch a URL of the author's choosing when
-# the page opens, and raw HTML could restyle the page. So images become their alt text with the address shown
-# as text, and every HTML tag is escaped; ordinary markdown (emphasis, code, lists, links a reader chooses to
-# follow) stays.
-_MD_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<url>[^)\s]*)(?:\s+\"[^\"]*\")?\)")
-_MD_REFERENCE_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\[[^\]]*\]")
-
-
-def safe_markdown(text: str) -> str:
-    """The description without anything that loads by itself (Note [Descriptions are the user's text])."""
-    text = _MD_IMAGE.sub(lambda m: f"[image: {m['alt'] or 'untitled'} — `{m['url']}`, not loaded]", text or "")
-    text = _MD_REFERENCE_IMAGE.sub(lambda m: f"[image: {m['alt'] or 'untitled'}, not loaded]", text)
-    return html.escape(text, quote=False)

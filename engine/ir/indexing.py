@@ -163,7 +163,8 @@ def _recombine(expr: Expr) -> Expr:
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
     """Simplify FloorDiv/ModIndex using the loop ranges: floor(a/b) = 0 and a mod b = a when a < b, and
     floor((g*L + s)/b) = floor(L/(b/g)) when 0 <= s < g divides b (likewise for mod)."""
-    return _simplify_cached(sympy.sympify(expr), tuple(sorted(ranges.items(), key=lambda kv: str(kv[0]))))
+    # keyed by symbol name: printing each symbol to sort the ranges cost more than the simplification it saved
+    return _simplify_cached(sympy.sympify(expr), tuple(sorted(ranges.items(), key=lambda kv: kv[0].name)))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -92,41 +92,65 @@ def promoted_dtype(*values: Any) -> torch.dtype:
     return result.dtype
 
 
-def make_pointwise(fn: Callable, *inputs: Any, compute: torch.dtype | None = None,
-                   size: Sequence[Expr] | None = None, dtype: torch.dtype | None = None,
-                   input_dtypes: Sequence[torch.dtype | None] | None = None) -> TensorValue:
-    """A Pointwise node computing fn(*loads) with broadcasting; the result is cast to the node's dtype.
+# Note [Node builders]
+# Every Pointwise and Reduction node a lowering makes goes through `pointwise_node` or `reduction_node`: they
+# name the node, tag it with the ATen node being lowered, register it with the graph, and (pointwise) cast the
+# body's value from the dtype it was computed in to the node's dtype, once, at the end. A lowering therefore
+# writes its arithmetic in one compute dtype and never spells the final cast itself.
 
-    Inputs are loaded in the compute dtype (float32 for half types), or per input as `input_dtypes` says."""
+
+def pointwise_node(body: Callable, *, size: Sequence[Expr] | None = None, dtype: torch.dtype | None = None,
+                   computed_in: torch.dtype | None = None) -> TensorValue:
+    """A Pointwise node (Note [Node builders]): `body(index)` yields a value in `computed_in` (by default the
+    compute dtype of `dtype`, see engine/ir/ops.py); the node stores it as `dtype` (default: the ATen node's)."""
     graph = current()
     size = tuple(size) if size is not None else out_size()
     dtype = dtype or out_dtype()
-    check_dtype(dtype)
-    for value in inputs:
-        if isinstance(value, TensorValue):
-            check_dtype(value.dtype)
-    compute = compute_dtype(compute or dtype)
-
-    def inner_fn(index):
-        dtypes = input_dtypes or [None] * len(inputs)
-        result = fn(*[load_as(v, index, d or compute) for v, d in zip(inputs, dtypes)])
-        return ops.to_dtype(result, dtype) if _value_dtype_differs(fn, compute, dtype) else result
-
+    computed_in = computed_in or compute_dtype(dtype)
+    inner_fn = body if computed_in == dtype else lambda index: ops.to_dtype(body(index), dtype)
     node = Pointwise(name=graph.new_name(), size=size, dtype=dtype, device=graph.device,
                      origins=graph.origins(), inner_fn=inner_fn)
     graph.register(node)
     return TensorValue(node, size)
 
 
-def _value_dtype_differs(fn, compute: torch.dtype, dtype: torch.dtype) -> bool:
-    # Predicates already yield bool; everything else is computed in `compute` and cast once at the end.
-    return compute != dtype and not getattr(fn, "yields_bool", False)
+def reduction_node(body: Callable, *, size: Sequence[Expr], reduction_size: Sequence[Expr], reduction_type: str,
+                   dtype: torch.dtype, src_dtype: torch.dtype | None = None) -> TensorValue:
+    """A Reduction node (Note [Node builders]): out[index] = reduce(body(index, rindex) over reduction_size),
+    each body value in `src_dtype` (default `dtype`)."""
+    graph = current()
+    node = Reduction(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
+                     origins=graph.origins(), reduction_size=tuple(reduction_size), reduction_type=reduction_type,
+                     src_dtype=src_dtype or dtype, inner_fn=body)
+    graph.register(node)
+    return TensorValue(node, tuple(size))
+
+
+def make_pointwise(fn: Callable, *inputs: Any, compute: torch.dtype | None = None,
+                   size: Sequence[Expr] | None = None, dtype: torch.dtype | None = None,
+                   input_dtypes: Sequence[torch.dtype | None] | None = None) -> TensorValue:
+    """A Pointwise node computing fn(*loads) with broadcasting; the result is cast to the node's dtype.
+
+    Inputs are loaded in the compute dtype (float32 for half types), or per input as `input_dtypes` says."""
+    dtype = dtype or out_dtype()
+    check_dtype(dtype)
+    for value in inputs:
+        if isinstance(value, TensorValue):
+            check_dtype(value.dtype)
+    compute = compute_dtype(compute or dtype)
+    dtypes = input_dtypes or [None] * len(inputs)
+
+    def body(index):
+        return fn(*[load_as(v, index, d or compute) for v, d in zip(inputs, dtypes)])
+
+    # predicates already yield bool; everything else is computed in `compute`
+    computed_in = torch.bool if getattr(fn, "yields_bool", False) else compute
+    return pointwise_node(body, size=size, dtype=dtype, computed_in=computed_in)
 
 
 def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction_type: str,
                    dtype: torch.dtype | None = None, value_fn: Callable | None = None) -> TensorValue:
     """A Reduction over `dims` of x. `value_fn(loaded)` transforms each element before reducing."""
-    graph = current()
     ndim = x.ndim
     # a 0-dim tensor reduces over nothing: its dims 0 and -1 name the scalar itself
     dims = sorted({normalize_dim(d, ndim) for d in dims if ndim}) if dims else list(range(ndim))
@@ -140,7 +164,7 @@ def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction
     src = compute_dtype(dtype) if reduction_type not in ("argmax", "argmin", "any", "all") else \
         compute_dtype(x.dtype)
 
-    def inner_fn(index, rindex):
+    def body(index, rindex):
         full = [None] * ndim
         kept_index = [index[d] for d in kept] if keepdim else list(index)
         for d, i in zip(kept, kept_index):
@@ -150,11 +174,8 @@ def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction
         loaded = load_as(x, full, src)
         return value_fn(loaded) if value_fn else loaded
 
-    node = Reduction(name=graph.new_name(), size=size, dtype=dtype, device=graph.device,
-                     origins=graph.origins(), reduction_size=reduction_size, reduction_type=reduction_type,
-                     src_dtype=src, inner_fn=inner_fn)
-    graph.register(node)
-    return TensorValue(node, size)
+    return reduction_node(body, size=size, reduction_size=reduction_size, reduction_type=reduction_type,
+                          dtype=dtype, src_dtype=src)
 
 
 def predicate(fn: Callable) -> Callable:

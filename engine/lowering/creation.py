@@ -4,10 +4,9 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.nodes import Pointwise, TensorValue
 from engine.ir.ops import compute_dtype, ops
-from engine.lowering.common import load_as, make_pointwise, normalize_dim, out_dtype, out_size
-from engine.lowering.registry import Unsupported, current, register_lowering
+from engine.lowering.common import load_as, make_pointwise, normalize_dim, out_dtype, pointwise_node
+from engine.lowering.registry import Unsupported, register_lowering
 
 aten = torch.ops.aten
 
@@ -49,22 +48,14 @@ def arange(start, end=None, step=1, **kwargs):
     def inner_fn(index):
         value = ops.add(ops.constant(start, compute),
                         ops.mul(ops.index_expr(index[0], compute), ops.constant(step, compute)))
-        return value if compute == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 def clamp_index(expr, size):
     """Keep a masked-off read in bounds: the value is discarded, the address must still be valid."""
     return sympy.Max(0, sympy.Min(expr, size - 1))
-
-
-def _pointwise_node(inner_fn) -> TensorValue:
-    graph = current()
-    size = out_size()
-    node = graph.register(Pointwise(name=graph.new_name(), size=size, dtype=out_dtype(), device=graph.device,
-                                    origins=graph.origins(), inner_fn=inner_fn))
-    return TensorValue(node, size)
 
 
 @register_lowering(aten.cat.default)
@@ -91,9 +82,9 @@ def cat(tensors, dim=0):
                 position = ops.index_expr(index[dim], torch.int64)
                 inside = ops.lt(position, ops.index_expr(start + t.size[dim], torch.int64))
                 result = ops.where(inside, value, result)
-        return result if compute == result_dtype else ops.to_dtype(result, result_dtype)
+        return result
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 @register_lowering(aten.constant_pad_nd.default)
@@ -114,9 +105,9 @@ def constant_pad_nd(x, pad, value=0):
             inside = ok if inside is None else ops.logical_and(inside, ok)
             shifted[d] = clamp_index(index[d] - before, x.size[d])
         result = ops.where(inside, load_as(x, shifted, compute), ops.constant(value, compute))
-        return result if compute == result_dtype else ops.to_dtype(result, result_dtype)
+        return result
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 @register_lowering(aten.copy.default)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.ir.ops import compute_dtype, ops
-from engine.lowering.common import broadcast_index, normalize_dim, out_dtype
-from engine.lowering.creation import _pointwise_node
+from engine.ir.ops import ops
+from engine.lowering.common import broadcast_index, normalize_dim, out_dtype, pointwise_node
 from engine.lowering.registry import Unsupported, register_lowering
 
 aten = torch.ops.aten
@@ -23,20 +22,20 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
         row = _read_index(indices, index[:k], weight.size[0])
         return weight.load([row] + list(index[k:]))
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn, computed_in=out_dtype())
 
 
 @register_lowering(aten.index_select.default)
 def index_select(x, dim, index_tensor):
     if x.ndim == 0:  # the only valid index is 0: the scalar itself
-        return _pointwise_node(lambda index: x.load([]))
+        return pointwise_node(lambda index: x.load([]), computed_in=out_dtype())
     dim = normalize_dim(dim, x.ndim)
 
     def inner_fn(index):
         position = _read_index(index_tensor, [index[dim]], x.size[dim])
         return x.load(list(index[:dim]) + [position] + list(index[dim + 1:]))
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn, computed_in=out_dtype())
 
 
 @register_lowering(aten.gather.default)
@@ -47,7 +46,7 @@ def gather(x, dim, index_tensor, *, sparse_grad=False):
         position = ops.indirect(index_tensor.load(list(index)), x.size[dim])
         return x.load(list(index[:dim]) + [position] + list(index[dim + 1:]))
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn, computed_in=out_dtype())
 
 
 @register_lowering(aten.index.Tensor)
@@ -67,4 +66,4 @@ def index_tensor(x, indices):
         rest = index[first + batch_ndim:]
         return x.load(list(index[:first]) + positions + list(rest))
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn, computed_in=out_dtype())

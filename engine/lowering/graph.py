@@ -11,8 +11,8 @@ import torch
 import torch.fx
 
 from engine.ir.indexing import Expr, contiguous_strides
-from engine.lowering.common import sympify_size
-from engine.ir.nodes import (Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, Pointwise, TensorArg,
+from engine.lowering.common import pointwise_node, sympify_size
+from engine.ir.nodes import (Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, TensorArg,
                              TensorValue)
 from engine.lowering import registry
 from engine.lowering.registry import Unsupported, lowering_for
@@ -238,10 +238,7 @@ def realize(value: TensorValue) -> TensorValue:
     graph = registry.current()
     if any(size == 0 for size in value.size):  # Note [Empty tensors]: nothing to copy
         return allocation(graph, tuple(value.size), tuple(contiguous_strides(value.size)), value.dtype)
-    node = Pointwise(name=graph.new_name(), size=tuple(value.size), dtype=value.dtype, device=graph.device,
-                     origins=graph.origins(), inner_fn=value.load)
-    graph.register(node)
-    return TensorValue(node, node.size)
+    return pointwise_node(value.load, size=value.size, dtype=value.dtype, computed_in=value.dtype)
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs, device: str) -> LoweredGraph:

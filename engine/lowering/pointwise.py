@@ -208,7 +208,7 @@ def _leaky_relu(x, negative_slope=0.01):
                                               ops.mul(v, ops.constant(negative_slope, v.dtype))), x)
 
 
-@register_lowering(aten._to_copy, aten.clone, aten.alias, aten.lift_fresh_copy)
+@register_lowering(aten._to_copy, aten.clone, aten.lift_fresh_copy)
 def _copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     if device is not None and torch.device(device).type != torch.device(x.node.device).type:
         raise Unsupported(f"copy to another device ({device}) runs eagerly")

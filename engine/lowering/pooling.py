@@ -12,11 +12,10 @@ import sympy
 import torch
 
 from engine.ir.indexing import product
-from engine.ir.nodes import Reduction, TensorValue
 from engine.ir.ops import compute_dtype, ops
-from engine.lowering.common import check_dtype, load_as, out_dtype, out_size
-from engine.lowering.creation import _pointwise_node, clamp_index
-from engine.lowering.registry import current, register_lowering
+from engine.lowering.common import check_dtype, load_as, out_dtype, out_size, pointwise_node, reduction_node
+from engine.lowering.creation import clamp_index
+from engine.lowering.registry import register_lowering
 
 aten = torch.ops.aten
 
@@ -40,7 +39,6 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
     acc = compute_dtype(result_dtype) if result_dtype.is_floating_point else torch.int64
     lead = x.ndim - spatial
     in_sizes = x.size[lead:]
-    graph = current()
 
     def window_start(o, d):
         return o * stride[d] - padding[d]
@@ -56,10 +54,8 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
             inside = ok if inside is None else ops.logical_and(inside, ok)
         return ops.where(inside, load_as(x, source, acc), ops.constant(0, acc))
 
-    total = graph.register(Reduction(name=graph.new_name(), size=tuple(size), dtype=acc, device=graph.device,
-                                     origins=graph.origins(), reduction_size=tuple(sympy.Integer(k) for k in kernel),
-                                     reduction_type="sum", src_dtype=acc, inner_fn=sum_fn))
-    summed = TensorValue(total, tuple(size))
+    summed = reduction_node(sum_fn, size=size, reduction_size=[sympy.Integer(k) for k in kernel],
+                            reduction_type="sum", dtype=acc)
 
     def divisor(index):
         if divisor_override:
@@ -76,9 +72,9 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
     def inner_fn(index):
         divide = ops.truediv if acc.is_floating_point else ops.truncdiv
         value = divide(summed.load(index), ops.index_expr(divisor(index), acc))
-        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn, computed_in=acc)
 
 
 @register_lowering(aten.avg_pool2d.default)

@@ -152,8 +152,7 @@ MAX_SCAN_LENGTH = 1024
 
 
 def _scan(x: TensorValue, dim: int, reduction_type: str) -> TensorValue:
-    from engine.ir.nodes import Reduction
-    from engine.lowering.common import check_dtype, load_as
+    from engine.lowering.common import check_dtype, load_as, reduction_node
     from engine.lowering.registry import Unsupported, current
 
     result_dtype = out_dtype()
@@ -168,7 +167,6 @@ def _scan(x: TensorValue, dim: int, reduction_type: str) -> TensorValue:
     check_dtype(result_dtype)
     acc = compute_dtype(result_dtype)
     identity = 0 if reduction_type == "sum" else 1
-    graph = current()
 
     def inner_fn(index, rindex):
         source = list(index)
@@ -177,11 +175,8 @@ def _scan(x: TensorValue, dim: int, reduction_type: str) -> TensorValue:
         upto = ops.le(ops.index_expr(rindex[0], torch.int64), ops.index_expr(index[dim], torch.int64))
         return ops.where(upto, value, ops.constant(identity, acc))
 
-    node = Reduction(name=graph.new_name(), size=tuple(x.size), dtype=acc, device=graph.device,
-                     origins=graph.origins(), reduction_size=(length,), reduction_type=reduction_type,
-                     src_dtype=acc, inner_fn=inner_fn)
-    graph.register(node)
-    result = TensorValue(node, tuple(x.size))
+    result = reduction_node(inner_fn, size=x.size, reduction_size=(length,), reduction_type=reduction_type,
+                            dtype=acc)
     if acc != result_dtype:
         result = make_pointwise(lambda v: v, result, dtype=result_dtype, size=result.size)
     return result

@@ -24,14 +24,27 @@ class Unsupported(Exception):
     """A lowering declines this call; the op becomes a Fallback with this reason."""
 
 
+class DuplicateLowering(Exception):
+    """Two lowerings claim one ATen overload: the later would silently replace the earlier."""
+
+
+def _overloads(target) -> list:
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, name) for name in target.overloads()]
+    return [target]
+
+
 def register_lowering(*targets):
     def decorate(fn):
-        for target in targets:
-            if isinstance(target, torch._ops.OpOverloadPacket):
-                for overload in target.overloads():
-                    LOWERINGS[getattr(target, overload)] = fn
-            else:
-                LOWERINGS[target] = fn
+        overloads = [overload for target in targets for overload in _overloads(target)]
+        for overload in overloads:  # all checked before any is added: a refused decorator changes nothing
+            if overload in LOWERINGS:
+                previous = LOWERINGS[overload]
+                raise DuplicateLowering(f"{overload} already lowers through {previous.__module__}."
+                                        f"{previous.__qualname__}; {fn.__module__}.{fn.__qualname__} "
+                                        f"would replace it")
+        for overload in overloads:
+            LOWERINGS[overload] = fn
         return fn
 
     return decorate

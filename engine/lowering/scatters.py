@@ -12,8 +12,8 @@ import torch
 from engine.ir.indexing import FloorDiv
 from engine.ir.nodes import TensorValue
 from engine.ir.ops import compute_dtype, ops
-from engine.lowering.common import load_as, normalize_dim, out_dtype, sympify_size
-from engine.lowering.creation import _pointwise_node, clamp_index
+from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
+from engine.lowering.creation import clamp_index
 from engine.lowering.registry import register_lowering
 from engine.lowering.views import _diagonal_geometry
 
@@ -28,9 +28,9 @@ def _scatter_node(x, src, region_and_position):
     def inner_fn(index):
         inside, src_index = region_and_position(index)
         value = ops.where(inside, load_as(src, src_index, compute), load_as(x, index, compute))
-        return value if compute == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 def _index(expr):
@@ -107,13 +107,8 @@ MAX_SCATTER_SEARCH = 1 << 16
 
 
 def _reduction(size, reduction_size, reduction_type, dtype, inner_fn):
-    from engine.ir.nodes import Reduction
-    from engine.lowering.registry import current
-    graph = current()
-    node = graph.register(Reduction(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
-                                    origins=graph.origins(), reduction_size=tuple(reduction_size),
-                                    reduction_type=reduction_type, src_dtype=dtype, inner_fn=inner_fn))
-    return TensorValue(node, tuple(size))
+    return reduction_node(inner_fn, size=size, reduction_size=reduction_size, reduction_type=reduction_type,
+                          dtype=dtype)
 
 
 def _check_search(length):
@@ -194,9 +189,9 @@ def _scatter_reduce(x, dim, index, src, kind, include_self=True):
             value = _combine(kind, own, found) if include_self else found
         if count is not None:  # no entry points here: the element keeps self's value
             value = ops.where(ops.gt(count.load(idx), ops.constant(0, torch.int64)), value, own)
-        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 def _scatter_replace(x, dim, index, src):
@@ -217,9 +212,9 @@ def _scatter_replace(x, dim, index, src):
         else:
             source = ops.constant(src, acc)
         value = ops.where(ops.ge(j, ops.constant(0, torch.int64)), source, load_as(x, idx, acc))
-        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)
 
 
 @register_lowering(aten.scatter_add.default)
@@ -292,9 +287,9 @@ def index_put(x, indices, values, accumulate=False):
 
         def inner_fn(idx):
             value = (ops.logical_or if logical else ops.add)(load_as(x, idx, acc), found.load(idx))
-            return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+            return value
 
-        return _pointwise_node(inner_fn)
+        return pointwise_node(inner_fn)
 
     last = _reduction(x.size, batch, "max", torch.int64,
                       lambda idx, b: ops.where(match(idx, b), ops.index_expr(linearize(b, batch), torch.int64),
@@ -304,6 +299,6 @@ def index_put(x, indices, values, accumulate=False):
         j = last.load(idx)
         b = unflatten(ops.indirect(j, product(batch)), batch)
         value = ops.where(ops.ge(j, ops.constant(0, torch.int64)), values_at(idx, b), load_as(x, idx, acc))
-        return value if acc == result_dtype else ops.to_dtype(value, result_dtype)
+        return value
 
-    return _pointwise_node(inner_fn)
+    return pointwise_node(inner_fn)

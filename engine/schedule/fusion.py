@@ -1,23 +1,45 @@
-"""Fusion mechanism: merge IR nodes into kernels, recording a decision (with a reason) for every candidate.
+"""Fusion mechanism: merge IR nodes into kernels, recording a decision (with its rule and reason) per candidate.
 
 Candidates, in this order:
   vertical    each producer -> consumer edge, in program order (prologues, epilogues, elementwise chains)
-  horizontal  sibling groups of the same shape that read a common buffer
-A merge happens when the policy agrees, it creates no cycle between kernels, and the merged loop nest is
+  horizontal  sibling groups that read a common buffer
+Each candidate is put to the policy once (policy.py: a list of named rules). When the policy wants a fusion,
+the mechanism checks only legality: the merge creates no cycle between kernels, and the merged loop nest is
 valid (Note [Fused loop shape]).
+
+Note [Incremental group graph]
+Fusion must cost O(nodes), not O(nodes^2): a 2000-op chain is 2000 candidates. So nothing is recomputed per
+candidate from the whole graph:
+- every node's reads are found once (one run of its loop body with an access recorder), and so are its readers;
+- the graph between groups (producers/consumers) is updated by each merge, never rebuilt;
+- groups carry a topological position (every edge goes from a lower to a higher one). A path between two groups
+  can only pass through groups positioned between them, so the cycle check searches that window only; after
+  a merge the window is reordered (Pearce and Kelly's dynamic topological order, for a contracted edge);
+- the facts the policy reads (shape, element counts, library call, passes) merge in O(1) (groups.py);
+- a node's reduction depth (the passes it needs, Note [Reduction passes]) changes only for the consumer side of
+  a merge whose producer side reduces; the loop-nest check re-runs only the bodies that read a reduction of
+  the merged group, since only such a load can be invalid (a read of another row). A merge of elementwise
+  groups needs no check at all.
 """
 from __future__ import annotations
 
+import heapq
+import weakref
 from dataclasses import dataclass, field
 
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Template, TensorValue
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
 from engine.ir.ops import use_handler
 from engine.lowering.graph import LoweredGraph
 from engine.schedule import policy, templates
-from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, group_shape
+from engine.schedule.groups import Group, same_size
+from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, reduction_passes
+
+# names of the legality checks, in the record beside the policy's rule names
+LEGAL_ORDER = "legal_order"  # the kernels can still run in an order (no cycle)
+LEGAL_LOOP_NEST = "legal_loop_nest"  # the nodes fit one loop nest (Note [Fused loop shape])
 
 
 @dataclass
@@ -27,6 +49,7 @@ class FusionDecision:
     kind: str  # vertical | horizontal
     fused: bool
     reason: str
+    rule: str  # the policy rule (policy.py) or the legality check that decided
 
 
 @dataclass
@@ -38,6 +61,7 @@ class Kernel:
     reads: list[str]  # buffers it reads from memory
     rows: sympy.Expr = sympy.Integer(1)
     red: sympy.Expr = sympy.Integer(1)
+    passes: list[list[Reduction]] = field(default_factory=list)  # Note [Reduction passes]
 
     @property
     def plan(self) -> KernelPlan:
@@ -50,14 +74,22 @@ class Schedule:
     decisions: list[FusionDecision] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # loop nodes nobody reads: in no kernel (Note [Unused nodes])
     templates: list[dict] = field(default_factory=list)  # per matmul: template or library call, and why
+    reads: dict[str, list[str]] = field(default_factory=dict)  # per IR node: the buffers its body reads
 
 
-def _label(group: list[Buffer]) -> str:
-    return "+".join(n.name for n in group)
+# A node's loop body never changes after lowering, so neither do its reads: each body runs once to find them,
+# however many passes (fusion, memory plan, code generation) ask.
+_READS: "weakref.WeakKeyDictionary[Buffer, tuple[str, ...]]" = weakref.WeakKeyDictionary()
 
 
 def node_reads(node: Buffer, buffers: dict) -> list[str]:
     """Names of the buffers a node reads (loop body loads, or a library call's tensor arguments)."""
+    if node not in _READS:
+        _READS[node] = tuple(_find_reads(node, buffers))
+    return list(_READS[node])
+
+
+def _find_reads(node: Buffer, buffers: dict) -> list[str]:
     if isinstance(node, (Extern, Fallback)):
         return list(dict.fromkeys(node.inputs))
     if isinstance(node, MultiOutput):
@@ -71,48 +103,11 @@ def node_reads(node: Buffer, buffers: dict) -> list[str]:
     return list(dict.fromkeys(name for name, _ in recorder.loads))
 
 
-def check_loop_nest(nodes: list[Buffer], buffers: dict, private: set[str] = frozenset()) -> str | None:
-    """None when the nodes can share one loop nest; otherwise why not. `private` nodes are only ever
-    inlined into their consumers (never stored), so their own size does not matter."""
-    if any(isinstance(n, Template) for n in nodes):  # Note [GEMM templates]
-        return templates.check_epilogue(nodes, buffers)
-    rows, red = group_shape([n for n in nodes if n.name not in private] or nodes)
-    plan = KernelPlan(nodes, rows, red)
-    for node in nodes:
-        if node.name in private:
-            continue
-        if isinstance(node, Pointwise) and plan.role(node) == "row" and sympy.expand(node.numel - rows) != 0:
-            return f"{node.name} has {node.numel} elements, neither {rows} rows nor {rows * red} elements"
-    inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
-                      accumulator=lambda name: Var("acc", buffers[name].dtype))
-    recorder = AccessRecorder(buffers, on_load=inliner.load)
-    try:
-        with use_handler(recorder):
-            for node in nodes:
-                if node.name in private:
-                    continue
-                if isinstance(node, Reduction):
-                    node.inner_fn(plan.index(node), plan.rindex(node))
-                else:
-                    node.inner_fn(plan.index(node))
-    except NotFusable as reason:
-        return str(reason)
-    return policy.too_many_passes(reduction_depth(nodes, buffers))
-
-
-def reduction_depth(nodes: list[Buffer], buffers: dict) -> int:
-    """Passes over each row the group needs: the longest chain of reductions feeding each other."""
-    names = {n.name for n in nodes}
-    depth: dict[str, int] = {}
-    for node in nodes:
-        deps = [depth.get(r, 0) for r in _reads_through_group(node, nodes, buffers, names)]
-        own = 1 if isinstance(node, Reduction) else 0
-        depth[node.name] = max(deps, default=0) + own
-    return max(depth.values(), default=0)
-
-
-def _reads_through_group(node, nodes, buffers, names):
-    return [r for r in node_reads(node, buffers) if r in names]
+# Note [Reduction passes]
+# A kernel's reductions run in passes over each row: a reduction that reads another of the same kernel (the
+# variance reads the mean) needs the earlier one's result, so it runs in a later pass. A node's depth is the
+# longest chain of reductions of its kernel that feed it, itself included; pass k holds the reductions of
+# depth k. The scheduler keeps depths while it fuses and hands the passes to code generation on the Kernel.
 
 
 # Note [Unused nodes]
@@ -135,7 +130,6 @@ def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[
 class Scheduler:
     def __init__(self, graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),
                  template_options: templates.TemplateOptions | None = None):
-        self.graph = graph
         self.knobs = knobs
         self.buffers = graph.buffers
         self.output_names = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
@@ -147,12 +141,30 @@ class Scheduler:
         self.nodes = [self._template_or_node(n) for n in graph.nodes if n.name not in unused]
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
         self.reads = {n.name: reads[n.name] for n in self.nodes}
-        self.group_of: dict[str, list[Buffer]] = {n.name: [n] for n in self.nodes}
-        for node in self.nodes:  # the pieces of a multi-result call belong to the call's own kernel
-            if isinstance(node, MultiOutput):
-                group = self.group_of[node.parent]
-                group.append(node)
-                self.group_of[node.name] = group
+        self.readers: dict[str, list[str]] = {}
+        for node in self.nodes:
+            for read in self.reads[node.name]:
+                self.readers.setdefault(read, []).append(node.name)
+        self.group_of: dict[str, Group] = {}
+        for at, node in enumerate(self.nodes):
+            if isinstance(node, MultiOutput) and node.parent in self.group_of:
+                group = self.group_of[node.parent]  # the pieces of a multi-result call belong to the call's kernel
+                group.nodes.append(node)
+                group.names.add(node.name)
+                group.last = at
+                group.has_output = group.has_output or node.name in self.output_names
+            else:
+                group = Group.of(node, at, node.name in self.output_names)
+            self.group_of[node.name] = group
+        for node in self.nodes:
+            consumer = self.group_of[node.name]
+            for read in self.reads[node.name]:
+                producer = self.group_of.get(read)
+                if producer is not None and producer is not consumer:
+                    producer.consumers.add(consumer)
+                    consumer.producers.add(producer)
+                    producer.outside_readers.add(node.name)
+        self.depth = {n.name: int(isinstance(n, Reduction)) for n in self.nodes}  # Note [Reduction passes]
         self.decisions: list[FusionDecision] = []
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
 
@@ -164,100 +176,179 @@ class Scheduler:
         self.template_choices.append({"node": node.name, "template": template is not None, "reason": reason})
         return template or node
 
-    # -- dependencies between groups -----------------------------------------------------------------------
-    def _group_id(self, group) -> int:
-        return id(group)
+    def _visible(self, group: Group) -> list[Buffer]:
+        return [n for n in group.nodes if n.name not in self.private] or group.nodes
 
-    def _groups(self) -> list[list[Buffer]]:
-        seen, groups = set(), []
-        for node in self.nodes:
-            group = self.group_of[node.name]
-            if id(group) not in seen:
-                seen.add(id(group))
-                groups.append(group)
-        return groups
+    # -- the group graph (Note [Incremental group graph]) ---------------------------------------------------
+    @staticmethod
+    def _window(start: Group, end: Group, forward: bool) -> set[Group]:
+        """Groups reachable from `start` (forward) or reaching it (backward) that lie strictly between the
+        positions of start and end, without passing through `end`."""
+        low, high = sorted((start.position, end.position))
+        seen, stack = set(), [start]
+        while stack:
+            for group in (stack.pop().consumers if forward else stack.pop().producers):
+                if group is not end and low < group.position < high and group not in seen:
+                    seen.add(group)
+                    stack.append(group)
+        return seen
 
-    def _group_edges(self) -> dict[int, set[int]]:
-        edges: dict[int, set[int]] = {}
-        for node in self.nodes:
-            consumer = id(self.group_of[node.name])
-            for read in self.reads[node.name]:
-                if read in self.group_of:
-                    producer = id(self.group_of[read])
-                    if producer != consumer:
-                        edges.setdefault(producer, set()).add(consumer)
-        return edges
+    def _path_through_others(self, a: Group, b: Group) -> bool:
+        """Is there a path between the two groups that passes through a third one?"""
+        low, high = (a, b) if a.position < b.position else (b, a)
+        return any(high in group.consumers for group in self._window(low, high, forward=True))
 
-    def _creates_cycle(self, a, b) -> bool:
-        edges = self._group_edges()
-        start = {id(a), id(b)}
+    def _merge(self, a: Group, b: Group, inlined: bool, passes: int, depths: dict[str, int]) -> Group:
+        low, high = (a, b) if a.position < b.position else (b, a)
+        after_low = self._window(low, high, forward=True)  # must stay after the merged group
+        before_high = self._window(high, low, forward=False)  # must stay before it
+        slots = sorted(g.position for g in after_low | before_high | {low, high})
+        keeper, other = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
+        if inlined:
+            self.private |= a.names
+        keeper.absorb(other, a if inlined else None, passes)
+        for node in other.nodes:
+            self.group_of[node.name] = keeper
+        for producer in other.producers:
+            producer.consumers.discard(other)
+            producer.consumers.add(keeper)
+            keeper.producers.add(producer)
+        for consumer in other.consumers:
+            consumer.producers.discard(other)
+            consumer.producers.add(keeper)
+            keeper.consumers.add(consumer)
+        for edges in (keeper.producers, keeper.consumers):
+            edges.discard(keeper)
+            edges.discard(other)
+        for name in other.names:
+            keeper.outside_readers.discard(name)
+        keeper.outside_readers |= {r for r in other.outside_readers if r not in keeper.names}
+        ordered = sorted(before_high, key=lambda g: g.position) + [keeper] + \
+            sorted(after_low, key=lambda g: g.position)
+        for group, slot in zip(ordered, slots):
+            group.position = slot
+        self.depth.update(depths)
+        return keeper
 
-        def reach(sources, graph):
-            seen, stack = set(), list(sources)
-            while stack:
-                for nxt in graph.get(stack.pop(), ()):
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-            return seen
+    # -- legality ---------------------------------------------------------------------------------------------
+    def _consumer_depths(self, a: Group, b: Group, kind: str) -> dict[str, int]:
+        """New reduction depths of b's nodes if a (a producer with reductions) joins them; {} when none change."""
+        if kind != "vertical" or not a.has_reduction:
+            return {}
+        depths: dict[str, int] = {}
+        for node in sorted(b.nodes, key=lambda n: self.order[n.name]):
+            inside = [depths.get(r, self.depth[r]) for r in self.reads[node.name]
+                      if r in self.group_of and self.group_of[r] in (a, b)]
+            depths[node.name] = max(inside, default=0) + int(isinstance(node, Reduction))
+        return depths
 
-        reverse: dict[int, set[int]] = {}
-        for src, dsts in edges.items():
-            for dst in dsts:
-                reverse.setdefault(dst, set()).add(src)
-        between = (reach(start, edges) & reach(start, reverse)) - start
-        return bool(between)
+    def _reads_a_reduction(self, node: Buffer, depths: dict[str, int]) -> bool:
+        return depths.get(node.name, self.depth[node.name]) > int(isinstance(node, Reduction))
 
-    def _depends(self, a, b) -> bool:
-        """Is there a path between the two groups (either way)?"""
-        edges = self._group_edges()
-        for src, dst in ((id(a), id(b)), (id(b), id(a))):
-            seen, stack = set(), [src]
-            while stack:
-                cur = stack.pop()
-                if cur == dst:
-                    return True
-                for nxt in edges.get(cur, ()):
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-        return False
+    def _loop_nest_problem(self, a: Group, b: Group, kind: str, inlined: bool, depths: dict[str, int]) -> str | None:
+        """None when the merged nodes share one loop nest (Note [Fused loop shape]); otherwise why not."""
+        if a.template is not None or b.template is not None:  # Note [GEMM templates]
+            return templates.check_epilogue(sorted(a.nodes + b.nodes, key=lambda n: self.order[n.name]),
+                                            self.buffers)
+        if not (a.has_reduction or b.has_reduction):
+            return None  # elementwise nodes of any shapes inline into each other at any index
+        reduction = min((g.reduction for g in (a, b) if g.has_reduction), key=lambda n: self.order[n.name])
+        rows, red = reduction.numel, reduction.reduction_numel
+        for side in (a, b):  # nodes that get a role in a reduction's loop for the first time
+            if side.has_reduction or (inlined and side is a):
+                continue
+            for numel in side.numels:
+                if not same_size(numel, rows) and not same_size(numel, rows * red):
+                    node = next(n for n in side.nodes if isinstance(n, Pointwise) and n.name not in self.private
+                                and same_size(n.numel, numel))
+                    return f"{node.name} has {node.numel} elements, neither {rows} rows nor {rows * red} elements"
+        if kind != "vertical" or not a.has_reduction:
+            return None  # no node of b can read a reduction of a
+        # Note [Checked once]: a's nodes were checked when they joined a, at their own index in this loop shape.
+        # Only b's nodes that read a reduction run; a load of one of a's nodes at its own index is known valid,
+        # at another index its body runs again there.
+        unchecked = [n for n in b.nodes if self._reads_a_reduction(n, depths)] + [
+            self.buffers[name] for name in self.private & a.names if self._reads_a_reduction(self.buffers[name], depths)]
+        plan = KernelPlan(a.reductions + b.reductions + [n for n in unchecked if not isinstance(n, Reduction)], rows, red)
 
-    # -- merging --------------------------------------------------------------------------------------------
-    def _visible(self, group: list[Buffer]) -> list[Buffer]:
-        return [n for n in group if n.name not in self.private] or group
+        def external(name, index):
+            node = self.buffers[name]
+            if self.group_of.get(name) is a and isinstance(node, Pointwise) and self.depth[name] > 0:
+                index = [plan.simplify(e) for e in index]
+                if index != plan.index(node):
+                    return node.inner_fn(index)  # its loads go through the inliner again
+            return Var("load", node.dtype)
 
-    def _only_feeds(self, producer: list[Buffer], consumer: list[Buffer]) -> bool:
-        """Every reader of the producer's nodes is in the consumer group (so they need no buffer)."""
-        inside = {n.name for n in producer + consumer}
-        names = {n.name for n in producer}
-        return all(isinstance(n, Pointwise) and n.name not in self.output_names for n in producer) and all(
-            c.name in inside for c in self.nodes if names & set(self.reads[c.name]))
+        inliner = Inliner(plan, external=external, accumulator=lambda name: Var("acc", self.buffers[name].dtype))
+        recorder = AccessRecorder(self.buffers, on_load=inliner.load)
+        try:
+            with use_handler(recorder):
+                for node in b.nodes:
+                    if node.name in self.private or not self._reads_a_reduction(node, depths):
+                        continue
+                    if isinstance(node, Reduction):
+                        node.inner_fn(plan.index(node), plan.rindex(node))
+                    elif isinstance(node, Pointwise):
+                        node.inner_fn(plan.index(node))
+        except NotFusable as reason:
+            return str(reason)
+        return None
 
-    def try_merge(self, a: list[Buffer], b: list[Buffer], kind: str) -> None:
-        refusal = policy.knob_refusal(self.knobs, a, b)
-        if refusal:
-            self.decisions.append(FusionDecision(_label(a), _label(b), kind, False, refusal))
-            return
-        ok, reason = policy.fusion_verdict(self._visible(a), self._visible(b), kind)
-        newly_private: set[str] = set()
-        if not ok and kind == "vertical" and self._only_feeds(a, b) and not policy.is_library(b):
-            ok = True
-            reason = (f"inlined: {_label(a)} only feeds this kernel, so it is recomputed where it is read "
-                      f"instead of stored ({reason})")
-            newly_private = {n.name for n in a}
-        if ok and self._creates_cycle(a, b):
-            ok, reason = False, "fusing would create a cycle: another kernel sits between them"
-        if ok:
-            merged = sorted(a + b, key=lambda n: self.order[n.name])
-            problem = check_loop_nest(merged, self.buffers, self.private | newly_private)
+    # -- candidates -------------------------------------------------------------------------------------------
+    def consider(self, a: Group, b: Group, kind: str) -> bool:
+        """One candidate: the policy's verdict, then legality; recorded, and merged when both agree."""
+        depths = self._consumer_depths(a, b, kind)
+        passes = max(a.passes, b.passes, max(depths.values(), default=0))
+        only_feeds = kind == "vertical" and a.all_pointwise and not a.has_output and a.outside_readers <= b.names
+        verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible))
+        if kind == "horizontal" and (not verdict.fuse or self._path_through_others(a, b)
+                                     or b in a.consumers or a in b.consumers):
+            return False  # siblings are only candidates when the policy would fuse them and neither reads the other
+        fused, reason, rule = verdict.fuse, verdict.reason, verdict.rule
+        if fused and kind == "vertical" and self._path_through_others(a, b):
+            fused, reason, rule = False, "fusing would create a cycle: another kernel sits between them", LEGAL_ORDER
+        if fused:
+            problem = self._loop_nest_problem(a, b, kind, verdict.inline, depths)
             if problem:
-                ok, reason = False, problem
-        self.decisions.append(FusionDecision(_label(a), _label(b), kind, ok, reason))
-        if ok:
-            self.private |= newly_private
-            for node in merged:
-                self.group_of[node.name] = merged
+                fused, reason, rule = False, problem, LEGAL_LOOP_NEST
+        self.decisions.append(FusionDecision(a.label(self.nodes, self.order), b.label(self.nodes, self.order), kind,
+                                             fused, reason, rule))
+        if fused:
+            self._merge(a, b, verdict.inline, passes, depths)
+        return fused
+
+    def _siblings(self) -> None:
+        """Horizontal candidates: each group (in program order) with the later groups that read what it reads."""
+        groups = self._unique_groups()
+        index_of = {name: i for i, g in enumerate(groups) for name in g.names}
+        done: set[int] = set()
+        for i, start in enumerate(groups):
+            group = self.group_of[start.nodes[0].name]
+            if id(group) in done:
+                continue
+            done.add(id(group))
+            queue, queued = [], set()
+
+            def enqueue(nodes, after):
+                for node in nodes:
+                    for read in self.reads[node.name]:
+                        for reader in self.readers.get(read, ()):
+                            j = index_of[reader]
+                            if j > after and j not in queued:
+                                queued.add(j)
+                                heapq.heappush(queue, j)
+
+            enqueue(group.nodes, i)
+            while queue:
+                j = heapq.heappop(queue)
+                other = self.group_of[groups[j].nodes[0].name]
+                if other is group:
+                    continue
+                absorbed = list(other.nodes)
+                if self.consider(group, other, "horizontal"):
+                    group = self.group_of[start.nodes[0].name]
+                    done.add(id(group))
+                    enqueue(absorbed, j)
 
     def run(self) -> Schedule:
         for node in self.nodes:  # vertical: producer -> consumer, in program order
@@ -266,81 +357,74 @@ class Scheduler:
                     continue
                 producer, consumer = self.group_of[read], self.group_of[node.name]
                 if producer is not consumer:
-                    self.try_merge(producer, consumer, "vertical")
-        groups = self._groups()  # horizontal: siblings sharing an input
-        for i, a in enumerate(groups):
-            for b in groups[i + 1:]:
-                a, b = self.group_of[a[0].name], self.group_of[b[0].name]
-                if a is b or not self._share_reads(a, b) or self._depends(a, b):
-                    continue
-                if policy.fusion_verdict(self._visible(a), self._visible(b), "horizontal")[0]:
-                    self.try_merge(a, b, "horizontal")
-        return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices)
+                    self.consider(producer, consumer, "vertical")
+        self._siblings()
+        return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices, self.reads)
 
-    def _share_reads(self, a, b) -> bool:
-        reads_a = {r for n in a for r in self.reads[n.name]}
-        reads_b = {r for n in b for r in self.reads[n.name]}
-        return bool(reads_a & reads_b)
+    # -- the result -------------------------------------------------------------------------------------------
+    def _unique_groups(self) -> list[Group]:
+        seen, groups = set(), []
+        for node in self.nodes:
+            group = self.group_of[node.name]
+            if id(group) not in seen:
+                seen.add(id(group))
+                groups.append(group)
+        return groups
+
+    def _topological(self, groups: list[Group]) -> list[Group]:
+        """Kernels in an order that respects every edge, as close to program order as it allows."""
+        waiting = {id(g): len(g.producers) for g in groups}
+        ready = [(g.first, id(g), g) for g in groups if not g.producers]
+        heapq.heapify(ready)
+        result = []
+        while ready:
+            _, _, group = heapq.heappop(ready)
+            result.append(group)
+            for consumer in group.consumers:
+                waiting[id(consumer)] -= 1
+                if waiting[id(consumer)] == 0:
+                    heapq.heappush(ready, (consumer.first, id(consumer), consumer))
+        return result
 
     def _kernels(self) -> list[Kernel]:
-        groups = self._topological(self._groups())
         kernels = []
-        for index, group in enumerate(groups):
-            names = {n.name for n in group}
-            stored = [n.name for n in group if n.name in self.output_names or any(
-                n.name in self.reads[c.name] and c.name not in names for c in self.nodes)]
-            if isinstance(group[0], Template):
-                kept = self._template_kernel(group, index, stored)
+        for index, group in enumerate(self._topological(self._unique_groups())):
+            nodes = sorted(group.nodes, key=lambda n: self.order[n.name])
+            stored = [n.name for n in nodes if n.name in self.output_names or any(
+                reader not in group.names for reader in self.readers.get(n.name, ()))]
+            if group.template is not None:
+                kept = self._template_kernel(nodes, index, stored)
                 if kept is not None:
                     kernels.append(kept)
                     continue
-                group = [self.buffers[group[0].name]]  # back to the library call (its Extern node)
-            if isinstance(group[0], (Extern, Fallback, MultiOutput)):
-                kind = "fallback" if isinstance(group[0], Fallback) or (
-                    isinstance(group[0], MultiOutput) and isinstance(self.buffers[group[0].parent], Fallback)) \
-                    else "extern"
-                kernels.append(Kernel(f"{kind}_{index}", kind, group, [n.name for n in group],
-                                      [r for n in group for r in self.reads[n.name]]))
+                nodes = [self.buffers[nodes[0].name]]  # back to the library call (its Extern node)
+            if isinstance(nodes[0], (Extern, MultiOutput)):  # a library or eager call (and its pieces)
+                head = nodes[0]
+                kind = "fallback" if isinstance(head, Fallback) or (
+                    isinstance(head, MultiOutput) and isinstance(self.buffers[head.parent], Fallback)) else "extern"
+                kernels.append(Kernel(f"{kind}_{index}", kind, nodes, [n.name for n in nodes],
+                                      [r for n in nodes for r in self.reads[n.name]]))
                 continue
-            rows, red = group_shape(self._visible(group))
-            kind = "reduction" if any(isinstance(n, Reduction) for n in group) else "pointwise"
-            reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
-            kernels.append(Kernel(f"kernel_{index}", kind, group, stored, reads, rows, red))
+            rows, red = group.shape
+            kind = "reduction" if group.has_reduction else "pointwise"
+            reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name] if r not in group.names))
+            passes = reduction_passes(nodes, lambda node: self.reads[node.name])
+            kernels.append(Kernel(f"kernel_{index}", kind, nodes, stored, reads, rows, red, passes))
         return kernels
 
-    def _template_kernel(self, group: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
-        template, epilogue = group[0], group[1:]
+    def _template_kernel(self, nodes: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
+        template, epilogue = nodes[0], nodes[1:]
         keep, reason = templates.keep_template(template, epilogue, self.template_options)
         for choice in self.template_choices:
             if choice["node"] == template.name:
                 choice.update(template=keep, reason=reason, epilogue=[n.name for n in epilogue])
         if not keep:
             return None
-        names = {n.name for n in group}
-        reads = list(dict.fromkeys(r for n in group for r in self.reads[n.name] if r not in names))
+        names = {n.name for n in nodes}
+        reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name] if r not in names))
         spec = template.spec
-        return Kernel(f"template_{index}", "template", group, stored, reads, sympy.Integer(spec.rows),
+        return Kernel(f"template_{index}", "template", nodes, stored, reads, sympy.Integer(spec.rows),
                       sympy.Integer(spec.n))
-
-    def _topological(self, groups):
-        edges = self._group_edges()
-        indegree = {id(g): 0 for g in groups}
-        for src, dsts in edges.items():
-            for dst in dsts:
-                indegree[dst] += 1
-        by_id = {id(g): g for g in groups}
-        position = {id(g): min(self.order[n.name] for n in g) for g in groups}
-        ready = sorted([i for i, d in indegree.items() if d == 0], key=position.get)
-        result = []
-        while ready:
-            current = ready.pop(0)
-            result.append(by_id[current])
-            for nxt in edges.get(current, ()):
-                indegree[nxt] -= 1
-                if indegree[nxt] == 0:
-                    ready.append(nxt)
-                    ready.sort(key=position.get)
-        return result
 
 
 def schedule(graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),

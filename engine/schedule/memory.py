@@ -34,16 +34,31 @@ class MemoryPlan:
 
 
 def _bytes(node: Buffer, hints: dict) -> int:
-    numel = sympy.sympify(node.numel).subs(hints)
+    numel = sympy.sympify(node.numel).subs(hints) if hints else sympy.sympify(node.numel)
     return int(numel) * node.dtype.itemsize if numel.is_Integer else 0
 
 
-def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> MemoryPlan:
+def _peak(intervals: list[tuple[int, int, int]]) -> int:
+    """Largest sum of bytes over (start, end, bytes) intervals alive at once (both ends included)."""
+    events: dict[int, int] = {}
+    for start, end, size in intervals:
+        events[start] = events.get(start, 0) + size
+        events[end + 1] = events.get(end + 1, 0) - size
+    live, peak = 0, 0
+    for at in sorted(events):
+        live += events[at]
+        peak = max(peak, live)
+    return peak
+
+
+def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict,
+                reads: dict[str, list[str]] | None = None) -> MemoryPlan:
     """Greedy reuse: a buffer takes the memory of a buffer of the same size and dtype that just died.
 
     A buffer is dead after the last kernel that reads it; graph outputs never die. The wrapper drops a dead
     buffer unless the next kernel reuses its memory. Peak counts every storage from its allocation to the last
-    read of the last buffer that shares it."""
+    read of the last buffer that shares it. `reads` (per IR node, from the Schedule) saves re-reading loop
+    bodies for the unfused peak."""
     outputs = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
     end = len(kernels)
     last_use: dict[str, int] = {}
@@ -51,6 +66,7 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
         for name in kernel.reads:
             last_use[name] = index
     lives: list[BufferLife] = []
+    dies_after: dict[int, list[BufferLife]] = {}
     # (size, dtype) -> storages whose last reader was the previous kernel. Only those are reused, right
     # away: holding a dead storage longer for a later reuse could raise the peak instead of lowering it.
     pool: dict[tuple, list[str]] = {}
@@ -59,7 +75,6 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
     storage_start: dict[str, int] = {}
     storage_bytes: dict[str, int] = {}
     for index, kernel in enumerate(kernels):
-        dying: dict[tuple, list[str]] = {}
         for name in kernel.stored:
             node = graph.buffers[name]
             life = BufferLife(name, _bytes(node, hints), index, end if name in outputs else last_use.get(name, index))
@@ -73,8 +88,10 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
             owner_of[name] = owner
             storage_end[owner] = max(storage_end.get(owner, index), life.last)
             lives.append(life)
-        for life in lives:  # buffers whose last reader was this kernel: their storage may be reused
-            if life.last == index and life.name not in outputs:
+            dies_after.setdefault(life.last, []).append(life)
+        dying: dict[tuple, list[str]] = {}
+        for life in dies_after.get(index, ()):  # buffers whose last reader was this kernel: reusable storage
+            if life.name not in outputs:
                 node = graph.buffers[life.name]
                 if isinstance(node, Buffer) and graph.buffers[owner_of[life.name]].kind in ("pointwise", "reduction"):
                     dying.setdefault((tuple(node.size), node.dtype), []).append(owner_of[life.name])
@@ -83,24 +100,16 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> Memo
     for life in lives:
         if life.name not in outputs:
             free_after.setdefault(life.last, []).append(life.name)
-    peak = max((sum(storage_bytes[o] for o in storage_bytes if storage_start[o] <= i <= storage_end[o])
-                for i in range(end)), default=0)
-    return MemoryPlan(lives, free_after, peak, _unfused_peak(graph, hints, outputs))
+    peak = _peak([(storage_start[o], min(storage_end[o], end - 1), storage_bytes[o]) for o in storage_bytes])
+    return MemoryPlan(lives, free_after, peak, _unfused_peak(graph, hints, outputs, reads or {}))
 
 
-def _unfused_peak(graph: LoweredGraph, hints: dict, outputs: set) -> int:
+def _unfused_peak(graph: LoweredGraph, hints: dict, outputs: set, reads: dict[str, list[str]]) -> int:
     """Peak bytes if every IR node wrote its own buffer and freed it after its last reader (no fusion)."""
     last_use: dict[str, int] = {}
     for index, node in enumerate(graph.nodes):
-        for name in node_reads(node, graph.buffers):
+        for name in reads[node.name] if node.name in reads else node_reads(node, graph.buffers):
             last_use[name] = index
-    live, peak = 0, 0
-    sizes = {}
-    for index, node in enumerate(graph.nodes):
-        sizes[node.name] = _bytes(node, hints)
-        live += sizes[node.name]
-        peak = max(peak, live)
-        for name, last in last_use.items():
-            if last == index and name in sizes and name not in outputs:
-                live -= sizes[name]
-    return peak
+    end = len(graph.nodes)  # outputs, and nodes nobody reads, are never freed
+    return _peak([(index, end if node.name in outputs else last_use.get(node.name, end), _bytes(node, hints))
+                  for index, node in enumerate(graph.nodes)])

@@ -1,103 +1,21 @@
-"""Fusion policy: which groups may share a kernel, and why not. Mechanism lives in fusion.py.
+"""Fusion policy: which groups should share a kernel, as a list of named rules. Mechanism lives in fusion.py.
 
-Each rule returns a reason in words; the app shows them as "why (not) fused".
+Each candidate pair is put to `decide` once. The rules are asked in order; a rule either passes (None) or
+gives the verdict, with its reason in words and its own name, and the first verdict stands. The app shows
+the rule and the reason as "why (not) fused". The mechanism then only checks that a fusion the policy wants
+is legal (no cycle between kernels, one valid loop nest); it never second-guesses the policy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
-import sympy
-
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Reduction, Template
-from engine.schedule.kernel_plan import describe_size, group_shape
+from engine.ir.nodes import Buffer, Fallback
+from engine.schedule.groups import Group, same_size
+from engine.schedule.kernel_plan import describe_size
 from engine.schedule.templates import epilogue_verdict
 
 MAX_REDUCTION_PASSES = 4  # more passes over a row than this re-read it too often to pay off
-
-
-def _library_kind(node: Buffer) -> str | None:
-    if isinstance(node, Fallback):
-        return f"{node.name} runs eagerly ({_target_name(node)})"
-    if isinstance(node, (Extern, MultiOutput)):
-        return f"{node.name} is a library call ({_target_name(node)})"
-    return None
-
-
-def _target_name(node: Buffer) -> str:
-    target = getattr(node, "target", None)
-    return str(target).replace("aten.", "").replace(".default", "") if target is not None else node.kind
-
-
-def _shape_text(nodes: list[Buffer]) -> str:
-    rows, red = group_shape(nodes)
-    reductions = [n for n in nodes if isinstance(n, Reduction)]
-    if reductions:
-        return f"{rows} rows x reduction {red}"
-    return f"{describe_size(nodes[-1].size)}"
-
-
-def is_library(group: list[Buffer]) -> bool:
-    return any(_library_kind(n) for n in group)
-
-
-def fusion_verdict(first: list[Buffer], second: list[Buffer], kind: str) -> tuple[bool, str]:
-    """May the nodes of two groups run as one kernel? `kind` is vertical or horizontal."""
-    if any(isinstance(n, Template) for n in first + second):
-        return template_epilogue(first, second, kind)
-    for group in (first, second):
-        for node in group:
-            library = _library_kind(node)
-            if library:
-                return False, f"{library}: library and eager calls are not fused"
-    rows_a, red_a = group_shape(first)
-    rows_b, red_b = group_shape(second)
-    has_red_a = any(isinstance(n, Reduction) for n in first)
-    has_red_b = any(isinstance(n, Reduction) for n in second)
-    same = lambda a, b: sympy.expand(a - b) == 0
-    if has_red_a and has_red_b:
-        if same(rows_a, rows_b) and same(red_a, red_b):
-            return True, f"both reduce {red_a} elements over the same {rows_a} rows"
-        return False, f"different reductions: {_shape_text(first)} vs {_shape_text(second)}"
-    if not has_red_a and not has_red_b:
-        if same(rows_a, rows_b):
-            how = "elementwise over the same" if kind == "vertical" else "siblings over the same"
-            return True, f"{how} {rows_a} elements"
-        return False, f"different iteration space {_shape_text(first)} vs {_shape_text(second)}"
-    reduction_group, pointwise_group = (first, second) if has_red_a else (second, first)
-    rows, red = group_shape(reduction_group)
-    numel = pointwise_group[0].numel
-    for node in pointwise_group[1:]:
-        if not same(node.numel, numel):
-            return False, "the elementwise group mixes sizes"
-    if same(numel, rows * red):
-        where = "prologue (computed inside the reduction loop)" if pointwise_group is first else \
-            "epilogue over the same rows"
-        return True, f"{where}: {describe_size(pointwise_group[-1].size)} = {rows} rows x {red}"
-    if same(numel, rows):
-        return True, f"per-row {'input' if pointwise_group is first else 'epilogue'} over the same {rows} rows"
-    return False, f"different iteration space {_shape_text(pointwise_group)} vs {_shape_text(reduction_group)}"
-
-
-def template_epilogue(first: list[Buffer], second: list[Buffer], kind: str) -> tuple[bool, str]:
-    """Rule: a GEMM template fuses elementwise consumers of its output as its epilogue (Note [GEMM templates])."""
-    if any(isinstance(n, Template) for n in second):
-        if any(isinstance(n, Template) for n in first):
-            return False, "two templates cannot share a kernel"
-        return False, "a template fuses consumers of its output (its epilogue), not producers of its inputs"
-    if kind != "vertical":
-        return False, "a template kernel fuses only its epilogue, no siblings"
-    for node in second:
-        library = _library_kind(node)
-        if library:
-            return False, f"{library}: library and eager calls are not fused"
-    template = next(n for n in first if isinstance(n, Template))
-    return epilogue_verdict(template, second)
-
-
-def too_many_passes(reduction_depth: int) -> str | None:
-    if reduction_depth > MAX_REDUCTION_PASSES:
-        return f"would need {reduction_depth} passes over each row (limit {MAX_REDUCTION_PASSES})"
-    return None
 
 
 @dataclass(frozen=True)
@@ -107,9 +25,202 @@ class FusionKnobs:
     max_nodes: int | None = None  # at most this many IR nodes in one kernel; None: no cap
 
 
-def knob_refusal(knobs: FusionKnobs, first: list[Buffer], second: list[Buffer]) -> str | None:
-    if not knobs.enabled:
-        return "fusion is switched off (fusion=off): every IR node is its own kernel"
-    if knobs.max_nodes is not None and len(first) + len(second) > knobs.max_nodes:
-        return f"the kernel would hold {len(first) + len(second)} IR nodes, over the cap of {knobs.max_nodes} (max_nodes)"
+@dataclass(frozen=True)
+class Candidate:
+    """Two groups that might become one kernel. Vertical: `first` produces what `second` reads; horizontal:
+    siblings, `first` earlier in the program."""
+    first: Group
+    second: Group
+    kind: str  # vertical | horizontal
+    passes: int  # passes over each row the merged kernel would need
+    first_only_feeds_second: bool  # every reader of first's nodes is in second (no output among them either)
+    knobs: FusionKnobs = FusionKnobs()
+    # the group's nodes that are stored or computed for themselves (not only inlined into a reader)
+    visible: Callable[[Group], list[Buffer]] = field(default=lambda group: group.nodes)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fuse: bool
+    reason: str
+    rule: str
+    inline: bool = False  # fuse by recomputing `first` inside `second`, never storing it
+
+
+def _target_name(node) -> str:
+    target = getattr(node, "target", None)
+    return str(target).replace("aten.", "").replace(".default", "") if target is not None else node.kind
+
+
+def _library_text(node) -> str:
+    if isinstance(node, Fallback):
+        return f"{node.name} runs eagerly ({_target_name(node)})"
+    return f"{node.name} is a library call ({_target_name(node)})"
+
+
+def _uniform_elements(group: Group):
+    """The one element count of a group's visible elementwise nodes, or None when they mix sizes."""
+    return next(iter(group.numels)) if len(group.numels) == 1 else None
+
+
+# -- the rules ----------------------------------------------------------------------------------------------
+
+def fusion_knobs(c: Candidate) -> Verdict | None:
+    if not c.knobs.enabled:
+        return Verdict(False, "fusion is switched off (fusion=off): every IR node is its own kernel", "fusion_knobs")
+    total = len(c.first.nodes) + len(c.second.nodes)
+    if c.knobs.max_nodes is not None and total > c.knobs.max_nodes:
+        return Verdict(False, f"the kernel would hold {total} IR nodes, over the cap of {c.knobs.max_nodes} "
+                              f"(max_nodes)", "fusion_knobs")
     return None
+
+
+def template_epilogue(c: Candidate) -> Verdict | None:
+    """A GEMM template fuses elementwise consumers of its output as its epilogue (Note [GEMM templates])."""
+    if c.first.template is None and c.second.template is None:
+        return None
+    if c.second.template is not None:
+        if c.first.template is not None:
+            return Verdict(False, "two templates cannot share a kernel", "template_epilogue")
+        return Verdict(False, "a template fuses consumers of its output (its epilogue), not producers of its inputs",
+                       "template_epilogue")
+    if c.kind != "vertical":
+        return Verdict(False, "a template kernel fuses only its epilogue, no siblings", "template_epilogue")
+    if c.second.library is not None:
+        return Verdict(False, f"{_library_text(c.second.library)}: library and eager calls are not fused",
+                       "template_epilogue")
+    ok, reason = epilogue_verdict(c.first.template, c.visible(c.second))
+    return Verdict(ok, reason, "template_epilogue")
+
+
+def library_call(c: Candidate) -> Verdict | None:
+    for side, group in (("producer" if c.kind == "vertical" else "first", c.first),
+                        ("consumer" if c.kind == "vertical" else "second", c.second)):
+        if group.library is not None:
+            return Verdict(False, f"{side} {_library_text(group.library)}: library and eager calls are not fused",
+                           "library_call")
+    return None
+
+
+def too_many_passes(c: Candidate) -> Verdict | None:
+    if c.passes > MAX_REDUCTION_PASSES:
+        return Verdict(False, f"would need {c.passes} passes over each row (limit {MAX_REDUCTION_PASSES})",
+                       "too_many_passes")
+    return None
+
+
+def two_reductions(c: Candidate) -> Verdict | None:
+    if not (c.first.has_reduction and c.second.has_reduction):
+        return None
+    (rows_a, red_a), (rows_b, red_b) = c.first.shape, c.second.shape
+    if same_size(rows_a, rows_b) and same_size(red_a, red_b):
+        return Verdict(True, f"both reduce {red_a} elements over the same {rows_a} rows", "two_reductions")
+    return Verdict(False, f"different reductions: {c.first.shape_text()} vs {c.second.shape_text()}",
+                   "two_reductions")
+
+
+def _same_elements(c: Candidate):
+    if c.first.has_reduction or c.second.has_reduction:
+        return None
+    rows_a, rows_b = c.first.shape[0], c.second.shape[0]
+    return rows_a if same_size(rows_a, rows_b) else None
+
+
+def elementwise(c: Candidate) -> Verdict | None:
+    """A chain of elementwise ops over one iteration space is one loop."""
+    numel = _same_elements(c) if c.kind == "vertical" else None
+    return None if numel is None else Verdict(True, f"elementwise over the same {numel} elements", "elementwise")
+
+
+def horizontal_siblings(c: Candidate) -> Verdict | None:
+    """Independent elementwise groups over one iteration space that read a common buffer share one loop (and
+    one read of that buffer)."""
+    numel = _same_elements(c) if c.kind == "horizontal" else None
+    return None if numel is None else Verdict(True, f"siblings over the same {numel} elements", "horizontal_siblings")
+
+
+def _reduction_and_elementwise(c: Candidate):
+    if c.first.has_reduction == c.second.has_reduction:
+        return None
+    return (c.first, c.second) if c.first.has_reduction else (c.second, c.first)
+
+
+def _fits_rows(reduction: Group, pointwise: Group) -> str | None:
+    """'full' when the elementwise side covers every (row, reduced) element, 'row' when one per row."""
+    numel = _uniform_elements(pointwise)
+    if numel is None:
+        return None
+    rows, red = reduction.shape
+    if same_size(numel, rows * red):
+        return "full"
+    if same_size(numel, rows):
+        return "row"
+    return None
+
+
+def reduction_prologue(c: Candidate) -> Verdict | None:
+    """Elementwise work before a reduction runs inside the reduction's loop."""
+    sides = _reduction_and_elementwise(c)
+    if sides is None or sides[1] is not c.first:
+        return None
+    reduction, pointwise = sides
+    fit = _fits_rows(reduction, pointwise)
+    rows, red = reduction.shape
+    if fit == "full":
+        return Verdict(True, f"prologue (computed inside the reduction loop): "
+                             f"{describe_size(pointwise.last_visible.size)} = {rows} rows x {red}", "reduction_prologue")
+    if fit == "row":
+        return Verdict(True, f"per-row input over the same {rows} rows", "reduction_prologue")
+    return None
+
+
+def reduction_epilogue(c: Candidate) -> Verdict | None:
+    """Elementwise work after a reduction, over its rows or its full input, joins the reduction's kernel
+    (softmax and layernorm become one kernel)."""
+    sides = _reduction_and_elementwise(c)
+    if sides is None or sides[0] is not c.first:
+        return None
+    reduction, pointwise = sides
+    fit = _fits_rows(reduction, pointwise)
+    rows, red = reduction.shape
+    if fit == "full":
+        return Verdict(True, f"epilogue over the same rows: {describe_size(pointwise.last_visible.size)} = "
+                             f"{rows} rows x {red}", "reduction_epilogue")
+    if fit == "row":
+        return Verdict(True, f"per-row epilogue over the same {rows} rows", "reduction_epilogue")
+    return None
+
+
+def _mismatch_text(c: Candidate) -> str:
+    sides = _reduction_and_elementwise(c)
+    if sides is not None and _uniform_elements(sides[1]) is None:
+        return "the elementwise group mixes sizes"
+    pointwise, other = (sides[1], sides[0]) if sides else (c.first, c.second)
+    return f"different iteration space {pointwise.shape_text()} vs {other.shape_text()}"
+
+
+def inline_producer(c: Candidate) -> Verdict | None:
+    """An elementwise producer of another shape that nothing else reads is recomputed where it is read (a
+    broadcast scale or bias computed from parameters, say) instead of being a kernel and a buffer of its own."""
+    if c.kind != "vertical" or not c.first_only_feeds_second:
+        return None
+    return Verdict(True, f"inlined: the producer only feeds this kernel, so it is recomputed where "
+                         f"it is read instead of stored ({_mismatch_text(c)})", "inline_producer", inline=True)
+
+
+def different_iteration_space(c: Candidate) -> Verdict | None:
+    return Verdict(False, _mismatch_text(c), "different_iteration_space")
+
+
+RULES: list[Callable[[Candidate], Verdict | None]] = [
+    fusion_knobs, template_epilogue, library_call, too_many_passes, two_reductions, elementwise, horizontal_siblings,
+    reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
+]
+
+
+def decide(candidate: Candidate) -> Verdict:
+    for rule in RULES:
+        verdict = rule(candidate)
+        if verdict is not None:
+            return verdict
+    raise AssertionError("the last rule always decides")

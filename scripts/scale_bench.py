@@ -92,11 +92,11 @@ def encoder(layers: int):
 def swin(layers: int):
     from transformers import SwinConfig, SwinModel
     depths = [2, 2, max(layers - 6, 2), 2]
-    config = SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=depths, num_heads=[2, 4, 8, 16],
-                        window_size=4)
+    config = SwinConfig(image_size=224, patch_size=4, embed_dim=32, depths=depths, num_heads=[1, 2, 4, 8],
+                        window_size=7)  # swin_t's geometry (56x56 patches, 7x7 windows), narrower
     torch.manual_seed(0)
     model = SwinModel(config).eval()
-    return (lambda pixel_values: model(pixel_values).last_hidden_state), (torch.randn(1, 3, 64, 64),)
+    return (lambda pixel_values: model(pixel_values).last_hidden_state), (torch.randn(1, 3, 224, 224),)
 
 
 def time_stages(graphs, backend_name: str, with_codegen: bool) -> dict:

@@ -15,11 +15,10 @@ time] in gemm_launch.py). Sizes and strides are literals: the template is genera
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from engine.codegen.cpp import STORAGE_TYPES, CppPrinter, _Source
+from engine.codegen.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template
@@ -51,24 +50,7 @@ def tile_configs(spec: GemmSpec) -> list[dict]:
     return configs
 
 
-@dataclass
-class CppTemplateKernel:
-    name: str
-    source: str
-    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
-    size_args: list[str]
-    template: Template
-    epilogue: list[str]
-    line_tags: list = field(default_factory=list)
-    tuning: dict = field(default_factory=dict)
-
-    @property
-    def spec(self) -> GemmSpec:
-        return self.template.spec
-
-    def launch_text(self) -> str:
-        return f"{self.name}({', '.join(self.args)})"
-
+class CppTemplateKernel(TemplateKernel):
     def record_fields(self) -> dict:
         return {"template": {
             "name": "cpp_gemm", "spec": self.spec.record(), "config": tile_configs(self.spec)[0],

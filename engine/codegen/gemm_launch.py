@@ -16,6 +16,7 @@ import hashlib
 import json
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -24,6 +25,27 @@ from engine.build import cache_dir
 from engine.ir.nodes import TensorArg, Template
 
 CPU_TIMING_SECONDS = 0.05  # per candidate: enough repeats of a skinny GEMM for a stable median
+
+
+@dataclass
+class TemplateKernel:
+    """What both backends' template kernels share: the source, the signature's buffers, the Template node
+    and its epilogue, and the autotuning results (filled at the first launch in max-autotune)."""
+    name: str
+    source: str
+    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
+    size_args: list[str]  # always empty: a template is generated per shape (sizes are literals)
+    template: Template
+    epilogue: list[str]  # the IR nodes fused after the GEMM
+    line_tags: list = field(default_factory=list)
+    tuning: dict = field(default_factory=dict)
+
+    @property
+    def spec(self):
+        return self.template.spec
+
+    def launch_text(self) -> str:
+        return f"{self.name}({', '.join(self.args)})"
 
 
 class TemplateLaunch:

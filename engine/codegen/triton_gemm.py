@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.codegen.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton import SIGNATURE_TYPES
 from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
@@ -75,21 +76,9 @@ def interpreter_config(spec: GemmSpec) -> GemmConfig:
 
 
 @dataclass
-class TritonTemplateKernel:
-    name: str
-    source: str
-    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
-    size_args: list[str]
-    template: Template
-    epilogue: list[str]  # IR nodes fused after the GEMM
-    interpreter: bool
-    signature: dict
-    line_tags: list = field(default_factory=list)
-    tuning: dict = field(default_factory=dict)  # max-autotune: filled at the first launch
-
-    @property
-    def spec(self) -> GemmSpec:
-        return self.template.spec
+class TritonTemplateKernel(TemplateKernel):
+    interpreter: bool = True  # kernels for the CPU interpreter (its config), else for a GPU
+    signature: dict = field(default_factory=dict)  # argument -> triton type, for triton.compile (display)
 
     def configs(self) -> list[GemmConfig]:
         return [interpreter_config(self.spec)] if self.interpreter else gpu_configs(self.spec)
@@ -98,9 +87,6 @@ class TritonTemplateKernel:
         spec = self.spec
         tiles = -(-spec.m // config.BLOCK_M) * -(-spec.n // config.BLOCK_N)
         return (tiles, spec.batch, 1)
-
-    def launch_text(self) -> str:
-        return f"{self.name}({', '.join(self.args)})"
 
     def record_fields(self) -> dict:
         config = self.configs()[0]
@@ -235,7 +221,7 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     signature["acc_in"] = SIGNATURE_TYPES[template.dtype]
     signature.update({c: "constexpr" for c in CONSTEXPRS})
     return TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
-                                interpreter, signature, tags)
+                                tags, interpreter=interpreter, signature=signature)
 
 
 class TritonTemplateRunner:

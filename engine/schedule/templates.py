@@ -31,8 +31,9 @@ from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable
 
 aten = torch.ops.aten
 MODES = ("auto", "on", "off")
-GEMM_TARGETS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-                aten.convolution.default)
+MATMULS = {aten.mm.default: ("mm", 2), aten.addmm.default: ("addmm", 2), aten.bmm.default: ("bmm", 3),
+           aten.baddbmm.default: ("baddbmm", 3)}  # op -> (name, dims of its operands)
+GEMM_TARGETS = (*MATMULS, aten.convolution.default)
 TEMPLATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TENSOR_CORE_MIN = 16  # tl.dot's smallest tile side: a GEMM with a smaller M, N or K stays a library call
 CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (batch 1-32 of an LLM layer)
@@ -44,9 +45,6 @@ class Operand:
     name: str
     offset: int
     strides: tuple[int, int, int]  # (batch, row, column) in elements; 0 = broadcast
-
-    def text(self) -> str:
-        return f"{self.name}[{self.offset} + b*{self.strides[0]} + i*{self.strides[1]} + j*{self.strides[2]}]"
 
 
 @dataclass(frozen=True)
@@ -123,24 +121,17 @@ def gemm_spec(node: Extern) -> GemmSpec:
     if node.dtype not in TEMPLATE_DTYPES:
         raise NotATemplate(f"{str(node.dtype).replace('torch.', '')} has no tiled tl.dot path here")
     bias, alpha, beta = None, 1.0, 1.0
-    if target in (aten.mm.default, aten.addmm.default):
-        if target == aten.addmm.default:
-            bias = _broadcast(args[0], 2)
+    if target in MATMULS:
+        op, ndim = MATMULS[target]
+        if op in ("addmm", "baddbmm"):  # (bias, a, b, *, beta, alpha)
+            bias = _broadcast(args[0], ndim)
             args = args[1:]
             beta, alpha = _scalar(kwargs.get("beta", 1), "beta"), _scalar(kwargs.get("alpha", 1), "alpha")
         a, b = args[0], args[1]
-        (m, k), (_, n) = _ints(a.size, "size"), _ints(b.size, "size")
-        spec_a, spec_b, batch = _operand(a, (None, 0, 1)), _operand(b, (None, 0, 1)), 1
-        op = "addmm" if bias else "mm"
-    elif target in (aten.bmm.default, aten.baddbmm.default):
-        if target == aten.baddbmm.default:
-            bias = _broadcast(args[0], 3)
-            args = args[1:]
-            beta, alpha = _scalar(kwargs.get("beta", 1), "beta"), _scalar(kwargs.get("alpha", 1), "alpha")
-        a, b = args[0], args[1]
-        (batch, m, k), (_, _, n) = _ints(a.size, "size"), _ints(b.size, "size")
-        spec_a, spec_b = _operand(a, (0, 1, 2)), _operand(b, (0, 1, 2))
-        op = "baddbmm" if bias else "bmm"
+        size_a, size_b = _ints(a.size, "size"), _ints(b.size, "size")
+        batch, m, k, n = (size_a[0] if ndim == 3 else 1), size_a[-2], size_a[-1], size_b[-1]
+        dims = (0, 1, 2) if ndim == 3 else (None, 0, 1)
+        spec_a, spec_b = _operand(a, dims), _operand(b, dims)
     elif target == aten.convolution.default:
         spec_a, spec_b, bias, batch, m, n, k = _conv1x1(node)
         op = "conv1x1"
@@ -148,8 +139,6 @@ def gemm_spec(node: Extern) -> GemmSpec:
         raise NotATemplate(f"{target} is not a matmul")
     if 0 in (batch, m, n, k):
         raise NotATemplate(f"empty GEMM {batch}x{m}x{n}x{k}: nothing to tile (the library call handles it)")
-    if beta != 1.0 and bias is None:
-        beta = 1.0
     out = _ints(node.size, "size")
     expected = contiguous_strides([sympy.Integer(s) for s in out])
     if any(s != 1 and int(st) != int(ex) for s, st, ex in zip(out, _ints(node.out_stride, "stride"), expected)):

@@ -86,3 +86,38 @@ def load_code(key: str) -> str | None:
     except OSError:
         return None
     return text if code_key(text) == key else None  # content-addressed: a changed file is not that code
+
+
+# session-state key <- URL key (Note [Shareable URL]); the page itself is the URL's path (st.navigation)
+SESSION_KEYS = {"sample": "sample", "backend": "backend", "device": "device", "dynamic": "dynamic",
+                "stage_left": "stage", "stage_right": "side"}
+
+
+def session_from_url(query: dict, samples: list[str], stages: list[str]) -> dict:
+    """The session-state values a URL asks for, plus "code" (a shared model's text) or "code_missing"."""
+    clean = clean_state(query, samples, stages=stages)
+    values: dict = {}
+    for session_key, url_key in SESSION_KEYS.items():
+        if url_key in clean:
+            values[session_key] = clean[url_key] == "1" if url_key == "dynamic" else clean[url_key]
+    if "code" in clean:
+        text = load_code(clean["code"])
+        if text is None:
+            values["code_missing"] = clean["code"]
+        else:
+            values["code"] = text
+    return values
+
+
+def url_from_session(session: dict, code: str | None = None) -> dict[str, str]:
+    """What the URL should say for this session (written back on every run, so it survives page changes)."""
+    query = {}
+    for session_key, url_key in SESSION_KEYS.items():
+        value = session.get(session_key)
+        if value is None or value == "":
+            continue
+        query[url_key] = ("1" if value else "0") if url_key == "dynamic" else str(value)
+    if code:
+        query["code"] = code
+        query.pop("sample", None)  # the link is to the code, not to the sample the sidebar still names
+    return query

@@ -3,11 +3,31 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, worker
+from app import share, state, worker
+from app.stages import STAGES
 from app.safe_text import description_markdown
 
 
+def restore_from_url() -> None:
+    """Once per session: the view a link asks for (Note [Shareable URL] in app/share.py)."""
+    session = st.session_state
+    if session.get("url_restored"):
+        return
+    session.url_restored = True
+    wanted = share.session_from_url(st.query_params.to_dict(), state.sample_names(), ["none"] + STAGES)
+    wanted.pop("sample", None)  # state.init already took it
+    shared = wanted.pop("code", None)
+    session.share_missing = wanted.pop("code_missing", None)
+    for key, value in wanted.items():
+        session[key] = value
+    if shared is not None:
+        session.editor = shared
+        session.applied = {"source": shared, "label": state.PASTED, "inputs": None}
+        session.shared_code = share.code_key(shared)
+
+
 def render() -> None:
+    restore_from_url()
     with st.sidebar:
         st.markdown("## Glassbox")
         st.caption("A see-through PyTorch compiler: every stage from your code to timed kernels.")
@@ -40,3 +60,15 @@ def render() -> None:
                             help="Resident memory of the model's process and everything it starts.")
         st.button("Re-explore", key="reexplore", on_click=state.forget_current, width="stretch",
                   help="Run the worker again instead of using the cached result.")
+        if st.session_state.get("share_missing"):
+            st.warning("The shared link names code that no longer exists on this server (links to pasted code "
+                       "last as long as the server's share folder); showing a sample instead.")
+        if applied["label"] == state.PASTED:
+            st.button("Share link to this code", key="share", on_click=state.share_current, width="stretch",
+                      help="Stores your code on this server under its content hash and puts it in the URL: "
+                           "copy the address bar.")
+            if st.session_state.get("shared_code"):
+                st.caption("The address bar now links to this code and view.")
+            if st.session_state.get("share_error"):
+                st.warning(st.session_state.share_error)
+    state.sync_url()

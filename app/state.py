@@ -106,7 +106,8 @@ def init() -> None:
     warm_worker()
     state = st.session_state
     if "sample" not in state:
-        # ?sample=NAME links straight to a sample (handy for teaching material)
+        # ?sample=NAME links straight to a sample (handy for teaching material); the rest of a shared view is
+        # restored by sidebar.restore_from_url
         wanted = st.query_params.get("sample")
         if wanted in sample_names():
             state.sample = wanted
@@ -131,7 +132,7 @@ def choose_sample() -> None:
     state.inputs_prefill = ""
     state.input_error = ""
     state.applied = {"source": state.editor, "label": state.sample, "inputs": None}
-    st.query_params["sample"] = state.sample
+    state.shared_code = None
 
 
 def apply_editor() -> None:
@@ -151,6 +152,31 @@ def apply_editor() -> None:
             state.input_error = str(error)
             return
     state.applied = {"source": source, "label": label, "inputs": specs}
+    if state.get("shared_code") and label != PASTED:
+        state.shared_code = None
+
+
+def share_current() -> None:
+    """on_click of "Share link": pasted code is stored by content and the URL names it (Note [Shareable URL])."""
+    from app import share
+
+    state = st.session_state
+    if state.applied.get("label") == PASTED:
+        try:
+            state.shared_code = share.store_code(state.applied["source"])
+        except (OSError, ValueError) as error:
+            state.share_error = str(error)
+
+
+def sync_url() -> None:
+    """Write the view into the URL on every run, so it is kept across pages and can be copied."""
+    from app import share
+
+    state = st.session_state
+    code = state.get("shared_code") if state.applied.get("label") == PASTED else None
+    wanted = share.url_from_session({k: state.get(k) for k in share.SESSION_KEYS}, code)
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)
 
 
 def reset_editor() -> None:

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
+# the app server (started by the fixture below) and this test share one folder of shared code
+os.environ.setdefault("GLASSBOX_SHARE_DIR", tempfile.mkdtemp(prefix="glassbox-share-"))
+
 from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, server  # noqa: F401 - the app server fixture
 
 import engine
+from app import share
 from engine.tools.model_file import load_model_file
 from visualizers.html_report import report_html
 
@@ -132,4 +137,35 @@ def test_compare_cpp_with_triton_shows_a_diff(browser, server):  # noqa: F811
     assert "--- A (defaults)" in text and "+++ B (backend=triton)" in text and "@triton.jit" in text
     assert page.get_by_text("Triton's interpreter").count()  # B's times are flagged, not trusted
     shot(page, "compare_cpp_triton")
+    page.close()
+
+
+def test_a_url_restores_sample_backend_and_stage_and_keeps_them_across_pages(browser, server):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{server}/?sample=softmax&backend=triton&stage=fusion&side=none")
+    page.get_by_text("Fusion decisions").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    sidebar = page.locator("[data-testid=stSidebar]")
+    assert sidebar.get_by_text("softmax").count() >= 1
+    assert sidebar.get_by_role("radio", name="Triton").is_checked()
+    shot(page, "url_restored_fusion")
+    page.get_by_role("link", name="Graph breaks").click()
+    page.wait_for_timeout(3000)
+    assert "sample=softmax" in page.url and "backend=triton" in page.url and "stage=fusion" in page.url
+    page.close()
+
+
+def test_a_shared_link_opens_the_pasted_model_and_a_dead_link_says_so(browser, server):  # noqa: F811
+    source = ("import torch\n\ndescription = 'shared model'\n\ndef model(x):\n    return torch.tanh(x) * 3.0\n\n"
+              "example_inputs = (torch.randn(8, 8),)\n")
+    key = share.store_code(source)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{server}/model?code={key}")
+    page.get_by_text("your code").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    editor = page.locator("textarea").first
+    editor.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert "torch.tanh(x) * 3.0" in editor.input_value()
+    assert f"code={key}" in page.url
+    shot(page, "shared_link")
+    page.goto(f"{server}/?code={'0' * 24}")
+    page.get_by_text("no longer exists").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     page.close()

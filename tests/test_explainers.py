@@ -77,3 +77,18 @@ def test_pasted_code_round_trips_by_content_and_a_missing_link_says_so(tmp_path,
     with pytest.raises(ValueError):
         share.store_code("x" * (share.MAX_SHARED_BYTES + 1))
 
+
+
+def test_session_and_url_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLASSBOX_SHARE_DIR", str(tmp_path))
+    stages = ["none", "capture", "fusion", "loop IR"]
+    values = share.session_from_url({"sample": "softmax", "backend": "triton", "dynamic": "1", "stage": "loop IR",
+                                     "side": "none"}, ["softmax"], stages)
+    assert values == {"sample": "softmax", "backend": "triton", "dynamic": True, "stage_left": "loop IR",
+                      "stage_right": "none"}
+    assert share.url_from_session(values) == {"sample": "softmax", "backend": "triton", "dynamic": "1",
+                                              "stage": "loop IR", "side": "none"}
+    key = share.store_code("x = 1\n")
+    assert share.session_from_url({"code": key}, [], stages)["code"] == "x = 1\n"
+    assert share.session_from_url({"code": "f" * 24}, [], stages) == {"code_missing": "f" * 24}
+    assert "sample" not in share.url_from_session(values, code=key)

@@ -23,7 +23,7 @@ import torch
 
 from engine import capture
 from engine import codegen
-from engine.codegen.wrapper import generate_wrapper, strided_view, with_layout
+from engine.codegen.wrapper import MeasuredFirstCall, generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile
 from engine.lowering.graph import LoweredGraph, lower
 from engine.partition import make_partition_fn
@@ -161,8 +161,9 @@ def make_backend(options: Options, exploration: Exploration | None = None, profi
                         backward_records.append(record)
                         if graph_record.index >= 0:  # else (dynamic shapes: compiled at once) after the forward
                             add_backward_records()
-                    if profiler is not None:
-                        return profiler.watch(record, compiled, hints)
+                    call = profiler.watch(record, compiled, hints) if profiler is not None else compiled.call
+                    overhead = record.code.setdefault("overhead", {})  # Note [Wrapper overhead]
+                    return MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], overhead)
                 return compiled.call
 
             return compile_phase

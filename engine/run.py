@@ -59,8 +59,11 @@ def flatten_outputs(value) -> list:
     return []
 
 
+COMPLEX_PARTS = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
 def tolerance_for(dtype: torch.dtype, tolerance: dict | None = None) -> tuple[float, float]:
-    atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
+    atol, rtol = TOLERANCES.get(COMPLEX_PARTS.get(dtype, dtype), (0.0, 0.0))  # complex: as its parts
     if tolerance:
         atol, rtol = tolerance.get("atol", atol), tolerance.get("rtol", rtol)
     return atol, rtol
@@ -74,7 +77,7 @@ def compare(expected: torch.Tensor, actual: torch.Tensor, tolerance: dict | None
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         return {**result, "ok": False, "max_abs_err": float("inf"), "max_rel_err": float("inf"),
                 "problem": f"got {str(actual.dtype).replace('torch.', '')}{list(actual.shape)}"}
-    e, a = expected.detach().cpu(), actual.detach().cpu()
+    e, a = _comparable(expected), _comparable(actual)
     if e.dtype.is_floating_point:
         e64, a64 = e.double(), a.double()
         both_nan = e64.isnan() & a64.isnan()
@@ -92,9 +95,20 @@ def compare(expected: torch.Tensor, actual: torch.Tensor, tolerance: dict | None
     return {**result, "ok": ok, "max_abs_err": max_abs, "max_rel_err": max_rel}
 
 
+def _comparable(tensor: torch.Tensor) -> torch.Tensor:
+    """A dense, real CPU tensor with the same values: sparse layouts densified, complex numbers as (re, im)
+    pairs, so a complex output is compared on both parts (as floats) rather than cast to an integer."""
+    tensor = tensor.detach().cpu()
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    if tensor.is_complex():
+        tensor = torch.view_as_real(tensor.resolve_conj() if tensor.dtype != torch.complex32 else tensor)
+    return tensor
+
+
 def _errors_vs(reference: torch.Tensor, value: torch.Tensor) -> tuple[float, float]:
     """(rmse, max abs error) of `value` against `reference`, over the places where both are finite."""
-    r, v = reference.detach().cpu().double(), value.detach().cpu().double()
+    r, v = _comparable(reference).double(), _comparable(value).double()
     finite = r.isfinite() & v.isfinite()
     if not bool(finite.any()):
         return 0.0, 0.0
@@ -116,7 +130,7 @@ def judge_against_fp64(expected: torch.Tensor, actual: torch.Tensor, reference: 
     """Rule 2 of Note [Tolerance policy]: ours is no less accurate than eager, element by element, against fp64."""
     ours_rmse, ours_max = _errors_vs(reference, actual)
     eager_rmse, eager_max = _errors_vs(reference, expected)
-    e, a = expected.detach().cpu(), actual.detach().cpu()
+    e, a = _comparable(expected), _comparable(actual)
     same_specials = bool(torch.equal(e.isnan(), a.isnan())) and bool(
         torch.equal(e.isinf(), a.isinf())) and bool(torch.equal(e[e.isinf()], a[a.isinf()]))
     r, e64, a64 = reference.detach().cpu().double(), e.double(), a.double()

@@ -178,11 +178,15 @@ class TritonKernel:
         return ((rows + block - 1) // block, 1, 1)
 
     def grid_text(self) -> str:
+        return f"({self.grid_x_text()}, 1, 1)"
+
+    def grid_x_text(self) -> str:
+        """The number of programs, as wrapper source (sizes may be symbols)."""
         static = self.grid()
         if static is not None:
-            return str(static)
+            return str(static[0])
         rows = triton_index(sympy.sympify(self.rows))
-        return f"((({rows}) + {self.config.XBLOCK - 1}) // {self.config.XBLOCK}, 1, 1)"
+        return f"(({rows}) + {self.config.XBLOCK - 1}) // {self.config.XBLOCK}"
 
     def record_fields(self) -> dict:
         """What the record shows about this kernel beyond its source (report.py)."""
@@ -468,6 +472,7 @@ class TritonModule:
     line_kernel: list  # per source line: (kernel name, LineTag) or None
     interpreter: bool  # kernels meant for the interpreter (the graph is on the CPU)
     autotune: bool = False  # set before launch_text to autotune on the GPU (mode="max-autotune")
+    produced: frozenset = frozenset()  # buffers that generated kernels store (allocated by the wrapper)
     language = "triton"
 
     def tunable(self, kernel: TritonKernel) -> bool:
@@ -475,14 +480,19 @@ class TritonModule:
         return self.autotune and not self.interpreter and kernel.grid() is not None
 
     def launch_text(self, kernel: TritonKernel) -> str:
-        """The wrapper's call: the jit function's run() with the grid and block sizes worked out here, so a
-        launch does no work beyond Triton's own argument handling (the lean launch path)."""
+        """The wrapper's call: the kernel's bound launch (triton_build.TritonLaunch) with the grid worked out
+        here and the wrapper's stream, so a launch does no work beyond the compiled kernel's own launcher."""
         if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
             return kernel.launch_text()
-        args = ", ".join(kernel.args + kernel.size_args)
-        if self.tunable(kernel):  # triton_build.AutotunedLaunch picks grid and blocks at the first launch
-            return f"{kernel.name}.run({args}, grid=None, warmup=False)  # autotuned"
-        return f"{kernel.name}.run({args}, grid={kernel.grid_text()}, warmup=False, {kernel.config.text()})"
+        args = ", ".join(["None" if self.interpreter else "stream"] + kernel.args + kernel.size_args)
+        if self.tunable(kernel):  # the launch picks its grid and blocks at the first launch
+            return f"{kernel.name}(None, {args})  # autotuned"
+        return f"{kernel.name}({kernel.grid_x_text()}, {args})"
+
+    def checked_arguments(self, kernel: TritonKernel) -> tuple[int, ...]:
+        """Positions of the launch arguments whose specialization may change between calls: every argument
+        but the buffers the wrapper allocates for generated kernels (Note [Bound Triton launches])."""
+        return tuple(i for i, name in enumerate(kernel.args + kernel.size_args) if name not in self.produced)
 
 
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> TritonModule:
@@ -507,12 +517,14 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) ->
         for line, tag in zip(kernel.source.splitlines(), kernel.line_tags):
             lines.append(line)
             line_kernel.append((kernel.name, tag))
-    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter)
+    produced = frozenset(n for k in kernels if k.kind in ("pointwise", "reduction", "template") for n in k.stored)
+    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced)
 
 
 def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> bool:
     """Import the module's kernels (under the interpreter on the CPU, Note [Math under the interpreter]) and
-    put one jit function per kernel name in namespace (autotuned at its first launch if the module asks)."""
+    put one bound launch per kernel name in namespace (Note [Bound Triton launches]; autotuned at its first
+    launch if the module asks)."""
     from engine.codegen import triton_build
 
     interpret = not str(device).startswith("cuda")
@@ -520,15 +532,16 @@ def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> 
     namespace["_triton_module"] = loaded  # keeps the module alive as long as the wrapper
     for kernel in module.kernels:
         function = getattr(loaded, kernel.name)
-        if interpret:
-            function = triton_build.QuietInterpreted(function)
         if hasattr(kernel, "template"):
             from engine.codegen.gemm_launch import TemplateLaunch
             from engine.codegen.triton_gemm import TritonTemplateRunner
 
+            if interpret:
+                function = triton_build.QuietInterpreted(function)
             function = TemplateLaunch(kernel, TritonTemplateRunner(kernel, function), device,
                                       tune=module.autotune and not interpret)
-        elif not interpret and module.tunable(kernel):
-            function = triton_build.AutotunedLaunch(kernel, function, device)
+        else:
+            function = triton_build.bind_launch(kernel, function, interpret, module.checked_arguments(kernel),
+                                                device if module.tunable(kernel) else None)
         namespace[kernel.name] = function
     return cache_hit

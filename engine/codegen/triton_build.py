@@ -2,8 +2,9 @@
 block sizes on a GPU, compile kernels to TTIR/TTGIR/LLIR/PTX/SASS for display without a GPU, and replay a
 whole graph as a CUDA graph (mode="reduce-overhead").
 
-Only stable public Triton API is used (triton.jit, triton.compile with an explicit GPUTarget,
-triton.testing.do_bench), so this works on Triton 3.6 through 3.9.
+Public Triton API is used (triton.jit, triton.compile with an explicit GPUTarget, triton.testing.do_bench),
+plus the compiled kernel's launcher for the bound launch path, with JITFunction.run as the fallback where that
+launcher differs (Note [Bound Triton launches]), so this works on Triton 3.6 through 3.9.
 
 Note [Loading Triton source]
 @triton.jit reads a kernel's source with `inspect`, so generated code must live in a real file: the module is
@@ -79,9 +80,111 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
         return module, cache_hit
 
 
+# --- launching: each kernel bound once (Note [Bound Triton launches]) ----------------------------------------
+
+# Note [Bound Triton launches]
+# JITFunction.run, Triton's ordinary entry, re-derives everything on every call: it binds the arguments to the
+# signature, computes each one's specialization (pointer alignment, integer value classes), hashes those into
+# a cache key, looks the compiled kernel up, checks the globals it used and only then calls the compiled
+# kernel's launcher: about 20 us a launch, where the GPU needs 2-5 us for a small kernel. TritonLaunch takes
+# that path once, on the first launch, where Triton compiles the kernel for these arguments and hands back the
+# CompiledKernel; from then on a call goes straight to that kernel's launcher (CompiledKernel.run, the
+# driver's C function) with the grid, stream, function handle and packed metadata bound at that first launch,
+# as Inductor's generated launchers do.
+# The bound kernel is only right for arguments that specialize the same way. Buffers the wrapper allocates
+# itself always do (the caching allocator aligns every block to 512 bytes), so they are not checked; a graph
+# input, a library call's output or a size argument may change between calls, so those positions (`checked`)
+# are compared against the first call's classes on every launch, and a change takes the ordinary path again.
+# Triton's launcher calling convention is (grid x, y, z, stream, function, packed metadata, launch metadata,
+# enter hook, exit hook, *every kernel parameter in order, constexprs included): Triton 3.2 through 3.9.
+# Where a CompiledKernel lacks it (older Triton, another backend), or a launch hook is installed (a profiler
+# wants to see launches), or the direct call raises, the kernel keeps using JITFunction.run: slower, never wrong.
+
+
+def _launch_hooks() -> tuple:
+    try:
+        from triton import knobs
+        return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    except (ImportError, AttributeError):
+        from triton.compiler import CompiledKernel
+        return getattr(CompiledKernel, "launch_enter_hook", None), getattr(CompiledKernel, "launch_exit_hook", None)
+
+
+def specialization_class(value) -> tuple:
+    """What Triton's specialization can see of one argument: pointer alignment, or an integer's value class."""
+    if isinstance(value, torch.Tensor):
+        return (value.data_ptr() % 16 == 0,)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value == 1, value % 16 == 0, -2 ** 31 <= value < 2 ** 31)
+    return (value,)
+
+
+class TritonLaunch:
+    """One kernel's launches: `launch(grid_x, stream, *args)` (Note [Bound Triton launches]).
+
+    `constexprs` are the block sizes (the parameters after the arguments), `options` the launch options of
+    JITFunction.run (num_warps), `checked` the positions of arguments whose specialization may vary. Under the
+    interpreter every launch takes JITFunction.run, with numpy's floating-point warnings off: lanes outside
+    the masks compute on the `other=` values of masked loads (log(0), 0/0, ...) and those values are never
+    stored. With `tune` (mode="max-autotune"), the first launch times the candidate configs on the real
+    arguments (a kernel only reads its inputs and writes its outputs, so running it several times is
+    harmless), and every launch after it uses the fastest; tuning at the first launch, not at compile time,
+    because compiling happens under Dynamo's fake tensors, which have no memory to run a kernel on."""
+
+    def __init__(self, function, constexprs: dict, options: dict, checked: tuple[int, ...], interpret: bool,
+                 tune: tuple | None = None):
+        self.function, self.constexprs, self.options = function, constexprs, options
+        self.checked, self.interpret, self.tune = checked, interpret, tune
+        self.values = tuple(constexprs.values())
+        self.grid_x = None  # set by autotuning: the tuned config's grid replaces the wrapper's
+        self.runner = self.handle = self.metadata = self.classes = None
+        self.direct = not interpret  # False once binding failed or is not possible here
+
+    def __call__(self, grid_x, stream, *args):
+        runner = self.runner
+        if runner is not None and (not self.checked or self._classes(args) == self.classes):
+            runner(self.grid_x or grid_x, 1, 1, stream, self.handle, self.metadata, None, None, None,
+                   *args, *self.values)
+            return
+        self._launch_and_bind(grid_x, args)
+
+    def _classes(self, args) -> tuple:
+        return tuple(specialization_class(args[i]) for i in self.checked)
+
+    def _launch_and_bind(self, grid_x, args) -> None:
+        if self.tune is not None:
+            (kernel, device), self.tune = self.tune, None
+            best = autotune(kernel, self.function, args, device)
+            self.grid_x = kernel.grid(best)[0]
+            self.constexprs = {k: v for k, v in best.kwargs().items() if k in self.constexprs}
+            self.options = {"num_warps": best.num_warps}
+            self.values = tuple(self.constexprs.values())
+        grid = (self.grid_x or grid_x, 1, 1)
+        if self.interpret:
+            import numpy
+
+            with numpy.errstate(all="ignore"):
+                self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
+            return
+        compiled = self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
+        if self.direct:
+            self._bind(compiled, args)
+
+    def _bind(self, compiled, args) -> None:
+        try:
+            if not hasattr(compiled, "launch_metadata") or any(_launch_hooks()):
+                raise TypeError("no direct launcher in this Triton, or a launch hook is installed")
+            runner, handle = compiled.run, compiled.function
+            metadata = getattr(compiled, "packed_metadata", compiled.metadata)
+        except Exception:  # noqa: BLE001 - Note [Bound Triton launches]: stay on JITFunction.run
+            self.direct = False
+            return
+        self.runner, self.handle, self.metadata, self.classes = runner, handle, metadata, self._classes(args)
+
+
 class QuietInterpreted:
-    """An interpreted kernel, run with numpy's floating-point warnings off: lanes outside the masks compute on
-    the `other=` values of masked loads (log(0), 0/0, ...) and those values are never stored."""
+    """A jit function under the interpreter, run with numpy's floating-point warnings off (see TritonLaunch);
+    for kernels launched through their own runner (GEMM templates, codegen/triton_gemm.py)."""
 
     def __init__(self, function):
         self.function = function
@@ -93,24 +196,15 @@ class QuietInterpreted:
             return self.function.run(*args, **kwargs)
 
 
+def bind_launch(kernel, function, interpret: bool, checked: tuple[int, ...], tune_device: str | None = None):
+    """The TritonLaunch for a generated kernel; autotuned at its first launch when tune_device is given."""
+    config = kernel.config.kwargs()
+    constexprs = {k: config[k] for k in ("XBLOCK", "RBLOCK") if k in config}
+    return TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, checked, interpret,
+                        tune=(kernel, tune_device) if tune_device else None)
+
+
 # --- autotuning (GPU) ----------------------------------------------------------------------------------------
-
-
-class AutotunedLaunch:
-    """mode="max-autotune": the kernel's first launch times each candidate config on the real arguments (a
-    kernel only reads its inputs and writes its outputs, so running it several times is harmless), then every
-    launch uses the fastest. Tuning at the first launch, not at compile time, because compiling happens
-    under Dynamo's fake tensors, which have no memory to run a kernel on."""
-
-    def __init__(self, kernel, function, device: str):
-        self.kernel, self.function, self.device = kernel, function, device
-        self.grid, self.kwargs = None, None
-
-    def run(self, *args, grid=None, warmup=False, **ignored):
-        if self.kwargs is None:
-            best = autotune(self.kernel, self.function, args, self.device)
-            self.grid, self.kwargs = self.kernel.grid(best), best.kwargs()
-        return self.function.run(*args, grid=self.grid, warmup=False, **self.kwargs)
 
 
 def _device_name(device: str) -> str:

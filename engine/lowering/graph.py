@@ -110,6 +110,9 @@ class GraphLowering(torch.fx.Interpreter):
             return sympify_size(val)
         if _statically_empty(val) and not _is_view_op(target):
             return self.empty_result(target, val)
+        unsupported = _without_kernel_dtype(args, kwargs, val)
+        if unsupported:
+            return self.fallback(target, args, kwargs, unsupported)
         lowering = lowering_for(target)
         if lowering is None:
             return self.fallback(target, args, kwargs, f"no lowering registered for {target}")
@@ -207,6 +210,23 @@ class BoundCall:
         return f"{self.target} with {bound}"
 
     __repr__ = __str__
+
+
+# Note [Dtypes without kernels]
+# Generated kernels know the real floating, integer and bool dtypes. An op that reads or produces any other
+# (complex64, complex128, ComplexHalf, quantized types) runs eagerly as a Fallback that says so, views of such
+# tensors included, so no kernel ever loads one (the FFTs of torch.fft return complex64 and used to reach the
+# C++ printer, which had no type for it).
+KERNEL_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+def _without_kernel_dtype(args, kwargs, val) -> str | None:
+    """Why this op runs eagerly (Note [Dtypes without kernels]), or None."""
+    dtypes = [v.node.dtype for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, TensorValue)]
+    dtypes += [v.dtype for v in torch.utils._pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
+    other = sorted({str(d).replace("torch.", "") for d in dtypes if d not in KERNEL_DTYPES})
+    return f"generated kernels have no {', '.join(other)} type: runs eagerly" if other else None
 
 
 def _statically_empty(val) -> bool:

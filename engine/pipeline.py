@@ -228,6 +228,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
                                                                 "max_fused_nodes": max_fused_nodes,
                                                                 "templates": templates, "train": train})
     capture.reset()
+    unimplemented_before = torch._dynamo.utils.counters["unimplemented"].copy()  # frames Dynamo will skip
     log = capture.CaptureLog()
     profiler = Profiler(device) if profile else None
     inputs = tuple(example_inputs)
@@ -279,6 +280,11 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             "message": f"Dynamo reached its recompile limit (torch._dynamo.config.recompile_limit) with "
                        f"{len(skipped.failed_guards)} compiled versions of {skipped.function}: it runs it "
                        f"eagerly from now on, without a graph. It would have recompiled because: {skipped.reason}"})
+    if not exploration.graphs and not exploration.graph_breaks:
+        skipped_frames = torch._dynamo.utils.counters["unimplemented"] - unimplemented_before
+        why = "; ".join(reason.splitlines()[0] for reason in skipped_frames) or "it found no tensor work to compile"
+        exploration.errors.append({"stage": "capture", "inputs": exploration.inputs,
+                                   "message": f"Dynamo captured no graph, so the model ran eagerly: {why}"})
     return exploration
 
 

@@ -102,12 +102,18 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 
 
 def _launch_hooks() -> tuple:
+    """Triton's (enter, exit) launch hooks: None, or (Triton 3.5+) chains that may be empty."""
     try:
         from triton import knobs
         return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     except (ImportError, AttributeError):
         from triton.compiler import CompiledKernel
         return getattr(CompiledKernel, "launch_enter_hook", None), getattr(CompiledKernel, "launch_exit_hook", None)
+
+
+def _hook_active(hook) -> bool:
+    calls = getattr(hook, "calls", None)  # a HookChain calls its `calls`; an empty one does nothing
+    return hook is not None and (calls is None or bool(calls))
 
 
 def specialization_class(value) -> tuple:
@@ -137,13 +143,13 @@ class TritonLaunch:
         self.checked, self.interpret, self.tune = checked, interpret, tune
         self.values = tuple(constexprs.values())
         self.grid_x = None  # set by autotuning: the tuned config's grid replaces the wrapper's
-        self.runner = self.handle = self.metadata = self.classes = None
+        self.runner = self.handle = self.metadata = self.classes = self.enter = self.exit = None
         self.direct = not interpret  # False once binding failed or is not possible here
 
     def __call__(self, grid_x, stream, *args):
         runner = self.runner
         if runner is not None and (not self.checked or self._classes(args) == self.classes):
-            runner(self.grid_x or grid_x, 1, 1, stream, self.handle, self.metadata, None, None, None,
+            runner(self.grid_x or grid_x, 1, 1, stream, self.handle, self.metadata, None, self.enter, self.exit,
                    *args, *self.values)
             return
         self._launch_and_bind(grid_x, args)
@@ -172,13 +178,15 @@ class TritonLaunch:
 
     def _bind(self, compiled, args) -> None:
         try:
-            if not hasattr(compiled, "launch_metadata") or any(_launch_hooks()):
+            hooks = _launch_hooks()
+            if not hasattr(compiled, "launch_metadata") or any(_hook_active(h) for h in hooks):
                 raise TypeError("no direct launcher in this Triton, or a launch hook is installed")
             runner, handle = compiled.run, compiled.function
-            metadata = getattr(compiled, "packed_metadata", compiled.metadata)
+            metadata = compiled.packed_metadata if hasattr(compiled, "packed_metadata") else compiled.metadata
         except Exception:  # noqa: BLE001 - Note [Bound Triton launches]: stay on JITFunction.run
             self.direct = False
             return
+        self.enter, self.exit = hooks
         self.runner, self.handle, self.metadata, self.classes = runner, handle, metadata, self._classes(args)
 
 

@@ -24,8 +24,8 @@ from functools import partial
 import sympy
 import torch
 
-from engine.ir.indexing import py_index
-from engine.ir.nodes import Extern, MultiOutput, TensorArg, TensorValue
+from engine.ir.indexing import contiguous_strides, py_index
+from engine.ir.nodes import Extern, Fallback, MultiOutput, TensorArg, TensorValue
 from engine.lowering.graph import LoweredGraph
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
@@ -46,11 +46,54 @@ def _shape(values) -> str:
     return f"({items},)" if len(values) == 1 else f"({items})"
 
 
-def _tensor_arg(arg: TensorArg, buffers) -> str:
+# Note [Views for libraries]
+# A view handed to a library call says the stride of a size-1 dimension as the contiguous layout would have
+# it: that stride never moves an address, but libraries test it literally (a decode step of batch 1 and
+# sequence 1 is full of size-1 dims whose fake-tensor stride is 0, and cuBLAS reads such a stride as the
+# leading dimension; its addmm refuses a bias whose last stride is not 1). A library that still refuses an
+# argument's layout gets contiguous copies of its tensor arguments: LibraryCall retries once that way and
+# keeps doing so for that call, so a layout problem costs a copy, never a failed model.
+
+
+def _library_stride(size, stride) -> tuple:
+    contiguous = contiguous_strides(size)
+    return tuple(c if sympy.sympify(n) == 1 else s for n, s, c in zip(size, stride, contiguous))
+
+
+def _tensor_arg(arg: TensorArg, buffers, library: bool = True) -> str:
+    """The argument as wrapper source: the buffer's name, or a view of it (for a library call, with the
+    strides of Note [Views for libraries])."""
     node = buffers[arg.name]
-    if tuple(arg.size) == tuple(node.size) and tuple(arg.stride) == tuple(node.stride) and arg.offset == 0:
+    stride = _library_stride(arg.size, arg.stride) if library else tuple(arg.stride)
+    if tuple(arg.size) == tuple(node.size) and tuple(arg.stride) == tuple(node.stride) == stride and arg.offset == 0:
         return arg.name
-    return f"strided_view({arg.name}, {_shape(arg.size)}, {_shape(arg.stride)}, {_py(arg.offset)})"
+    return f"strided_view({arg.name}, {_shape(arg.size)}, {_shape(stride)}, {_py(arg.offset)})"
+
+
+class LibraryCall:
+    """A library call whose arguments' layouts the library may refuse (Note [Views for libraries])."""
+
+    def __init__(self, target):
+        self.target = target
+        self.copies = False  # set once the library refused a layout: from then on, contiguous copies
+
+    def __call__(self, *args, **kwargs):
+        if self.copies:
+            return self.target(*_contiguous(args), **_contiguous(kwargs))
+        try:
+            return self.target(*args, **kwargs)
+        except RuntimeError as error:
+            if "contiguous" not in str(error) and "stride" not in str(error):
+                raise
+            self.copies = True
+            return self.target(*_contiguous(args), **_contiguous(kwargs))
+
+    def __repr__(self):
+        return f"LibraryCall({self.target})"
+
+
+def _contiguous(tree):
+    return torch.utils._pytree.tree_map(lambda v: v.contiguous() if isinstance(v, torch.Tensor) else v, tree)
 
 
 # Note [Wrapper arguments]
@@ -107,10 +150,17 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
             body.append(f"{buf.name} = args[{position}]")
     for symbol, (position, dim) in graph.size_vars.items():
         body.append(f"{symbol} = args[{position}]" + (f".size({dim})" if dim is not None else ""))
-    for const in graph.constants:
-        constants[const.name] = const.value
-    body.append("args.clear()")
     device = graph.device
+    kernel_reads = {n for k in kernels if k.kind in ("pointwise", "reduction") for n in k.reads}
+    for const in graph.constants:
+        constants[const.name] = _on_kernel_device(const, device, kernel_reads)
+    for buf in graph.inputs:
+        if buf is not None and buf.name in kernel_reads and buf.input_device and \
+                torch.device(buf.input_device) != torch.device(device):
+            # Note [Tensors on another device]: an input cannot be moved at load; it is copied per call
+            body.append(f"{buf.name} = {buf.name}.to({_literal(torch.device(device))})  # a {buf.input_device} "
+                        f"input read by a kernel on {device}")
+    body.append("args.clear()")
     allocator = f"empty_strided_{torch.device(device).type}"
     constants[allocator] = empty_strided_for(device)
     if str(device).startswith("cuda") and any(k.kind in ("pointwise", "reduction") for k in kernels):
@@ -133,7 +183,8 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                     body.append(f"{node.name} = {node.parent}[{node.index}]")
                 else:
                     target_name = f"op_{node.name}"
-                    constants[target_name] = node.target
+                    library = isinstance(node, Extern) and not isinstance(node, Fallback)
+                    constants[target_name] = LibraryCall(node.target) if library else node.target
                     args = ", ".join([_call_args(a, graph.buffers, constants) for a in node.args] +
                                      [f"{k}={_call_args(v, graph.buffers, constants)}"
                                       for k, v in node.kwargs.items()])
@@ -186,6 +237,22 @@ def with_layout(tensor, size, stride):
     return torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
+# Note [Tensors on another device]
+# Real models keep tensors on the CPU that their GPU kernels read: a constant Dynamo captured from a tensor
+# built in forward without a device, a buffer that was never moved. A generated kernel can only read memory
+# on its own device (Triton: "Pointer argument cannot be accessed from Triton (cpu tensor?)"), so a constant
+# that a kernel reads is moved to the kernel's device once, when the wrapper is made, and such an input is
+# copied at the start of each call (an input may change between calls). Library and eager calls get the
+# tensors as they are, as eagerly (torch's own ops accept a CPU scalar tensor beside CUDA ones).
+
+
+def _on_kernel_device(const, device: str, kernel_reads: set):
+    value = const.value
+    if isinstance(value, torch.Tensor) and const.name in kernel_reads and value.device != torch.device(device):
+        return value.to(device)
+    return value
+
+
 def _reused_later(name: str, memory: MemoryPlan) -> bool:
     return any(life.reuses == name for life in memory.lives)
 
@@ -201,7 +268,7 @@ def _output(value, graph: LoweredGraph, constants: dict) -> str:
             raise ValueError(f"graph output {value.node.name}{list(value.size)} is a view with no strides "
                              f"(its index map is not affine); it must be realized into a buffer before codegen")
         stride, offset = layout
-        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers)
+        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers, False)
     return _value_source(value, constants)
 
 

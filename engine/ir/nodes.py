@@ -46,6 +46,7 @@ class Buffer:
 class InputBuffer(Buffer):
     position: int = 0
     input_stride: tuple[Expr, ...] = ()
+    input_device: str = ""  # where the caller's tensor lives (the wrapper moves it if a kernel elsewhere reads it)
     kind = "input"
 
     @property

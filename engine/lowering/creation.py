@@ -45,9 +45,12 @@ def arange(start, end=None, step=1, **kwargs):
     result_dtype = out_dtype()
     compute = compute_dtype(result_dtype)
 
+    def scalar(value):  # a size symbol (arange(past, past + T) of a dynamic cache length) is an index expression
+        symbolic = isinstance(value, sympy.Expr) and not value.is_number
+        return ops.index_expr(value, compute) if symbolic else ops.constant(value, compute)
+
     def inner_fn(index):
-        value = ops.add(ops.constant(start, compute),
-                        ops.mul(ops.index_expr(index[0], compute), ops.constant(step, compute)))
+        value = ops.add(scalar(start), ops.mul(ops.index_expr(index[0], compute), scalar(step)))
         return value
 
     return pointwise_node(inner_fn)

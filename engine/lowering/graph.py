@@ -80,7 +80,7 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(val, torch.Tensor):
             buf = InputBuffer(name=f"arg{position}", size=_meta_sizes(val), dtype=val.dtype,
                               device=self.device, origins=self.origins(), position=position,
-                              input_stride=_meta_strides(val))
+                              input_stride=_meta_strides(val), input_device=str(val.device))
             self.buffers[buf.name] = buf
             self.inputs.append(buf)
             for dim, size in enumerate(buf.size):

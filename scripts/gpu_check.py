@@ -12,6 +12,15 @@
     python scripts/gpu_check.py --train         # also the bf16 training-step section (scripts/train_bench.py):
                                                 # transformer block B=8 T=1024 D=1024 and a small Llama-style
                                                 # model, default and reduce-overhead, vs eager and Inductor
+    python scripts/gpu_check.py --sections chain,zoo --skip-tests    # the launch-bound chain and the model zoo
+    python scripts/gpu_check.py --sections zoo --only hf_llama_decode,tv_resnet50
+
+Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below;
+`chain` chains of 16 and 32 small dependent kernels (fusion cannot merge them), timed through our bound
+launches, through Triton's JITFunction.run (the launch path before binding: GLASSBOX_TRITON_DIRECT_LAUNCH=0),
+in reduce-overhead mode and through Inductor's two modes: the per-launch cost; `zoo` real models from
+transformers/torchvision/timm (engine/tools/zoo.py, Note [Zoo]) in default and reduce-overhead mode beside
+Inductor's same modes, with the geomean of ours/Inductor per mode. Missing libraries skip their models.
 
 Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case runs eager, Glassbox
 (engine.compile(..., backend="triton", device="cuda")) and torch.compile (Inductor) on the same inputs; every
@@ -162,6 +171,60 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+# --- the launch-bound chain and the zoo -------------------------------------------------------------------------
+
+
+def chain(steps: int):
+    """`steps` + 1 dependent kernels that fusion cannot merge: each reduction feeds an elementwise op over one
+    element fewer (a different iteration space), which feeds the next reduction."""
+    def model(x):
+        for _ in range(steps):
+            x = x[1:] + x.sum() * 1e-3
+        return x
+    model.__name__ = f"chain{steps + 1}"
+    return model
+
+
+def chain_cases(device: str) -> list[dict]:
+    f32 = dict(device=device, dtype=torch.float32)
+    cases = []
+    for kernels in (16, 32):
+        for mode, launch in (("default", "bound"), ("default", "jit_run"), ("reduce-overhead", "bound")):
+            if mode == "reduce-overhead" and device != "cuda":
+                continue
+            cases.append(dict(name=f"chain{kernels}" + ("" if launch == "bound" else " [JITFunction.run]"),
+                              model=chain(kernels - 1), inputs=lambda: (torch.randn(1024, **f32),), mode=mode,
+                              launch=launch, kernels=kernels))
+    return cases
+
+
+def zoo_case_dicts(device: str, wanted: set | None) -> tuple[list[dict], list[dict]]:
+    from engine.tools.zoo import zoo_specs
+
+    specs, skipped = zoo_specs(device, wanted)
+    cases = []
+    for spec in specs:
+        for mode in ("default", "reduce-overhead"):
+            if mode == "reduce-overhead" and device != "cuda":
+                continue
+            cases.append(dict(name=spec.name, model=spec.model, inputs=lambda spec=spec: spec.example_inputs,
+                              mode=mode, tolerance=spec.tolerance))
+    return cases, skipped
+
+
+def geomeans(reports: list[dict]) -> dict:
+    """Per mode: the geomean of glassbox/inductor and of glassbox/eager over the cases that have both."""
+    result = {}
+    for mode in sorted({r.get("mode", "default") for r in reports}):
+        rows = [r for r in reports if r.get("mode", "default") == mode]
+        for name, key in (("ours_over_inductor", "inductor_ms"), ("ours_over_eager", "eager_ms")):
+            ratios = [r["glassbox_ms"] / r[key] for r in rows if r.get("glassbox_ms") and r.get(key)]
+            if ratios:
+                result[f"{mode} {name}"] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                result[f"{mode} {name} worst"] = max(ratios)
+    return result
+
+
 def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
     import engine
     from engine.run import compare, flatten_outputs
@@ -182,8 +245,13 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         runners = {"eager": model}
         torch._dynamo.reset()
         start = time.perf_counter()
+        from engine.codegen import triton_build
+        triton_build.DIRECT_LAUNCH = case.get("launch", "bound") == "bound"  # read when kernels load
         runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode)
-        report["glassbox_compile_s"] = _first_call(runners["glassbox"], inputs, device, start)
+        try:
+            report["glassbox_compile_s"] = _first_call(runners["glassbox"], inputs, device, start)
+        finally:
+            triton_build.DIRECT_LAUNCH = True
         if with_inductor:
             start = time.perf_counter()
             runners["inductor"] = torch.compile(model, mode=None if mode == "default" else mode)
@@ -192,7 +260,7 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
             if name == "eager":
                 continue
             actual = flatten_outputs(runner(*inputs))
-            checks = [compare(e, a) for e, a in zip(outputs, actual)]
+            checks = [compare(e, a, case.get("tolerance")) for e, a in zip(outputs, actual)]
             report[f"{name}_ok"] = len(actual) == len(outputs) and all(c["ok"] for c in checks)
             report[f"{name}_max_abs_err"] = max((c["max_abs_err"] for c in checks), default=0.0)
         for name, runner in runners.items():
@@ -201,6 +269,10 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
             milliseconds = measure(lambda runner=runner: runner(*inputs))
             report[f"{name}_ms"] = milliseconds
             report[f"{name}_gbps"] = moved / (milliseconds * 1e-3) / 1e9
+    if case.get("kernels"):  # the chain: time per kernel, ours and Inductor's
+        for name in ("glassbox", "inductor"):
+            if report.get(f"{name}_ms"):
+                report[f"{name}_us_per_kernel"] = report[f"{name}_ms"] * 1e3 / case["kernels"]
     if report.get("glassbox_ms"):
         report["eager_over_glassbox"] = report["eager_ms"] / report["glassbox_ms"]
         if report.get("inductor_ms"):
@@ -319,8 +391,29 @@ def environment() -> dict:
     return info
 
 
+def run_cases(case_list: list[dict], device: str, measure, args, label: str) -> list[dict]:
+    reports = []
+    for case in case_list:
+        print(f"[{label}] {case['name']} {case.get('mode', '')}".rstrip(), flush=True)
+        try:
+            with_inductor = not args.no_inductor and case.get("launch") != "jit_run"
+            reports.append(run_case(case, device, measure, with_inductor))
+        except Exception as error:  # noqa: BLE001 - one failing case must not hide the others
+            traceback.print_exc()
+            reports.append({"name": case["name"], "mode": case.get("mode", "default"),
+                            "error": f"{type(error).__name__}: {str(error)[:300]}"})
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    print(table(reports), flush=True)
+    return reports
+
+
+SECTIONS = ("tests", "bench", "chain", "zoo")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", default="tests,bench", help=f"comma-separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--no-inductor", action="store_true")
@@ -332,33 +425,44 @@ def main() -> int:
                         help="run the per-kernel profile section (explore --profile on the GPU, and a compare)")
     parser.add_argument("--train", action="store_true", help="run the training-step section (scripts/train_bench.py)")
     args = parser.parse_args()
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    if sections - set(SECTIONS):
+        parser.error(f"unknown sections {sorted(sections - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
+    sections -= {"tests"} if args.skip_tests else set()
+    sections -= {"bench"} if args.skip_bench else set()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
         return 2
     device = "cpu" if args.dry_run else "cuda"
     document = {"environment": environment()}
     print(json.dumps(document["environment"]), flush=True)
-    if not args.skip_tests:
+    if "tests" in sections:
         document["tests"] = run_tests(args.dry_run)
+    measure = timer(device)
+    wanted = set(args.only.split(",")) if args.only else None
     reports = []
-    if not args.skip_bench:
-        measure = timer(device)
-        wanted = set(args.only.split(",")) if args.only else None
-        for case in cases(device, small=args.dry_run):
-            if wanted and case["name"] not in wanted:
-                continue
-            if args.dry_run and case.get("mode") == "reduce-overhead":
-                continue  # CUDA graphs need a GPU
-            print(f"[bench] {case['name']} {case.get('mode', '')}".rstrip(), flush=True)
-            try:
-                reports.append(run_case(case, device, measure, not args.no_inductor))
-            except Exception as error:  # noqa: BLE001 - one failing case must not hide the others
-                traceback.print_exc()
-                reports.append({"name": case["name"], "error": f"{type(error).__name__}: {str(error)[:300]}"})
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        print(table(reports), flush=True)
-    document["bench"] = reports
+    if "bench" in sections:
+        selected = [c for c in cases(device, small=args.dry_run) if not wanted or c["name"] in wanted]
+        selected = [c for c in selected if not (args.dry_run and c.get("mode") == "reduce-overhead")]
+        document["bench"] = run_cases(selected, device, measure, args, "bench")
+        reports += document["bench"]
+    if "chain" in sections:
+        document["chain"] = run_cases(chain_cases(device), device, measure, args, "chain")
+        for r in document["chain"]:
+            if r.get("glassbox_us_per_kernel"):
+                inductor = r.get("inductor_us_per_kernel")
+                print(f"  {r['name']}: {r['glassbox_us_per_kernel']:.2f} us per kernel"
+                      + (f", Inductor {inductor:.2f}" if inductor else ""))
+        reports += document["chain"]
+    if "zoo" in sections:
+        zoo, skipped = zoo_case_dicts(device, wanted)
+        for case in skipped:
+            print(f"[zoo] skipping {case['name']}: {case['skipped']}", flush=True)
+        document["zoo"] = run_cases(zoo, device, measure, args, "zoo")
+        document["zoo_skipped"] = skipped
+        document["zoo_geomean"] = geomeans(document["zoo"])
+        print(json.dumps(document["zoo_geomean"], indent=1), flush=True)
+        reports += document["zoo"]
     if args.gemm:
         document["gemm"] = run_gemm_section(args.dry_run, args.gemm_sizes)
     if args.profile:

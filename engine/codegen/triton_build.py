@@ -101,6 +101,10 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 # wants to see launches), or the direct call raises, the kernel keeps using JITFunction.run: slower, never wrong.
 
 
+DIRECT_LAUNCH = os.environ.get("GLASSBOX_TRITON_DIRECT_LAUNCH", "1") != "0"  # "0": every launch via JITFunction.run
+# (the launch path before binding, kept switchable so scripts/gpu_check.py measures both in one run)
+
+
 def _launch_hooks() -> tuple:
     """Triton's (enter, exit) launch hooks: None, or (Triton 3.5+) chains that may be empty."""
     try:
@@ -144,7 +148,7 @@ class TritonLaunch:
         self.values = tuple(constexprs.values())
         self.grid_x = None  # set by autotuning: the tuned config's grid replaces the wrapper's
         self.runner = self.handle = self.metadata = self.classes = self.enter = self.exit = None
-        self.direct = not interpret  # False once binding failed or is not possible here
+        self.direct = DIRECT_LAUNCH and not interpret  # False once binding failed or is not possible here
 
     def __call__(self, grid_x, stream, *args):
         runner = self.runner

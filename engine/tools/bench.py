@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -100,10 +101,11 @@ def on_device(spec: ModelSpec, device: str) -> tuple[Any, tuple]:
 
 def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
           with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
-          progress: Callable[[str], None] | None = None) -> dict:
+          progress: Callable[[str], None] | None = None, mode: str = "default") -> dict:
     """Time `spec`'s model under eager, Glassbox and Inductor. The report:
 
     name, backend, device, threads      what was measured, with how many threads
+    mode                                torch.compile's mode, the same for Glassbox and Inductor
     eager_ms, glassbox_ms, inductor_ms  steady-state median milliseconds per call
     eager_iqr_ms, glassbox_iqr_ms, ...  their spread: the interquartile range over the timed blocks
     load_avg_1m, cpus, load_warning     the machine's load while measuring (a warning when it skews them)
@@ -128,7 +130,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     threads = torch.get_num_threads()
     model, inputs = on_device(spec, device)
     report: dict[str, Any] = {
-        "name": spec.name, "backend": backend, "device": device, "threads": threads,
+        "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode,
         "eager_ms": None, "glassbox_ms": None, "inductor_ms": None,
         "compile_s": None, "compile_warm_s": None, "compile_fresh": None, "inductor_compile_s": None,
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {},
@@ -143,11 +145,11 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
                 environment("GLASSBOX_CACHE_DIR", cache):
             say("glassbox compile (cold)")
             torch._dynamo.reset()
-            cold = glassbox_compile(model, backend=backend, device=device)
+            cold = glassbox_compile(model, backend=backend, device=device, mode=mode)
             report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
             say("glassbox compile (warm)")
             torch._dynamo.reset()
-            compiled = glassbox_compile(model, backend=backend, device=device)
+            compiled = glassbox_compile(model, backend=backend, device=device, mode=mode)
             report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
             checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
             report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
@@ -161,7 +163,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
         if with_inductor:
             try:
                 compile_s, check, milliseconds = bench_inductor(spec, model, inputs, threads, min_run_time,
-                                                                inductor_cache_dir, say)  # ms: (median, iqr)
+                                                                inductor_cache_dir, say, mode)  # ms: (median, iqr)
             except Exception as error:  # noqa: BLE001 - the reference failing must not discard our numbers
                 first_line = (str(error).strip().splitlines() or [""])[0][:300]
                 report["inductor_error"] = f"{type(error).__name__}: {first_line}"
@@ -176,9 +178,10 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
 
 
 def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_time: float,
-                   cache_dir: str | None, say: Callable[[str], None]) -> tuple[float, dict, tuple[float, float]]:
+                   cache_dir: str | None, say: Callable[[str], None],
+                   mode: str = "default") -> tuple[float, dict, tuple[float, float]]:
     """Inductor's cold compile seconds (no FX graph cache, an empty cache directory), its verify summary and
-    its steady-state milliseconds."""
+    its steady-state milliseconds, in the same torch.compile mode as ours."""
     import torch._inductor.config as inductor_config
 
     with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as own_dir:
@@ -186,7 +189,7 @@ def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_
                 inductor_config.patch(fx_graph_cache=False):
             say("inductor compile (cold)")
             torch._dynamo.reset()
-            compiled = torch.compile(model)
+            compiled = torch.compile(model, mode=None if mode == "default" else mode)
             compile_s, outputs = first_call_seconds(compiled, inputs)
             check = verify_summary(verify(model, inputs, outputs, spec.tolerance))
             say("inductor")
@@ -250,10 +253,19 @@ def load_case(name: str) -> ModelSpec:
     return load_model_file(name)
 
 
-def load_cases(target: str) -> list[ModelSpec]:
-    """`suite`, a sample name or a model file path, or several of them separated by commas."""
+def load_cases(target: str, device: str = "cpu") -> list[ModelSpec]:
+    """`suite`, `zoo` (Note [Zoo] in engine/tools/zoo.py: its sizes depend on the device), a sample name or a
+    model file path, or several of them separated by commas. Zoo cases whose library is missing are skipped
+    (and named on stderr)."""
+    from engine.tools.zoo import ZOO, zoo_specs
+
     cases: list[ModelSpec] = []
     for item in (part.strip() for part in target.split(",")):
-        if item:
+        if item == ZOO:
+            specs, skipped = zoo_specs(device)
+            for case in skipped:
+                print(f"zoo: skipping {case['name']}: {case['skipped']}", file=sys.stderr)
+            cases.extend(specs)
+        elif item:
             cases.extend(suite_cases() if item == SUITE else [load_model_file(item)])
     return cases

@@ -1,0 +1,34 @@
+"""The model zoo (engine/tools/zoo.py, Note [Zoo]) at its tiny CPU sizes: every model whose library is installed
+explores through the C++ backend and matches eager; models of missing libraries are skipped, never an error."""
+import pytest
+import torch
+
+import engine
+from engine.tools.bench import load_cases
+from engine.tools.zoo import missing_library, zoo_cases, zoo_specs
+
+CASES = zoo_cases()
+
+
+def test_every_zoo_case_is_runnable_or_skipped_with_a_reason():
+    specs, skipped = zoo_specs("cpu", wanted={"tv_resnet50", "hf_llama_decode"})
+    names = {s.name for s in specs} | {s["name"] for s in skipped}
+    assert names == {"tv_resnet50", "hf_llama_decode"}
+    assert all("not installed" in s["skipped"] for s in skipped)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_zoo_model_explores_and_matches_eager_on_cpu(case):
+    reason = missing_library(case)
+    if reason:
+        pytest.skip(reason)
+    [spec], _ = zoo_specs("cpu", wanted={case.name})
+    torch._dynamo.reset()
+    record = engine.explore(spec.model, spec.example_inputs, tolerance=spec.tolerance)
+    assert record.graphs and not record.errors, record.errors
+    assert record.verify["ok"], record.verify
+
+
+def test_bench_loads_the_zoo_by_name():
+    cases = load_cases("zoo", "cpu")
+    assert all(c.filename.endswith("zoo.py") for c in cases)

@@ -31,6 +31,9 @@ from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
 
 
+GENERATED = ("pointwise", "reduction", "template")  # kernels we generate (the others are library/eager calls)
+
+
 @dataclass
 class WrapperSource:
     source: str
@@ -151,7 +154,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
     for symbol, (position, dim) in graph.size_vars.items():
         body.append(f"{symbol} = args[{position}]" + (f".size({dim})" if dim is not None else ""))
     device = graph.device
-    kernel_reads = {n for k in kernels if k.kind in ("pointwise", "reduction") for n in k.reads}
+    kernel_reads = {n for k in kernels if k.kind in GENERATED for n in k.reads}
     for const in graph.constants:
         constants[const.name] = _on_kernel_device(const, device, kernel_reads)
     for buf in graph.inputs:
@@ -163,12 +166,12 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
     body.append("args.clear()")
     allocator = f"empty_strided_{torch.device(device).type}"
     constants[allocator] = empty_strided_for(device)
-    if str(device).startswith("cuda") and any(k.kind in ("pointwise", "reduction") for k in kernels):
+    if str(device).startswith("cuda") and any(k.kind in GENERATED for k in kernels):
         body.append(f"stream = raw_stream({torch.device(device).index or 0})  # Triton launches go on this stream")
         constants["raw_stream"] = raw_stream
     for index, kernel in enumerate(kernels):
         body.append(f"# {kernel.name}: {kernel.kind} ({', '.join(n.name for n in kernel.nodes)})")
-        if kernel.kind in ("pointwise", "reduction", "template"):
+        if kernel.kind in GENERATED:
             for name in kernel.stored:
                 node = graph.buffers[name]
                 reused = memory.reuse_of(name)

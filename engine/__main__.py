@@ -1,9 +1,9 @@
 """The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
 
-    python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--dynamic] [--json]
-                                            [--out DIR] [--verbose] [--profile]
-    python -m engine bench   FILE_OR_SAMPLE [--backend ...] [--device ...] [--json] [--threads N] [--no-inductor]
-                                            [--profile]
+    python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
+                                            [--json] [--out DIR] [--verbose] [--profile]
+    python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
+                                            [--threads N] [--no-inductor] [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
     python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
 
@@ -44,6 +44,23 @@ class Failure(Exception):
         self.message, self.code, self.cause = message, code, cause
 
 
+def compile_modes(text: str) -> tuple[str, ...]:
+    """--mode: one or more of torch.compile's modes, comma-separated."""
+    from engine.pipeline import MODES
+
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"unknown mode {', '.join(unknown) or text!r}; choose from {', '.join(MODES)}")
+    return modes
+
+
+def single_mode(args) -> str:
+    if len(args.mode) != 1:
+        raise Failure("explore takes one --mode (bench takes several)", EXIT_USER_ERROR)
+    return args.mode[0]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine",
                                      description="Glassbox, a see-through compiler for PyTorch programs.")
@@ -55,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   f"(e.g. {DEFAULT_SAMPLE})")
         command.add_argument("--backend", choices=("cpp", "triton"), default="cpp")
         command.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+        command.add_argument("--mode", type=compile_modes, default=("default",), metavar="MODE",
+                             help="torch.compile's mode: default, reduce-overhead (CUDA graphs, --device cuda) or "
+                                  "max-autotune; bench takes several, comma-separated, run side by side")
         command.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
         command.add_argument("--verbose", action="store_true", help="show tracebacks and every detail")
 
@@ -155,7 +175,8 @@ def explore_command(args) -> tuple[dict, int]:
             spec.model, spec.example_inputs, backend=args.backend, device=args.device,
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
-            tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn)
+            tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
+            mode=single_mode(args))
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -196,7 +217,7 @@ def sandboxed_explore(args) -> tuple[dict, int]:
 
     if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
         print(missing_protection_words(), file=sys.stderr)
-    options = ["--backend", args.backend, "--device", args.device]
+    options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args)]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train)) if on]
     result = run_sandboxed(worker_command(args.target, options),
@@ -240,7 +261,7 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 def bench_command(args) -> tuple[dict, int]:
     from engine.tools.bench import bench, load_cases
 
-    cases = load_cases(args.target)
+    cases = [(spec, mode) for spec in load_cases(args.target, args.device) for mode in args.mode]
     if not cases:
         raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
     reports = []
@@ -249,13 +270,13 @@ def bench_command(args) -> tuple[dict, int]:
               "timings (ratios less than absolute times).", file=sys.stderr)
     # One Inductor cache directory for the whole session (see the bench() docstring).
     with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as inductor_dir:
-        for number, spec in enumerate(cases, start=1):
+        for number, (spec, mode) in enumerate(cases, start=1):
             def progress(step: str, number=number, name=spec.name) -> None:
                 print(f"[{number}/{len(cases)}] {name}: {step}", file=sys.stderr, flush=True)
             try:
                 reports.append(bench(spec, backend=args.backend, threads=args.threads, device=args.device,
                                      with_inductor=not args.no_inductor, min_run_time=args.min_time,
-                                     inductor_cache_dir=inductor_dir, progress=progress))
+                                     inductor_cache_dir=inductor_dir, progress=progress, mode=mode))
                 if args.profile:
                     progress("per-kernel profile")
                     reports[-1].update(profile_case(spec, args))

@@ -222,3 +222,24 @@ def test_a_forced_internal_failure_is_not_an_exception_of_the_launch_path(monkey
     launch(1, None, torch.empty(4))
     launch(1, None, torch.empty(4))
     assert len(jit.runs) == 2 and not jit.compiled.calls
+
+
+# --- --mode on the command line ---------------------------------------------------------------------------------
+
+def test_mode_is_a_cli_option_of_explore_and_bench():
+    from engine.__main__ import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["explore", "softmax", "--mode", "max-autotune"]).mode == ("max-autotune",)
+    assert parser.parse_args(["bench", "zoo", "--mode", "default,reduce-overhead"]).mode == \
+        ("default", "reduce-overhead")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["explore", "softmax", "--mode", "fastest"])
+
+
+def test_bench_runs_each_mode_beside_inductors_same_mode():
+    from engine.tools.bench import bench, load_cases
+
+    [spec] = load_cases("softmax")
+    report = bench(spec, with_inductor=False, min_run_time=0.01, mode="max-autotune")
+    assert report["mode"] == "max-autotune" and report["verify"]["glassbox"]["ok"]

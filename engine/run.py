@@ -133,7 +133,7 @@ def judge_against_fp64(expected: torch.Tensor, actual: torch.Tensor, reference: 
     e, a = _comparable(expected), _comparable(actual)
     same_specials = bool(torch.equal(e.isnan(), a.isnan())) and bool(
         torch.equal(e.isinf(), a.isinf())) and bool(torch.equal(e[e.isinf()], a[a.isinf()]))
-    r, e64, a64 = reference.detach().cpu().double(), e.double(), a.double()
+    r, e64, a64 = _comparable(reference).double(), e.double(), a.double()
     finite = r.isfinite() & e64.isfinite() & a64.isfinite()
     zero = torch.zeros((), dtype=torch.float64)
     eager_error = torch.where(finite, (e64 - r).abs(), zero)

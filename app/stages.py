@@ -153,6 +153,9 @@ def code_stage(record: dict, graph_index: int, key: str) -> None:
         launches = tables.launch_rows(graph)
         if launches:
             st.dataframe(launches, hide_index=True, width="stretch")
+        for rows in (tables.template_rows(graph), tables.autotune_rows(graph)):  # GEMM templates
+            if rows:
+                st.dataframe(rows, hide_index=True, width="stretch")
         start = code_html.kernels_start_line(source, kernels)
         body = "\n".join(source.splitlines()[start - 1:])
         ui.show_code(body, language, first_line=start,

@@ -31,6 +31,39 @@ def launch_rows(graph: dict) -> list[dict]:
     return rows
 
 
+def template_rows(graph: dict) -> list[dict]:
+    """GEMM template kernels (kernels[].template): which template, the GEMM, its tile config, the fused
+    epilogue (ops and the FX nodes they come from) and why it was chosen."""
+    rows = []
+    for kernel in graph.get("kernels") or []:
+        template = kernel.get("template")
+        if not isinstance(template, dict):
+            continue
+        spec = template.get("spec") or {}
+        fused = template.get("fused_ops") or []
+        batch = f"{spec.get('batch')} x " if (spec.get("batch") or 1) > 1 else ""
+        rows.append({"kernel": kernel.get("name"), "template": template.get("name"), "op": spec.get("op"),
+                     "GEMM (MxNxK)": f"{batch}{spec.get('M')}x{spec.get('N')}x{spec.get('K')}",
+                     "dtype": spec.get("dtype"),
+                     "config": ", ".join(f"{k}={v}" for k, v in (template.get("config") or {}).items()),
+                     "epilogue": ", ".join(str(o).replace("aten::", "") for op in fused for o in op.get("ops") or []),
+                     "from FX": ", ".join(f for op in fused for f in op.get("fx_origins") or []),
+                     "winner": (template.get("autotune") or {}).get("winner") or "", "why": template.get("reason")})
+    return rows
+
+
+def autotune_rows(graph: dict) -> list[dict]:
+    """max-autotune's measured candidates of each template kernel (tile configs and the library call)."""
+    rows = []
+    for kernel in graph.get("kernels") or []:
+        tuning = (kernel.get("template") or {}).get("autotune") or {}
+        for candidate in tuning.get("candidates") or []:
+            rows.append({"kernel": kernel.get("name"), "candidate": candidate.get("candidate"),
+                         "ms": candidate.get("ms"), "winner": candidate.get("candidate") == tuning.get("winner"),
+                         "error": candidate.get("error") or ""})
+    return rows
+
+
 def decision_rows(graph: dict, only_refused: bool = False) -> list[dict]:
     rows = []
     for decision in (graph.get("fusion") or {}).get("decisions") or []:

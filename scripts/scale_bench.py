@@ -22,53 +22,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
 from engine import codegen  # noqa: E402
-from engine.decompose import aot_compile  # noqa: E402
 from engine.lowering.graph import lower  # noqa: E402
 from engine.pipeline import size_hints  # noqa: E402
 from engine.schedule.fusion import schedule  # noqa: E402
 from engine.schedule.memory import plan_memory  # noqa: E402
+from engine.tools.aten_graphs import capture_aten  # noqa: E402
 
 
-def capture_aten(model, inputs) -> list[tuple]:
-    """The ATen graphs (with their fake inputs) that our backend would receive for model(*inputs)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        def fw_compiler(aten_gm, aten_inputs):
-            graphs.append((aten_gm, aten_inputs))
-            return aten_gm
-
-        return aot_compile(gm, example_inputs, fw_compiler)
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(model, backend=backend)(*inputs)
-    return graphs
+def _alternate(x, n: int):
+    for _ in range(n // 2):
+        x = x * 1.0001
+        x = x + 0.001
+    return x
 
 
 def chain(n: int):
     """n pointwise ATen ops in a row (alternating mul and add), one input."""
-
-    def fn(x):
-        for i in range(n // 2):
-            x = x * 1.0001
-            x = x + 0.001
-        return x
-
-    return fn, (torch.randn(64, 128),)
+    return (lambda x: _alternate(x, n)), (torch.randn(64, 128),)
 
 
 def epilogue(n: int):
     """A row sum, then n elementwise ops on every element that read it: one reduction kernel with a long epilogue."""
-
-    def fn(x):
-        y = x - x.sum(-1, keepdim=True)
-        for i in range(n // 2):
-            y = y * 1.0001
-            y = y + 0.001
-        return y
-
-    return fn, (torch.randn(64, 128),)
+    return (lambda x: _alternate(x - x.sum(-1, keepdim=True), n)), (torch.randn(64, 128),)
 
 
 def encoder(layers: int):
@@ -140,7 +115,7 @@ def main() -> None:
     if args.layers:
         cases.append((f"{args.model}_{args.layers}_layers", (encoder if args.model == "encoder" else swin)(args.layers)))
     for name, (model, inputs) in cases:
-        graphs = capture_aten(model, inputs)
+        graphs = capture_aten(model, *inputs)
         result = time_stages(graphs, args.backend, not args.no_codegen)
         print(name, " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
 

@@ -1,25 +1,13 @@
 """Test helper: the loop IR that Glassbox lowers a function to, without generating code."""
 import torch
 
-from engine.decompose import aot_compile
 from engine.lowering.graph import LoweredGraph, lower
+from engine.tools.aten_graphs import capture_aten
 
 
 def lowered_graphs(fn, *inputs) -> list[LoweredGraph]:
     """Capture fn(*inputs) with Dynamo + AOTAutograd, as our backend would, and lower every ATen graph."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        def fw_compiler(aten_gm, aten_inputs):
-            graphs.append(lower(aten_gm, aten_inputs, "cpu"))
-            return aten_gm
-
-        return aot_compile(gm, example_inputs, fw_compiler)
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(fn, backend=backend)(*inputs)
-    return graphs
+    return [lower(gm, aten_inputs, "cpu") for gm, aten_inputs in capture_aten(fn, *inputs)]
 
 
 def lowered(fn, *inputs) -> LoweredGraph:

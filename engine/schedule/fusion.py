@@ -74,7 +74,6 @@ class Schedule:
     decisions: list[FusionDecision] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # loop nodes nobody reads: in no kernel (Note [Unused nodes])
     templates: list[dict] = field(default_factory=list)  # per matmul: template or library call, and why
-    reads: dict[str, list[str]] = field(default_factory=dict)  # per IR node: the buffers its body reads
 
 
 # A node's loop body never changes after lowering, so neither do its reads: each body runs once to find them,
@@ -359,7 +358,7 @@ class Scheduler:
                 if producer is not consumer:
                     self.consider(producer, consumer, "vertical")
         self._siblings()
-        return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices, self.reads)
+        return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices)
 
     # -- the result -------------------------------------------------------------------------------------------
     def _unique_groups(self) -> list[Group]:

@@ -51,14 +51,12 @@ def _peak(intervals: list[tuple[int, int, int]]) -> int:
     return peak
 
 
-def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict,
-                reads: dict[str, list[str]] | None = None) -> MemoryPlan:
+def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict) -> MemoryPlan:
     """Greedy reuse: a buffer takes the memory of a buffer of the same size and dtype that just died.
 
     A buffer is dead after the last kernel that reads it; graph outputs never die. The wrapper drops a dead
     buffer unless the next kernel reuses its memory. Peak counts every storage from its allocation to the last
-    read of the last buffer that shares it. `reads` (per IR node, from the Schedule) saves re-reading loop
-    bodies for the unfused peak."""
+    read of the last buffer that shares it."""
     outputs = {v.node.name for v in graph.outputs if isinstance(v, TensorValue)}
     end = len(kernels)
     last_use: dict[str, int] = {}
@@ -101,14 +99,14 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict,
         if life.name not in outputs:
             free_after.setdefault(life.last, []).append(life.name)
     peak = _peak([(storage_start[o], min(storage_end[o], end - 1), storage_bytes[o]) for o in storage_bytes])
-    return MemoryPlan(lives, free_after, peak, _unfused_peak(graph, hints, outputs, reads or {}))
+    return MemoryPlan(lives, free_after, peak, _unfused_peak(graph, hints, outputs))
 
 
-def _unfused_peak(graph: LoweredGraph, hints: dict, outputs: set, reads: dict[str, list[str]]) -> int:
+def _unfused_peak(graph: LoweredGraph, hints: dict, outputs: set) -> int:
     """Peak bytes if every IR node wrote its own buffer and freed it after its last reader (no fusion)."""
     last_use: dict[str, int] = {}
     for index, node in enumerate(graph.nodes):
-        for name in reads[node.name] if node.name in reads else node_reads(node, graph.buffers):
+        for name in node_reads(node, graph.buffers):  # found once per node, during fusion
             last_use[name] = index
     end = len(graph.nodes)  # outputs, and nodes nobody reads, are never freed
     return _peak([(index, end if node.name in outputs else last_use.get(node.name, end), _bytes(node, hints))

@@ -158,37 +158,38 @@ def _fits_rows(reduction: Group, pointwise: Group) -> str | None:
     return None
 
 
-def reduction_prologue(c: Candidate) -> Verdict | None:
-    """Elementwise work before a reduction runs inside the reduction's loop."""
+def _fit_around_reduction(c: Candidate, reduction_first: bool):
+    """(fit, elements text, rows, red) when one side reduces and the other's elements fit its loop."""
     sides = _reduction_and_elementwise(c)
-    if sides is None or sides[1] is not c.first:
+    if sides is None or (sides[0] is c.first) != reduction_first:
         return None
     reduction, pointwise = sides
     fit = _fits_rows(reduction, pointwise)
-    rows, red = reduction.shape
+    return None if fit is None else (fit, describe_size(pointwise.last_visible.size), *reduction.shape)
+
+
+def reduction_prologue(c: Candidate) -> Verdict | None:
+    """Elementwise work before a reduction runs inside the reduction's loop."""
+    found = _fit_around_reduction(c, reduction_first=False)
+    if found is None:
+        return None
+    fit, elements, rows, red = found
     if fit == "full":
-        return Verdict(True, f"prologue (computed inside the reduction loop): "
-                             f"{describe_size(pointwise.last_visible.size)} = {rows} rows x {red}", "reduction_prologue")
-    if fit == "row":
-        return Verdict(True, f"per-row input over the same {rows} rows", "reduction_prologue")
-    return None
+        return Verdict(True, f"prologue (computed inside the reduction loop): {elements} = {rows} rows x {red}",
+                       "reduction_prologue")
+    return Verdict(True, f"per-row input over the same {rows} rows", "reduction_prologue")
 
 
 def reduction_epilogue(c: Candidate) -> Verdict | None:
     """Elementwise work after a reduction, over its rows or its full input, joins the reduction's kernel
     (softmax and layernorm become one kernel)."""
-    sides = _reduction_and_elementwise(c)
-    if sides is None or sides[0] is not c.first:
+    found = _fit_around_reduction(c, reduction_first=True)
+    if found is None:
         return None
-    reduction, pointwise = sides
-    fit = _fits_rows(reduction, pointwise)
-    rows, red = reduction.shape
+    fit, elements, rows, red = found
     if fit == "full":
-        return Verdict(True, f"epilogue over the same rows: {describe_size(pointwise.last_visible.size)} = "
-                             f"{rows} rows x {red}", "reduction_epilogue")
-    if fit == "row":
-        return Verdict(True, f"per-row epilogue over the same {rows} rows", "reduction_epilogue")
-    return None
+        return Verdict(True, f"epilogue over the same rows: {elements} = {rows} rows x {red}", "reduction_epilogue")
+    return Verdict(True, f"per-row epilogue over the same {rows} rows", "reduction_epilogue")
 
 
 def _mismatch_text(c: Candidate) -> str:

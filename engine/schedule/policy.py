@@ -81,7 +81,8 @@ def template_epilogue(c: Candidate) -> Verdict | None:
         return None
     if c.second.template is not None:
         if c.first.template is not None:
-            return Verdict(False, "two templates cannot share a kernel", "template_epilogue")
+            return Verdict(False, "both are GEMMs (template candidates): two GEMMs never share a kernel",
+                           "template_epilogue")
         return Verdict(False, "a template fuses consumers of its output (its epilogue), not producers of its inputs",
                        "template_epilogue")
     if c.kind != "vertical":

@@ -268,7 +268,7 @@ def check_epilogue(nodes: list[Buffer], buffers: dict) -> str | None:
     """None when the group (one Template and its epilogue) is valid; otherwise why not."""
     templates = [n for n in nodes if isinstance(n, Template)]
     if len(templates) != 1:
-        return "two templates cannot share a kernel"
+        return "both are GEMMs (template candidates): two GEMMs never share a kernel"
     template = templates[0]
     epilogue = [n for n in nodes if n is not template]
     plan = epilogue_plan(template, epilogue)

@@ -46,6 +46,9 @@ def render() -> None:
         st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
                  help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
         st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
+        st.toggle("Training step", key="train",
+                  help="Loss (the file's loss_fn, or the sum of the outputs) and backward: forward and backward graphs, "
+                       "what the forward saves for the backward and what it recomputes, every gradient checked.")
         with st.expander("Limits", expanded=False):
             st.caption("Model code runs in a separate, sandboxed process (its own namespaces, a read-only system, "
                        "an unprivileged user, a clean environment, its own folder); it is stopped with everything "

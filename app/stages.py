@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, ui
+from app import state, training, ui
 from app.safe_text import md_text
 from visualizers import charts, graphs, tables
 from visualizers import code as code_html
@@ -72,6 +72,8 @@ def capture_stage(record: dict, graph_index: int, key: str) -> None:
 
 def aten_stage(record: dict, graph_index: int, key: str) -> None:
     _graph_stage(record, graph_index, key, "aten")
+    if graph_index is not None:
+        training.partition_pane(_graph(record, graph_index), key)  # a forward graph's saved/recomputed values
 
 
 def ir_stage(record: dict, graph_index: int, key: str) -> None:
@@ -228,6 +230,7 @@ def run_stage(record: dict, graph_index: int, key: str) -> None:
         st.dataframe(rows, hide_index=True, width="stretch",
                      column_config={"max abs error": st.column_config.NumberColumn(format="%.3e"),
                                     "max rel error": st.column_config.NumberColumn(format="%.3e")})
+    training.gradients_pane(verify)
     runs = tables.run_rows(record)
     if runs:
         st.markdown("**Other inputs** (`dynamic_inputs`): recompiles and numerics")

@@ -29,13 +29,14 @@ class Request:
     backend: str = "cpp"
     device: str = "cpu"
     dynamic: bool = False
+    train: bool = False
 
     @property
     def options(self) -> worker.Options:
-        return worker.Options(self.backend, self.device, self.dynamic)
+        return worker.Options(self.backend, self.device, self.dynamic, self.train)
 
     def key(self, kind: str = "explore") -> str:
-        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic)
+        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic, self.train)
 
 
 @st.cache_resource
@@ -120,6 +121,7 @@ def init() -> None:
     state.setdefault("backend", "cpp")
     state.setdefault("device", "cpu")
     state.setdefault("dynamic", False)
+    state.setdefault("train", False)
     state.setdefault("inputs_text", "")
     state.setdefault("input_error", "")
 
@@ -190,7 +192,7 @@ def current_request() -> Request:
     if applied.get("inputs"):
         source = input_specs.with_inputs(source, applied["inputs"])
     device = state.device if state.device == "cpu" or cuda_available() else "cpu"
-    return Request(source, applied["label"], state.backend, device, bool(state.dynamic))
+    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train))
 
 
 def user_source() -> str:

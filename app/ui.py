@@ -51,7 +51,8 @@ def graph_picker(record: dict, key: str, allow_all: bool = False, label: str = "
     def name(option):
         if option == "all":
             return f"all {count} graphs ({breaks} breaks)"
-        return f"graph {option}"
+        phase = (record["graphs"][option].get("phase") or "inference")
+        return f"graph {option}" + (f" ({phase})" if phase != "inference" else "")
 
     choice = st.selectbox(label, options, format_func=name, key=key)
     return None if choice == "all" else int(choice)

@@ -43,9 +43,11 @@ class Options:
     backend: str = "cpp"
     device: str = "cpu"
     dynamic: bool = False
+    train: bool = False  # a training step: forward, backward and the partition (engine/train_verify.py)
 
     def cli_args(self) -> list[str]:
-        return ["--backend", self.backend, "--device", self.device] + (["--dynamic"] if self.dynamic else [])
+        return ["--backend", self.backend, "--device", self.device] + (["--dynamic"] if self.dynamic else []) + (
+            ["--train"] if self.train else [])
 
 
 @dataclass

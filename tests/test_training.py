@@ -173,3 +173,33 @@ def test_graph_breaks_give_one_backward_per_forward():
     forwards = [g.index for g in exploration.graphs if g.phase == "forward"]
     backwards = sorted(g.partition["forward_graph"] for g in exploration.graphs if g.phase == "backward")
     assert backwards == forwards
+
+
+def test_partition_draws_the_joint_graph_with_saved_values_and_the_cut():
+    from visualizers import partition as partition_view
+
+    exploration = _train(lambda x, w: x.sin().cos() @ w, (torch.randn(8, 16), torch.randn(16, 4)))
+    partition = exploration.to_json()["graphs"][0]["partition"]
+    dot = partition_view.joint_dot(partition)
+    assert dot.startswith("digraph")
+    assert "dashed" in dot and "saved" in dot  # recomputed sin/cos; the saved inputs
+    assert partition_view.saved_rows(partition) and partition_view.recomputed_rows(partition)
+    rows = partition_view.gradient_rows(exploration.verify)
+    assert [r["tensor"] for r in rows] == ["loss", "input[0]", "input[1]"] and all(r["ok"] for r in rows)
+
+
+def test_app_training_toggle_shows_partition_and_gradients():
+    from pathlib import Path
+    from streamlit.testing.v1 import AppTest
+
+    app = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
+    at = AppTest.from_file(app, default_timeout=300)
+    at.run()
+    at.toggle(key="train").set_value(True).run()
+    assert not at.exception, at.exception
+    at.button_group(key="stage_left").set_value("ATen").run()
+    assert not at.exception, at.exception
+    text = "\n".join(str(m.value) for m in at.markdown)
+    assert "Partition" in text
+    at.button_group(key="stage_left").set_value("run").run()
+    assert "Training step" in "\n".join(str(m.value) for m in at.markdown)

@@ -1,0 +1,42 @@
+"""Training panes (explore with the sidebar's "Training step"): the partition under a forward graph, the
+gradient checks under run. Thin: the record's data through visualizers/partition.py."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+from app.safe_text import md_text
+from visualizers import partition as partition_view
+
+
+def partition_pane(graph: dict, key: str) -> None:
+    partition = graph.get("partition") or {}
+    if graph.get("phase") == "backward":
+        st.caption(f"Backward graph of graph {partition.get('forward_graph', '?')}: its kernels trace back to the "
+                   "forward node (and your line) whose gradient they compute.")
+        return
+    if "saved" not in partition:
+        return
+    st.markdown("**Partition: what the forward saves for the backward**")
+    ours, plain = partition.get("saved_bytes", 0), partition.get("saved_all_bytes", 0)
+    left, right = st.columns(2)
+    left.metric("Activation memory (our partition)", f"{ours / 1024:.1f} KiB")
+    right.metric("Saving all the backward reads", f"{plain / 1024:.1f} KiB")
+    if st.toggle("Draw the joint graph", key=f"{key}_joint"):
+        ui.show_graph(partition_view.joint_dot(partition))
+    st.dataframe(partition_view.saved_rows(partition), hide_index=True, width="stretch")
+    recomputed = partition_view.recomputed_rows(partition)
+    if recomputed:
+        st.markdown("**Recomputed in the backward** instead of saved")
+        st.dataframe(recomputed, hide_index=True, width="stretch")
+
+
+def gradients_pane(verify: dict) -> None:
+    if "gradients" not in verify:
+        return
+    st.markdown("**Training step: loss, gradients and buffers against eager**")
+    for note in verify.get("notes") or []:
+        st.info(md_text(note))
+    st.dataframe(partition_view.gradient_rows(verify), hide_index=True, width="stretch",
+                 column_config={"max abs error": st.column_config.NumberColumn(format="%.3e"),
+                                "max rel error": st.column_config.NumberColumn(format="%.3e")})

@@ -203,3 +203,18 @@ def test_app_training_toggle_shows_partition_and_gradients():
     assert "Partition" in text
     at.button_group(key="stage_left").set_value("run").run()
     assert "Training step" in "\n".join(str(m.value) for m in at.markdown)
+
+
+def test_cli_train_flag_and_a_clear_user_error(tmp_path, capsys):
+    import json
+
+    from engine.__main__ import EXIT_USER_ERROR, main
+
+    assert main(["explore", "mlp", "--train", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert [g["phase"] for g in record["graphs"]] == ["forward", "backward"]
+    assert record["verify"]["ok"] and record["graphs"][0]["partition"]["saved"]
+    integer_only = tmp_path / "counts.py"
+    integer_only.write_text("import torch\ndef model(x):\n    return (x > 0).sum()\nexample_inputs = (torch.randn(4),)\n")
+    assert main(["explore", str(integer_only), "--train"]) == EXIT_USER_ERROR
+    assert "no floating-point tensor" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import re
 import streamlit as st
 
 from app import inputs as input_specs
-from app import stages, state, ui
+from app import break_view, stages, state, ui
 from app.safe_text import description_markdown, html_text, md_text
 from visualizers import charts, graphs, inductor, provenance
 from visualizers import code as code_html
@@ -330,6 +330,7 @@ def breaks_page() -> None:
                 st.markdown(md_text(reason))
                 if dynamo:
                     st.caption("Dynamo said: " + md_text(dynamo[:-1] if dynamo.endswith(")") else dynamo))
+                break_view.show_fix(graph_break)
         recompiles = tables.recompile_rows(record)
         runs = tables.run_rows(record)
         st.markdown("**Recompiles when inputs change**")

@@ -245,6 +245,11 @@ def run_bench() -> worker.Outcome:
                          "compile takes a while)…", "Benchmarking…", "Benchmarked in")
 
 
+def run_profile() -> worker.Outcome:
+    return _run_long_job("profile", worker.profile, "Timing every kernel inside its wrapper…", "Profiling…",
+                         "Profiled in")
+
+
 def run_inductor() -> worker.Outcome:
     return _run_long_job("inductor", worker.inductor, "Compiling with Inductor (torch.compile), cold…",
                          "Compiling with Inductor…", "Inductor finished in")

@@ -25,6 +25,7 @@ pages = [
     st.Page("views/breaks.py", title="Graph breaks", icon=":material/call_split:"),
     st.Page("views/inductor.py", title="Inductor", icon=":material/compare_arrows:"),
     st.Page("views/compare.py", title="Compare", icon=":material/difference:"),
+    st.Page("views/profile.py", title="Profile", icon=":material/speed:"),
 ]
 navigation = st.navigation(pages)
 sidebar.render()

@@ -462,3 +462,13 @@ def compare(source: str, label: str, side_a: list[str], side_b: list[str], edite
         return Outcome(document=document, seconds=finished.seconds)
     return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
                    seconds=finished.seconds)
+
+
+def profile(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
+            on_tick: Callable[[float], None] | None = None, memory_gb: float = MEMORY_GB) -> Outcome:
+    """`explore FILE --profile --json`: the record with every kernel timed (engine/profile.py)."""
+    name = model_file_name(label)
+    finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--json", "--profile",
+                                        *options.cli_args()],
+                       limits(timeout, memory_gb), inputs={name: source}, on_tick=on_tick)
+    return explore_outcome(finished, name)

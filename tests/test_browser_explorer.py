@@ -169,3 +169,28 @@ def test_a_shared_link_opens_the_pasted_model_and_a_dead_link_says_so(browser, s
     page.goto(f"{server}/?code={'0' * 24}")
     page.get_by_text("no longer exists").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     page.close()
+
+
+def test_profile_page_draws_the_kernel_chart_and_offers_the_report(browser, server):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(f"{server}/profile?sample=softmax")
+    page.get_by_role("button", name="Profile the kernels").click(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("Time per kernel").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert page.get_by_text("Roofline").count() and page.get_by_text("copy bandwidth").count()
+    assert page.locator(".js-plotly-plot").count() >= 3  # times, roofline, memory plan
+    assert page.get_by_text("takes the most time").count()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the report (offline HTML)").click()
+    assert download.value.suggested_filename.endswith(".html")
+    shot(page, "profile_page")
+    page.close()
+
+
+def test_graph_breaks_page_shows_dynamos_hint_and_the_rewrite(browser, server):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(f"{server}/breaks?sample=graph_break")
+    page.get_by_text("Suggested rewrite").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert page.get_by_text("Hint: Use `torch.cond`").count() or page.get_by_text("torch.cond").count()
+    assert page.get_by_text("z = torch.where(flag.sum() > 0, torch.relu(y), torch.sigmoid(y))").count()
+    shot(page, "breaks_hint")
+    page.close()

@@ -124,3 +124,8 @@ def test_ttir_has_no_error_tokens():
     for language in ("ttir", "ttgir"):
         tokens = list(lexer_for(language).get_tokens(ttir))
         assert not [t for t in tokens if t[0] in Error]
+
+
+def test_long_code_lines_wrap_instead_of_being_clipped():
+    page = highlight_html("x = " + "a + " * 200 + "1\n", "python")
+    assert "white-space:pre-wrap" in page and "white-space:pre}" not in page

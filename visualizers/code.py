@@ -123,7 +123,9 @@ def highlight_html(code: str, language: str, *, hl_lines=(), first_line: int = 1
     return (f'<div class="gb-code" data-language="{html.escape(language or "text")}" style="border:1px solid #e5e7eb;'
             f'border-radius:6px;background:#fcfcfd;overflow:hidden;margin-bottom:0.6rem">{top}'
             f'<div style="{height}overflow:auto;font-size:12.5px;line-height:1.45;padding:4px 0">'
-            f'<style>.gb-code pre{{margin:0;padding:0 8px;background:transparent;white-space:pre}}</style>'
+            # long lines wrap instead of running out of the box: a horizontal scrollbar is easy to miss
+            # (overlay scrollbars), and a clipped line reads like a wrong one
+            f'<style>.gb-code pre{{margin:0;padding:0 8px;background:transparent;white-space:pre-wrap;overflow-wrap:anywhere}}</style>'
             f"{body}</div></div>")
 
 

@@ -1,0 +1,23 @@
+"""One graph break's fix, as the Graph breaks page shows it: Dynamo's type, explanation and hints, and the
+suggested rewrite of the user's line (engine/capture.py Note [Dynamo's explanations], engine/break_fixes.py)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+from app.safe_text import md_text
+
+
+def show_fix(graph_break: dict) -> None:
+    if graph_break.get("gb_type"):
+        st.caption(f"Dynamo's graph-break type: {md_text(graph_break['gb_type'])}"
+                   + (f" ({md_text(graph_break['gb_id'])})" if graph_break.get("gb_id") else ""))
+    if graph_break.get("explanation"):
+        st.markdown(md_text(graph_break["explanation"]))
+    for hint in graph_break.get("hints") or []:
+        st.info(f"Hint: {md_text(hint)}", icon=":material/lightbulb:")
+    fix = graph_break.get("suggestion")
+    if fix:
+        st.markdown(f"**Suggested rewrite** ({md_text(fix.get('pattern'))}): {md_text(fix.get('why'))}")
+        ui.show_code(f"{fix.get('before', '')}\n# becomes\n{fix.get('after', '')}", "python",
+                     max_height=220)

@@ -1,0 +1,54 @@
+"""Profile: every kernel timed inside its wrapper, a roofline against this machine's measured roofs, the memory
+plan as buffer lifetimes, and the exploration to take away (offline HTML report, JSON record)."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from app import state, ui
+from app.safe_text import md_text
+from visualizers import html_report, memory, roofline, teaching
+
+st.markdown("### Per-kernel profile")
+st.caption("Each kernel is timed inside the real wrapper (repeated calls: median and interquartile range; CUDA "
+           "events on a GPU), with its GB/s, estimated FLOP/s and share of the call, against this machine's "
+           "measured copy bandwidth and matmul throughput.")
+outcome = state.cached("profile")
+if st.button("Profile the kernels" if outcome is None else "Profile again", type="primary", key="profile_run"):
+    outcome = state.run_profile()
+if outcome is None:
+    st.info("Press **Profile the kernels** (a worker explores the model and times each kernel: a few seconds).")
+elif outcome.problem is not None and not outcome.record:
+    ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
+else:
+    record = outcome.record
+    machine = record.get("machine") or {}
+    if machine.get("load_warning"):
+        st.warning(md_text(machine["load_warning"]))
+    for line in teaching.bench_text(record):
+        st.markdown(line)
+    columns = st.columns(3)
+    columns[0].metric("copy bandwidth", f"{machine.get('copy_gbps', 0):.1f} GB/s", help=machine.get("how"))
+    columns[1].metric("matmul", f"{machine.get('matmul_gflops', 0):.1f} GFLOP/s")
+    calls = [(g.get("profile") or {}).get("call_ms") for g in record.get("graphs") or []]
+    columns[2].metric("call", f"{sum(c for c in calls if c):.4f} ms", help="the graphs' calls, medians")
+    if any((g.get("profile") or {}).get("interpreted") for g in record.get("graphs") or []):
+        st.warning("Triton on the CPU runs under its interpreter: these times say nothing about a GPU.")
+    figure = roofline.kernel_time_figure(record)
+    if figure is not None:
+        st.plotly_chart(figure, key="profile_times", width="stretch")
+    figure = roofline.roofline_figure(record)
+    if figure is not None:
+        st.plotly_chart(figure, key="profile_roofline", width="stretch")
+    for graph in record.get("graphs") or []:
+        figure = memory.memory_timeline_figure(graph)
+        if figure is not None:
+            st.markdown(f"**Memory plan, graph {graph.get('index', 0)}**")
+            st.plotly_chart(figure, key=f"profile_memory_{graph.get('index', 0)}", width="stretch")
+    left, right = st.columns(2)
+    name = record.get("model") or "model"
+    left.download_button("Download the report (offline HTML)", html_report.report_html(record),
+                         file_name=f"{name}-glassbox.html", mime="text/html", key="download_report")
+    right.download_button("Download the record (JSON)", json.dumps(record, indent=1), file_name=f"{name}.json",
+                          mime="application/json", key="download_json")

@@ -378,8 +378,10 @@ def spec_on_device(spec: ModelSpec, device: str) -> ModelSpec:
     if device == "cpu":
         return spec
 
-    def move(inputs):
-        return tuple(x.to(device) for x in inputs)
+    from engine.run import same_layout_copy
+
+    def move(inputs):  # in the layout the user gave (strides, expansion, offset): Note [Tolerance policy]'s run.fresh
+        return tuple(same_layout_copy(x, device) if isinstance(x, torch.Tensor) else x for x in inputs)
 
     model = spec.model.to(device) if isinstance(spec.model, torch.nn.Module) else spec.model
     return dataclasses.replace(spec, model=model, example_inputs=move(spec.example_inputs),

@@ -200,12 +200,15 @@ def fresh(inputs) -> tuple:
         lambda x: same_layout_copy(x) if isinstance(x, torch.Tensor) else x, list(inputs)))
 
 
-def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
+def same_layout_copy(x: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
+    """A copy of x (on `device`, default its own) with its sizes, strides and storage offset."""
+    device = x.device if device is None else torch.device(device)
     if x.layout != torch.strided or (x.is_contiguous() and x.storage_offset() == 0):
-        return x.clone()
+        return x.to(device, copy=True)
     with torch.no_grad():
-        storage = x.untyped_storage().clone()
-        copy = torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(), x.size(), x.stride())
+        storage = x.untyped_storage()
+        flat = x.new_empty(0).set_(storage, 0, (storage.nbytes() // x.element_size(),), (1,)).to(device, copy=True)
+        copy = flat.new_empty(0).set_(flat.untyped_storage(), x.storage_offset(), x.size(), x.stride())
     return copy.requires_grad_(x.requires_grad) if x.is_leaf and x.requires_grad else copy
 
 

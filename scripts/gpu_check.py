@@ -9,6 +9,8 @@
     python scripts/gpu_check.py --gemm          # also the GEMM-with-epilogue section (scripts/gemm_bench.py):
                                                 # bf16 LLM shapes, templates vs cuBLAS + epilogue vs Inductor
                                                 # max-autotune; --gemm-sizes 512,2048 to shorten it
+    python scripts/gpu_check.py --trust         # also the sandbox-on-GPU and fp16-verdict section
+                                                # (scripts/trust_gpu.py)
     python scripts/gpu_check.py --train         # also the bf16 training-step section (scripts/train_bench.py):
                                                 # transformer block B=8 T=1024 D=1024 and a small Llama-style
                                                 # model, default and reduce-overhead, vs eager and Inductor
@@ -380,6 +382,15 @@ def run_train_section(dry_run: bool) -> dict:
     return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
 
 
+def run_trust_section(dry_run: bool) -> dict:
+    """The sandbox under bubblewrap on the GPU and the fp16 verdict vs Inductor (scripts/trust_gpu.py)."""
+    command = [sys.executable, str(ROOT / "scripts" / "trust_gpu.py"), "--device", "cpu" if dry_run else "cuda"]
+    print("$", " ".join(command), flush=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
+    return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
+
+
 def environment() -> dict:
     import triton
 
@@ -424,6 +435,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="run the per-kernel profile section (explore --profile on the GPU, and a compare)")
     parser.add_argument("--train", action="store_true", help="run the training-step section (scripts/train_bench.py)")
+    parser.add_argument("--trust", action="store_true",
+                        help="run the sandbox-on-GPU and fp16-verdict section (scripts/trust_gpu.py)")
     args = parser.parse_args()
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     if sections - set(SECTIONS):
@@ -469,6 +482,8 @@ def main() -> int:
         document["profile"] = run_profile_section(args.dry_run)
     if args.train:
         document["train"] = run_train_section(args.dry_run)
+    if args.trust:
+        document["trust"] = run_trust_section(args.dry_run)
     if os.environ.get("OUT"):
         path = Path(os.environ["OUT"]) / "gpu_bench.json"
         path.write_text(json.dumps(document, indent=2, default=str))
@@ -477,6 +492,7 @@ def main() -> int:
     wrong = any(r.get("error") or r.get("glassbox_ok") is False for r in reports)
     wrong = wrong or document.get("gemm", {}).get("returncode", 0) != 0
     wrong = wrong or document.get("train", {}).get("returncode", 0) != 0
+    wrong = wrong or document.get("trust", {}).get("returncode", 0) != 0
     return 1 if failed_tests or wrong else 0
 
 

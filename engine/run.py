@@ -229,7 +229,7 @@ def verify(model, inputs, outputs, tolerance: dict | None = None, reference: boo
     if len(expected_list) != len(actual_list):
         return {"ok": False, "verdict": "mismatch", "max_abs_err": float("inf"), "max_rel_err": float("inf"),
                 "outputs": [], "problem": f"eager returned {len(expected_list)} tensors, compiled {len(actual_list)}"}
-    if not expected_list:
+    if not expected_list:  # (an empty tensor still has its shape and dtype compared)
         return {"ok": False, "verdict": "nothing compared", "max_abs_err": 0.0, "max_rel_err": 0.0, "outputs": [],
                 "problem": "the model returned no tensor, so no output could be compared with eager: nothing was "
                            "verified. Return the tensors you want checked."}

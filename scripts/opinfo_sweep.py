@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-STATUSES = ("generated", "fallback", "wrong", "crash", "unsupported-by-capture", "skipped")
+STATUSES = ("generated", "fallback", "wrong", "crash", "unsupported-by-capture", "nothing-compared", "skipped")
 DEFAULT_DTYPES = ("float32", "int64", "bool")
 # samples per op and dtype: every float32 sample up to this many; fewer of the integer/bool ones
 DEFAULT_MAX_SAMPLES = {"float32": 4, "int64": 2, "bool": 1}
@@ -258,6 +258,8 @@ def run_sample(op, sample, backend: str = "cpp", timeout: int = 60) -> dict:
     result.update(max_abs_err=verify.get("max_abs_err", ""), fp64="fp64" if "fp64" in fp64 else "",
                   fallbacks="; ".join(sorted({f["reason"] for f in fallbacks if f.get("reason")}))[:400]
                   or ("eager op" if fallbacks else ""))
+    if verify.get("verdict") == "nothing compared":  # Note [Verdicts] in engine/run.py: no pass, no mismatch
+        return {**result, "status": "nothing-compared", "detail": verify.get("problem", "")}
     if not verify.get("ok"):
         problem = verify.get("problem") or next((f"output {i}: {o.get('problem') or 'max abs err %.3g' % o['max_abs_err']}"
                                                  for i, o in enumerate(verify.get("outputs", [])) if not o["ok"]), "")

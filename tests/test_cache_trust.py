@@ -42,6 +42,17 @@ def test_the_builder_stores_only_the_binary_of_the_source_it_was_sent():
     assert ctypes.CDLL(answer["path"]).answer() == int(source.split("return ")[1].split(";")[0])
 
 
+def test_a_job_cannot_flood_the_cache_through_the_builder(monkeypatch):
+    from engine.tools import builder as builder_module
+    monkeypatch.setattr(builder_module, "BUILDS_PER_JOB", 2)
+    builder = TrustedBuilder()
+    try:
+        answers = [_ask(builder, {"source": _source(7)}) for _ in range(3)]
+    finally:
+        builder.close()
+    assert "path" in answers[0] and "path" in answers[1] and "more than 2 builds" in answers[2]["error"]
+
+
 def test_a_request_without_source_text_is_refused():
     builder = TrustedBuilder()
     try:

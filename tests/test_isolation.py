@@ -148,6 +148,21 @@ def test_the_job_sees_the_system_read_only_and_no_network(tmp_path):
     assert not (ROOT / "glassbox-written").exists()
 
 
+@needs_bwrap
+def test_a_job_sees_no_other_jobs_work_directory():
+    other = isolation.WorkDirectory()
+    try:
+        (other.path / "their_model.py").write_text("secret model")
+        result = python(f"""
+            import os
+            print(sorted(os.listdir({str(isolation.RUN_ROOT)!r})), os.path.exists({str(other.path)!r}))
+        """)
+    finally:
+        other.remove()
+    assert result.ok, result.explain()
+    assert "their_model" not in result.stdout and result.stdout.strip().endswith("False")
+
+
 WAITS_FOR_A_JOB = """
 import json, sys
 print("standby-marker ready", flush=True)

@@ -10,7 +10,8 @@ with bubblewrap's
     a /dev of its own with only the basic devices and the GPU's (/dev/nvidia*, /dev/dri);
     its own /proc, which lists only the job's processes: no server process to signal (`os.kill(os.getppid())`
     reaches bwrap's init, which ignores it), no server /proc/<pid>/environ to read, no other job's stdin;
-  - writable: only its work directory; the compile cache is bound read-only (Note [Trusted builder]);
+  - writable: only its work directory (no other job's is visible); the compile cache is bound read-only
+    (Note [Trusted builder]);
   - files named on its command line are bound read-only at the same path (a model file under /tmp).
 Memory and processes are limited by a cgroup made for the worker (cgroup v2, or v1's memory and pids
 controllers) where the cgroup tree is writable: the memory limit counts the page cache, so files on the
@@ -60,7 +61,7 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
-             "--tmpfs", "/run"]
+             "--tmpfs", "/run", "--tmpfs", str(RUN_ROOT)]  # other jobs' directories, wherever the temp dir is
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
         argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:

@@ -53,6 +53,15 @@ def test_a_job_cannot_flood_the_cache_through_the_builder(monkeypatch):
     assert "path" in answers[0] and "path" in answers[1] and "more than 2 builds" in answers[2]["error"]
 
 
+def test_a_build_that_fails_comes_back_as_the_compilers_error():
+    builder = TrustedBuilder()
+    try:
+        answer = _ask(builder, {"source": "this is not C++ " + uuid.uuid4().hex})
+    finally:
+        builder.close()
+    assert "g++ failed on generated code" in answer["error"]
+
+
 def test_a_request_without_source_text_is_refused():
     builder = TrustedBuilder()
     try:

@@ -341,6 +341,7 @@ class SandboxedProcess:
         self.builder: TrustedBuilder | None = None
         self.pid_namespace: str | None = None
         self._worker: int | None = None
+        self._init: int | None = None  # bwrap's init, pid 1 of the job's namespace: the namespace dies with it
         try:
             self.process = self._start(argv, env, network)
         except BaseException:
@@ -409,7 +410,7 @@ class SandboxedProcess:
             below = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) == self.pid]
             inner = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) in below]
             if inner:
-                self._worker = inner[0]
+                self._worker, self._init = inner[0], below[0]
                 self.pid_namespace = pid_namespace(inner[0])
         return self._worker
 
@@ -543,6 +544,8 @@ class SandboxedProcess:
         with it), its cgroup, and (without bubblewrap) whatever is left below it or in its session."""
         self.worker_pid()  # its PID namespace, to check afterwards that nothing of it is left
         stragglers = [] if self.isolated or self.cgroup is not None else self.members()
+        if self._init is not None and pid_namespace(self._init) == self.pid_namespace:  # still the job's init
+            isolation.kill_processes([self._init])  # pid 1 of the namespace: every process in it dies at once
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

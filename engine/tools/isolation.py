@@ -61,7 +61,9 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
-             "--tmpfs", "/run", "--tmpfs", str(RUN_ROOT)]  # other jobs' directories, wherever the temp dir is
+             "--tmpfs", "/run"]
+    if RUN_ROOT.is_dir():
+        argv += ["--tmpfs", str(RUN_ROOT)]  # other jobs' directories, wherever the temp directory is
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
         argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:
@@ -76,6 +78,7 @@ def bwrap_problem() -> str:
         return "bubblewrap is turned off (GLASSBOX_SANDBOX_NO_BWRAP=1)"
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
+    RUN_ROOT.mkdir(mode=0o755, parents=True, exist_ok=True)  # probed with the mounts a job gets
     with tempfile.TemporaryDirectory() as probe:
         try:
             done = subprocess.run(bwrap_argv(Path(probe), [], 1 << 20) + ["/bin/true"], capture_output=True,

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from engine.tools import isolation  # noqa: E402
-from engine.tools import sandbox  # noqa: E402
+from engine.tools import procfs  # noqa: E402
 from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_sandboxed  # noqa: E402
 
 ISOLATED = not isolation.bwrap_problem()  # bubblewrap runs here (Note [Isolation])
@@ -475,7 +475,7 @@ def classify(result: SandboxResult) -> tuple[str, str]:
 
 def leftovers(session: int | None, namespace: str | None = None) -> list[int]:
     """Live (non-zombie) processes still in the worker's session or PID namespace, after a short grace."""
-    return sandbox.leftovers(session, namespace)
+    return procfs.leftovers(session, namespace)
 
 
 def run_case(case: Case, workdir: Path) -> Outcome:

@@ -13,7 +13,8 @@ import pytest
 from engine import build
 from engine.tools import isolation
 from engine.tools.builder import TrustedBuilder
-from engine.tools.sandbox import Limits, explore_command, leftovers, run_sandboxed
+from engine.tools.procfs import leftovers
+from engine.tools.sandbox import Limits, explore_command, run_sandboxed
 
 needs_bwrap = pytest.mark.skipif(bool(isolation.bwrap_problem()), reason=isolation.bwrap_problem() or "")
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from engine.tools import isolation
-from engine.tools.sandbox import Limits, SandboxedProcess, Standby, explore_command, leftovers, run_sandboxed
+from engine.tools.procfs import leftovers
+from engine.tools.sandbox import Limits, SandboxedProcess, Standby, explore_command, run_sandboxed
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(bool(isolation.bwrap_problem()), reason=isolation.bwrap_problem() or "")

@@ -47,10 +47,11 @@ from typing import Callable
 
 from engine.tools import isolation
 from engine.tools.builder import TrustedBuilder
+from engine.tools.procfs import (all_processes, cpu_seconds, descendants, pid_namespace, resident_mb,
+                                 session_processes, shared_mb)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.05
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -194,113 +195,6 @@ def _shared_cache() -> Path | None:
         return None
 
 
-def _stat_fields(pid: int | str) -> list[bytes]:
-    """/proc/PID/stat after the command name (which may hold spaces and parentheses): fields 3 (state) on."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        return stat.read().rsplit(b")", 1)[1].split()
-
-
-def _all_processes() -> list[tuple[int, list[bytes]]]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                found.append((int(entry.name), _stat_fields(entry.name)))
-            except (OSError, IndexError):
-                continue
-    return found
-
-
-def session_processes(session: int) -> list[tuple[int, bytes]]:
-    """(pid, state letter) of every process in a session, from /proc (field 6 of stat is the session id)."""
-    return [(pid, fields[0]) for pid, fields in _all_processes() if len(fields) > 3 and fields[3] == b"%d" % session]
-
-
-def pid_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
-
-
-def namespace_processes(namespace: str) -> list[tuple[int, bytes]]:
-    """(pid, state letter) of every process in a PID namespace (the sandbox's, seen from outside)."""
-    return [(pid, fields[0]) for pid, fields in _all_processes() if pid_namespace(pid) == namespace]
-
-
-def leftovers(session: int | None, namespace: str | None = None, grace_s: float = 2.0) -> list[int]:
-    """Live (non-zombie) processes still in a worker's session or PID namespace, after a grace for the kernel."""
-    deadline = time.monotonic() + grace_s
-    while True:
-        alive = [pid for pid, state in (session_processes(session) if session else []) +
-                 (namespace_processes(namespace) if namespace else []) if state != b"Z"]
-        if not alive or time.monotonic() > deadline:
-            return sorted(set(alive))
-        time.sleep(0.1)
-
-
-def _descendants(root: int) -> list[int]:
-    """root and every process below it (children of children), from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for pid, fields in _all_processes():
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _resident_mb(pids: list[int]) -> float:
-    rss_kb = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as statm:
-                rss_kb += int(statm.read().split()[1]) * (resource.getpagesize() // 1024)
-        except (OSError, IndexError, ValueError):
-            continue
-    return rss_kb / 1024
-
-
-def _shared_mb(pids: list[int], root_pid: int | None) -> float:
-    """Memory a job holds outside its resident pages: memfds it has open, and files on its private tmpfs
-    (/tmp, /dev/shm; root_pid is a process inside the sandbox, None when there is none)."""
-    seen, total = set(), 0
-    for pid in pids:
-        try:
-            descriptors = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in descriptors:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
-                    info = os.stat(f"/proc/{pid}/fd/{fd}")
-                    if (info.st_dev, info.st_ino) not in seen:
-                        seen.add((info.st_dev, info.st_ino))
-                        total += info.st_blocks * 512
-            except OSError:
-                continue
-    if root_pid is not None:
-        for mount in ("tmp", "dev/shm"):
-            try:
-                usage = os.statvfs(f"/proc/{root_pid}/root/{mount}")
-                total += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
-            except OSError:
-                continue
-    return total / (1 << 20)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
-    try:
-        fields = _stat_fields(pid)
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14 and 15)
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def _readable_paths(argv: list[str]) -> list[tuple[str, str]]:
     """(real path, path) pairs a worker must read that its private /tmp, /dev/shm and /run would hide: the repo,
     the Python installation and the files named on its command line, where they live there (Note [Isolation])."""
@@ -407,8 +301,8 @@ class SandboxedProcess:
         if not self.isolated:
             return self.pid
         if self._worker is None:
-            below = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) == self.pid]
-            inner = [pid for pid, fields in _all_processes() if len(fields) > 1 and int(fields[1]) in below]
+            below = [pid for pid, fields in all_processes() if len(fields) > 1 and int(fields[1]) == self.pid]
+            inner = [pid for pid, fields in all_processes() if len(fields) > 1 and int(fields[1]) in below]
             if inner:
                 self._worker, self._init = inner[0], below[0]
                 self.pid_namespace = pid_namespace(inner[0])
@@ -418,7 +312,7 @@ class SandboxedProcess:
         """Every process of the job: its cgroup's, else every process below the gate and in its session."""
         if self.cgroup is not None:
             return self.cgroup.members()
-        return sorted(set(_descendants(self.pid)) | {pid for pid, _ in session_processes(self.pid)})
+        return sorted(set(descendants(self.pid)) | {pid for pid, _ in session_processes(self.pid)})
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -450,7 +344,7 @@ class SandboxedProcess:
         if limits is not None:
             self.limits = limits
             worker = self.worker_pid()
-            soft = _cpu_seconds(worker) + limits.cpu_s if worker else limits.cpu_s
+            soft = cpu_seconds(worker) + limits.cpu_s if worker else limits.cpu_s
             self._set_cpu_limit(worker, soft, hard=soft + 5)
             if self.cgroup is not None:
                 try:
@@ -471,9 +365,9 @@ class SandboxedProcess:
         """(memory MB as the limit counts it, process count) of the job now."""
         members = self.members()
         if self.cgroup is not None and self.cgroup.memory_enforced:
-            return _resident_mb(members), len(members)  # the kernel enforces; this is for the peak only
+            return resident_mb(members), len(members)  # the kernel enforces; this is for the peak only
         private_tmpfs = self.worker_pid() if self.isolated else None  # else /tmp and /dev/shm are the machine's
-        return _resident_mb(members) + _shared_mb(members, private_tmpfs), len(members)
+        return resident_mb(members) + shared_mb(members, private_tmpfs), len(members)
 
     def wait(self, on_tick: Callable[[float], None] | None = None, tick_s: float = 0.25) -> SandboxResult:
         """Watch the process until it ends or hits a limit (then every process of the job is killed), calling

@@ -329,15 +329,20 @@ def run_tests(dry_run: bool) -> dict:
             time.perf_counter() - start, "tail": output[-4000:]}
 
 
-def run_gemm_section(dry_run: bool, sizes: str) -> dict:
-    """GEMMs with epilogues (scripts/gemm_bench.py) in a process of its own: Inductor's max-autotune state and
-    the GPU memory of the zoo above do not leak into it."""
-    device = ["--device", "cpu", "--sizes", "4"] if dry_run else ["--device", "cuda", "--sizes", sizes]
-    command = [sys.executable, str(ROOT / "scripts" / "gemm_bench.py"), *device]
+def run_script_section(script: str, arguments: list[str]) -> dict:
+    """One section's script (scripts/SCRIPT) in a process of its own: Inductor's max-autotune state and the
+    GPU memory of the other sections do not leak into it."""
+    command = [sys.executable, str(ROOT / "scripts" / script), *arguments]
     print("$", " ".join(command), flush=True)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
     return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
+
+
+def run_gemm_section(dry_run: bool, sizes: str) -> dict:
+    """GEMMs with epilogues (scripts/gemm_bench.py): templates vs cuBLAS + epilogue vs Inductor max-autotune."""
+    return run_script_section("gemm_bench.py", ["--device", "cpu", "--sizes", "4"] if dry_run else
+                              ["--device", "cuda", "--sizes", sizes])
 
 
 def run_profile_section(dry_run: bool) -> dict:
@@ -374,21 +379,13 @@ def run_profile_section(dry_run: bool) -> dict:
 
 def run_train_section(dry_run: bool) -> dict:
     """bf16 training steps (scripts/train_bench.py) in a process of its own, like the GEMM section."""
-    device = ["--device", "cpu", "--small", "--min-time", "0.1"] if dry_run else ["--device", "cuda"]
-    command = [sys.executable, str(ROOT / "scripts" / "train_bench.py"), *device]
-    print("$", " ".join(command), flush=True)
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
-    return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
+    return run_script_section("train_bench.py", ["--device", "cpu", "--small", "--min-time", "0.1"] if dry_run
+                              else ["--device", "cuda"])
 
 
 def run_trust_section(dry_run: bool) -> dict:
     """The sandbox under bubblewrap on the GPU and the fp16 verdict vs Inductor (scripts/trust_gpu.py)."""
-    command = [sys.executable, str(ROOT / "scripts" / "trust_gpu.py"), "--device", "cpu" if dry_run else "cuda"]
-    print("$", " ".join(command), flush=True)
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
-    return {"returncode": result.returncode, "tail": result.stdout[-6000:]}
+    return run_script_section("trust_gpu.py", ["--device", "cpu" if dry_run else "cuda"])
 
 
 def environment() -> dict:

@@ -55,6 +55,26 @@ def test_a_bound_launch_calls_the_compiled_launcher_directly_after_the_first():
     assert args[:3] == [x, out, 64] and args[3:] == [128]  # every parameter in order, constexprs included
 
 
+def test_once_bound_the_wrappers_name_holds_a_generated_launcher():
+    jit, namespace = FakeJit(), {}
+
+    class Kernel:
+        name = "kernel_0"
+        config = type("Config", (), {"kwargs": lambda self: {"XBLOCK": 64, "num_warps": 2}})()
+
+    triton_build.bind_launch(Kernel(), jit, False, (0, 2), None, namespace)
+    first = namespace["kernel_0"]
+    x, out = torch.empty(64), torch.empty(64)
+    first(1, "stream", x, out, 64)
+    launcher = namespace["kernel_0"]
+    assert launcher is not first and callable(launcher)
+    launcher(3, "stream", x, out, 64)
+    assert len(jit.runs) == 1 and jit.compiled.calls[-1][:4] == (3, 1, 1, "stream")
+    assert jit.compiled.calls[-1][-1] == 64 and jit.compiled.calls[-1][-2] == 64  # the size, then XBLOCK
+    launcher(1, "stream", x, out, 63)  # another specialization: back to JITFunction.run, bound again
+    assert len(jit.runs) == 2 and namespace["kernel_0"] is not launcher
+
+
 def test_a_change_of_specialization_takes_the_ordinary_path_again():
     jit = FakeJit()
     launch = triton_build.TritonLaunch(jit, {"XBLOCK": 128}, {"num_warps": 4}, checked=(0, 2), interpret=False)

@@ -541,7 +541,8 @@ def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> 
             function = TemplateLaunch(kernel, TritonTemplateRunner(kernel, function), device,
                                       tune=module.autotune and not interpret)
         else:
-            function = triton_build.bind_launch(kernel, function, interpret, module.checked_arguments(kernel),
-                                                device if module.tunable(kernel) else None)
+            triton_build.bind_launch(kernel, function, interpret, module.checked_arguments(kernel),
+                                     device if module.tunable(kernel) else None, namespace)
+            continue
         namespace[kernel.name] = function
     return cache_hit

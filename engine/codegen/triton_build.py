@@ -17,6 +17,7 @@ library] in triton_prelude.py.)
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -90,7 +91,9 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 # that path once, on the first launch, where Triton compiles the kernel for these arguments and hands back the
 # CompiledKernel; from then on a call goes straight to that kernel's launcher (CompiledKernel.run, the
 # driver's C function) with the grid, stream, function handle and packed metadata bound at that first launch,
-# as Inductor's generated launchers do.
+# as Inductor's generated launchers do. Once bound, the launch is a small generated function (the first call's
+# specialization checks and the block sizes written into its source) that replaces the object under the
+# kernel's name in the wrapper's namespace, so a launch is one Python call into Triton's launcher.
 # The bound kernel is only right for arguments that specialize the same way. Buffers the wrapper allocates
 # itself always do (the caching allocator aligns every block to 512 bytes), so they are not checked; a graph
 # input, a library call's output or a size argument may change between calls, so those positions (`checked`)
@@ -101,6 +104,7 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 # wants to see launches), or the direct call raises, the kernel keeps using JITFunction.run: slower, never wrong.
 
 
+MAX_BINDS = 4  # specializations a kernel binds before it stays on the object's own path (no more exec)
 DIRECT_LAUNCH = os.environ.get("GLASSBOX_TRITON_DIRECT_LAUNCH", "1") != "0"  # "0": every launch via JITFunction.run
 # (the launch path before binding, kept switchable so scripts/gpu_check.py measures both in one run)
 
@@ -149,6 +153,8 @@ class TritonLaunch:
         self.grid_x = None  # set by autotuning: the tuned config's grid replaces the wrapper's
         self.runner = self.handle = self.metadata = self.classes = self.enter = self.exit = None
         self.direct = DIRECT_LAUNCH and not interpret  # False once binding failed or is not possible here
+        self.install: Callable | None = None  # puts a generated launcher where the wrapper looks this one up
+        self.binds = 0
 
     def __call__(self, grid_x, stream, *args):
         runner = self.runner
@@ -192,6 +198,36 @@ class TritonLaunch:
             return
         self.enter, self.exit = hooks
         self.runner, self.handle, self.metadata, self.classes = runner, handle, metadata, self._classes(args)
+        self.binds += 1
+        if self.install is not None and self.binds <= MAX_BINDS:
+            self.install(self._launcher(args))
+
+    def _launcher(self, args) -> Callable:
+        """The launch as a function of its own, the first call's specialization checks and the constexprs
+        written into it (Note [Bound Triton launches]); an argument that specializes otherwise goes back to
+        this object, which launches through JITFunction.run and binds again."""
+        params = [f"a{i}" for i in range(len(args))]
+        checks = []
+        for i in self.checked:
+            value = args[i]
+            if isinstance(value, torch.Tensor):
+                checks.append(f"(a{i}.data_ptr() % 16 == 0) is {value.data_ptr() % 16 == 0}")
+            elif isinstance(value, int) and not isinstance(value, bool):  # specialization_class, spelled inline
+                checks.append(f"(a{i} == 1, a{i} % 16 == 0, -2147483648 <= a{i} < 2147483648) == "
+                              f"{specialization_class(value)!r}")
+            else:
+                checks.append(f"specialization_class(a{i}) == {specialization_class(value)!r}")
+        arguments = ", ".join(params + [repr(v) for v in self.values])
+        grid = repr(self.grid_x) if self.grid_x else "grid_x"
+        lines = [f"def launch(grid_x, stream, {', '.join(params)}):"]
+        if checks:
+            lines += [f"    if not ({' and '.join(checks)}):",
+                      f"        return again(grid_x, stream, {', '.join(params)})"]
+        lines.append(f"    runner({grid}, 1, 1, stream, handle, metadata, None, enter, exit, {arguments})")
+        scope = {"runner": self.runner, "handle": self.handle, "metadata": self.metadata, "enter": self.enter,
+                 "exit": self.exit, "again": self, "specialization_class": specialization_class}
+        exec(compile("\n".join(lines) + "\n", "<glassbox triton launch>", "exec"), scope)
+        return scope["launch"]
 
 
 class QuietInterpreted:
@@ -208,12 +244,18 @@ class QuietInterpreted:
             return self.function.run(*args, **kwargs)
 
 
-def bind_launch(kernel, function, interpret: bool, checked: tuple[int, ...], tune_device: str | None = None):
-    """The TritonLaunch for a generated kernel; autotuned at its first launch when tune_device is given."""
+def bind_launch(kernel, function, interpret: bool, checked: tuple[int, ...], tune_device: str | None = None,
+                namespace: dict | None = None):
+    """The TritonLaunch for a generated kernel, under kernel.name in `namespace` (where, once bound, its
+    generated launcher replaces it); autotuned at its first launch when tune_device is given."""
     config = kernel.config.kwargs()
     constexprs = {k: config[k] for k in ("XBLOCK", "RBLOCK") if k in config}
-    return TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, checked, interpret,
-                        tune=(kernel, tune_device) if tune_device else None)
+    launch = TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, checked, interpret,
+                          tune=(kernel, tune_device) if tune_device else None)
+    if namespace is not None:
+        namespace[kernel.name] = launch
+        launch.install = functools.partial(namespace.__setitem__, kernel.name)
+    return launch
 
 
 # --- autotuning (GPU) ----------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
 
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
-                                            [--json] [--out DIR] [--verbose] [--profile]
+                                            [--templates auto|on|off] [--json] [--out DIR] [--verbose] [--profile]
     python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
                                             [--threads N] [--no-inductor] [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--train", action="store_true",
                          help="run a training step: loss (the file's loss_fn, or the sum of the outputs), backward; "
                               "records forward, backward and the partition, checks every gradient")
+    explore.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
+                         help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets the "
+                              "heuristic decide and say why, on forces them, off keeps library calls")
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
@@ -176,7 +179,7 @@ def explore_command(args) -> tuple[dict, int]:
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
-            mode=single_mode(args))
+            mode=single_mode(args), templates=args.templates)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -217,7 +220,8 @@ def sandboxed_explore(args) -> tuple[dict, int]:
 
     if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
         print(missing_protection_words(), file=sys.stderr)
-    options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args)]
+    options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args),
+               "--templates", args.templates]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train)) if on]
     result = run_sandboxed(worker_command(args.target, options),

@@ -8,8 +8,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, training, ui
-from app.safe_text import md_text
-from visualizers import charts, graphs, tables
+from app.safe_text import description_markdown, md_text
+from visualizers import charts, graphs, tables, teaching
 from visualizers import code as code_html
 
 STAGES = ["capture", "ATen", "loop IR", "fusion", "code", "run", "bench"]
@@ -27,6 +27,11 @@ STAGE_HELP = {
 def render(stage: str, record: dict, graph_index: int, key: str) -> None:
     st.markdown(f"#### {stage}")
     st.caption(STAGE_HELP[stage])
+    # what happened to this model at this stage, in sentences made from its record (visualizers/teaching.py);
+    # they quote record text (the user's line, reasons), so nothing in them may load: Note [Record text]
+    told = teaching.stage_text(record, _graph(record, graph_index), stage)
+    if told:
+        st.info(description_markdown("\n\n".join(told)), icon=":material/school:")
     RENDERERS[stage](record, graph_index, key)
 
 

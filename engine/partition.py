@@ -124,6 +124,8 @@ def _backward_region(graph: torch.fx.Graph) -> set:
     that read no tangent (threshold_backward's `relu <= 0`): what the backward pass itself computes."""
     region = set()
     for node in graph.nodes:
+        if node.op == "output":
+            continue  # it returns forward outputs too: reading it is not the backward's work
         if is_tangent(node) or any(i in region for i in node.all_input_nodes) or (
                 node.op == "call_function" and node.meta.get("partitioner_tag") == "is_backward"):
             region.add(node)
@@ -173,6 +175,7 @@ def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int) -> dict:
     forward, _ = _forward_region(graph, num_fwd_outputs)
     backward = _backward_region(graph)
     unsaveable = mutated_primals(graph)
+    note = ""
     flow = networkx.DiGraph()
     bans = {}
     for node in graph.nodes:
@@ -209,15 +212,20 @@ def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int) -> dict:
         reachable = {n.name + "_in" for n in graph.nodes if n not in backward} | \
                     {n.name + "_out" for n in graph.nodes if n not in backward}
     else:
-        _, (reachable, _) = networkx.minimum_cut(flow, "source", "sink")
-    by_name = {n.name: n for n in graph.nodes}
+        try:
+            _, (reachable, _) = networkx.minimum_cut(flow, "source", "sink")
+        except networkx.NetworkXUnbounded:  # the backward reads a value that can be neither saved nor recomputed
+            note = ("no finite cut (the backward reads a value that cannot be saved, e.g. a tuple): every forward "
+                    "value the backward reads is saved, nothing is recomputed")
+            reachable = {n.name + "_in" for n in graph.nodes if n not in backward} | {
+                n.name + "_out" for n in graph.nodes if n not in backward and not any(u in backward for u in n.users)}
     saved = [n for n in graph.nodes if n.name + "_in" in reachable and n.name + "_out" not in reachable
              and n not in backward]
     computed_in_forward = {n for n in graph.nodes if n.name + "_in" in reachable}
     saved_all = [n for n in graph.nodes if n not in backward and n.op != "output"
                  and any(u in backward for u in n.users)]
     return {"saved": saved, "bans": bans, "computed_in_forward": computed_in_forward, "saved_all": saved_all,
-            "forward": forward, "backward": backward, "by_name": by_name}
+            "forward": forward, "backward": backward, "note": note}
 
 
 def _describe(node: torch.fx.Node) -> dict:
@@ -275,6 +283,7 @@ def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.
         "saved_bytes": _activation_bytes(choice["saved"]),
         "saved_all_bytes": _activation_bytes(choice["saved_all"]),
         "saved_all": [n.name for n in choice["saved_all"]],
+        "note": choice["note"],
         "joint": joint,
     }
 

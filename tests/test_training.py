@@ -218,3 +218,24 @@ def test_cli_train_flag_and_a_clear_user_error(tmp_path, capsys):
     integer_only.write_text("import torch\ndef model(x):\n    return (x > 0).sum()\nexample_inputs = (torch.randn(4),)\n")
     assert main(["explore", str(integer_only), "--train"]) == EXIT_USER_ERROR
     assert "no floating-point tensor" in capsys.readouterr().err
+
+
+def test_a_backward_reading_an_unsaveable_value_saves_what_it_reads():
+    """No finite cut (the backward reads a tuple): the partition says so and saves what the backward reads."""
+    import operator
+
+    from engine.partition import choose_saved
+
+    graph = torch.fx.Graph()
+    x, tangent = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
+    x.meta["val"] = tangent.meta["val"] = torch.empty(4)
+    pair = graph.call_function(torch.ops.aten.sort.default, (x,))
+    pair.meta["val"] = (torch.empty(4), torch.empty(4, dtype=torch.long))
+    values = graph.call_function(operator.getitem, (pair, 0))
+    values.meta["val"] = torch.empty(4)
+    grad = graph.call_function(torch.ops.aten.mul.Tensor, (tangent, pair))  # reads the tuple itself
+    grad.meta.update(val=torch.empty(4), partitioner_tag="is_backward")
+    graph.output((values, grad))
+    choice = choose_saved(graph, num_fwd_outputs=1)
+    assert "no finite cut" in choice["note"]
+    assert choice["saved"] == [pair]

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import tempfile
@@ -165,7 +166,7 @@ def build_library(source: str, run=subprocess.run) -> tuple[Path, bool]:
     """Compile `source` to a shared library; returns (path, cache_hit). See Note [Compile cache]. In a sandboxed
     worker the trusted builder does it (Note [Trusted builder]); `run` runs the compiler (the builder's runs it
     in a sandbox)."""
-    if os.environ.get("GLASSBOX_BUILDER_FD"):
+    if _builder_fd() is not None:
         return _ask_builder(source)
     key = library_key(source)
     try:
@@ -191,10 +192,20 @@ def build_library(source: str, run=subprocess.run) -> tuple[Path, bool]:
 _BUILDER_LOCK = threading.Lock()  # one request at a time on the worker's one socket
 
 
+def _builder_fd() -> int | None:
+    """The trusted builder's socket, when this process has it. A process started below the worker without it
+    (subprocess closes descriptors) builds into its own cache instead, which in the sandbox is the private one."""
+    try:
+        fd = int(os.environ.get("GLASSBOX_BUILDER_FD", ""))
+        return fd if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+    except (ValueError, OSError):
+        return None
+
+
 def _ask_builder(source: str) -> tuple[Path, bool]:
     """Send the source to the trusted builder; its answer is a library in the read-only shared cache."""
     with _BUILDER_LOCK:
-        with socket.socket(fileno=os.dup(int(os.environ["GLASSBOX_BUILDER_FD"]))) as channel:
+        with socket.socket(fileno=os.dup(_builder_fd())) as channel:
             try:
                 send_message(channel, {"source": source})
                 answer = receive_message(channel)

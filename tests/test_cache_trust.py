@@ -144,3 +144,13 @@ def test_a_sandboxed_exploration_builds_through_the_trusted_builder(tmp_path):
     new = set(build.cache_dir().glob("cpp/*")) - before
     assert new and all(build._intact(entry / "kernels.so") for entry in new)  # stored by the builder
     assert any(str(marker) in (entry / "kernels.cpp").read_text() for entry in new)
+
+
+@needs_bwrap
+def test_a_process_below_the_worker_without_the_builders_socket_builds_privately():
+    inner = f"from engine import build; print(build.build_library({_source(uuid.uuid4().int % 1000)!r})[0])"
+    outer = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {inner!r}], check=True)"
+    result = run_sandboxed([sys.executable, "-c", outer], Limits(timeout_s=120))
+    assert result.ok, result.explain()
+    built = result.stdout.strip().splitlines()[-1]
+    assert ".cache" in built and not built.startswith(str(build.cache_dir()))  # its private cache, gone with it

@@ -200,13 +200,21 @@ class TensorValue:
         symbols = [loop_var("v", d) for d in range(self.ndim)]
         ranges = dict(zip(symbols, self.size))
         flat = simplify_index(self.node.storage_offset(self.node_index(symbols)), ranges)
-        if any(f.has(*symbols) for f in flat.atoms(sympy.Function)) or any(
-                sympy.diff(flat, s).has(*symbols) for s in symbols):
-            return None  # floor/mod of a loop variable, or a product of two: not a strided view
-        strides = tuple(sympy.Integer(0) if self.size[d] == 1 else sympy.expand(sympy.diff(flat, s))
-                        for d, s in enumerate(symbols))
-        base = sympy.expand(flat.subs({s: 0 for s in symbols}))
-        return strides, base
+        # the offset is expanded: strided means every term is a constant or (constant * one loop variable).
+        # Read off term by term: differentiating per variable cost more than the rest of lowering together.
+        strides = dict.fromkeys(symbols, sympy.Integer(0))
+        base = sympy.Integer(0)
+        for term in sympy.Add.make_args(flat):
+            if not term.free_symbols & strides.keys():
+                base += term
+                continue
+            coefficient, variable = term.as_independent(*symbols, as_Add=False)
+            if variable in strides:
+                strides[variable] += coefficient
+            else:
+                return None  # floor/mod of a loop variable, or a product of two: not a strided view
+        return tuple(sympy.Integer(0) if self.size[d] == 1 else sympy.expand(strides[s])
+                     for d, s in enumerate(symbols)), sympy.expand(base)
 
     def is_whole_node(self) -> bool:
         """The value is exactly its node's buffer, in the node's own layout."""

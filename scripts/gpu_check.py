@@ -55,6 +55,7 @@ except ImportError as missing:
              "is needed), e.g. `pip install sympy`, and run again.")
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
+from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
 
 
 # --- the cases -----------------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ def cases(device: str, small: bool) -> list[dict]:
              inputs=lambda: (torch.randn(2, 32, 64, **f32),)),
         dict(name="tiny_transformer", model=Block(64, 4),
              inputs=lambda: (torch.randn(2, 32, 64, **f32),), mode="reduce-overhead"),
-    ]
+    ] + tiling_cases(device, small)
 
 
 # --- measuring -----------------------------------------------------------------------------------------------

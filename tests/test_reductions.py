@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import cpp
+from engine.codegen import cpp_reduction as cpp
 
 
 def _check(fn, *inputs):

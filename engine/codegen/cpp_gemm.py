@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.codegen.cpp import STORAGE_TYPES, CppPrinter, _Source
+from engine.codegen.cpp_printer import STORAGE_TYPES, CppPrinter, _Source
 from engine.codegen.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var

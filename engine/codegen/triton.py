@@ -20,10 +20,14 @@ import sympy
 import torch
 
 from engine.codegen.provenance import LineTag
+from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
+                                          choose_config)
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel, node_reads
+from engine.ir.indexing import loop_var
+from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import (KernelPlan, reduce_node, reduction_passes, store_node,
                                          store_row_value)
 
@@ -41,12 +45,6 @@ SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display ext
 # wants few, large programs; a GPU wants enough programs to fill its SMs and a few values per thread.
 # mode="max-autotune" times a few configs around the heuristic's on the GPU (candidate_configs); a reduction
 # over a leading dim (strided loads along r, e.g. x.sum(0)) is one place where it finds 2x.
-PERSISTENT_LIMIT = 8192
-INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
 # --- the prelude of helper functions -------------------------------------------------------------------------
@@ -88,70 +86,6 @@ def _with_dependencies(names: set[str]) -> list[str]:
     return ordered
 
 
-# --- launch configuration ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    XBLOCK: int
-    RBLOCK: int | None = None
-    num_warps: int = 4
-
-    def kwargs(self) -> dict:
-        values = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps}
-        if self.RBLOCK is not None:
-            values["RBLOCK"] = self.RBLOCK
-        return values
-
-    def text(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.kwargs().items())
-
-
-def _static(expr) -> int | None:
-    expr = sympy.sympify(expr)
-    return int(expr) if expr.is_Integer else None
-
-
-def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
-    """Block sizes and warps from the kernel's form and sizes (a symbolic size counts as large)."""
-    rows, red = _static(rows), _static(red)
-    most_rows = next_power_of_2(rows) if rows is not None else 1 << 30  # no block beyond the rows
-    if form == "pointwise":
-        xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
-        return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))
-    if form == "persistent":
-        rblock = next_power_of_2(red)
-        if interpreter:
-            return LaunchConfig(max(1, min(INTERPRETER_TILE // rblock, most_rows)), rblock, 4)
-        # about 1024 values per program for short rows; long rows get more warps (timed on an H200:
-        # 8192 rows of 512, 1024 and 8192 values do best with (2, 4), (1, 4) and (1, 16) as (XBLOCK, num_warps))
-        xblock = max(1, min(1024 // rblock, most_rows, 64))
-        return LaunchConfig(xblock, rblock, 4 if rblock <= 1024 else 8 if rblock <= 4096 else 16)
-    if interpreter:  # looped
-        return LaunchConfig(max(1, min(INTERPRETER_TILE // 4096, most_rows)), 4096, 8)
-    return LaunchConfig(1, 2048, 8)
-
-
-def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:
-    """A few configs around the heuristic's, for autotuning on a GPU."""
-    base = choose_config(form, rows, red, interpreter=False)
-    if form == "pointwise":
-        options = [base] + [LaunchConfig(x, None, w) for x, w in ((256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8))]
-    elif form == "persistent":
-        options = [base] + [LaunchConfig(x, base.RBLOCK, w) for x in (1, 2, 4, 8) for w in (4, 8, 16)
-                            if x * base.RBLOCK <= 16384 and x * base.RBLOCK >= 32 * w]
-    else:
-        options = [base] + [LaunchConfig(1, r, w) for r, w in ((512, 4), (1024, 4), (1024, 8), (4096, 8), (4096, 16))]
-    rows_p2 = next_power_of_2(_static(rows)) if _static(rows) is not None else None
-    unique = []
-    for option in options:
-        if rows_p2 is not None and option.XBLOCK > max(rows_p2, 16 if form == "pointwise" else 1):
-            continue
-        if option not in unique:
-            unique.append(option)
-    return unique
-
-
 # --- kernels -------------------------------------------------------------------------------------------------
 
 
@@ -161,20 +95,25 @@ class TritonKernel:
     source: str
     args: list[str]  # buffer names in signature order
     size_args: list[str]
-    form: str  # pointwise | persistent | looped
-    rows: sympy.Expr
-    red: sympy.Expr
+    form: str  # pointwise | tiled | persistent | looped | column (engine/codegen/triton_config.py)
+    rows: sympy.Expr  # tiled: the Y extent
+    red: sympy.Expr  # tiled: the X extent
     config: LaunchConfig
     int64: bool
     signature: dict  # argument name -> triton type ("*fp32", "i32", "constexpr") for triton.compile
+    tiling: Tiling
     line_tags: list = field(default_factory=list)
     tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
 
     def grid(self, config: LaunchConfig | None = None) -> tuple | None:
-        rows = _static(self.rows)
+        rows = static_int(self.rows)
         if rows is None:
             return None
-        block = (config or self.config).XBLOCK
+        config = config or self.config
+        if self.form == "tiled":  # one axis of programs: Note [Tiles on a 1-D grid]
+            red = static_int(self.red)
+            return (-(-rows // config.YBLOCK) * -(-red // config.XBLOCK), 1, 1) if red is not None else None
+        block = config.XBLOCK
         return ((rows + block - 1) // block, 1, 1)
 
     def grid_text(self) -> str:
@@ -186,6 +125,10 @@ class TritonKernel:
         if static is not None:
             return str(static[0])
         rows = triton_index(sympy.sympify(self.rows))
+        if self.form == "tiled":
+            columns = triton_index(sympy.sympify(self.red))
+            y, x = self.config.YBLOCK, self.config.XBLOCK
+            return f"((({rows}) + {y - 1}) // {y}) * ((({columns}) + {x - 1}) // {x})"
         return f"(({rows}) + {self.config.XBLOCK - 1}) // {self.config.XBLOCK}"
 
     def record_fields(self) -> dict:
@@ -194,7 +137,7 @@ class TritonKernel:
             "form": self.form, "config": self.config.kwargs(), "grid": self.grid_text(), "int64_index": self.int64,
             "gpu_config": choose_config(self.form, self.rows, self.red, interpreter=False).kwargs(),
             "signature": self.signature, "rows": str(self.rows), "red": str(self.red),
-            "autotune": self.tuning}}
+            "autotune": self.tuning}, "tiling": self.tiling.record()}
 
 
 class _Source:
@@ -212,21 +155,39 @@ class _Source:
             self.add(line, tag)
 
 
-def kernel_form(kernel: Kernel) -> str:
+def kernel_form(kernel: Kernel, tiling: Tiling) -> str:
     if kernel.kind != "reduction":
-        return "pointwise"
-    red = _static(kernel.red)
+        return "tiled" if tiling.choice == "2d" else "pointwise"
+    if tiling.choice == "column":
+        return "column"
+    red = static_int(kernel.red)
     return "persistent" if red is not None and red <= PERSISTENT_LIMIT else "looped"
+
+
+def _plan(kernel: Kernel, tiling: Tiling, form: str) -> KernelPlan:
+    """The tiled form walks the output as (y, x) with flat index y*X + x: the plan of a kernel of Y rows of X
+    elements each, all of them stored per element (Note [Fused loop shape])."""
+    if form == "tiled":
+        return KernelPlan(kernel.nodes, tiling.y, tiling.x, x=loop_var("y", 0), r=loop_var("x", 0))
+    return kernel.plan
+
+
+def _tiling_note(tiling: Tiling, form: str) -> Tiling:
+    """What this backend does with the choice, when it differs from it."""
+    if tiling.choice == "split":
+        return Tiling("split", tiling.reason + "; Triton: not split yet, one program per output row (" + form + ")")
+    return tiling
 
 
 def _needs_int64(kernel: Kernel, buffers: dict) -> bool:
     sizes = [kernel.rows * kernel.red] + [buffers[n].numel for n in kernel.reads + kernel.stored if n in buffers]
-    return any(_static(s) is None or _static(s) >= INT32_LIMIT for s in sizes)
+    return any(static_int(s) is None or static_int(s) >= INT32_LIMIT for s in sizes)
 
 
 def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpreter: bool) -> TritonKernel:
-    plan = kernel.plan
-    form = kernel_form(kernel)
+    tiling = choose_tiling(kernel.kind, kernel.nodes, kernel.rows, kernel.red, buffers, kernel.stored)
+    form = kernel_form(kernel, tiling)
+    plan = _plan(kernel, tiling, form)
     int64 = _needs_int64(kernel, buffers)
     config = choose_config(form, plan.rows, plan.red, interpreter)
     masks = _masks(form, plan, config)
@@ -235,9 +196,11 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
     with use_handler(printer):
         if form == "pointwise":
             _pointwise_body(kernel, plan, printer, body, masks, int64)
+        elif form == "tiled":
+            _tiled_body(kernel, plan, printer, body, masks, int64)
         else:
             _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers)
-    return _finish(kernel, buffers, printer, body, size_symbols, form, config, int64)
+    return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, _tiling_note(tiling, form))
 
 
 def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
@@ -245,11 +208,16 @@ def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
     config it may launch with (the GPU's, the interpreter's, the autotuner's), so all of them must divide."""
     configs = [config, choose_config(form, plan.rows, plan.red, True), choose_config(form, plan.rows, plan.red, False)]
     configs += candidate_configs(form, plan.rows, plan.red)
-    rows, red = _static(plan.rows), _static(plan.red)
+    rows, red = static_int(plan.rows), static_int(plan.red)
 
     def needs_mask(n: int | None, blocks: list[int]) -> bool:  # every block divides 0, yet no lane is inside
         return n is None or n == 0 or any(n % block for block in blocks)
 
+    if form == "tiled":  # Y rows (the plan's x axis) by X columns (its r axis)
+        y_needed = needs_mask(rows, [c.YBLOCK for c in configs])
+        x_needed = needs_mask(red, [c.XBLOCK for c in configs])
+        both = "mask" if y_needed and x_needed else ("ymask" if y_needed else "xmask" if x_needed else None)
+        return {"x": "ymask" if y_needed else None, "r": "xmask" if x_needed else None, "xr": both}
     x_needed = needs_mask(rows, [c.XBLOCK for c in configs])
     masks = {"x": "xmask" if x_needed else None}
     if form != "pointwise":
@@ -281,15 +249,43 @@ def _take_stores(printer: TritonPrinter) -> list[tuple[str, LineTag]]:
     return stores
 
 
-def _pointwise_body(kernel, plan, printer, body, masks, int64):
-    _rows_header(body, plan, masks, int64, two_d=False)
-    printer.store_dims, printer.store_shape = X, "[XBLOCK]"
+def _store_every_output(kernel, plan, printer, body, dims, shape):
+    """A pointwise kernel's body: each stored node computed at its index and stored over the block."""
+    printer.store_dims, printer.store_shape = dims, shape
     for node in [n for n in kernel.nodes if n.name in kernel.stored]:
         printer.tag = LineTag(node.name)
         store_node(plan, node)
     body.extend(printer.take())
     for line, tag in _take_stores(printer):
         body.add(line, tag)
+
+
+def _pointwise_body(kernel, plan, printer, body, masks, int64):
+    _rows_header(body, plan, masks, int64, two_d=False)
+    _store_every_output(kernel, plan, printer, body, X, "[XBLOCK]")
+
+
+# Note [Tiles on a 1-D grid]
+# The tiled form's programs are numbered along one grid axis, as every other form's (the bound launcher
+# starts grid_x programs; a second CUDA grid axis would also cap the Y blocks at 65535): program p walks
+# X block p % xblocks of Y block p // xblocks, so neighbouring programs share the Y rows of the read.
+
+
+def _tiled_body(kernel, plan, printer, body, masks, int64):
+    """[YBLOCK, XBLOCK] tiles over (y, x) (Note [Tiling from strides], Note [Tiles on a 1-D grid])."""
+    pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+    body.add(f"xblocks = ({triton_index(plan.red)} + XBLOCK - 1) // XBLOCK")
+    body.add(f"yoffset = ({pid} // xblocks) * YBLOCK")
+    body.add("y0 = yoffset + tl.arange(0, YBLOCK)[:, None]")
+    if masks["x"]:
+        body.add(f"ymask = y0 < {triton_index(plan.rows)}")
+    body.add(f"xoffset = ({pid} % xblocks) * XBLOCK")
+    body.add("x0 = xoffset + tl.arange(0, XBLOCK)[None, :]")
+    if masks["r"]:
+        body.add(f"xmask = x0 < {triton_index(plan.red)}")
+    if masks["x"] and masks["r"]:
+        body.add("mask = ymask & xmask")
+    _store_every_output(kernel, plan, printer, body, XR, "[YBLOCK, XBLOCK]")
 
 
 # Reductions (Note [torch semantics in Triton] in triton_prelude.py): each value is first made a full
@@ -351,7 +347,7 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
     if form == "persistent":
         _r_header(body, plan, masks, int64, "")
     for group in reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers)):
-        if form == "looped":
+        if form != "persistent":
             printer.start_inner_loop()
         updates, finals, inits = [], [], []
         printer.pass_reductions = []
@@ -391,7 +387,7 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
 
 
 def _r_loop(body, plan, masks, int64, printer, tail):
-    symbolic = _static(plan.red) is None
+    symbolic = static_int(plan.red) is None
     if symbolic:  # older Triton interpreters cannot take a tensor (a size argument) as range()'s bound
         body.add("roffset = 0")
         body.add(f"while roffset < {triton_index(plan.red)}:")
@@ -425,7 +421,7 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
         body.add(line, tag)
     if not full:
         return
-    if form == "looped":
+    if form != "persistent":
         printer.start_inner_loop()
     printer.store_dims, printer.store_shape = XR, "[XBLOCK, RBLOCK]"
     for node in full:
@@ -444,12 +440,12 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _finish(kernel, buffers, printer, body, size_symbols, form, config, int64) -> TritonKernel:
+def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:
     text = "\n".join(body.lines)
     used = set(_IDENTIFIER.findall(text))
     args = [n for n in kernel.reads if n in printer.loaded] + list(kernel.stored)
     sizes = [str(s) for s in size_symbols if str(s) in used]
-    constexprs = ["XBLOCK"] + ([] if form == "pointwise" else ["RBLOCK"])
+    constexprs = ["XBLOCK"] + ({"pointwise": [], "tiled": ["YBLOCK"]}.get(form, ["RBLOCK"]))
     params = args + sizes + [f"{c}: tl.constexpr" for c in constexprs]
     header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):"]
     prologue = [f"    {s} = {s}.to(tl.int64)" for s in sizes] if int64 else []
@@ -458,8 +454,8 @@ def _finish(kernel, buffers, printer, body, size_symbols, form, config, int64) -
     signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
     signature.update({s: "i32" for s in sizes})
     signature.update({c: "constexpr" for c in constexprs})
-    return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, kernel.rows, kernel.red, config, int64,
-                        signature, tags)
+    return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, plan.rows, plan.red, config, int64,
+                        signature, tiling, tags)
 
 
 # --- the module ----------------------------------------------------------------------------------------------

@@ -249,7 +249,7 @@ def bind_launch(kernel, function, interpret: bool, checked: tuple[int, ...], tun
     """The TritonLaunch for a generated kernel, under kernel.name in `namespace` (where, once bound, its
     generated launcher replaces it); autotuned at its first launch when tune_device is given."""
     config = kernel.config.kwargs()
-    constexprs = {k: config[k] for k in ("XBLOCK", "RBLOCK") if k in config}
+    constexprs = {k: config[k] for k in ("XBLOCK", "YBLOCK", "RBLOCK") if k in config}
     launch = TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, checked, interpret,
                           tune=(kernel, tune_device) if tune_device else None)
     if namespace is not None:
@@ -296,7 +296,7 @@ def autotune(kernel, jit_function, args, device: str):
     timed = [r for r in results if r.get("ms") is not None]
     best = min(timed, key=lambda r: r["ms"])["config"] if timed else kernel.config.kwargs()
     kernel.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
-    kernel.config = LaunchConfig(best["XBLOCK"], best.get("RBLOCK"), best["num_warps"])
+    kernel.config = LaunchConfig(**best)
     return kernel.config
 
 
@@ -412,7 +412,7 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
                 continue
             # the config the kernel launches with on a GPU (a CPU record's own config is the interpreter's)
             config = (info.get("autotune") or {}).get("best") or info.get("gpu_config", info["config"])
-            constants = {k: v for k, v in config.items() if k in ("XBLOCK", "RBLOCK")}
+            constants = {k: v for k, v in config.items() if k in ("XBLOCK", "YBLOCK", "RBLOCK")}
             entry["asm"] = kernel_assembly(code["source"], entry["name"], info["signature"], constants,
                                            config.get("num_warps", 4))
             count += 1

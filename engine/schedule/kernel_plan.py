@@ -59,7 +59,7 @@ class KernelPlan:
     def index(self, node: Buffer) -> list[Expr]:
         """Where `node` is computed when the kernel stores it."""
         if self.role(node) == "full":
-            linear = self.x * self.red + self.r if self.is_reduction else self.x
+            linear = self.x if _same(self.red, 1) else self.x * self.red + self.r
             return [self.simplify(e) for e in unflatten(linear, node.size)]
         return [self.simplify(e) for e in unflatten(self.x, node.size)]
 

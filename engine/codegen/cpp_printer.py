@@ -1,0 +1,323 @@
+"""The C++ printer (the ops protocol -> C++ lines, one spelling table) and the pieces every C++ kernel is
+assembled from: the provenance-tagged source, stores, the signature (arguments found in the body)."""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+
+from engine.codegen.kernel_printer import KernelPrinter
+from engine.codegen.provenance import LineTag
+from engine.ir.handlers import Var
+from engine.ir.indexing import c_index, simplify_index
+from engine.ir.nodes import Buffer
+from engine.schedule.fusion import Kernel
+from engine.schedule.kernel_plan import KernelPlan, store_node
+from engine.schedule.tiling import Tiling
+
+C_TYPES = {
+    torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.float16: "float", torch.bfloat16: "float",  # computed in float
+}
+STORAGE_TYPES = {**C_TYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
+PARALLEL_MIN_ELEMENTS = 32768  # below this, starting OpenMP threads costs more than it saves
+
+LIBM = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos",
+        "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
+        "trunc"}
+UNARY_FLOAT_CALLS = {**{name: name for name in LIBM}, "round": "nearbyint", "erfinv": "gb_erfinv",
+                     "sign": "gb_sign"}
+
+
+def _math_call(op: str, dtype: torch.dtype) -> str:
+    """float32 (and half, computed in float) calls the C float function, which has a vector version
+    (Note [Vector math]); double calls std::."""
+    name = UNARY_FLOAT_CALLS[op]
+    if name.startswith("gb_"):
+        return name
+    return f"{name}f" if c_type(dtype) == "float" else f"std::{name}"
+INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+         "ge": ">=", "logical_and": "&&", "logical_or": "||", "bitwise_and": "&", "bitwise_or": "|",
+         "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>"}
+
+
+def c_type(dtype: torch.dtype) -> str:
+    return C_TYPES[dtype]
+
+
+def c_constant(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        ctype = c_type(dtype)
+        value = float(value)
+        if math.isnan(value):
+            return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+        if math.isinf(value):
+            return f"{'-' if value < 0 else ''}std::numeric_limits<{ctype}>::infinity()"
+        text = repr(value)
+        return f"{text}f" if ctype == "float" else text
+    value = int(value)
+    if value == -(2 ** 63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"({c_type(dtype)}){value}LL" if dtype == torch.int64 else f"({c_type(dtype)}){value}"
+
+
+def _float_call(op: str):
+    """A C math function: float for float32 and half, double otherwise; integers through double
+    (floor/ceil/trunc/round of an integer is the integer)."""
+    def spell(p, a):
+        if not a.dtype.is_floating_point:
+            if op in ("floor", "ceil", "trunc", "round"):
+                return f"{a}"
+            if op != "sign":
+                return f"{_math_call(op, torch.float64)}(static_cast<double>({a}))"
+        return f"{_math_call(op, a.dtype)}({a})"
+    return spell
+
+
+def _infix(symbol: str):
+    return lambda p, a, b: f"{a} {symbol} {b}"
+
+
+def _one(a) -> str:
+    return c_constant(1, a.dtype)
+
+
+def _truediv(p, a, b):
+    if a.dtype.is_floating_point and a.varying and not b.varying:
+        # one division per row, then multiplies: the reciprocal is hoisted out of the inner loop
+        return f"{a} * {p.emit(f'{c_constant(1, b.dtype)} / {b}', b.dtype, False)}"
+    return f"{a} / {b}"
+
+
+def _by_kind(floating: str, integer: str):
+    """A binary op spelled one way for floating operands, another for integers ({a}, {b}, {t}: C type)."""
+    return lambda p, a, b: (floating if a.dtype.is_floating_point else integer).format(a=a, b=b, t=c_type(a.dtype))
+
+
+CPP_SPELLINGS = {  # Note [Spelling tables]
+    **{op: _float_call(op) for op in UNARY_FLOAT_CALLS},
+    **{op: _infix(symbol) for op, symbol in INFIX.items()},
+    "neg": lambda p, a: f"-{a}",
+    "abs": lambda p, a: f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
+    "rsqrt": lambda p, a: f"{_one(a)} / {_math_call('sqrt', a.dtype)}({a})",
+    "sigmoid": lambda p, a: f"{_one(a)} / ({_one(a)} + {_math_call('exp', a.dtype)}(-{a}))",
+    "relu": lambda p, a: f"{a} < {c_constant(0, a.dtype)} ? {c_constant(0, a.dtype)} : {a}",
+    "reciprocal": lambda p, a: f"{_one(a)} / {a}",
+    "square": lambda p, a: f"{a} * {a}",
+    "logical_not": lambda p, a: f"!{a}",
+    "bitwise_not": lambda p, a: f"!{a}" if a.dtype == torch.bool else f"~{a}",
+    "isnan": lambda p, a: f"{a} != {a}",
+    "isinf": lambda p, a: f"std::isinf({a})" if a.dtype.is_floating_point else "false",
+    "signbit": lambda p, a: f"std::signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
+    "truediv": _truediv,
+    "floordiv": _by_kind("std::floor({a} / {b})", "gb_floordiv<{t}>({a}, {b})"),
+    "truncdiv": _by_kind("std::trunc({a} / {b})", "{a} / {b}"),
+    "remainder": _by_kind("gb_fmod_py({a}, {b})", "gb_mod<{t}>({a}, {b})"),
+    "fmod": _by_kind("std::fmod({a}, {b})", "{a} % {b}"),
+    "pow": _by_kind("std::pow({a}, {b})", "gb_ipow<{t}>({a}, {b})"),
+    "maximum": _by_kind("gb_maximum<{t}>({a}, {b})", "gb_maximum<{t}>({a}, {b})"),
+    "minimum": _by_kind("gb_minimum<{t}>({a}, {b})", "gb_minimum<{t}>({a}, {b})"),
+    "atan2": lambda p, a, b: f"std::atan2({a}, {b})",
+    "hypot": lambda p, a, b: f"std::hypot({a}, {b})",
+    "copysign": lambda p, a, b: f"std::copysign({a}, {b})",
+    "logical_xor": lambda p, a, b: f"(bool){a} != (bool){b}",
+}
+class CppPrinter(KernelPrinter):
+    """Writes one kernel body. Loads of this kernel's own nodes are inlined (see kernel_plan.Inliner)."""
+
+    SPELLINGS = CPP_SPELLINGS
+
+    def __init__(self, plan: KernelPlan, buffers: dict, inner_var: sympy.Symbol, index_ranges: dict):
+        super().__init__(plan, buffers, compute=self._compute)
+        self.inner_var = inner_var
+        self.index_ranges = index_ranges
+        self.substitution: dict = {}
+        self.varying_symbols: set = {inner_var}
+        self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
+        self.row_cache_index: sympy.Symbol | None = None
+        self.cache_written_now: set[str] = set()
+        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
+        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
+        self.split = False  # a split reduction's chunk loops run on all threads (Note [Split reductions in C++])
+
+    def _compute(self, node, index):
+        if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
+            return node.inner_fn(list(index))
+        slot = f"cache_{node.name}[{self.row_cache_index}]"
+        if self.row_cache[node.name]:
+            return self.emit(slot, node.dtype, True)
+        value = node.inner_fn(list(index))
+        self.add_line(f"{slot} = {value};", True)
+        self.cache_written_now.add(node.name)
+        return value
+
+    def finish_pass(self):
+        """Values cached in the pass just emitted are readable from the next one on."""
+        for name in self.cache_written_now:
+            self.row_cache[name] = True
+        self.cache_written_now = set()
+
+    def emit(self, text, dtype, varying=True):
+        key = (text, dtype)
+        if key in self._cache:
+            return self._cache[key]
+        var = Var(next(self._names), dtype, varying)
+        self.add_line(self.declare(var, text), varying)
+        self._cache[key] = var
+        return var
+
+    # -- ops -------------------------------------------------------------------------------------------------
+    def declare(self, var, text):
+        return f"const {c_type(var.dtype)} {var} = {text};"
+
+    def index(self, expr) -> tuple[str, bool]:
+        expr = simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
+        return c_index(expr), bool(expr.free_symbols & self.varying_symbols)
+
+    def _load_memory(self, name, index):
+        buffer = self.buffers[name]
+        text, varying = self.index(buffer.storage_offset(index))
+        access = f"{name}[{text}]"
+        if buffer.dtype == torch.float16:
+            access = f"gb_half_to_float({access})"
+        elif buffer.dtype == torch.bfloat16:
+            access = f"gb_bf16_to_float({access})"
+        return self.emit(access, buffer.dtype, varying)
+
+    def constant(self, value, dtype):
+        return Var(c_constant(value, dtype), dtype, False)
+
+    def index_expr(self, expr, dtype):
+        text, varying = self.index(expr)
+        return self.emit(f"static_cast<{c_type(dtype)}>({text})", dtype, varying)
+
+    def to_dtype(self, x, dtype):
+        if dtype == torch.bool:
+            return self.emit(f"({x} != 0)", dtype, x.varying)
+        if dtype == torch.float16:
+            return self.emit(f"gb_round_half(static_cast<float>({x}))", dtype, x.varying)
+        if dtype == torch.bfloat16:
+            return self.emit(f"gb_round_bf16(static_cast<float>({x}))", dtype, x.varying)
+        return self.emit(f"static_cast<{c_type(dtype)}>({x})", dtype, x.varying)
+
+    def where(self, cond, a, b):
+        return self.emit(f"{cond} ? {a} : {b}", a.dtype, cond.varying or a.varying or b.varying)
+
+    def declare_indirect(self, symbol, value, size):
+        size_text, _ = self.index(size)
+        self.add_line(f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : "
+                      f"static_cast<int64_t>({value});", value.varying)
+        if value.varying:
+            self.varying_symbols.add(symbol)
+        return value.varying
+
+    # -- kernel structure (Note [Kernel structure ops]) -----------------------------------------------------
+    def store(self, name, index, value):
+        index_text, _ = self.index(self.buffers[name].storage_offset(index))
+        self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
+
+    def store_reduction(self, name, index, value):
+        self.store(name, index, value)
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        """Declares the accumulator of the current pass (emitted by _emit_pass); its name is the row's value."""
+        node = self.tag.ir_node
+        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
+        name = f"acc_{node}_index" if reduction_type in ("argmax", "argmin") else f"acc_{node}"
+        return Var(name, torch.int64 if reduction_type in ("argmax", "argmin") else dtype, False)
+
+
+@dataclass
+class CppKernel:
+    name: str
+    source: str
+    args: list[str]  # buffer names in signature order, then size symbols
+    size_args: list[str]
+    tiling: Tiling
+    line_tags: list = field(default_factory=list)  # one per source line
+
+    def record_fields(self) -> dict:
+        return {"tiling": self.tiling.record()}
+
+
+def parallel_clause(work) -> str:
+    if work.is_Integer and int(work) < PARALLEL_MIN_ELEMENTS:
+        return ""
+    condition = "" if work.is_Integer else f" if({c_index(work)} >= {PARALLEL_MIN_ELEMENTS})"
+    return f"#pragma omp parallel for{condition}"
+
+
+def _store_text(node: Buffer, index_text: str, value: Var) -> str:
+    if node.dtype == torch.float16:
+        value_text = f"gb_float_to_half({value})"
+    elif node.dtype == torch.bfloat16:
+        value_text = f"gb_float_to_bf16({value})"
+    else:
+        value_text = f"{value}"
+    return f"{node.name}[{index_text}] = {value_text};"
+
+
+def emit_stores(nodes: list[Buffer], plan: KernelPlan, printer: CppPrinter) -> tuple[list[str], list]:
+    """Compute each node at the index the kernel stores it (its body lines go to the printer)."""
+    printer.stores = []
+    for node in nodes:
+        printer.tag = LineTag(node.name)
+        store_node(plan, node)
+    return [line for line, _ in printer.stores], [tag for _, tag in printer.stores]
+
+
+class _Source:
+    """Lines with indentation and one provenance tag each."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.tags: list = []
+        self.depth = 0
+
+    def add(self, line: str, tag=None):
+        self.lines.append("    " * self.depth + line)
+        self.tags.append(tag)
+
+    def extend(self, lines, tags):
+        for line, tag in zip(lines, tags):
+            self.add(line, tag)
+
+    @contextlib.contextmanager
+    def block(self, header: str = "", pragma: str = ""):
+        """`pragma`, `header {`, the indented body, `}`."""
+        if pragma:
+            self.add(pragma)
+        self.add(f"{header} {{".lstrip())
+        self.depth += 1
+        yield
+        self.depth -= 1
+        self.add("}")
+
+
+def _signature(kernel: Kernel, buffers: dict, body_text: str, size_symbols) -> tuple[str, list[str], list[str]]:
+    params, names = [], []
+    for name in kernel.reads:
+        if f"{name}[" in body_text:
+            params.append(f"const {STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
+            names.append(name)
+    for name in kernel.stored:
+        params.append(f"{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
+        names.append(name)
+    sizes = [str(s) for s in size_symbols if str(s) in body_text.replace("(", " ").replace(")", " ")
+             .replace("*", " ").replace("+", " ").replace(";", " ").replace("<", " ").replace(",", " ").split()]
+    params += [f"const int64_t {s}" for s in sizes]
+    return f'extern "C" void {kernel.name}({", ".join(params)})', names, sizes
+
+
+def finish_kernel(kernel, buffers, body: _Source, size_symbols, tiling: Tiling) -> CppKernel:
+    text = "\n".join(body.lines)
+    header, names, sizes = _signature(kernel, buffers, text, size_symbols)
+    lines = [header] + body.lines
+    tags = [None] + body.tags
+    return CppKernel(kernel.name, "\n".join(lines), names, sizes, tiling, tags)

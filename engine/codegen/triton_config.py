@@ -1,0 +1,107 @@
+"""Triton launch configurations: block sizes and warps per kernel form, for the GPU and for the interpreter.
+
+Forms (Note [Triton kernel shapes] in triton.py; tilings in engine/schedule/tiling.py):
+  pointwise   1-D blocks of XBLOCK outputs
+  tiled       2-D [YBLOCK, XBLOCK] tiles of a pointwise kernel whose reads and writes run along different
+              output dims (Note [Tiling from strides])
+  persistent  [XBLOCK rows, RBLOCK >= the row] in registers
+  looped      [XBLOCK rows, RBLOCK] walked along the row
+  column      looped, with many outputs a tile (XBLOCK) and a few reduction steps (RBLOCK): the reads are
+              contiguous along the outputs (a reduction over a non-innermost axis)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+PERSISTENT_LIMIT = 8192
+INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    XBLOCK: int
+    RBLOCK: int | None = None
+    num_warps: int = 4
+    YBLOCK: int | None = None  # the tiled form's second tile side
+
+    def kwargs(self) -> dict:
+        values = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps}
+        if self.RBLOCK is not None:
+            values["RBLOCK"] = self.RBLOCK
+        if self.YBLOCK is not None:
+            values["YBLOCK"] = self.YBLOCK
+        return values
+
+    def text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.kwargs().items())
+
+
+def static_int(expr) -> int | None:
+    expr = sympy.sympify(expr)
+    return int(expr) if expr.is_Integer else None
+
+
+def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
+    """Block sizes and warps from the kernel's form and sizes (a symbolic size counts as large). For the
+    tiled form `rows` and `red` are the Y and X extents."""
+    rows, red = static_int(rows), static_int(red)
+    most_rows = next_power_of_2(rows) if rows is not None else 1 << 30  # no block beyond the rows
+    most_red = next_power_of_2(red) if red is not None else 1 << 30
+    if form == "tiled":
+        # 64x64 tiles: each side at least one 128-byte line of float32 for coalescing, 4096 values over 8 warps
+        xblock = min(1024 if interpreter else 64, most_red)
+        yblock = min(max(1, INTERPRETER_TILE // xblock) if interpreter else 64, most_rows)
+        return LaunchConfig(xblock, None, 4 if xblock * yblock <= 2048 else 8, yblock)
+    if form == "column":
+        if interpreter:
+            xblock = min(most_rows, 1024)
+            return LaunchConfig(xblock, max(1, min(most_red, INTERPRETER_TILE // xblock)), 4)
+        # many outputs a program (one 128-byte line or two per reduction step), enough programs to fill the SMs
+        return LaunchConfig(min(32 if rows is not None and rows < 16384 else 64, most_rows), 64, 8)
+    if form == "pointwise":
+        xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
+        return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))
+    if form == "persistent":
+        rblock = next_power_of_2(red)
+        if interpreter:
+            return LaunchConfig(max(1, min(INTERPRETER_TILE // rblock, most_rows)), rblock, 4)
+        # about 1024 values per program for short rows; long rows get more warps (timed on an H200:
+        # 8192 rows of 512, 1024 and 8192 values do best with (2, 4), (1, 4) and (1, 16) as (XBLOCK, num_warps))
+        xblock = max(1, min(1024 // rblock, most_rows, 64))
+        return LaunchConfig(xblock, rblock, 4 if rblock <= 1024 else 8 if rblock <= 4096 else 16)
+    if interpreter:  # looped
+        return LaunchConfig(max(1, min(INTERPRETER_TILE // 4096, most_rows)), 4096, 8)
+    return LaunchConfig(1, 2048, 8)
+
+
+def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:
+    """A few configs around the heuristic's, for autotuning on a GPU."""
+    base = choose_config(form, rows, red, interpreter=False)
+    if form == "pointwise":
+        options = [base] + [LaunchConfig(x, None, w) for x, w in ((256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8))]
+    elif form == "tiled":
+        options = [base] + [LaunchConfig(x, None, w, y) for x, y, w in ((32, 32, 4), (64, 64, 8), (128, 32, 8),
+                                                                        (32, 128, 8), (64, 16, 4))]
+    elif form == "column":
+        options = [base] + [LaunchConfig(x, r, w) for x, r, w in ((32, 32, 4), (64, 32, 8), (64, 64, 8),
+                                                                  (128, 16, 8), (16, 128, 8))]
+    elif form == "persistent":
+        options = [base] + [LaunchConfig(x, base.RBLOCK, w) for x in (1, 2, 4, 8) for w in (4, 8, 16)
+                            if x * base.RBLOCK <= 16384 and x * base.RBLOCK >= 32 * w]
+    else:
+        options = [base] + [LaunchConfig(1, r, w) for r, w in ((512, 4), (1024, 4), (1024, 8), (4096, 8), (4096, 16))]
+    rows_p2 = next_power_of_2(static_int(rows)) if static_int(rows) is not None else None
+    unique = []
+    for option in options:
+        too_wide = option.YBLOCK if form == "tiled" else option.XBLOCK
+        if rows_p2 is not None and too_wide > max(rows_p2, 16 if form == "pointwise" else 1):
+            continue
+        if option not in unique:
+            unique.append(option)
+    return unique

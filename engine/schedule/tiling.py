@@ -1,0 +1,145 @@
+"""Tiling: how a kernel walks memory, chosen from the strides in its index expressions, with a reason.
+
+Note [Tiling from strides]
+A kernel's loads and stores are sympy offsets over its loop variables (x: the output position, r: the
+reduction position; Note [Fused loop shape]). The stride of an access along a variable is probed: the offset
+one step away minus the offset at the origin (exact for an affine offset, and the local stride for the
+floor/mod of reshapes and permutes). Loads that do not move with the variable (broadcasts) do not count.
+
+pointwise  "1d"      every access moves with stride 1 along the output's last dim: one axis of blocks.
+           "2d"      a load is contiguous along another output dim d (a transpose, a permute, NCHW <-> NHWC)
+                     while the output is written along its last: the output splits into Y = dims 0..d and
+                     X = dims d+1.. (the flat index is y * X + x), and a [Y, X] tile reads the transposed
+                     input coalesced along Y and writes the output coalesced along X.
+reduction  "row"     the reduction runs along stride 1 (a softmax row): a program or a thread owns rows.
+           "column"  a load is contiguous along the outputs and strided along the reduction (x.sum(0), a
+                     mean over the batch, a norm over dim 1 of NCHW): a tile of many outputs times a few
+                     reduction steps reads it coalesced, and walks the reduction in a loop.
+           "split"   few outputs, a long reduction (a full sum, a column sum of a few columns): the reduction
+                     is split so that all threads take part (C++: Note [Split reductions in C++]).
+A backend that has no form for a choice records what it does instead, and why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from engine.ir.handlers import AccessRecorder, Var
+from engine.ir.indexing import contiguous_strides, product
+from engine.ir.nodes import Buffer, Reduction
+from engine.ir.ops import use_handler
+from engine.schedule.kernel_plan import Inliner, KernelPlan
+
+TILE_MIN = 16  # a side shorter than this does not pay for a second tile axis
+SPLIT_MAX_OUTPUTS = 16
+SPLIT_MIN_REDUCTION = 1 << 16
+
+
+@dataclass(frozen=True)
+class Tiling:
+    choice: str  # 1d | 2d | row | column | split
+    reason: str
+    y: sympy.Expr = sympy.Integer(1)  # 2d: the Y extent (dims 0..d of the output, flattened) ...
+    x: sympy.Expr = sympy.Integer(1)  # ... and the X extent (dims d+1..)
+
+    def record(self) -> dict:
+        entry = {"choice": self.choice, "reason": self.reason}
+        if self.choice == "2d":
+            entry["tile"] = {"y": str(self.y), "x": str(self.x)}
+        return entry
+
+
+@dataclass(frozen=True)
+class Access:
+    name: str
+    offset: sympy.Expr
+
+
+def _accesses(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored: list[str]) -> list[Access]:
+    """Every load from memory (in-kernel producers inlined) and every store, as offsets over x and r."""
+    inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
+                      accumulator=lambda name: Var("acc", buffers[name].dtype))
+    recorder = AccessRecorder(buffers, on_load=inliner.load)
+    with use_handler(recorder):
+        for node in nodes:
+            if isinstance(node, Reduction):
+                node.inner_fn(plan.index(node), plan.rindex(node))
+            elif node.name in stored:
+                node.inner_fn(plan.index(node))
+    loads = [(name, index) for name, index in recorder.loads if name not in plan.by_name]
+    stores = [(node.name, tuple(plan.index(node))) for node in nodes if node.name in stored]
+    result = []
+    for name, index in loads + stores:
+        try:
+            result.append(Access(name, sympy.expand(buffers[name].storage_offset(index))))
+        except (TypeError, ValueError):  # a data-dependent index (gather): no stride to read
+            continue
+    return result
+
+
+def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> int | None:
+    """offset(variable = step) - offset(variable = 0), the other loop variables at 0; None if not a number."""
+    origin = {v: 0 for v in others}
+    try:
+        moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})
+    except (TypeError, ValueError):
+        return None
+    moved = sympy.simplify(moved)
+    return int(moved) if moved.is_Integer else None
+
+
+def _static(expr) -> int | None:
+    expr = sympy.sympify(expr)
+    return int(expr) if expr.is_Integer else None
+
+
+def choose_tiling(kind: str, nodes: list[Buffer], rows, red, buffers: dict, stored: list[str]) -> Tiling:
+    plan = KernelPlan(nodes, rows, red)
+    accesses = _accesses(nodes, plan, buffers, stored)
+    if kind == "reduction":
+        return _reduction_tiling(plan, accesses)
+    return _pointwise_tiling(plan, nodes, stored, accesses)
+
+
+def _pointwise_tiling(plan: KernelPlan, nodes, stored, accesses: list[Access]) -> Tiling:
+    outputs = [n for n in nodes if n.name in stored]
+    size = max((n.size for n in outputs), key=len, default=())
+    if len(size) < 2:
+        return Tiling("1d", "one output dim: blocks along it")
+    strides = contiguous_strides(size)
+    last = len(size) - 1
+    for access in accesses:
+        along_last = probe_stride(access.offset, plan.x, 1, [plan.r])
+        if along_last in (0, 1) or along_last is None:
+            continue
+        for d in range(last - 1, -1, -1):
+            if _static(size[d]) == 1:
+                continue
+            if probe_stride(access.offset, plan.x, strides[d], [plan.r]) == 1:
+                x_extent, y_extent = product(size[d + 1:]), product(size[:d + 1])
+                small = [e for e in (x_extent, y_extent) if _static(e) is not None and _static(e) < TILE_MIN]
+                if small:
+                    return Tiling("1d", f"{access.name} is contiguous along dim {d}, not the last, but a tile side "
+                                        f"would be {small[0]} (< {TILE_MIN}): blocks along the output")
+                return Tiling("2d", f"{access.name} is contiguous along dim {d} of the output but strided "
+                                    f"({along_last}) along the last dim, which the output is written along: the "
+                                    f"output is walked as Y={y_extent} x X={x_extent} in 2D tiles, coalesced "
+                                    f"along Y for the read and along X for the write", y_extent, x_extent)
+    return Tiling("1d", "every access is contiguous (or broadcast) along the output's last dim")
+
+
+def _reduction_tiling(plan: KernelPlan, accesses: list[Access]) -> Tiling:
+    rows, red = _static(plan.rows), _static(plan.red)
+    if rows is not None and red is not None and rows <= SPLIT_MAX_OUTPUTS and red >= SPLIT_MIN_REDUCTION:
+        return Tiling("split", f"{rows} output(s), each reducing {red} elements: the reduction is split so "
+                               f"that every thread takes part")
+    for access in accesses:
+        along_r = probe_stride(access.offset, plan.r, 1, [plan.x])
+        along_x = probe_stride(access.offset, plan.x, 1, [plan.r])
+        if along_x == 1 and along_r not in (0, 1, None):
+            return Tiling("column", f"{access.name} is contiguous along the outputs and strided ({along_r}) "
+                                    f"along the reduction: tiles of many outputs x a few reduction steps read "
+                                    f"it coalesced")
+    return Tiling("row", "the reduction runs along stride 1 (or its reads are broadcast): rows of it per "
+                         "program or thread")

@@ -1,0 +1,71 @@
+"""The shapes of issue 10 (tiling) for scripts/gpu_check.py: transposes, permutes, reductions over a
+non-innermost axis and long rows, at H200 sizes (tiny ones for --dry-run). Each is timed ours vs Inductor
+with triton.testing.do_bench like every other gpu_check case:
+
+    python scripts/gpu_check.py --skip-tests --only transposed_add,column_sum,nchw_sum_dim1,softmax_32000,\\
+softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
+permute_add_fp16
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def transposed_add(x, y):
+    return x.t() + y
+
+
+def column_sum(x):
+    return x.sum(0)
+
+
+def sum_dim1(x):
+    return x.sum(1)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def log_softmax(x):
+    return torch.log_softmax(x, dim=-1)
+
+
+def cross_entropy(logits, target):
+    return F.cross_entropy(logits, target)
+
+
+def permute_add(x, y):
+    return x.permute(0, 2, 3, 1) + y
+
+
+def tiling_cases(device: str, small: bool) -> list[dict]:
+    n = lambda big, tiny: tiny if small else big  # noqa: E731
+    f32 = dict(device=device, dtype=torch.float32)
+    side = n(8192, 64)
+    batch, channels, height = n(32, 2), n(256, 16), n(56, 8)
+    cases = [
+        dict(name="transposed_add", model=transposed_add,
+             inputs=lambda: (torch.randn(side, side, **f32), torch.randn(side, side, **f32))),
+        dict(name="column_sum", model=column_sum, inputs=lambda: (torch.randn(side, side, **f32),)),
+        dict(name="nchw_sum_dim1", model=sum_dim1,
+             inputs=lambda: (torch.randn(batch, channels, height, height, **f32),)),
+        dict(name="layernorm_bf16", model=nn.LayerNorm(n(5120, 320)).to(device, torch.bfloat16),
+             inputs=lambda: (torch.randn(n(4096, 16), n(5120, 320), device=device, dtype=torch.bfloat16),)),
+        dict(name="permute_add_fp16", model=permute_add,
+             inputs=lambda: (torch.randn(batch, channels, height, height, device=device, dtype=torch.float16),
+                             torch.randn(batch, height, height, channels, device=device, dtype=torch.float16))),
+    ]
+    for width in (32000, 50257):
+        rows, columns = n(2048, 4), n(width, width // 16 + 1)
+        cases += [
+            dict(name=f"softmax_{width}", model=softmax, inputs=lambda r=rows, c=columns: (torch.randn(r, c, **f32),)),
+            dict(name=f"log_softmax_{width}", model=log_softmax,
+                 inputs=lambda r=rows, c=columns: (torch.randn(r, c, **f32),)),
+            dict(name=f"cross_entropy_{width}", model=cross_entropy,
+                 inputs=lambda r=rows, c=columns: (torch.randn(r, c, **f32),
+                                                   torch.randint(0, c, (r,), device=device))),
+        ]
+    return cases

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import sympy
 import torch
-from sympy.printing.str import StrPrinter
 
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.ir.handlers import Var
-from engine.ir.indexing import simplify_index
+from engine.ir.indexing import PythonIndexPrinter, simplify_index
 from engine.ir.ops import compute_dtype, result_dtype
 from engine.schedule.kernel_plan import KernelPlan
 
@@ -38,49 +37,12 @@ def tl_type(dtype: torch.dtype) -> str:
 # --- index expressions ---------------------------------------------------------------------------------------
 
 
-class TritonIndexPrinter(StrPrinter):
-    """Index expressions as Triton: // and % (operands are non-negative, so truncation is floor), and
-    tl.maximum/tl.minimum for the clamps of masked-off reads."""
+class TritonIndexPrinter(PythonIndexPrinter):
+    """Index expressions as Triton: Python's // and % (operands are non-negative, so truncation is floor) and
+    its refusal of fractions (Note [Index printing]), with tl.maximum/tl.minimum for the clamps of masked-off
+    reads."""
 
-    def _operand(self, e):
-        text = self._print(e)
-        return f"({text})" if e.is_Add or e.is_Mul else text
-
-    def _print_FloorDiv(self, e):
-        return f"({self._operand(e.args[0])} // {self._operand(e.args[1])})"
-
-    def _print_ModIndex(self, e):
-        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
-
-    def _fold(self, fn, args):
-        text = self._print(args[0])
-        for a in args[1:]:
-            text = f"{fn}({text}, {self._print(a)})"
-        return text
-
-    def _print_Max(self, e):
-        return self._fold("tl.maximum", e.args)
-
-    def _print_Min(self, e):
-        return self._fold("tl.minimum", e.args)
-
-    def _print_Pow(self, e, rational=False):
-        base, exponent = e.args
-        if exponent.is_Integer and exponent > 0:
-            return "(" + "*".join([self._operand(base)] * int(exponent)) + ")"
-        raise ValueError(f"index expression {e} has a non-integer power")
-
-    # Note [Index printing] (engine/ir/indexing.py): a fraction in an index is a bug upstream, never printed
-    def _print_Mul(self, e):
-        for factor in e.args:
-            if factor.is_Rational and not factor.is_Integer or factor.is_Pow and not factor.exp.is_positive:
-                raise ValueError(f"index expression {e} has a fraction (floor division is FloorDiv)")
-        return super()._print_Mul(e)
-
-    def _print_Rational(self, e):
-        if not e.is_Integer:
-            raise ValueError(f"index expression has a fraction {e} (floor division is FloorDiv)")
-        return super()._print_Rational(e)
+    max_fn, min_fn = "tl.maximum", "tl.minimum"
 
 
 _INDEX_PRINTER = TritonIndexPrinter()

@@ -286,13 +286,13 @@ class _IndexPrinter(StrPrinter):
         return super()._print_Rational(e)
 
 
-class _PythonIndexPrinter(_IndexPrinter):
+class PythonIndexPrinter(_IndexPrinter):  # also the base of the Triton index printer (codegen/triton_printer.py)
     floordiv = "//"
     max_fn, min_fn = "max", "min"
 
 
 _C_PRINTER = _IndexPrinter()
-_PY_PRINTER = _PythonIndexPrinter()
+_PY_PRINTER = PythonIndexPrinter()
 
 
 def c_index(expr: Expr) -> str:

@@ -88,7 +88,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
         lowered = lower(aten_gm, example_inputs, options.device)
     with stage(timings, "schedule"):
         scheduled = schedule(lowered, FusionKnobs(options.fusion, options.max_fused_nodes),
-                             TemplateOptions(options.templates, options.backend, options.mode))
+                             TemplateOptions(options.templates, options.backend, options.mode, options.device))
         memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
     with stage(timings, "codegen"):
         module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))

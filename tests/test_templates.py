@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import engine
 from engine.codegen import triton_build
+from engine.schedule import gemm_tiles, templates
 
 TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
              torch.bfloat16: dict(atol=1e-1, rtol=5e-2)}
@@ -149,6 +150,75 @@ def test_default_mode_heuristic_says_why():
     assert _templates(skinny) and skinny.verify["ok"], skinny.kernels
     off = _explore("linear_relu", torch.float32, "cpp", templates="off")
     assert not _templates(off) and "off" in off.graphs[0].fusion["templates"][0]["reason"]
+
+
+def _mm_node(m, n, k, dtype):
+    """The Extern node of one aten.mm on [m, k] @ [k, n] (meta tensors: the choice reads shapes only)."""
+    from engine.ir.nodes import Extern
+    from engine.lowering.graph import lower
+
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    a.meta["val"] = torch.empty(m, k, dtype=dtype, device="meta")
+    b.meta["val"] = torch.empty(k, n, dtype=dtype, device="meta")
+    out = graph.call_function(torch.ops.aten.mm.default, (a, b))
+    out.meta["val"] = torch.empty(m, n, dtype=dtype, device="meta")
+    graph.output((out,))
+    lowered = lower(torch.fx.GraphModule(torch.nn.Module(), graph), [a.meta["val"], b.meta["val"]], "cpu")
+    (node,) = [n for n in lowered.nodes if isinstance(n, Extern)]
+    return node
+
+
+CUDA_DEFAULT = templates.TemplateOptions("auto", "triton", "default", "cuda")
+
+
+@pytest.fixture
+def no_tf32():
+    """torch's default (a module property: monkeypatch cannot undo it)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_cuda_default_refuses_fp32_without_tf32_with_a_reason(mode, no_tf32):
+    """The H200 regression: gpu_check's mlp (32x256x128 fp32 Linear+ReLU) took an ieee-fp32 template (344 us)
+    instead of cuBLAS's sgemm (10 us). Without timing, fp32 stays the library call at any size."""
+    options = templates.TemplateOptions("auto", "triton", mode, "cuda")
+    for m, n, k in [(32, 256, 128), (4096, 4096, 1024)]:
+        template, reason = templates.choose(_mm_node(m, n, k, torch.float32), options)
+        assert template is None and "float32 without tf32" in reason and "cuBLAS" in reason, reason
+    tuned = templates.TemplateOptions("auto", "triton", "max-autotune", "cuda")
+    template, reason = templates.choose(_mm_node(32, 256, 128, torch.float32), tuned)
+    assert template is not None and "timed against the library call" in reason
+    forced, _ = templates.choose(_mm_node(32, 256, 128, torch.float32), templates.TemplateOptions("on", "triton",
+                                                                                                 mode, "cuda"))
+    assert forced is not None
+    for config in gemm_tiles.gpu_configs(32, 256, 128, torch.float32):  # what max-autotune / "on" would run
+        assert config.BLOCK_M * config.BLOCK_N <= 64 * 64 and config.BLOCK_K <= 32 and config.num_stages <= 3
+
+
+def test_cuda_default_refuses_small_and_compute_bound_half_gemms():
+    for (m, n, k), words in [((64, 256, 64), "launch-bound"), ((512, 512, 512), "launch-bound"),
+                             ((4096, 4096, 16384), "compute-bound")]:
+        template, reason = templates.choose(_mm_node(m, n, k, torch.bfloat16), CUDA_DEFAULT)
+        assert template is None and words in reason, reason
+
+
+def test_cuda_default_takes_a_large_bf16_gemm_with_an_epilogue_and_a_sane_tile():
+    m, n, k = 4096, 4096, 1000
+    template, reason = templates.choose(_mm_node(m, n, k, torch.bfloat16), CUDA_DEFAULT)
+    assert template is not None and "saved pass" in reason and "tile 128x128x64" in reason, reason
+    assert templates.keep_template(template, [], CUDA_DEFAULT)[0] is False  # no epilogue: cuBLAS alone
+    configs = gemm_tiles.gpu_configs(m, n, k, torch.bfloat16)
+    assert configs and configs[0] == gemm_tiles.GemmConfig(128, 128, 64, 8, 3)
+    for shape in [(m, n, k), (32, 256, 128), (16, 4096, 4096), (100, 100, 100), (33, 47, 20)]:
+        for config in gemm_tiles.gpu_configs(*shape, torch.bfloat16):
+            sm, sn, sk = shape
+            assert config.BLOCK_K <= -(-sk // 16) * 16 and config.BLOCK_M <= max(16, 2 * sm - 1), (shape, config)
+            assert config.BLOCK_N <= max(16, 2 * sn - 1), (shape, config)
+            assert config.stage_bytes(2) * config.num_stages <= 128 * 1024 and config.num_stages >= 2
 
 
 def test_template_without_epilogue_goes_back_to_the_library_call():

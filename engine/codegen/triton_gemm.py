@@ -12,7 +12,8 @@ Note [Triton GEMM template]
   epilogue   alpha/beta and the bias of addmm/baddbmm, the rounding to the output dtype that eager's
              library call does, then the fused consumers; stores masked on the ragged edges
   dtypes     float16/bfloat16 on tensor cores; float32 as tf32 only when torch allows it
-             (torch.backends.cuda.matmul.allow_tf32), otherwise exact ("ieee")
+             (torch.backends.cuda.matmul.allow_tf32), otherwise exact ("ieee", small tiles: Note [Sane
+             GEMM tiles] in schedule/gemm_tiles.py)
 ACC_FROM_MEMORY runs the epilogue on a tile the library call wrote instead (Note [Template or library at run
 time] in gemm_launch.py). Sizes and strides are literals: a template is generated per shape.
 """
@@ -28,51 +29,22 @@ from engine.codegen.triton import SIGNATURE_TYPES
 from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
 from engine.ir.nodes import Template
 from engine.ir.ops import ops, use_handler
+from engine.schedule import gemm_tiles
 from engine.schedule.fusion import Kernel
+from engine.schedule.gemm_tiles import GemmConfig
 from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
 
 MASKS = {"x": "xmask", "r": "rmask", "xr": "xrmask"}
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY")
 
 
-@dataclass(frozen=True)
-class GemmConfig:
-    BLOCK_M: int
-    BLOCK_N: int
-    BLOCK_K: int
-    num_warps: int = 4
-    num_stages: int = 3
-    GROUP_M: int = 8
-
-    def kwargs(self) -> dict:
-        return dict(vars(self))
-
-
-# Tile configs for the GPU (fp16/bf16 on Hopper-class parts; the set Inductor and Triton's tutorial time for
-# large GEMMs, plus small-M ones for decode-like shapes). The first one that fits the shape is the heuristic.
-GPU_CONFIGS = [GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 256, 64, 8, 3), GemmConfig(256, 128, 64, 8, 3),
-               GemmConfig(128, 128, 32, 4, 4), GemmConfig(64, 128, 64, 4, 4), GemmConfig(128, 64, 64, 4, 4),
-               GemmConfig(64, 64, 64, 4, 3), GemmConfig(32, 128, 128, 4, 4), GemmConfig(16, 128, 128, 4, 5),
-               GemmConfig(16, 64, 256, 4, 4)]
-INTERPRETER_CONFIG = GemmConfig(64, 64, 32, 4, 1)  # the interpreter wants few, large programs
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
 def gpu_configs(spec: GemmSpec) -> list[GemmConfig]:
-    """Configs whose tile is not much larger than the problem (a 16-row GEMM gets no 256-row tiles)."""
-    m, n, k = (max(16, _next_power_of_2(v)) for v in (spec.m, spec.n, spec.k))
-    fitting = [c for c in GPU_CONFIGS if c.BLOCK_M <= m and c.BLOCK_N <= n and c.BLOCK_K <= k]
-    shrunk = GemmConfig(min(m, 64), min(n, 64), min(k, 64), 4, 3)
-    return fitting or [shrunk]
+    """The tile configs that suit the shape (Note [Sane GEMM tiles]), the heuristic's first."""
+    return gemm_tiles.gpu_configs(spec.m, spec.n, spec.k, spec.dtype)
 
 
 def interpreter_config(spec: GemmSpec) -> GemmConfig:
-    m, n, k = (_next_power_of_2(v) for v in (spec.m, spec.n, spec.k))
-    return GemmConfig(min(m, INTERPRETER_CONFIG.BLOCK_M), min(n, INTERPRETER_CONFIG.BLOCK_N),
-                      min(k, INTERPRETER_CONFIG.BLOCK_K), 4, 1, 1)
+    return gemm_tiles.interpreter_config(spec.m, spec.n, spec.k)
 
 
 @dataclass
@@ -131,7 +103,7 @@ def _needs_int64(spec: GemmSpec) -> bool:
 def _precision(spec: GemmSpec) -> str:
     if spec.dtype != torch.float32:
         return "tf32"  # ignored for half types: tensor cores take them as they are
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    return "ieee" if gemm_tiles.ieee_fp32(spec.dtype) else "tf32"
 
 
 def _gemm_lines(spec: GemmSpec, int64: bool) -> list[str]:

@@ -27,6 +27,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import contiguous_strides, unflatten
 from engine.ir.nodes import Buffer, Extern, Pointwise, TensorArg, Template
 from engine.ir.ops import use_handler
+from engine.schedule import gemm_tiles
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable
 
 aten = torch.ops.aten
@@ -37,6 +38,21 @@ GEMM_TARGETS = (*MATMULS, aten.convolution.default)
 TEMPLATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TENSOR_CORE_MIN = 16  # tl.dot's smallest tile side: a GEMM with a smaller M, N or K stays a library call
 CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (batch 1-32 of an LLM layer)
+# Note [When a CUDA template pays in default mode]
+# Default mode does not time the template against cuBLAS, so it takes one only where it very likely wins:
+#   float32 without tf32  never: an "ieee" tl.dot runs on the FMA units; cuBLAS's sgemm is faster (an H200
+#                         run measured 344 us for a 32x256x128 template vs 10 us for sgemm)
+#   small outputs         the saved memory pass (the output written, then read again by the epilogue kernel)
+#                         must take at least MIN_SAVED_US at HBM speed, or the GEMM is launch-bound and
+#                         cuBLAS's small-shape kernels win
+#   long K                the saved pass must be at least MIN_SAVED_SHARE of the GEMM's compute time: that
+#                         share is element_size * (flops per byte at the ridge) / K, so a compute-bound GEMM
+#                         (large K) keeps the library call, whose main loop is faster than a generated one
+# max-autotune times the template's configs against the library call instead (gemm_launch.py).
+HBM_BYTES_PER_S = 4.8e12  # H200-class memory bandwidth
+RIDGE_FLOPS_PER_BYTE = {torch.float16: 200, torch.bfloat16: 200, torch.float32: 100}  # tensor cores (tf32)
+MIN_SAVED_US = 2.0
+MIN_SAVED_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -181,6 +197,11 @@ class TemplateOptions:
     templates: str = "auto"
     backend: str = "cpp"
     mode: str = "default"
+    device: str = "cpu"  # the Triton backend on "cpu" runs the interpreter
+
+    @property
+    def cuda(self) -> bool:
+        return self.backend == "triton" and self.device.startswith("cuda")
 
 
 def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str]:
@@ -198,14 +219,51 @@ def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str
                       f"(tl.dot wants {TENSOR_CORE_MIN}x{TENSOR_CORE_MIN}x{TENSOR_CORE_MIN})")
     elif options.mode == "max-autotune":
         reason = "max-autotune: tile configs are timed against the library call at the first launch"
+    elif options.cuda and (refusal := cuda_refusal(spec)):
+        return None, f"library call: {refusal}"
     elif options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
         return None, (f"library call: {spec.rows} rows; the CPU BLAS beats a generated GEMM beyond "
                       f"{CPU_SKINNY_ROWS} rows (the C++ template is for skinny, batch 1-32 shapes)")
     else:
         reason = (f"{spec.shape_text()} fits a tiled template; kept if an epilogue fuses into it "
                   f"(then the output is written once instead of written and read again)")
+        if options.cuda:
+            config = gemm_tiles.gpu_configs(spec.m, spec.n, spec.k, spec.dtype)[0]
+            reason += (f"; the saved pass is {saved_us(spec):.1f} us, {saved_share(spec):.0%} of the GEMM's "
+                       f"compute; tile {config.BLOCK_M}x{config.BLOCK_N}x{config.BLOCK_K}, "
+                       f"{config.num_stages} stages (Note [Sane GEMM tiles])")
     fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(Extern)}
     return Template(**fields, spec=spec, reason=reason), reason
+
+
+def _element_size(spec: GemmSpec) -> int:
+    return torch.empty((), dtype=spec.dtype).element_size()
+
+
+def saved_us(spec: GemmSpec) -> float:
+    """Microseconds of HBM traffic the epilogue saves: the output written once and read once less."""
+    return 2 * spec.rows * spec.n * _element_size(spec) / HBM_BYTES_PER_S * 1e6
+
+
+def saved_share(spec: GemmSpec) -> float:
+    """The saved pass as a share of the GEMM's compute time at the tensor cores' ridge point."""
+    return _element_size(spec) * RIDGE_FLOPS_PER_BYTE[spec.dtype] / spec.k
+
+
+def cuda_refusal(spec: GemmSpec) -> str | None:
+    """Why default mode keeps cuBLAS for this GEMM, or None (Note [When a CUDA template pays in default mode])."""
+    if gemm_tiles.ieee_fp32(spec.dtype):
+        return ("float32 without tf32 (torch.backends.cuda.matmul.allow_tf32 is off): tl.dot would run on the "
+                "FMA units and cuBLAS's sgemm is faster; max-autotune times the template against it")
+    if saved_us(spec) < MIN_SAVED_US:
+        return (f"{spec.shape_text()} is launch-bound: fusing the epilogue saves {saved_us(spec):.2f} us of "
+                f"memory traffic (< {MIN_SAVED_US} us), and cuBLAS's small-shape kernels are faster than one "
+                f"fixed tile; max-autotune times the template against it")
+    if saved_share(spec) < MIN_SAVED_SHARE:
+        return (f"{spec.shape_text()} is compute-bound (K={spec.k}): the saved memory pass is "
+                f"{saved_share(spec):.1%} of the GEMM's time (< {MIN_SAVED_SHARE:.0%}), less than cuBLAS's "
+                f"faster main loop gains; max-autotune times the template against it")
+    return None
 
 
 def keep_template(template: Template, epilogue: list[Buffer], options: TemplateOptions) -> tuple[bool, str]:

@@ -78,16 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
         command.add_argument("--verbose", action="store_true", help="show tracebacks and every detail")
 
+    def exploration_choices(command: argparse.ArgumentParser) -> None:
+        """What one exploration is run with: explore and report (which explores first) take the same."""
+        command.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
+        command.add_argument("--train", action="store_true",
+                             help="run a training step: loss (the file's loss_fn, or the sum of the outputs), "
+                                  "backward; records forward, backward and the partition, checks every gradient")
+        command.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
+                             help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets "
+                                  "the heuristic decide and say why, on forces them, off keeps library calls")
+
     explore = commands.add_parser("explore", help="compile a model once and show every stage",
                                   description="Compile a model once, recording every stage, and summarize it.")
     common(explore)
-    explore.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
-    explore.add_argument("--train", action="store_true",
-                         help="run a training step: loss (the file's loss_fn, or the sum of the outputs), backward; "
-                              "records forward, backward and the partition, checks every gradient")
-    explore.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
-                         help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets the "
-                              "heuristic decide and say why, on forces them, off keeps library calls")
+    exploration_choices(explore)
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
@@ -129,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "that opens offline: graphs, IR, code, provenance, profile.")
     common(report)
     report.add_argument("--out", default="report.html", metavar="FILE", help="where to write (report.html)")
-    report.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
+    exploration_choices(report)
     report.add_argument("--profile", action="store_true", help="time every kernel (a roofline in the report)")
     report.add_argument("--inductor", action="store_true", help="add Inductor's code and kernels")
     return parser

@@ -9,10 +9,15 @@ import streamlit as st
 
 from app import state, training, ui
 from app.safe_text import description_markdown, md_text
+from engine.record import STAGE_NAMES
 from visualizers import charts, graphs, tables, teaching
 from visualizers import code as code_html
 
-STAGES = ["capture", "ATen", "loop IR", "fusion", "code", "run", "bench"]
+# The compiler's stages (engine/record.py STAGE_NAMES) as the stepper names their artifacts; build has no pane of
+# its own (its output is the code's), and bench follows run.
+LABELS = {"capture": "capture", "decompose": "ATen", "lower": "loop IR", "schedule": "fusion", "codegen": "code",
+          "run": "run"}
+STAGES = [LABELS[name] for name in STAGE_NAMES if name in LABELS] + ["bench"]
 STAGE_HELP = {
     "capture": "Dynamo's FX graph(s): what torch.compile captured from your Python, split at graph breaks.",
     "ATen": "The functional ATen graph after decomposition: the ops the compiler really lowers.",
@@ -129,31 +134,12 @@ def fusion_stage(record: dict, graph_index: int, key: str) -> None:
                      column_config={"why": st.column_config.TextColumn(width="large")})
 
 
-def lowering_views(graph: dict) -> dict[str, str]:
-    """Triton's lowerings (TTIR/TTGIR/LLIR/PTX/SASS), wherever the record keeps them (not yet in the engine)."""
-    views: dict[str, str] = {}
-    code = graph.get("code") or {}
-    for holder in [code.get("asm") or {}, code.get("lowerings") or {}]:
-        for name in ("ttir", "ttgir", "llir", "ptx", "sass"):
-            if isinstance(holder.get(name), str):
-                views[name] = holder[name]
-    for kernel in graph.get("kernels") or []:
-        for holder in [kernel.get("asm") or {}, kernel.get("lowerings") or {}]:
-            for name in ("ttir", "ttgir", "llir", "ptx", "sass"):
-                if isinstance(holder.get(name), str):
-                    views[f"{name} · {kernel['name']}"] = holder[name]
-    return views
-
-
 def code_stage(record: dict, graph_index: int, key: str) -> None:
     graph = _graph(record, graph_index)
     code = graph.get("code") or {}
     language = code.get("language") or record.get("backend") or "cpp"
     kernels = graph.get("kernels") or []
-    views = ["kernels", "wrapper", "whole module"]
-    lowering = lowering_views(graph)
-    if language == "triton" or lowering:
-        views.append("Triton lowering")
+    views = ["kernels", "wrapper", "whole module"] + (["Triton lowering"] if language == "triton" else [])
     view = st.segmented_control("Show", views, default="kernels", key=f"{key}_code_view") or "kernels"
     source = code.get("source") or ""
     if view == "kernels":
@@ -163,7 +149,7 @@ def code_stage(record: dict, graph_index: int, key: str) -> None:
         for rows in (tables.template_rows(graph), tables.autotune_rows(graph)):  # GEMM templates
             if rows:
                 st.dataframe(rows, hide_index=True, width="stretch")
-        start = code_html.kernels_start_line(source, kernels)
+        start = (code.get("prelude_lines") or 0) + 1
         body = "\n".join(source.splitlines()[start - 1:])
         ui.show_code(body, language, first_line=start,
                      caption=f"{len(kernels)} kernels ({language}); lines {start}+ of the module (the prelude "
@@ -174,19 +160,15 @@ def code_stage(record: dict, graph_index: int, key: str) -> None:
     elif view == "whole module":
         ui.show_code(source, language, caption=f"the whole generated {language} module", max_height=640)
     else:
-        lowering_view(graph, graph_index, key, lowering)
+        lowering_view(graph, graph_index, key)
 
 
 LOWERING_STAGES = ("ttir", "ttgir", "llir", "ptx", "sass")
 
 
-def lowering_view(graph: dict, graph_index: int, key: str, recorded: dict[str, str]) -> None:
-    """Triton -> TTIR -> TTGIR -> LLIR -> PTX -> SASS for one kernel: from the record when it holds them,
-    otherwise compiled on request by the engine in a worker (no GPU needed: an explicit sm_90 target)."""
-    if recorded:
-        choice = st.selectbox("Lowering", sorted(recorded), key=f"{key}_lowering")
-        ui.show_code(recorded[choice], choice.split(" ")[0], max_height=640)
-        return
+def lowering_view(graph: dict, graph_index: int, key: str) -> None:
+    """Triton -> TTIR -> TTGIR -> LLIR -> PTX -> SASS for one kernel, compiled on request by the engine in a
+    worker (no GPU needed: an explicit sm_90 target)."""
     kernels = [k["name"] for k in graph.get("kernels") or [] if isinstance(k.get("triton"), dict)]
     if not kernels:
         st.info("No Triton kernel in this graph to lower (choose the Triton backend in the sidebar).")
@@ -276,13 +258,9 @@ def bench_stage(record: dict, graph_index: int, key: str) -> None:
         st.caption(f"{case.get('threads', '?')} threads, device {case.get('device', '?')}; medians of "
                    "torch.utils.benchmark. On a shared CPU, trust the ratios more than the absolute times.")
     kernels = _graph(record, graph_index).get("kernels") or []
-    times = (case or {}).get("kernel_ms")
     if kernels:
-        st.plotly_chart(charts.kernel_figure(kernels, times if isinstance(times, dict) else None),
-                        width="stretch", key=f"{key}_kernel_chart", config={"displayModeBar": False})
-        if not isinstance(times, dict):
-            st.caption("Per-kernel times are not measured by the engine yet; this shows each kernel's estimated "
-                       "bytes moved instead.")
+        st.plotly_chart(charts.kernel_figure(kernels), width="stretch", key=f"{key}_kernel_chart",
+                        config={"displayModeBar": False})
 
 
 def _bench_case(outcome) -> dict | None:

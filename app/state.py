@@ -300,12 +300,6 @@ def run_assembly(graph: dict, graph_index: int, kernel: str) -> worker.Outcome:
     return outcome
 
 
-def source_label(record: dict | None) -> str:
-    if record and record.get("model"):
-        return record["model"]
-    return st.session_state.applied.get("label", "")
-
-
 def sample_file_text(name: str) -> str:
     return sample_source(name)
 

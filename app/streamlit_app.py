@@ -1,5 +1,5 @@
 """Glassbox explorer: `streamlit run app/streamlit_app.py`. The entry point only sets up the page, the sidebar
-(what to explore and how) and the navigation; the pages live in app/views/ and their bodies in app/pages.py."""
+(what to explore and how) and the navigation; each page is one file in app/views/."""
 from __future__ import annotations
 
 import sys

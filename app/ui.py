@@ -1,11 +1,30 @@
-"""Small Streamlit helpers shared by the pages: code, graphs, problems, graph pickers, module collapsing."""
+"""Small Streamlit helpers shared by the pages: the explored record, code, graphs, problems, graph pickers,
+module collapsing."""
 from __future__ import annotations
 
 import streamlit as st
 
+from app import state
 from app.worker import Problem
 from visualizers import code as code_html
 from visualizers import graphs
+
+
+def explored() -> dict | None:
+    """Explore (or fetch) the current request; show its problem if any. The record, or None to stop."""
+    outcome = state.exploration()
+    if outcome.problem is not None:
+        show_problem(outcome.problem, state.user_source(), state.model_path_name())
+        if outcome.record is None:
+            st.info("Fix the code on the **Model code** page, or pick a sample in the sidebar: the app keeps "
+                    "working.")
+            return None
+    return outcome.record
+
+
+def record_source(record: dict) -> str:
+    """The user's code as the record holds it (the editor's, if the record has none)."""
+    return (record.get("source") or {}).get("text") or state.user_source()
 
 
 def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, caption: str | None = None,

@@ -173,25 +173,47 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
             on_tick: Callable[[float], None] | None = None, memory_gb: float = MEMORY_GB) -> Outcome:
     """Explore model code (`source`, shown to the user as `label`.py) in a worker: the record, or a Problem."""
     name = model_file_name(label)
-    finished = run_job(lambda workdir: ["--inputs-out", str(workdir / "inputs.json"), "--",
-                                        "explore", str(workdir / name), "--json", *options.cli_args()],
-                       limits(timeout, memory_gb), inputs={name: source}, outputs=("inputs.json",),
+    # the model file runs once, in the CLI; its record (written even when exploring fails) carries the input
+    # shapes and, as data, what went wrong
+    finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--record-out",
+                                        str(workdir / "record.json"), *options.cli_args()],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json",),
                        on_tick=on_tick)
-    outcome = explore_outcome(finished, name)
-    try:
-        outcome.inputs = json.loads(finished.files["inputs.json"] or "")
-    except ValueError:
-        outcome.inputs = None
-    return outcome
+    return explore_outcome(finished, name)
+
+
+# The record's errors that end an exploration (engine/__main__.py --record-out): (title, what to try)
+FAILED: dict[str, tuple[str, list[str]]] = {
+    "model": ("There is a problem in the model code",
+              ["Fix the line shown and explore again.",
+               "A model file defines `model` (an nn.Module instance or a function) and `example_inputs` (a tuple "
+               "of tensors)."]),
+    "compile": ("Glassbox could not compile this model",
+                ["This is most likely a gap in the compiler, not a mistake in your code.",
+                 "Try the other backend, or simplify the model around the line named above."]),
+    "fallback": ("Glassbox failed on a graph, which ran eagerly instead",
+                 ["This is a compiler bug, not yours: the outputs are eager's for that graph, and the run stage "
+                  "lists the error.", "Try the other backend."]),
+}
 
 
 def explore_outcome(finished: Finished, name: str = "") -> Outcome:
-    record = parse_json(finished.stdout)
+    text = finished.files.get("record.json")
+    record = parse_json(text) if text is not None else parse_json(finished.stdout)
     if record is not None:
         _strip_workdir(record, Path(finished.workdir))
+    inputs = [dict(spec) for spec in (record or {}).get("input_specs") or []] or None
     if finished.returncode == EXIT_OK and record is not None and finished.completed:
-        return Outcome(record=record, seconds=finished.seconds)
-    return Outcome(record=record, problem=diagnose(finished, record, model_name=name), seconds=finished.seconds)
+        return Outcome(record=record, inputs=inputs, seconds=finished.seconds)
+    failure = next((e for e in (record or {}).get("errors") or [] if e.get("kind") in FAILED), None)
+    if failure is not None and finished.completed and not finished.result.limit_hit:
+        title, hints = FAILED[failure["kind"]]
+        problem = Problem(title, failure["message"], failure.get("lineno"), hints=hints,
+                          log=finished.stderr.strip()[-4000:])
+        shown = record if failure["kind"] == "fallback" else None  # a fallback's record is whole: show it
+        return Outcome(record=shown, inputs=inputs, problem=problem, seconds=finished.seconds)
+    return Outcome(record=record, inputs=inputs, problem=diagnose(finished, record, model_name=name),
+                   seconds=finished.seconds)
 
 
 def _strip_workdir(record: dict, workdir: Path) -> None:

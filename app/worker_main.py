@@ -3,7 +3,7 @@
 app/worker.py starts it through engine/tools/sandbox.py (Note [Sandbox]: its own session, a clean environment, a
 private directory, limits, a group kill), as `python app/worker_main.py --standby`: it imports torch and the
 engine while nobody waits (Note [Standby worker]), then reads one job from stdin, a JSON line
-{"argv": [...], "finished": FILE}, and runs it: `[--inputs-out FILE] -- <engine CLI arguments>`, or
+{"argv": [...], "finished": FILE}, and runs it: `-- <engine CLI arguments>`, or
 `--inductor -- ...`, or `--asm -- ...`. One job, then exit, so no state from one model reaches the next. Once
 the job has returned normally, the worker writes its exit code to the "finished" file: a worker that exits
 without it was ended by the model itself (os._exit), which the app reports as such.
@@ -22,24 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_SIGNAL = signal.SIGUSR1  # app/worker.py sends it before a limit kill
-
-
-def describe_example_inputs(target: str, out: Path) -> None:
-    """Write the model's example inputs as [{"dtype", "shape"}] to `out`; silent on failure (the CLI reports it)."""
-    import contextlib
-
-    from engine.tools.model_file import ModelFileError, load_model_file
-
-    try:
-        # the user's prints must not reach stdout, which carries the CLI's JSON
-        with contextlib.redirect_stdout(sys.stderr):
-            spec = load_model_file(target)
-    except (ModelFileError, Exception):  # noqa: BLE001 - the CLI run that follows reports the same problem
-        return
-    described = []
-    for value in spec.example_inputs:
-        described.append({"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape)})
-    out.write_text(json.dumps(described), encoding="utf-8")
 
 
 def assembly(in_path: Path, out_path: Path, kernel_names: list[str] | None) -> int:
@@ -63,7 +45,6 @@ def assembly(in_path: Path, out_path: Path, kernel_names: list[str] | None) -> i
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="app/worker_main.py")
-    parser.add_argument("--inputs-out", type=Path)
     parser.add_argument("--inductor", action="store_true", help="run app/inductor_worker.py instead of the CLI")
     parser.add_argument("--asm", action="store_true",
                         help="IN OUT [KERNEL...]: Triton lowerings (TTIR..SASS) of a record's kernels")
@@ -76,8 +57,6 @@ def main(argv: list[str]) -> int:
         return inductor_worker.main(rest)
     if args.asm:
         return assembly(Path(rest[0]), Path(rest[1]), rest[2:] or None)
-    if args.inputs_out is not None and len(rest) >= 2:
-        describe_example_inputs(rest[1], args.inputs_out)
     sys.argv = ["python -m engine", *rest]
     try:
         runpy.run_module("engine", run_name="__main__", alter_sys=True)

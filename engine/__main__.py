@@ -7,7 +7,8 @@
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
     python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
 
-Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, or outputs that differ from eager);
+Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, a graph that fell back to eager because
+our compile of it raised, or outputs that differ from eager);
 2 when the model file is at fault (it does not parse, defines no model, or the model raises) or the command
 line is wrong. With --json, stdout holds the JSON document and nothing else: everything the model, torch or
 we print goes to stderr.
@@ -28,6 +29,7 @@ from typing import Iterator
 
 import torch
 
+from engine.record import ErrorRecord, Exploration
 from engine.tools import cli_format
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
 from engine.tools.sandbox import positive_limit
@@ -93,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(explore)
     exploration_choices(explore)
     explore.add_argument("--out", metavar="DIR", help="write record.json and each graph's generated code here")
+    explore.add_argument("--record-out", metavar="FILE",
+                         help="write the record to FILE, also when exploring fails: then its errors[] says why "
+                              "(kind model or compile, with the user's line); for programs driving the CLI")
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
     explore.add_argument("--profile", action="store_true",
@@ -155,13 +160,27 @@ def main(argv: list[str] | None = None) -> int:
                        "report": report_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
+        write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
+                                               filename=args.target, lineno=error.lineno))
         return report_failure(Failure(error.message, EXIT_USER_ERROR, error), args.verbose)
     except Failure as failure:
+        write_failure_record(args, ErrorRecord(kind="compile" if failure.code == EXIT_FAILED else "usage",
+                                               stage="compile", message=failure.message))
         return report_failure(failure, args.verbose)
+    if getattr(args, "record_out", None) and document is not None:
+        Path(args.record_out).write_text(json.dumps(document), encoding="utf-8")
     if args.json and document is not None:
         sys.stdout.write(json.dumps(document) + "\n")
         sys.stdout.flush()
     return code
+
+
+def write_failure_record(args, error: ErrorRecord) -> None:
+    """--record-out when exploring failed: a record with no graphs whose one error says why, as data (a program
+    driving the CLI reads it instead of parsing our stderr)."""
+    if getattr(args, "record_out", None):
+        record = Exploration(model=Path(args.target).stem, backend=args.backend, device=args.device, errors=[error])
+        Path(args.record_out).write_text(record.dumps(), encoding="utf-8")
 
 
 # --- explore -------------------------------------------------------------------------------------------------
@@ -190,20 +209,26 @@ def explore_command(args) -> tuple[dict, int]:
         raise Failure(f"Cannot train {spec.name}: {error}", EXIT_USER_ERROR, error) from error
     except Exception as error:
         raise compile_failure(spec, error) from error
-    record = exploration.to_json()
     if args.inductor:
         from engine.reference import inductor_reference
-        from engine.record import _plain
         try:
-            record["inductor"] = _plain(inductor_reference(spec.model, spec.example_inputs, profile=args.profile))
+            exploration.inductor = inductor_reference(spec.model, spec.example_inputs, profile=args.profile)
         except Exception as error:  # Inductor failing is worth showing, not fatal for our record
-            record["inductor"] = {"error": f"{type(error).__name__}: {error}"}
+            exploration.inductor = {"error": f"{type(error).__name__}: {error}"}
+    record = exploration.to_json()
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))
     if args.out:
         written = write_outputs(record, Path(args.out))
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
-    checks = [record.get("verify") or {}] + [run.get("verify") or {} for run in record.get("runs") or []]
+    fallbacks = [error for error in exploration.errors if error.kind == "fallback"]
+    if fallbacks:  # the model ran (eagerly where we failed): a Glassbox bug, reported as one (exit 1)
+        if args.verbose:
+            print(fallbacks[0].traceback, file=sys.stderr)
+        print(f"Glassbox failed while compiling {spec.name}: {one_paragraph(fallbacks[0].message)}."
+              + ("" if args.verbose else " Run with --verbose for the traceback."), file=sys.stderr)
+        return record, EXIT_FAILED
+    checks = [exploration.verify] + [run.verify for run in exploration.runs]
     # Note [Verdicts] (engine/run.py): "nothing compared" is no pass and no mismatch; it is said, not failed
     vacuous = [check for check in checks if check.get("verdict") == "nothing compared"]
     if vacuous:

@@ -1,46 +1,54 @@
-"""The compiler, top to bottom. Reading this file is reading Glassbox.
+"""The compiler, top to bottom. Reading STAGES is reading Glassbox.
 
-    capture    Dynamo traces the model and calls our backend once per graph      (capture.py)
-    decompose  AOTAutograd: FX graph -> functional ATen graph                    (decompose.py)
-    lower      ATen graph -> loop IR                                             (lowering/)
-    schedule   fusion into kernels + memory plan                                 (schedule/)
-    codegen    C++ (or Triton) kernels + a Python wrapper                        (codegen/)
-    build      compile and load                                                  (build.py)
-    run        outputs vs eager; bench: eager vs ours vs Inductor                (run.py)
+`compile(model)` is torch.compile with our backend. `explore(model, inputs)` runs the same stages once while
+recording every artifact into an Exploration (record.py; report.py turns artifacts into record entries).
 
-`compile(model)` is torch.compile with our backend. `explore(model, inputs)` runs the same pipeline once
-while recording every stage into an Exploration (record.py).
+Note [Stages and the runner]
+Each stage is `fn(artifact, options) -> artifact`, listed once, in order, in STAGES. Dynamo and AOTAutograd
+drive the first two by callbacks: the capture stage runs the model's first call, during which Dynamo calls our
+backend once per graph it captured (that backend runs the decompose stage), and AOTAutograd calls its forward
+compiler once per graph (which runs lower, schedule, codegen and build). So an artifact that leads to nested
+stages carries the callback for them (Program.compile_fx, FxGraph.compile_aten), and one runner (Compilation.run)
+runs every stage the same way: it times the stage's own wall time, excluding the stages it called (measured
+directly, a stack of clocks, not a total minus the others), adds it to the record and to `on_stage`.
+
+Note [Internal failure falls back to eager]
+An exception inside our own compile of a graph (lower, schedule, codegen, build, or writing its record), or in
+our compiled call on its first run, is our bug, never the user's: the graph runs its ATen graph eagerly instead, the record says so
+(GraphRecord.fallback, and an error of kind "fallback" with the stage, the exception type and its message) and
+the model still returns eager's results. Errors in the model itself surface before any of that (the CLI runs
+it eagerly first), and Dynamo's own failures stay Dynamo's.
 """
 from __future__ import annotations
 
 import builtins
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
+import traceback
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from engine import capture
-from engine import codegen
-from engine.codegen.wrapper import MeasuredFirstCall, generate_wrapper, strided_view, with_layout
+from engine import capture, codegen, report
+from engine import run as run_module
+from engine.codegen.triton_build import CudaGraphCall
+from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile
-from engine.lowering.graph import LoweredGraph, lower
+from engine.ir.graph import LoweredGraph
+from engine.lowering.graph import lower
 from engine.partition import make_partition_fn
-from engine.record import Exploration, GraphRecord
+from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
+                           GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RunRecord, SourceFile)
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
 from engine.schedule.templates import MODES as TEMPLATE_MODES, TemplateOptions
 
-BACKENDS = ("cpp", "triton")
-# torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
-# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel on the GPU.
-MODES = ("default", "reduce-overhead", "max-autotune")
-
 
 @dataclass(frozen=True)
 class Options:
+    """How to compile; passed to every stage (nothing is configured by setting module attributes)."""
     backend: str = "cpp"
     device: str = "cpu"
     dynamic: bool | None = None
@@ -61,13 +69,62 @@ class Options:
             raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
 
 
-@contextmanager
-def stage(timings: dict, name: str):
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+# --- the artifacts, in stage order --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Program:
+    """What the user gave: the model and one set of inputs. compile_fx is our Dynamo backend."""
+    model: Callable
+    inputs: tuple
+    log: capture.CaptureLog
+    compile_fx: Callable  # (fx GraphModule, example inputs) -> callable: runs "decompose" on each graph
+    tolerance: dict | None = None
+    step: Any = None  # train_verify.TrainingStep: the run is a training step of its copy of the model
+
+
+@dataclass(frozen=True)
+class Captured:
+    """The model wrapped by Dynamo, after its first call (every graph of that call compiled)."""
+    program: Program
+    compiled: Callable
+    outputs: Any
+
+
+@dataclass(frozen=True)
+class FxGraph:
+    """One graph Dynamo captured. compile_aten(phase) is AOTAutograd's compiler for that phase (inference,
+    forward, backward): it runs lower..build; partition_fn splits a joint graph (partition.py)."""
+    gm: torch.fx.GraphModule
+    example_inputs: list
+    compile_aten: Callable[[str], Callable]  # phase -> ((ATen GraphModule, fake inputs) -> callable)
+    partition_fn: Callable
+
+
+@dataclass(frozen=True)
+class AtenGraph:
+    gm: torch.fx.GraphModule
+    example_inputs: list
+
+
+@dataclass(frozen=True)
+class Lowered:
+    aten: AtenGraph
+    graph: LoweredGraph
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    lowered: Lowered
+    schedule: Schedule
+    memory: MemoryPlan
+
+
+@dataclass(frozen=True)
+class Generated:
+    scheduled: Scheduled
+    module: Any  # the backend's module: .source, .kernels, .line_kernel, .language, .launch_text(kernel)
+    wrapper: WrapperSource
 
 
 @dataclass
@@ -77,43 +134,269 @@ class CompiledGraph:
     schedule: Schedule
     memory: MemoryPlan
     module: Any
-    wrapper: Any
+    wrapper: WrapperSource
     call: Callable
     cache_hit: bool
 
 
-def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options, timings: dict) -> CompiledGraph:
+# --- the stages -----------------------------------------------------------------------------------------------
+
+
+def capture_stage(program: Program, options: Options) -> Captured:
+    """Dynamo traces the model's first call (in training: forward, loss and backward, whose graphs compile on
+    their first use); every graph it captures goes to program.compile_fx."""
+    step = program.step
+    compiled = capture.dynamo_compile(step.model if step else program.model, program.compile_fx, program.log,
+                                      options.dynamic)
+    if step is not None:
+        step.run(compiled)
+        return Captured(program, compiled, None)
+    with torch.no_grad():
+        outputs = compiled(*run_module.fresh(program.inputs))  # a model may mutate its inputs: eager needs them
+    return Captured(program, compiled, outputs)
+
+
+def decompose_stage(fx: FxGraph, options: Options) -> Callable:
+    """AOTAutograd: FX graph -> functional ATen graph(s), handed to fx.compile_aten; returns the graph's callable."""
+    return aot_compile(fx.gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
+                       fx.partition_fn, fx.compile_aten("inference"))
+
+
+def lower_stage(aten: AtenGraph, options: Options) -> Lowered:
+    return Lowered(aten, lower(aten.gm, options.device))
+
+
+def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
+    graph = lowered.graph
+    scheduled = schedule(graph, FusionKnobs(options.fusion, options.max_fused_nodes),
+                         TemplateOptions(options.templates, options.backend, options.mode, options.device))
+    memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs))
+    return Scheduled(lowered, scheduled, memory)
+
+
+def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
+    graph = scheduled.lowered.graph
     backend = codegen.backend_module(options.backend)
-    with stage(timings, "lower"):
-        lowered = lower(aten_gm, example_inputs, options.device)
-    with stage(timings, "schedule"):
-        scheduled = schedule(lowered, FusionKnobs(options.fusion, options.max_fused_nodes),
-                             TemplateOptions(options.templates, options.backend, options.mode, options.device))
-        memory = plan_memory(scheduled.kernels, lowered, size_hints(lowered, example_inputs))
-    with stage(timings, "codegen"):
-        module = backend.generate_module(scheduled.kernels, lowered.buffers, list(lowered.size_vars))
-        if options.mode == "max-autotune":
-            module.autotune = True  # read by the Triton backend's launch_text and load_kernels
-        launches = {k.name: module.launch_text(k) for k in module.kernels}
-        wrapper = generate_wrapper(lowered, scheduled.kernels, memory, launches)
-    with stage(timings, "build"):
-        namespace = wrapper_namespace(wrapper)
-        cache_hit = backend.load_kernels(module, namespace, options.device)
-        call = load_wrapper(wrapper, namespace)
-        if options.mode == "reduce-overhead":
-            from engine.codegen.triton_build import CudaGraphCall
-            call = CudaGraphCall(call)
-    return CompiledGraph(lowered, scheduled, memory, module, wrapper, call, cache_hit)
+    module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, list(graph.size_vars),
+                                     mode=options.mode)
+    launches = {k.name: module.launch_text(k) for k in module.kernels}
+    wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches)
+    return Generated(scheduled, module, wrapper)
 
 
-def wrapper_namespace(wrapper) -> dict[str, Any]:
+def build_stage(generated: Generated, options: Options) -> CompiledGraph:
+    scheduled = generated.scheduled
+    namespace = wrapper_namespace(generated.wrapper)
+    cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
+    call = load_wrapper(generated.wrapper, namespace)
+    if options.mode == "reduce-overhead":
+        call = CudaGraphCall(call)
+    return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
+                         generated.wrapper, call, cache_hit)
+
+
+def run_stage(captured: Captured, options: Options) -> dict:
+    """Outputs (in training: loss, gradients, buffers) vs eager (run.py, Note [Tolerance policy])."""
+    program = captured.program
+    if program.step is not None:
+        return program.step.verify(program.tolerance)
+    return run_module.verify(program.model, program.inputs, captured.outputs, program.tolerance)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    fn: Callable[[Any, Options], Any]
+
+
+STAGES = [
+    Stage("capture", capture_stage),      # Program -> Captured         Dynamo; each graph -> decompose
+    Stage("decompose", decompose_stage),  # FxGraph -> callable         AOTAutograd; the forward graph -> lower
+    Stage("lower", lower_stage),          # AtenGraph -> Lowered        loop IR (lowering/)
+    Stage("schedule", schedule_stage),    # Lowered -> Scheduled        fusion + memory plan (schedule/)
+    Stage("codegen", codegen_stage),      # Scheduled -> Generated      kernels + wrapper (codegen/)
+    Stage("build", build_stage),          # Generated -> CompiledGraph  compile and load (build.py)
+    Stage("run", run_stage),              # Captured -> verify          outputs vs eager (run.py)
+]
+GRAPH_STAGES = ("lower", "schedule", "codegen", "build")  # one graph's own compile: what may fall back
+assert tuple(s.name for s in STAGES) == STAGE_NAMES, "record.STAGE_NAMES lists the stages for the readers"
+
+
+def stage_named(name: str) -> Stage:
+    return next(s for s in STAGES if s.name == name)  # looked up per call: a test may replace a stage
+
+
+# --- the runner -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Compilation:
+    """One compile() or explore(): runs the stages (Note [Stages and the runner]), records them when
+    `exploration` is given, and reports each stage's seconds to `on_stage(name, seconds)` (a timing hook)."""
+    options: Options
+    exploration: Exploration | None = None
+    on_stage: Callable[[str, float], None] | None = None
+    profiler: Any = None  # engine/profile.py's Profiler: keeps each graph to time its kernels after the run
+    _clocks: list = field(default_factory=list)  # per running stage: seconds spent in the stages it called
+    _graph: GraphRecord | None = None  # the graph being compiled
+
+    def run(self, name: str, artifact):
+        self._clocks.append(0.0)
+        start = time.perf_counter()
+        try:
+            return stage_named(name).fn(artifact, self.options)
+        finally:
+            wall = time.perf_counter() - start
+            own = wall - self._clocks.pop()
+            if self._clocks:
+                self._clocks[-1] += wall
+            self._record_time(name, own)
+
+    def _record_time(self, name: str, seconds: float) -> None:
+        if self.on_stage is not None:
+            self.on_stage(name, seconds)
+        if self.exploration is not None:
+            self.exploration.add_time(name, seconds)
+            if self._graph is not None and name != "capture":
+                self._graph.timings[name] = self._graph.timings.get(name, 0.0) + seconds
+
+    # Dynamo calls this once per captured graph (it is Program.compile_fx: the Dynamo backend)
+    def compile_fx(self, gm: torch.fx.GraphModule, example_inputs) -> Callable:
+        graph = GraphRecord(index=-1) if self.exploration is not None else None  # numbered when it joins
+        if graph is not None:
+            graph.fx = report.fx_nodes(gm)
+        backward: list[GraphRecord] = []  # a backward graph joins the record after its forward
+
+        def join_backward() -> None:
+            while backward:
+                record = backward.pop(0)
+                record.index, record.partition = len(self.exploration.graphs), {"forward_graph": graph.index}
+                self.exploration.graphs.append(record)
+
+        def on_partition(partition: dict) -> None:
+            if graph is not None:
+                graph.partition = partition
+
+        def compiler(phase: str) -> Callable:
+            def compile_phase(aten_gm: torch.fx.GraphModule, aten_inputs) -> Callable:
+                record = graph
+                if graph is not None and phase == "backward":  # its own graph, compiled on first backward
+                    record = GraphRecord(index=-1, fx=graph.fx)
+                call = self.compile_aten(gm, aten_gm, aten_inputs, record, phase)
+                if record is not None and phase == "backward":
+                    backward.append(record)
+                    if graph.index >= 0:  # else (dynamic shapes: compiled at once) after the forward joins
+                        join_backward()
+                return call
+
+            return compile_phase
+
+        outer, self._graph = self._graph, graph
+        try:
+            compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler, make_partition_fn(on_partition)))
+        finally:
+            self._graph = outer
+        if graph is not None:
+            # Note [Restarted analysis]: Dynamo may abandon a graph by raising from inside its backend
+            # (RestartAnalysis: AOTAutograd turned a float input into a tensor, say) and trace the frame again,
+            # which calls the backend anew. Only a graph that compiled joins the record.
+            graph.index = len(self.exploration.graphs)
+            self.exploration.graphs.append(graph)
+            join_backward()
+        return compiled
+
+    # AOTAutograd calls this once per graph and phase, with the functional ATen graph (FxGraph.compile_aten)
+    def compile_aten(self, fx_gm: torch.fx.GraphModule, aten_gm: torch.fx.GraphModule, aten_inputs,
+                     graph: GraphRecord | None, phase: str) -> Callable:
+        if graph is not None:
+            graph.phase = phase
+        outer, self._graph = self._graph, graph  # a backward compiles later, outside compile_fx
+        try:
+            return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph)
+        finally:
+            self._graph = outer
+
+    def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None) -> Callable:
+        artifact: Any = AtenGraph(aten_gm, list(aten_inputs))
+        stage_name = GRAPH_STAGES[0]
+        try:
+            for stage_name in GRAPH_STAGES:
+                artifact = self.run(stage_name, artifact)
+        except Exception as error:  # Note [Internal failure falls back to eager]
+            self._fall_back(graph, stage_name, error, fx_gm, aten_gm)
+            return eager_call(aten_gm)
+        compiled: CompiledGraph = artifact
+        call = compiled.call
+        if graph is not None:
+            hints = size_hints(compiled.lowered, aten_inputs)
+            try:
+                report.fill_graph_record(graph, fx_gm, aten_gm, compiled, hints)
+            except Exception as error:  # a record we cannot write is our bug too (Note [Strict record])
+                self._fall_back(graph, "report", error, fx_gm, aten_gm)
+                return eager_call(aten_gm)
+            if self.profiler is not None:
+                call = self.profiler.watch(graph, compiled, hints)
+            # Note [Wrapper overhead]: the first call measures the wrapper's own cost into the record
+            call = MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], graph.code.overhead)
+        return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error))
+
+    def _fall_back(self, graph: GraphRecord | None, stage_name: str, error: BaseException, fx_gm=None,
+                   aten_gm=None) -> None:
+        message = (f"our {stage_name} stage raised {type(error).__name__}: {str(error).strip()[:2000]}; the graph "
+                   "ran eagerly instead (its ATen graph, op by op)")
+        if graph is None or self.exploration is None:
+            warnings.warn(f"Glassbox: {message}", stacklevel=2)  # compile(): no record to say it in
+            return
+        if aten_gm is not None and not graph.aten:
+            graph.aten = report.aten_nodes(aten_gm, fx_gm)
+        graph.fallback = FallbackRecord(stage=stage_name, type=type(error).__name__, message=str(error))
+        self.exploration.errors.append(ErrorRecord(
+            kind="fallback", stage=stage_name, type=type(error).__name__, message=message,
+            graph=graph.index if graph.index >= 0 else len(self.exploration.graphs),
+            traceback="".join(traceback.format_exception(error))[-6000:]))
+
+
+def eager_call(aten_gm: torch.fx.GraphModule) -> Callable:
+    """The ATen graph run op by op by PyTorch: a graph's fallback (Note [Internal failure falls back to eager])."""
+    def call(args: list):
+        values = list(args)
+        args.clear()
+        return aten_gm(*values)
+
+    call._boxed_call = True
+    return call
+
+
+class FirstRunGuard:
+    """Our compiled call, until its first run succeeds; if that raises, the eager ATen graph from then on."""
+
+    def __init__(self, call: Callable, aten_gm: torch.fx.GraphModule, on_failure: Callable[[BaseException], None]):
+        self.call, self._aten_gm, self._on_failure = call, aten_gm, on_failure
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        if self._aten_gm is None:
+            return self.call(args)
+        kept = list(args)  # our call clears the list (the boxed convention): keep the inputs for eager
+        try:
+            outputs = self.call(args)
+        except Exception as error:  # Note [Internal failure falls back to eager]
+            self._on_failure(error)
+            self.call = eager_call(self._aten_gm)
+            args.clear()
+            outputs = self.call(kept)
+        self._aten_gm = None
+        return outputs
+
+
+def wrapper_namespace(wrapper: WrapperSource) -> dict[str, Any]:
     namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
                                  "with_layout": with_layout, "strided_view": strided_view}
     namespace.update(wrapper.constants)
     return namespace
 
 
-def load_wrapper(wrapper, namespace: dict) -> Callable:
+def load_wrapper(wrapper: WrapperSource, namespace: dict) -> Callable:
     exec(builtins.compile(wrapper.source, "<glassbox wrapper>", "exec"), namespace)
     call = namespace["call"]
     call._boxed_call = True  # AOTAutograd passes a list and lets us free its items early
@@ -135,79 +418,31 @@ def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
     return hints
 
 
-def make_backend(options: Options, exploration: Exploration | None = None, profiler=None) -> Callable:
-    """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given;
-    a `profiler` (engine/profile.py) keeps each graph to time its kernels after the run."""
-
-    def backend(gm: torch.fx.GraphModule, example_inputs):
-        graph_record = None
-        if exploration is not None:
-            graph_record = GraphRecord(index=-1)  # numbered when it joins the record
-            graph_record.fx = records_fx(gm)
-
-        def compiler(phase: str) -> Callable:
-            def compile_phase(aten_gm: torch.fx.GraphModule, aten_inputs):
-                record = graph_record
-                if record is not None and phase == "backward":  # its own graph, compiled on first backward
-                    record = GraphRecord(index=-1, fx=graph_record.fx)
-                timings = record.timings if record is not None else {}
-                compiled = compile_graph(aten_gm, aten_inputs, options, timings)
-                if record is not None:
-                    from engine.report import fill_graph_record
-                    record.phase = phase
-                    hints = size_hints(compiled.lowered, aten_inputs)
-                    fill_graph_record(record, gm, aten_gm, compiled, hints)
-                    if phase == "backward":
-                        backward_records.append(record)
-                        if graph_record.index >= 0:  # else (dynamic shapes: compiled at once) after the forward
-                            add_backward_records()
-                    call = profiler.watch(record, compiled, hints) if profiler is not None else compiled.call
-                    overhead = record.code.setdefault("overhead", {})  # Note [Wrapper overhead]
-                    return MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], overhead)
-                return compiled.call
-
-            return compile_phase
-
-        backward_records: list[GraphRecord] = []
-
-        def add_backward_records() -> None:
-            while backward_records:
-                record = backward_records.pop(0)
-                record.index, record.partition = len(exploration.graphs), {"forward_graph": graph_record.index}
-                exploration.graphs.append(record)
-
-        def on_partition(partition: dict) -> None:
-            if graph_record is not None:
-                graph_record.partition = partition
-
-        start = time.perf_counter()
-        compiled_fn = aot_compile(gm, example_inputs, compiler("forward"), compiler("backward"),
-                                  make_partition_fn(on_partition), compiler("inference"))
-        if graph_record is not None:
-            inner = sum(graph_record.timings.values())
-            graph_record.timings["decompose"] = time.perf_counter() - start - inner
-            # Note [Restarted analysis]: Dynamo may abandon a graph by raising from inside its backend
-            # (RestartAnalysis: AOTAutograd turned a float input into a tensor, say) and trace the frame again,
-            # which calls the backend anew. Only a graph that compiled joins the record; time spent on an
-            # abandoned one counts as capture.
-            graph_record.index = len(exploration.graphs)
-            exploration.graphs.append(graph_record)
-            add_backward_records()
-        return compiled_fn
-
-    return backend
+# --- entry points ---------------------------------------------------------------------------------------------
 
 
-def records_fx(gm: torch.fx.GraphModule) -> list[dict]:
-    from engine.report import fx_nodes
-    return fx_nodes(gm)
+def make_backend(options: Options, exploration: Exploration | None = None, profiler=None,
+                 on_stage: Callable[[str, float], None] | None = None) -> Callable:
+    """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given; a
+    `profiler` (engine/profile.py) keeps each graph to time its kernels after the run."""
+    return Compilation(options, exploration, on_stage, profiler).compile_fx
+
+
+def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Options) -> CompiledGraph:
+    """One ATen graph through lower..build, without recording or falling back (for tests of those stages)."""
+    artifact: Any = AtenGraph(aten_gm, list(example_inputs))
+    for name in GRAPH_STAGES:
+        artifact = stage_named(name).fn(artifact, options)
+    return artifact
 
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
-            mode: str = "default", templates: str = "auto") -> Callable:
-    """Like torch.compile(model, mode=mode), with Glassbox as the backend."""
-    return capture.dynamo_compile(model, make_backend(Options(backend, device, dynamic, mode, templates=templates)), None,
-                                  dynamic)
+            mode: str = "default", templates: str = "auto",
+            on_stage: Callable[[str, float], None] | None = None) -> Callable:
+    """Like torch.compile(model, mode=mode), with Glassbox as the backend. on_stage(name, seconds) hears every
+    stage's time (the fresh-process measure of engine/tools/fresh_compile.py)."""
+    options = Options(backend, device, dynamic, mode, templates=templates)
+    return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
 
 def explore(model: Callable, example_inputs, backend: str = "cpp", device: str = "cpu",
@@ -219,72 +454,64 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     then timed (engine/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
     forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
-    from engine import run
     from engine.profile import Profiler
 
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train)
-    exploration = Exploration(model=name, backend=backend, device=device, source=source or {},
-                              description=description, options={"dynamic": dynamic, "mode": mode, "fusion": fusion,
-                                                                "max_fused_nodes": max_fused_nodes,
-                                                                "templates": templates, "train": train})
+    exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
+                              description=description,
+                              options=OptionsRecord(dynamic=dynamic, mode=mode, fusion=fusion, train=train,
+                                                    max_fused_nodes=max_fused_nodes, templates=templates))
+    profiler = Profiler(device) if profile else None
+    compilation = Compilation(options, exploration, profiler=profiler)
     capture.reset()
     unimplemented_before = torch._dynamo.utils.counters["unimplemented"].copy()  # frames Dynamo will skip
     log = capture.CaptureLog()
-    profiler = Profiler(device) if profile else None
     inputs = tuple(example_inputs)
     step = None
     if train:
         from engine.train_verify import TrainingStep
         step = TrainingStep(model, inputs, loss_fn)  # compiles a copy: the eager reference starts where it did
-    compiled = capture.dynamo_compile(step.model if step else model, make_backend(options, exploration, profiler), log,
-                                      dynamic)
     exploration.inputs = capture.describe_inputs(inputs)
+    exploration.input_specs = [InputSpec(str(x.dtype).replace("torch.", ""), list(x.shape))
+                               if isinstance(x, torch.Tensor) else InputSpec(type(x).__name__) for x in inputs]
     log.begin_call(exploration.inputs)
-    start = time.perf_counter()
-    if step is not None:
-        step.run(compiled)  # forward, loss, backward: the backward graphs compile on their first use
-    else:
-        with torch.no_grad():
-            outputs = compiled(*run.fresh(inputs))  # a model may mutate its inputs: keep the originals for eager
-    total = time.perf_counter() - start
-    for graph in exploration.graphs:
-        for stage_name, seconds in graph.timings.items():
-            exploration.add_time(stage_name, seconds)
-    exploration.timings = {"capture": max(total - sum(exploration.timings.values()), 0.0), **exploration.timings}
-    with stage(exploration.timings, "run"):
-        exploration.verify = step.verify(tolerance) if step else run.verify(model, inputs, outputs, tolerance)
-    if profiler is not None:
-        with stage(exploration.timings, "profile"):
-            profiler.measure(exploration)
+    program = Program(model, inputs, log, compilation.compile_fx, tolerance, step)
+    captured = compilation.run("capture", program)
+    exploration.verify = compilation.run("run", captured)
+    if profiler is not None:  # after the run: not a stage of the compiler, timed under its own name
+        start = time.perf_counter()
+        profiler.measure(exploration)
+        exploration.add_time("profile", time.perf_counter() - start)
     for extra in dynamic_inputs:
         extra = tuple(extra)
         log.begin_call(capture.describe_inputs(extra))
         graphs_before = len(exploration.graphs)
         try:
             with torch.no_grad():
-                extra_outputs = compiled(*run.fresh(extra))
-            result = run.verify(model, extra, extra_outputs, tolerance)
+                extra_outputs = captured.compiled(*run_module.fresh(extra))
+            result = run_module.verify(model, extra, extra_outputs, tolerance)
         except Exception as error:  # one failing input set is reported; the exploration stands
-            exploration.errors.append({"stage": "run", "inputs": log.current_inputs,
-                                       "message": f"{type(error).__name__}: {root_cause(error)}"})
+            exploration.errors.append(ErrorRecord(kind="inputs", stage="run", type=type(error).__name__,
+                                                  message=f"{type(error).__name__}: {root_cause(error)}",
+                                                  inputs=log.current_inputs))
             continue
-        exploration.runs.append({"inputs": log.current_inputs,
-                                 "new_graphs": len(exploration.graphs) - graphs_before, "verify": result})
+        exploration.runs.append(RunRecord(inputs=log.current_inputs,
+                                          new_graphs=len(exploration.graphs) - graphs_before, verify=result))
     log.finish()
-    exploration.graph_breaks = [vars(b) for b in log.graph_breaks]
+    exploration.graph_breaks = [GraphBreakRecord(**vars(b)) for b in log.graph_breaks]
     exploration.guards = list(log.guards)
-    exploration.recompiles = [vars(r) for r in log.recompiles]
+    exploration.recompiles = [RecompileRecord(**vars(r)) for r in log.recompiles]
     for skipped in log.gave_up:
-        exploration.errors.append({
-            "stage": "capture", "inputs": skipped.inputs,
-            "message": f"Dynamo reached its recompile limit (torch._dynamo.config.recompile_limit) with "
-                       f"{len(skipped.failed_guards)} compiled versions of {skipped.function}: it runs it "
-                       f"eagerly from now on, without a graph. It would have recompiled because: {skipped.reason}"})
+        exploration.errors.append(ErrorRecord(
+            kind="recompile_limit", stage="capture", inputs=skipped.inputs,
+            message=f"Dynamo reached its recompile limit (torch._dynamo.config.recompile_limit) with "
+                    f"{len(skipped.failed_guards)} compiled versions of {skipped.function}: it runs it "
+                    f"eagerly from now on, without a graph. It would have recompiled because: {skipped.reason}"))
     if not exploration.graphs and not exploration.graph_breaks:
         skipped_frames = torch._dynamo.utils.counters["unimplemented"] - unimplemented_before
         why = "; ".join(reason.splitlines()[0] for reason in skipped_frames) or "it found no tensor work to compile"
-        exploration.errors.append({"stage": "capture", "inputs": exploration.inputs,
-                                   "message": f"Dynamo captured no graph, so the model ran eagerly: {why}"})
+        exploration.errors.append(ErrorRecord(kind="no_graph", stage="capture", inputs=exploration.inputs,
+                                              message=f"Dynamo captured no graph, so the model ran eagerly: {why}"))
     return exploration
 
 
@@ -294,7 +521,7 @@ def compile_reference(model: Callable, dynamic: bool | None = None) -> Callable:
 
     def backend(gm, example_inputs):
         def fw_compiler(aten_gm, aten_inputs):
-            lowered = lower(aten_gm, aten_inputs, "cpu")
+            lowered = lower_stage(AtenGraph(aten_gm, list(aten_inputs)), Options()).graph
 
             def call(args):
                 outputs = evaluate_graph(lowered, list(args))

@@ -1,76 +1,469 @@
-"""The Exploration record: every stage's artifact as plain data (text, numbers, lists).
+"""The Exploration record: every stage's artifact as typed, versioned plain data.
 
-The app, the CLI, the tests and reports read this record only; it crosses process boundaries as JSON.
-Keys that outside scripts rely on are listed in DESIGN.md (graphs[].kernels[].name/kind/fx_origins,
-graph_breaks[], verify, timings, errors[]).
+The app, the CLI, the tests and reports read this record only; it crosses process boundaries as JSON
+(`Exploration.to_json()` / `Exploration.from_json()`), and engine/record_schema.json is its JSON Schema
+(generated from these dataclasses by `json_schema()`; tests/test_record.py checks the shipped file is current).
+README.md ("The record") documents the keys. Keys that outside scripts rely on (DESIGN.md, "CLI"):
+schema_version, graphs[].kernels[].name/kind/fx_origins/tiling, graph_breaks[].reason/filename/lineno,
+verify.ok/max_abs_err, timings, errors[]. Keys are added, never renamed; adding one bumps SCHEMA_VERSION.
+
+Note [Strict record]
+Serialization knows exactly these types: the Record dataclasses below, str, int, float, bool, None, and lists
+and string-keyed dicts of them. Anything else (a sympy expression, a torch.dtype, a tensor) raises TypeError
+instead of silently becoming its str(): a value that reaches the record is converted where it is made (report.py),
+where its meaning is known. Floats that JSON cannot hold (inf, nan: an error against a mismatched shape) are
+written as the strings "inf", "-inf" and "nan". Reading is as strict: an unknown key raises.
+
+This module imports nothing beyond the standard library: the app's server and the visualizers read records
+without importing torch.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+SCHEMA_VERSION = 2
+# The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
+# and the stage names the CLI, the charts and the app show.
+STAGE_NAMES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
+BACKENDS = ("cpp", "triton")
+# torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
+# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel on the GPU.
+MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+class Record:
+    """Base of the record's dataclasses: strict JSON in and out (Note [Strict record]).
+
+    Mapping-style access (`graph["kernels"]`, `kernel.get("reason")`, `kernel["time_ms"] = ...`) takes the same
+    keys as the JSON, so code written against the JSON document works on a typed record unchanged; an unknown
+    key is a KeyError, as in the JSON's reader."""
+
+    def to_json(self) -> dict:
+        return {f.name: to_plain(getattr(self, f.name), f"{type(self).__name__}.{f.name}")
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict):
+        if not isinstance(data, dict):
+            raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown key(s) {sorted(unknown)}")
+        return cls(**{name: from_plain(value, hints[name], f"{cls.__name__}.{name}") for name, value in data.items()})
+
+    def __getitem__(self, key: str):
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value) -> None:
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(f"{type(self).__name__} has no field {key!r} (add it to engine/record.py)")
+        setattr(self, key, value)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if key in {f.name for f in dataclasses.fields(self)} else default
+
+    def __contains__(self, key: str) -> bool:
+        return key in {f.name for f in dataclasses.fields(self)}
+
+
+# --- graphs: one dataclass per artifact ----------------------------------------------------------------------
+
 
 @dataclass
-class GraphRecord:
+class SourceLine(Record):
+    """A line of the user's code."""
+    filename: str
+    lineno: int
+    line: str = ""
+
+
+@dataclass
+class FxNode(Record):
+    """A node of Dynamo's FX graph (and, with fx_origins, of the ATen graph)."""
+    name: str
+    op: str  # placeholder | call_function | call_method | call_module | get_attr | output
+    target: str
+    args: list[str] = field(default_factory=list)  # names of the nodes it reads
+    shape: list[Any] = field(default_factory=list)  # sizes as text; a list of them for a tuple value
+    dtype: str = ""
+    source: SourceLine | None = None
+    module_path: str = ""  # the nn.Module it ran in, e.g. "layers.0.attn"
+
+
+@dataclass
+class AtenNode(FxNode):
+    fx_origins: list[str] = field(default_factory=list)  # the FX nodes it came from
+
+
+@dataclass
+class IRNode(Record):
+    name: str
+    kind: str  # pointwise | reduction | extern | fallback | multi_output | ...
+    size: list[str]
+    dtype: str
+    aten_origins: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # the loop body, readable
+    reduction_size: list[str] | None = None
+    reduction_type: str | None = None
+    reason: str | None = None  # a fallback's: why the op runs eagerly
+
+
+@dataclass
+class IRRecord(Record):
+    nodes: list[IRNode] = field(default_factory=list)
+    text: str = ""
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FusionDecision(Record):
+    producer: str
+    consumer: str
+    kind: str  # vertical | horizontal
+    fused: bool
+    reason: str
+    rule: str = ""  # the policy rule (schedule/policy.py) or the legality check that decided
+
+
+@dataclass
+class FusionRecord(Record):
+    decisions: list[FusionDecision] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)  # IR nodes no kernel computes (Note [Unused nodes])
+    templates: list[dict[str, Any]] = field(default_factory=list)  # per matmul: template or library call, and why
+
+
+@dataclass
+class MemoryBuffer(Record):
+    name: str
+    bytes: int
+    first: int  # kernel index that writes it
+    last: int  # last kernel index that reads it
+    reuses: str | None = None  # the dead buffer whose memory it takes
+
+
+@dataclass
+class MemoryRecord(Record):
+    peak_bytes: int = 0
+    unfused_peak_bytes: int = 0
+    buffers: list[MemoryBuffer] = field(default_factory=list)
+
+
+@dataclass
+class KernelRecord(Record):
+    name: str
+    kind: str  # pointwise | reduction | extern | fallback | template
+    ir_nodes: list[str] = field(default_factory=list)
+    aten_origins: list[str] = field(default_factory=list)
+    fx_origins: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)  # the ATen ops it computes
+    reads: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    bytes: int = 0  # estimated bytes moved
+    source: str = ""  # its generated source (or, for a library call, its IR text)
+    lines: list[int] = field(default_factory=list)  # [first, last] line of its source in the module, if generated
+    reason: str | None = None  # a fallback's
+    tiling: dict[str, Any] | None = None  # how its loops are tiled, with the reason
+    triton: dict[str, Any] | None = None  # Triton's launch config, grid, signature, autotuning
+    template: dict[str, Any] | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
+    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (codegen/triton_build.add_assembly)
+    # with --profile (engine/profile.py): median time, its interquartile range, share of the graph's call,
+    # achieved rates and the FLOP estimate
+    time_ms: float | None = None
+    time_iqr_ms: float | None = None
+    share: float | None = None
+    gbps: float | None = None
+    flops: int | None = None
+    gflops: float | None = None
+
+
+@dataclass
+class ProvenanceLine(Record):
+    """A generated line and what it came from: IR node -> ATen nodes -> FX nodes -> user lines."""
+    line: int
+    kernel: str
+    ir_node: str
+    aten_nodes: list[str] = field(default_factory=list)
+    fx_nodes: list[str] = field(default_factory=list)
+    user_lines: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CodeRecord(Record):
+    language: str  # cpp | triton
+    source: str  # the whole generated module
+    wrapper: str  # the Python call()
+    provenance: list[ProvenanceLine] = field(default_factory=list)
+    prelude_lines: int = 0  # lines 1..prelude_lines are shared helpers; the kernels follow
+    overhead: dict[str, Any] = field(default_factory=dict)  # the wrapper's own cost per call (Note [Wrapper overhead])
+
+
+@dataclass
+class FallbackRecord(Record):
+    """Why a whole graph ran eagerly (Note [Internal failure falls back to eager] in pipeline.py)."""
+    stage: str
+    type: str
+    message: str
+
+
+@dataclass
+class GraphRecord(Record):
     index: int
-    fx: list[dict] = field(default_factory=list)  # Dynamo's graph: one dict per node
-    aten: list[dict] = field(default_factory=list)  # the functional ATen graph
-    ir: dict = field(default_factory=dict)  # {"text", "nodes": [...]}
-    fusion: dict = field(default_factory=dict)  # {"decisions": [...], "unused": [IR node names in no kernel]}
-    memory: dict = field(default_factory=dict)
-    kernels: list[dict] = field(default_factory=list)
-    code: dict = field(default_factory=dict)  # {"language", "source", "wrapper", "provenance"}
-    timings: dict = field(default_factory=dict)  # seconds per stage for this graph
+    phase: str = "inference"  # inference | forward | backward
+    fx: list[FxNode] = field(default_factory=list)  # Dynamo's graph
+    aten: list[AtenNode] = field(default_factory=list)  # the functional ATen graph
+    ir: IRRecord | None = None
+    fusion: FusionRecord | None = None
+    memory: MemoryRecord | None = None
+    kernels: list[KernelRecord] = field(default_factory=list)
+    code: CodeRecord | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage for this graph
     cache_hit: bool = False
-    profile: dict = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms (engine/profile.py)
-    phase: str = "inference"  # "inference", or in training "forward" / "backward" (engine/partition.py)
-    partition: dict = field(default_factory=dict)  # forward graph: saved/recomputed values; backward: its forward
+    fallback: FallbackRecord | None = None  # set when the whole graph ran eagerly
+    profile: dict[str, Any] = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms, ...
+    # in training (engine/partition.py): a forward graph's saved and recomputed values; a backward's forward graph
+    partition: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the model's run --------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Exploration:
+class GraphBreakRecord(Record):
+    reason: str
+    filename: str
+    lineno: int | None
+    line: str = ""
+    gb_type: str = ""  # Dynamo's graph-break type (Note [Dynamo's explanations] in capture.py)
+    gb_id: str = ""  # its entry in Dynamo's graph-break registry, e.g. "GB0170"
+    explanation: str = ""
+    hints: list[str] = field(default_factory=list)
+    suggestion: dict[str, Any] | None = None  # a rewrite of the user's line (engine/break_fixes.py)
+
+
+@dataclass
+class RecompileRecord(Record):
+    reason: str
+    inputs: str
+    function: str = ""
+    failed_guards: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunRecord(Record):
+    """One more input set (dynamic_inputs): its shapes, the graphs it compiled, its verify."""
+    inputs: str
+    new_graphs: int
+    verify: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ErrorRecord(Record):
+    """Something that went wrong without stopping the exploration.
+
+    kind: fallback (our compile of a graph failed; it ran eagerly), inputs (an input set of dynamic_inputs
+    raised), recompile_limit (Dynamo gave up recompiling and runs a function eagerly); and in the record the CLI
+    writes with --record-out when exploring failed: model (the model file is at fault, at `lineno`), compile
+    (Glassbox failed), usage (the command line is wrong)."""
+    kind: str
+    stage: str
+    message: str
+    type: str = ""  # the exception's type
+    inputs: str = ""  # the input shapes it happened on
+    graph: int | None = None
+    filename: str = ""  # the user's line it points at, if any
+    lineno: int | None = None
+    traceback: str = ""
+
+
+@dataclass
+class InputSpec(Record):
+    """One example input: a tensor's dtype and shape (dtype is the Python type's name for other values)."""
+    dtype: str
+    shape: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SourceFile(Record):
+    filename: str = ""
+    text: str = ""
+
+
+@dataclass
+class OptionsRecord(Record):
+    dynamic: bool | None = None
+    mode: str = "default"
+    train: bool = False
+    fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
+    max_fused_nodes: int | None = None
+    templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto | on | off
+
+
+@dataclass
+class Exploration(Record):
     model: str
     backend: str
     device: str
-    source: dict = field(default_factory=dict)  # {"filename", "text"}
+    schema_version: int = SCHEMA_VERSION
+    source: SourceFile = field(default_factory=SourceFile)
     description: str = ""
     inputs: str = ""  # the example inputs, e.g. "float32[64, 1024], float32[1024]"
-    options: dict = field(default_factory=dict)
+    input_specs: list[InputSpec] = field(default_factory=list)  # the same, as data (the app's shapes box)
+    options: OptionsRecord = field(default_factory=OptionsRecord)
     graphs: list[GraphRecord] = field(default_factory=list)
-    graph_breaks: list[dict] = field(default_factory=list)
+    graph_breaks: list[GraphBreakRecord] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
-    recompiles: list[dict] = field(default_factory=list)
-    verify: dict = field(default_factory=dict)
-    runs: list[dict] = field(default_factory=list)  # extra input sets (dynamic shapes): shapes + verify
-    timings: dict = field(default_factory=dict)
-    bench: dict = field(default_factory=dict)
-    machine: dict = field(default_factory=dict)  # with --profile: measured copy GB/s and matmul GFLOP/s (roofline)
-    errors: list[dict] = field(default_factory=list)
+    recompiles: list[RecompileRecord] = field(default_factory=list)
+    verify: dict[str, Any] = field(default_factory=dict)  # run.verify: ok, max_abs_err, max_rel_err, outputs
+    runs: list[RunRecord] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (STAGE_NAMES)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
+    machine: dict[str, Any] = field(default_factory=dict)  # with --profile: copy GB/s, matmul GFLOP/s, load
 
     def add_time(self, stage: str, seconds: float) -> None:
+        """Add to a stage's seconds, keeping `timings` in pipeline order (stages finish nested, out of order)."""
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+        order = {name: number for number, name in enumerate(STAGE_NAMES)}
+        self.timings = dict(sorted(self.timings.items(), key=lambda item: order.get(item[0], len(order))))
 
     @property
-    def kernels(self) -> list[dict]:
+    def kernels(self) -> list[KernelRecord]:
         return [k for g in self.graphs for k in g.kernels]
-
-    def to_json(self) -> dict:
-        return _plain(dataclasses.asdict(self))
 
     def dumps(self, **kwargs) -> str:
         return json.dumps(self.to_json(), **kwargs)
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Exploration":
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ValueError(f"record schema_version {version} is newer than this reader's {SCHEMA_VERSION}")
+        return super().from_json(data)
 
-def _plain(value: Any) -> Any:
-    """Only JSON types: anything else becomes its string."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
-    if value is None or isinstance(value, (bool, int, str)):
+
+# --- strict conversion (Note [Strict record]) ---------------------------------------------------------------
+
+
+def to_plain(value: Any, where: str = "record") -> Any:
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
-    return str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("nan" if value != value else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v, f"{where}[]") for v in value]
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: a key of type {type(key).__name__} ({key!r}); record keys are strings")
+        return {k: to_plain(v, f"{where}.{k}") for k, v in value.items()}
+    raise TypeError(f"{where}: a {type(value).__module__}.{type(value).__qualname__} ({str(value)[:80]!r}) is not "
+                    "record data; convert it where it is made (Note [Strict record])")
+
+
+def _is_optional(hint) -> tuple[bool, Any]:
+    args = typing.get_args(hint)
+    if (typing.get_origin(hint) in (typing.Union, types.UnionType)) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return True, rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
+    return False, hint
+
+
+def from_plain(value: Any, hint: Any, where: str) -> Any:
+    optional, inner = _is_optional(hint)
+    if value is None:
+        if optional or hint is Any:
+            return None
+        raise TypeError(f"{where}: null where a {hint} is needed")
+    hint = inner
+    origin = typing.get_origin(hint)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_json(value)
+    if hint is Any:
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise TypeError(f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(hint) or (Any,)
+        return [from_plain(v, item, f"{where}[]") for v in value]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected an object, got {type(value).__name__}")
+        item = (typing.get_args(hint) or (str, Any))[1]
+        return {k: from_plain(v, item, f"{where}.{k}") for k, v in value.items()}
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if value in ("inf", "-inf", "nan"):
+            return float(value)
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint in (str, bool):
+        if isinstance(value, hint):
+            return value
+    raise TypeError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__} {value!r}")
+
+
+# --- the JSON Schema --------------------------------------------------------------------------------------------
+
+
+def json_schema() -> dict:
+    """The record's JSON Schema (draft 2020-12), derived from the dataclasses: engine/record_schema.json."""
+    definitions: dict[str, dict] = {}
+
+    def schema_of(hint) -> dict:
+        optional, inner = _is_optional(hint)
+        if optional:
+            return {"anyOf": [schema_of(inner), {"type": "null"}]}
+        origin = typing.get_origin(hint)
+        if isinstance(hint, type) and issubclass(hint, Record):
+            define(hint)
+            return {"$ref": f"#/$defs/{hint.__name__}"}
+        if hint is Any:
+            return {}
+        if origin is list:
+            (item,) = typing.get_args(hint) or (Any,)
+            return {"type": "array", "items": schema_of(item)}
+        if origin is dict or hint is dict:
+            item = (typing.get_args(hint) or (str, Any))[1]
+            return {"type": "object", "additionalProperties": schema_of(item)}
+        simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+        return {"type": simple[hint]}
+
+    def define(cls) -> None:
+        if cls.__name__ in definitions:
+            return
+        definitions[cls.__name__] = {}  # placeholder against recursion
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        doc = (cls.__doc__ or "").strip()
+        definitions[cls.__name__] = {
+            "type": "object",
+            "description": cls.__name__ if doc.startswith(cls.__name__ + "(") or not doc else doc.splitlines()[0],
+            "properties": {f.name: schema_of(hints[f.name]) for f in fields},
+            "required": [f.name for f in fields],  # to_json writes every key, null included
+            "additionalProperties": False,
+        }
+
+    define(Exploration)
+    root = dict(definitions["Exploration"])
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://glassbox.example/record_schema.json",
+            "title": f"Glassbox Exploration record, schema_version {SCHEMA_VERSION}", **root,
+            "$defs": {name: body for name, body in sorted(definitions.items()) if name != "Exploration"}}
+
+
+if __name__ == "__main__":  # python -m engine.record > engine/record_schema.json
+    print(json.dumps(json_schema(), indent=1))

@@ -1,4 +1,6 @@
-"""Turn one graph's compiler artifacts into the plain-data GraphRecord (FX, ATen, IR, fusion, code)."""
+"""Turn one graph's compiler artifacts into its typed GraphRecord (FX, ATen, IR, fusion, memory, kernels, code).
+
+Every value is converted to record data here, where its meaning is known (Note [Strict record] in record.py)."""
 from __future__ import annotations
 
 import linecache
@@ -11,25 +13,26 @@ from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction
 from engine.ir.ops import use_handler
-from engine.record import GraphRecord
+from engine.record import (AtenNode, CodeRecord, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode, IRRecord,
+                           KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, SourceLine)
 
 
 def _meta(node: torch.fx.Node) -> dict:
     val = node.meta.get("val", node.meta.get("example_value"))
     if isinstance(val, torch.Tensor):
-        return {"shape": [str(s) for s in val.shape], "dtype": str(val.dtype).replace("torch.", "")}
+        return {"shape": [str(s) for s in val.shape], "dtype": _dtype(val.dtype)}
     if isinstance(val, (tuple, list)):
         return {"shape": [[str(s) for s in v.shape] if isinstance(v, torch.Tensor) else str(v) for v in val],
                 "dtype": "tuple"}
     return {"shape": [], "dtype": type(val).__name__ if val is not None else ""}
 
 
-def _source(node: torch.fx.Node) -> dict | None:
+def _source(node: torch.fx.Node) -> SourceLine | None:
     where = user_source_line(node.meta.get("stack_trace"))
     if where is None:
         return None
     filename, lineno = where
-    return {"filename": filename, "lineno": lineno, "line": linecache.getline(filename, lineno).strip()}
+    return SourceLine(filename, lineno, linecache.getline(filename, lineno).strip())
 
 
 def _target(node: torch.fx.Node) -> str:
@@ -39,9 +42,9 @@ def _target(node: torch.fx.Node) -> str:
     return getattr(target, "__qualname__", None) or str(target)
 
 
-def _node_dict(node: torch.fx.Node) -> dict:
+def _node_fields(node: torch.fx.Node) -> dict:
     return {
-        "name": node.name, "op": node.op, "target": _target(node) if node.op != "placeholder" else node.target,
+        "name": node.name, "op": node.op, "target": _target(node) if node.op != "placeholder" else str(node.target),
         "args": [a.name for a in node.all_input_nodes], **_meta(node), "source": _source(node),
         "module_path": _module_path(node),
     }
@@ -57,18 +60,13 @@ def _module_path(node: torch.fx.Node) -> str:
     return path
 
 
-def fx_nodes(gm: torch.fx.GraphModule) -> list[dict]:
-    return [_node_dict(n) for n in gm.graph.nodes]
+def fx_nodes(gm: torch.fx.GraphModule) -> list[FxNode]:
+    return [FxNode(**_node_fields(n)) for n in gm.graph.nodes]
 
 
-def aten_nodes(aten_gm: torch.fx.GraphModule, fx_gm: torch.fx.GraphModule) -> list[dict]:
+def aten_nodes(aten_gm: torch.fx.GraphModule, fx_gm: torch.fx.GraphModule) -> list[AtenNode]:
     fx_names = {n.name for n in fx_gm.graph.nodes}
-    result = []
-    for node in aten_gm.graph.nodes:
-        entry = _node_dict(node)
-        entry["fx_origins"] = fx_origin_names(node, fx_names)
-        result.append(entry)
-    return result
+    return [AtenNode(**_node_fields(node), fx_origins=fx_origin_names(node, fx_names)) for node in aten_gm.graph.nodes]
 
 
 def ir_text(node, buffers) -> list[str]:
@@ -117,71 +115,87 @@ def _bytes(node, hints) -> int:
 
 def _fused_op(node, aten_by_name: dict) -> dict:
     aten = [a for a in node.origins if a in aten_by_name]
-    return {"ir_node": node.name, "aten_origins": aten, "ops": [str(aten_by_name[a]["target"]) for a in aten],
-            "fx_origins": list(dict.fromkeys(f for a in aten for f in aten_by_name[a].get("fx_origins", [])))}
+    return {"ir_node": node.name, "aten_origins": aten, "ops": [aten_by_name[a].target for a in aten],
+            "fx_origins": list(dict.fromkeys(f for a in aten for f in aten_by_name[a].fx_origins))}
+
+
+def _kernel_lines(line_kernel: list) -> dict[str, list[int]]:
+    """Each kernel's [first, last] line in the generated module (from the module's per-line kernel names)."""
+    lines: dict[str, list[int]] = {}
+    for number, item in enumerate(line_kernel, start=1):
+        if item is not None:
+            lines.setdefault(item[0], [number, number])[1] = number
+    return lines
 
 
 def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict) -> None:
-    lowered, scheduled, memory = compiled.lowered, compiled.schedule, compiled.memory
+    lowered, scheduled, memory, module = compiled.lowered, compiled.schedule, compiled.memory, compiled.module
     record.cache_hit = compiled.cache_hit
     record.aten = aten_nodes(aten_gm, fx_gm)
-    aten_by_name = {n["name"]: n for n in record.aten}
-    fx_by_name = {n["name"]: n for n in record.fx}
+    aten_by_name = {n.name: n for n in record.aten}
+    fx_by_name = {n.name: n for n in record.fx}
+
+    def fx_of(aten_names) -> list[str]:
+        return list(dict.fromkeys(f for a in aten_names if a in aten_by_name for f in aten_by_name[a].fx_origins))
+
     buffers = lowered.buffers
     ir_nodes = []
     for node in lowered.nodes:
-        entry = {"name": node.name, "kind": node.kind, "size": [str(s) for s in node.size],
-                 "dtype": str(node.dtype).replace("torch.", ""), "aten_origins": list(node.origins),
-                 "text": ir_text(node, buffers)}
+        entry = IRNode(name=node.name, kind=node.kind, size=[str(s) for s in node.size], dtype=_dtype(node.dtype),
+                       aten_origins=list(node.origins), text=ir_text(node, buffers))
         if isinstance(node, Reduction):
-            entry.update(reduction_size=[str(s) for s in node.reduction_size], reduction_type=node.reduction_type)
+            entry.reduction_size = [str(s) for s in node.reduction_size]
+            entry.reduction_type = node.reduction_type
         if isinstance(node, Fallback):
-            entry["reason"] = node.reason
+            entry.reason = node.reason
         ir_nodes.append(entry)
-    record.ir = {"nodes": ir_nodes, "text": "\n\n".join("\n".join(n["text"]) for n in ir_nodes),
-                 "inputs": [b.name for b in lowered.inputs if b is not None]}
-    record.fusion = {"decisions": [vars(d) for d in scheduled.decisions],
-                     "unused": list(scheduled.unused),  # Note [Unused nodes]: computed by no kernel
-                     "templates": list(scheduled.templates)}  # per matmul: template or library call, and why
-    record.memory = {
-        "peak_bytes": memory.peak_bytes, "unfused_peak_bytes": memory.unfused_peak_bytes,
-        "buffers": [vars(life) for life in memory.lives],
-    }
-    sources = {k.name: k for k in compiled.module.kernels}
-    ir_to_kernel = {}
+    record.ir = IRRecord(nodes=ir_nodes, text="\n\n".join("\n".join(n.text) for n in ir_nodes),
+                         inputs=[b.name for b in lowered.inputs if b is not None])
+    record.fusion = FusionRecord(decisions=[FusionDecision(**vars(d)) for d in scheduled.decisions],
+                                 unused=list(scheduled.unused),  # Note [Unused nodes]: computed by no kernel
+                                 templates=list(scheduled.templates))  # per matmul: template or library, and why
+    record.memory = MemoryRecord(peak_bytes=int(memory.peak_bytes), unfused_peak_bytes=int(memory.unfused_peak_bytes),
+                                 buffers=[MemoryBuffer(**vars(life)) for life in memory.lives])
+    generated = {k.name: k for k in module.kernels}
+    line_ranges = _kernel_lines(module.line_kernel)
     for kernel in scheduled.kernels:
         aten_names = list(dict.fromkeys(o for n in kernel.nodes for o in n.origins))
-        fx_names = list(dict.fromkeys(f for a in aten_names for f in aten_by_name.get(a, {}).get("fx_origins", [])))
-        generated = sources.get(kernel.name)
-        bytes_moved = sum(_bytes(buffers[n], hints) for n in kernel.reads + kernel.stored if n in buffers)
-        entry = {
-            "name": kernel.name, "kind": kernel.kind, "ir_nodes": [n.name for n in kernel.nodes],
-            "aten_origins": aten_names, "fx_origins": fx_names,
-            "ops": [str(aten_by_name[a]["target"]) for a in aten_names if a in aten_by_name],
-            "reads": kernel.reads, "writes": kernel.stored, "bytes": bytes_moved,
-            "source": generated.source if generated else "\n".join(ir_text(kernel.nodes[0], buffers)),
-        }
-        if generated is not None and hasattr(generated, "record_fields"):
-            entry.update(generated.record_fields())  # backend extras, e.g. Triton's launch config and autotuning
-        if "template" in entry:  # the GEMM template's fused epilogue, op by op (Note [GEMM templates])
-            entry["template"]["fused_ops"] = [_fused_op(buffers[n], aten_by_name) for n in entry["template"]["epilogue"]]
+        source = generated.get(kernel.name)
+        entry = KernelRecord(
+            name=kernel.name, kind=kernel.kind, ir_nodes=[n.name for n in kernel.nodes], aten_origins=aten_names,
+            fx_origins=fx_of(aten_names), ops=[aten_by_name[a].target for a in aten_names if a in aten_by_name],
+            reads=list(kernel.reads), writes=list(kernel.stored),
+            bytes=sum(_bytes(buffers[n], hints) for n in kernel.reads + kernel.stored if n in buffers),
+            source=source.source if source else "\n".join(ir_text(kernel.nodes[0], buffers)),
+            lines=line_ranges.get(kernel.name, []))
+        if source is not None and hasattr(source, "record_fields"):
+            for key, value in source.record_fields().items():  # backend extras, e.g. Triton's launch config
+                if key not in entry:
+                    raise TypeError(f"a backend's record_fields() gave {key!r}, which KernelRecord does not have: "
+                                    "add it to engine/record.py (and regenerate engine/record_schema.json)")
+                setattr(entry, key, value)
+        if entry.template is not None:  # the GEMM template's fused epilogue, op by op (Note [GEMM templates])
+            entry.template["fused_ops"] = [_fused_op(buffers[n], aten_by_name) for n in entry.template["epilogue"]]
         if kernel.kind == "fallback":
-            entry["reason"] = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
+            entry.reason = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
         record.kernels.append(entry)
-        for node in kernel.nodes:
-            ir_to_kernel[node.name] = kernel.name
     provenance = []
-    for number, item in enumerate(compiled.module.line_kernel, start=1):
+    for number, item in enumerate(module.line_kernel, start=1):
         if item is None or item[1] is None:
             continue
         kernel_name, tag = item
         node = buffers.get(tag.ir_node)
         aten_names = list(node.origins) if node is not None else []
-        fx_names = list(dict.fromkeys(f for a in aten_names for f in aten_by_name.get(a, {}).get("fx_origins", [])))
-        sources = [aten_by_name[a]["source"] for a in aten_names if a in aten_by_name] + \
-            [fx_by_name[f]["source"] for f in fx_names if f in fx_by_name]
-        user_lines = list(dict.fromkeys(src["lineno"] for src in sources if src))
-        provenance.append({"line": number, "kernel": kernel_name, "ir_node": tag.ir_node, "aten_nodes": aten_names,
-                           "fx_nodes": fx_names, "user_lines": user_lines})
-    record.code = {"language": compiled.module.language, "source": compiled.module.source, "wrapper": compiled.wrapper.source,
-                   "provenance": provenance}
+        fx_names = fx_of(aten_names)
+        sources = [aten_by_name[a].source for a in aten_names if a in aten_by_name] + \
+            [fx_by_name[f].source for f in fx_names if f in fx_by_name]
+        user_lines = list(dict.fromkeys(src.lineno for src in sources if src))
+        provenance.append(ProvenanceLine(line=number, kernel=kernel_name, ir_node=tag.ir_node, aten_nodes=aten_names,
+                                         fx_nodes=fx_names, user_lines=user_lines))
+    first_kernel_line = min((first for first, _ in line_ranges.values()), default=len(module.line_kernel) + 1)
+    record.code = CodeRecord(language=module.language, source=module.source, wrapper=compiled.wrapper.source,
+                             provenance=provenance, prelude_lines=max(first_kernel_line - 1, 0))
+
+
+def _dtype(dtype) -> str:
+    return str(dtype).replace("torch.", "")

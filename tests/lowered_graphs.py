@@ -7,7 +7,7 @@ from engine.tools.aten_graphs import capture_aten
 
 def lowered_graphs(fn, *inputs) -> list[LoweredGraph]:
     """Capture fn(*inputs) with Dynamo + AOTAutograd, as our backend would, and lower every ATen graph."""
-    return [lower(gm, aten_inputs, "cpu") for gm, aten_inputs in capture_aten(fn, *inputs)]
+    return [lower(gm, "cpu") for gm, _ in capture_aten(fn, *inputs)]
 
 
 def lowered(fn, *inputs) -> LoweredGraph:
@@ -28,4 +28,4 @@ def pointwise_chain(length: int, shape=(4, 8)) -> LoweredGraph:
         x = graph.call_function(op, (x, scalar))
         x.meta["val"] = val
     graph.output((x,))
-    return lower(torch.fx.GraphModule(torch.nn.Module(), graph), [val], "cpu")
+    return lower(torch.fx.GraphModule(torch.nn.Module(), graph), "cpu")

@@ -154,16 +154,20 @@ def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
 
 
 def test_compiler_failure_exits_1_with_the_root_error(tmp_path):
-    # The model file breaks the compiler it is loaded into: stage compile_graph raises inside Dynamo's backend
-    # call, which Dynamo wraps in BackendCompilerFailed. The CLI must name the root error, not the wrapper.
+    # The model file breaks the compiler it is loaded into: its lower stage raises. The graph falls back to
+    # eager (Note [Internal failure falls back to eager]), the record says why, and the CLI reports our failure
+    # (exit 1) with the root error in one paragraph.
     path = model_file(tmp_path, "breaks_compiler.py", """
+        import dataclasses
         import torch
         import engine.pipeline
 
-        def broken_compile_graph(*args, **kwargs):
+        def broken_lower(*args, **kwargs):
             raise RuntimeError("injected compiler failure")
 
-        engine.pipeline.compile_graph = broken_compile_graph
+        stages = engine.pipeline.STAGES
+        where = [s.name for s in stages].index("lower")
+        stages[where] = dataclasses.replace(stages[where], fn=broken_lower)
 
         def model(x):
             return x.relu() + 1
@@ -178,6 +182,11 @@ def test_compiler_failure_exits_1_with_the_root_error(tmp_path):
     assert "--verbose" in result.stderr and "Traceback" not in result.stderr
     verbose = cli("explore", str(path), "--verbose")
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+    record = json.loads(cli("explore", str(path), "--json").stdout)
+    assert record["verify"]["ok"]  # the graph ran eagerly: the model's results are eager's
+    (error,) = record["errors"]
+    assert (error["kind"], error["stage"], error["type"]) == ("fallback", "lower", "RuntimeError")
+    assert record["graphs"][0]["fallback"]["stage"] == "lower"
 
 
 # --- bench ---------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import torch
 from engine.codegen.wrapper import generate_wrapper
 from engine.ir.indexing import FloorDiv, ModIndex
 from engine.ir.nodes import Pointwise, TensorValue
-from engine.lowering.graph import LoweredGraph
+from engine.ir.graph import LoweredGraph
 from engine.pipeline import Options, compile_graph
 
 aten = torch.ops.aten
@@ -32,7 +32,7 @@ def _graph_with_unprintable_arguments() -> torch.fx.GraphModule:
 
 
 def test_op_and_non_finite_arguments_are_bound_by_name():
-    compiled = compile_graph(_graph_with_unprintable_arguments(), [torch.empty(3, 4)], Options(), {})
+    compiled = compile_graph(_graph_with_unprintable_arguments(), [torch.empty(3, 4)], Options())
     source = compiled.wrapper.source
     assert "aten." not in source and "OpOverload" not in source, source  # the ops are names, not reprs
     bound = [value for value in compiled.wrapper.constants.values() if isinstance(value, torch._ops.OpOverload)]

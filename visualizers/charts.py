@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-STAGE_ORDER = ["capture", "decompose", "lower", "schedule", "codegen", "build", "run"]
+from engine.record import STAGE_NAMES
+
 STAGE_COLOURS = {"capture": "#60a5fa", "decompose": "#818cf8", "lower": "#34d399", "schedule": "#fbbf24",
                  "codegen": "#f472b6", "build": "#a78bfa", "run": "#94a3b8"}
 SYSTEM_COLOURS = {"eager": "#94a3b8", "Glassbox": "#2563eb", "Inductor": "#f97316"}
@@ -19,7 +20,7 @@ def _layout(figure: go.Figure, title: str, height: int) -> go.Figure:
 
 
 def ordered_stages(timings: dict) -> list[str]:
-    known = [s for s in STAGE_ORDER if s in timings]
+    known = [s for s in STAGE_NAMES if s in timings]
     return known + [s for s in timings if s not in known]
 
 
@@ -115,11 +116,12 @@ def compile_figure(case: dict, timings: dict | None = None, height: int = 240) -
     return _layout(figure, "Compile time (s): Glassbox per stage vs Inductor's cold compile", height)
 
 
-def kernel_figure(kernels: list[dict], times_ms: dict | None = None, height: int = 280) -> go.Figure:
-    """Per kernel: measured time when the bench gives it, otherwise bytes moved (estimated by the scheduler)."""
+def kernel_figure(kernels: list[dict], height: int = 280) -> go.Figure:
+    """Per kernel: its measured time when the record has it (--profile), otherwise bytes moved (estimated by
+    the scheduler)."""
     names = [k["name"] for k in kernels]
-    if times_ms:
-        values = [times_ms.get(n) for n in names]
+    if any(k.get("time_ms") is not None for k in kernels):
+        values = [k.get("time_ms") for k in kernels]
         figure = go.Figure(go.Bar(x=names, y=values, marker_color="#2563eb",
                                   hovertemplate="%{x}: %{y:.4f} ms<extra></extra>"))
         figure.update_layout(yaxis_title="ms per call")

@@ -140,23 +140,6 @@ def crop(code: str, lines_wanted, context: int = 6, first_line: int = 1) -> tupl
     return "\n".join(lines[start - first_line:end - first_line + 1]), start
 
 
-def kernels_start_line(module_source: str, kernels: list[dict]) -> int:
-    """The first line of the generated module that belongs to a kernel (after the prelude of helpers)."""
-    lines = (module_source or "").splitlines()
-    heads = set()
-    for kernel in kernels:
-        body = [line.strip() for line in (kernel.get("source") or "").splitlines() if line.strip()]
-        head = next((line for line in body if not line.startswith("@")), None)  # skip @triton.jit
-        if head:
-            heads.add(head)
-    for number, line in enumerate(lines, start=1):
-        if line.strip() in heads:
-            while number > 1 and lines[number - 2].strip().startswith("@"):
-                number -= 1
-            return number
-    return 1
-
-
 def ir_listing(graph: dict) -> tuple[str, dict[str, list[int]]]:
     """The graph's loop IR grouped by kernel, with a comment line per kernel; and IR node -> its line numbers."""
     ir_nodes = {n["name"]: n for n in (graph.get("ir") or {}).get("nodes") or []}
@@ -211,13 +194,3 @@ def tidy_sass(text: str) -> str:
 def plain_text_html(text: str) -> str:
     """Preformatted text (for messages with source excerpts), escaped."""
     return (f'<pre style="white-space:pre-wrap;font-size:0.85rem;margin:0">{html.escape(text or "")}</pre>')
-
-
-def generated_line_kernel(lines: list[str]) -> list[str]:
-    """Names of kernels defined in a slice of generated code (C++ `extern "C" void name(` or `def name(`)."""
-    found = []
-    for line in lines:
-        match = re.search(r'extern "C"\s+\w+\s+(\w+)\(|^def (\w+)\(', line)
-        if match:
-            found.append(match.group(1) or match.group(2))
-    return found

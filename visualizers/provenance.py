@@ -20,9 +20,6 @@ class Trace:
     generated_lines: set = field(default_factory=set)  # line numbers in code.source
     user_lines: set = field(default_factory=set)
 
-    def empty(self) -> bool:
-        return not (self.fx or self.aten or self.ir or self.kernels or self.generated_lines or self.user_lines)
-
 
 def _source_line(node: dict) -> int | None:
     source = node.get("source")

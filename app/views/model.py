@@ -1,3 +1,74 @@
-from app import pages
+"""The Model code page: edit or paste a model file, change its input shapes, explore it."""
+from __future__ import annotations
 
-pages.model_page()
+import streamlit as st
+
+from app import inputs as input_specs
+from app import state, ui
+from app.safe_text import description_markdown
+
+
+def _inputs_to_prefill() -> str | None:
+    """The explored inputs' shapes, when the shapes box should show them (the user is not editing it)."""
+    outcome = state.cached("explore")
+    current = input_specs.format_inputs(outcome.inputs) if outcome is not None else ""
+    shown = st.session_state.get("inputs_prefill", "")
+    if current and st.session_state.get("inputs_text", "") in ("", shown) and current != shown:
+        return current
+    return None
+
+
+def _prefill_inputs() -> None:
+    current = _inputs_to_prefill()
+    if current is not None:  # before the widget exists in this run: a widget's value cannot change after
+        st.session_state.inputs_text = current
+        st.session_state.inputs_prefill = current
+
+
+def render() -> None:
+    st.markdown("### Model code")
+    st.caption("A model file defines `model` (an nn.Module instance or a function) and `example_inputs` (a tuple "
+               "of tensors); optionally `description`, `dynamic_inputs` and `tolerance`. Edit a sample or paste "
+               "your own, then Explore. It runs in a separate worker process with a time limit.")
+    _prefill_inputs()
+    edit, view = st.columns(2, gap="medium")
+    st.html("<style>.st-key-editor textarea{font-family:'Source Code Pro',ui-monospace,monospace;"
+            "font-size:13px;line-height:1.45;white-space:pre;tab-size:4}</style>")
+    with edit:
+        st.text_area("Edit or paste Python", key="editor", height=520,
+                     help="Ctrl+Enter applies the edit to the preview; Explore runs it.")
+    with view:
+        ui.show_code(st.session_state.editor or "", "python", caption="preview with line numbers", max_height=540)
+    shapes, dtype_help = st.columns([3, 2], vertical_alignment="bottom")
+    shapes.text_input("Example input shapes and dtypes", key="inputs_text",
+                      placeholder="e.g. float32[64, 256], int64[8]",
+                      help="One dtype[sizes] per input, in order. Changing them rebuilds example_inputs with the "
+                           "same value ranges; your code stays as it is.")
+    dtype_help.caption("dtypes: " + ", ".join(input_specs.DTYPES))
+    with st.container(horizontal=True):
+        st.button("Explore", type="primary", key="explore_button", on_click=state.apply_editor)
+        st.button("Reset to sample", key="reset_button", on_click=state.reset_editor)
+    if st.session_state.get("input_error"):
+        st.error(st.session_state.input_error)
+    description = state.description_of(st.session_state.editor or "")
+    record = ui.explored()
+    if _inputs_to_prefill() is not None:
+        st.rerun()  # the first exploration of this code just told us its input shapes: show them
+    if record is None:
+        return
+    breaks = record.get("graph_breaks") or []
+    kernels = sum(len(g.get("kernels") or []) for g in record.get("graphs") or [])
+    matches = "match" if (record.get("verify") or {}).get("ok") else "DO NOT match"
+    message = (f"Explored **{record.get('model')}**: {len(record.get('graphs') or [])} graph(s), {kernels} kernel(s), "
+               f"{len(breaks)} graph break(s); outputs {matches} eager.")
+    st.success(message)
+    links = st.columns(3)
+    links[0].page_link("views/explorer.py", label="Explore the stages", icon=":material/account_tree:")
+    if breaks:
+        links[1].page_link("views/breaks.py", label="See the graph breaks", icon=":material/call_split:")
+    if description:
+        with st.expander("Description", expanded=False):
+            st.markdown(description_markdown(description))
+
+
+render()

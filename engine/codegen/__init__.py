@@ -1,7 +1,7 @@
 """Code generators. A backend module provides
 
-    generate_module(kernels, buffers, size_symbols) -> module   (.source, .kernels, .line_kernel, .language,
-                                                                .launch_text(kernel))
+    generate_module(kernels, buffers, size_symbols, mode) -> module   (.source, .kernels, .line_kernel, .language,
+                                                                      .launch_text(kernel))
     load_kernels(module, namespace, device) -> cache_hit        (puts one callable per kernel name in namespace)
 
 The wrapper (wrapper.py) is shared: it calls kernels by name through `launch_text`.

@@ -108,6 +108,7 @@ class CppModule:
     source: str
     kernels: list[CppKernel]
     line_kernel: list  # per source line: (kernel name, LineTag) or None
+    autotune: bool = False  # mode="max-autotune": GEMM templates time their tile configs at the first launch
     language = "cpp"
 
     def launch_text(self, kernel: CppKernel) -> str:
@@ -136,12 +137,13 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
 
             function.argtypes = [ctypes.c_void_p] * (len(kernel.args) + 1) + [ctypes.c_int64] * 3
             function = TemplateLaunch(kernel, CppTemplateRunner(kernel, function), device,
-                                      tune=getattr(module, "autotune", False))
+                                      tune=module.autotune)
         namespace[kernel.name] = function
     return cache_hit
 
 
-def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> CppModule:
+def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
+                    mode: str = "default") -> CppModule:
     """All generated kernels of one graph in one translation unit (one g++ call per graph)."""
     lines = PRELUDE.splitlines()
     line_kernel: list = [None] * len(lines)
@@ -159,4 +161,4 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) ->
         for line, tag in zip(cpp.source.splitlines(), cpp.line_tags):
             lines.append(line)
             line_kernel.append((cpp.name, tag))
-    return CppModule("\n".join(lines) + "\n", generated, line_kernel)
+    return CppModule("\n".join(lines) + "\n", generated, line_kernel, autotune=mode == "max-autotune")

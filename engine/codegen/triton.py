@@ -467,7 +467,7 @@ class TritonModule:
     kernels: list[TritonKernel]
     line_kernel: list  # per source line: (kernel name, LineTag) or None
     interpreter: bool  # kernels meant for the interpreter (the graph is on the CPU)
-    autotune: bool = False  # set before launch_text to autotune on the GPU (mode="max-autotune")
+    autotune: bool = False  # mode="max-autotune": autotune on the GPU
     produced: frozenset = frozenset()  # buffers that generated kernels store (allocated by the wrapper)
     language = "triton"
 
@@ -491,7 +491,8 @@ class TritonModule:
         return tuple(i for i, name in enumerate(kernel.args + kernel.size_args) if name not in self.produced)
 
 
-def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) -> TritonModule:
+def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
+                    mode: str = "default") -> TritonModule:
     """All generated kernels of one graph in one Python module (imported once per graph)."""
     devices = {n.device for k in kernels for n in k.nodes if k.kind in ("pointwise", "reduction", "template")}
     interpreter = not any(str(d).startswith("cuda") for d in devices)
@@ -514,7 +515,8 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list) ->
             lines.append(line)
             line_kernel.append((kernel.name, tag))
     produced = frozenset(n for k in kernels if k.kind in ("pointwise", "reduction", "template") for n in k.stored)
-    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced)
+    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced,
+                        autotune=mode == "max-autotune")
 
 
 def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> bool:

@@ -271,7 +271,7 @@ def autotune(kernel, jit_function, args, device: str):
     import triton
     from triton.testing import do_bench
 
-    from engine.codegen.triton import LaunchConfig, candidate_configs
+    from engine.codegen.triton_config import LaunchConfig, candidate_configs
 
     configs = candidate_configs(kernel.form, kernel.rows, kernel.red)
     key = source_key(json.dumps([kernel.source, [c.kwargs() for c in configs], _device_name(device),

@@ -26,7 +26,7 @@ import torch
 
 from engine.ir.indexing import contiguous_strides, py_index
 from engine.ir.nodes import Extern, Fallback, MultiOutput, TensorArg, TensorValue
-from engine.lowering.graph import LoweredGraph
+from engine.ir.graph import LoweredGraph
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
 

@@ -14,8 +14,8 @@ import torch
 from engine.ir.indexing import loop_var, py_index
 from engine.ir.nodes import Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, TensorArg, TensorValue
 from engine.ir.ops import compute_dtype, ops, reduction_identity, use_handler
-from engine.codegen.wrapper import strided_view
-from engine.lowering.graph import LoweredGraph
+from engine.ir.graph import LoweredGraph
+from engine.ir.strided import strided_view
 
 _TORCH_UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,

@@ -6,7 +6,6 @@ Views are not nodes: a TensorValue reads a node through an index remap (see Note
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -224,6 +223,3 @@ class TensorValue:
         return layout is not None and layout[1] == 0 and all(
             a == b for a, b, n in zip(layout[0], self.node.stride, self.size) if n != 1)
 
-
-def replace_node(value: TensorValue, **changes) -> TensorValue:
-    return dataclasses.replace(value, **changes)

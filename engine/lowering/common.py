@@ -8,7 +8,7 @@ import torch
 
 from engine.ir import indexing
 from engine.ir.indexing import Expr, FloorDiv, ModIndex
-from engine.ir.nodes import Pointwise, Reduction, TensorValue
+from engine.ir.nodes import Extern, Pointwise, Reduction, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.registry import Unsupported, current
 
@@ -181,3 +181,21 @@ def make_reduction(x: TensorValue, dims: Sequence[int], keepdim: bool, reduction
 def predicate(fn: Callable) -> Callable:
     fn.yields_bool = True
     return fn
+
+
+def allocation(graph, size, stride, dtype) -> TensorValue:
+    """An uninitialized buffer of this layout: an Extern call of empty_strided (used for empty tensors)."""
+    node = graph.register(Extern(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
+                                 origins=graph.origins(), target=torch.ops.aten.empty_strided.default,
+                                 args=(list(size), list(stride)),
+                                 kwargs={"dtype": dtype, "device": torch.device(graph.device)},
+                                 out_stride=tuple(stride)))
+    return TensorValue(node, node.size)
+
+
+def realize(value: TensorValue) -> TensorValue:
+    """Materialize a view into a contiguous buffer of its own (a copy kernel)."""
+    graph = current()
+    if any(size == 0 for size in value.size):  # Note [Empty tensors]: nothing to copy
+        return allocation(graph, tuple(value.size), tuple(indexing.contiguous_strides(value.size)), value.dtype)
+    return pointwise_node(value.load, size=value.size, dtype=value.dtype, computed_in=value.dtype)

@@ -3,35 +3,16 @@ from __future__ import annotations
 
 import operator
 import types
-from dataclasses import dataclass, field
-from typing import Any
-
 import sympy
 import torch
 import torch.fx
 
-from engine.ir.indexing import Expr, contiguous_strides
-from engine.lowering.common import pointwise_node, sympify_size
-from engine.ir.nodes import (Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, TensorArg,
-                             TensorValue)
+from engine.ir.graph import LoweredGraph
+from engine.ir.indexing import Expr
+from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
+from engine.lowering.common import allocation, realize, sympify_size
 from engine.lowering import registry
 from engine.lowering.registry import Unsupported, lowering_for
-
-
-@dataclass
-class LoweredGraph:
-    """The loop IR of one graph: inputs, computed nodes in program order, and outputs."""
-    inputs: list[InputBuffer | None]  # per placeholder; None for SymInt placeholders
-    constants: list[Constant]
-    nodes: list[Buffer]
-    buffers: dict[str, Buffer]
-    outputs: list[Any]  # TensorValue, sympy expr or None, in the graph's output order
-    size_vars: dict[sympy.Symbol, tuple[int, int | None]]  # symbol -> (placeholder position, dim or None)
-    device: str
-    aten_nodes: dict[str, dict] = field(default_factory=dict)  # ATen node name -> origin info
-
-    def node_by_name(self, name: str) -> Buffer:
-        return self.buffers[name]
 
 
 def _meta_sizes(val) -> tuple[Expr, ...]:
@@ -243,25 +224,7 @@ def _is_view_op(target) -> bool:
     return getattr(target, "is_view", False)
 
 
-def allocation(graph, size, stride, dtype) -> TensorValue:
-    """An uninitialized buffer of this layout: an Extern call of empty_strided (used for empty tensors)."""
-    node = graph.register(Extern(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
-                                 origins=graph.origins(), target=torch.ops.aten.empty_strided.default,
-                                 args=(list(size), list(stride)),
-                                 kwargs={"dtype": dtype, "device": torch.device(graph.device)},
-                                 out_stride=tuple(stride)))
-    return TensorValue(node, node.size)
-
-
-def realize(value: TensorValue) -> TensorValue:
-    """Materialize a view into a contiguous buffer of its own (a copy kernel)."""
-    graph = registry.current()
-    if any(size == 0 for size in value.size):  # Note [Empty tensors]: nothing to copy
-        return allocation(graph, tuple(value.size), tuple(contiguous_strides(value.size)), value.dtype)
-    return pointwise_node(value.load, size=value.size, dtype=value.dtype, computed_in=value.dtype)
-
-
-def lower(gm: torch.fx.GraphModule, example_inputs, device: str) -> LoweredGraph:
+def lower(gm: torch.fx.GraphModule, device: str) -> LoweredGraph:
     import engine.lowering.all_lowerings  # noqa: F401  (fills the registry)
 
     graph = GraphLowering(gm, device)

@@ -6,7 +6,7 @@ import torch
 
 from engine.ir.indexing import contiguous_strides, linearize, unflatten
 from engine.ir.nodes import TensorValue
-from engine.lowering.common import normalize_dim, out_size, sympify_size
+from engine.lowering.common import normalize_dim, out_size, realize, sympify_size
 from engine.lowering.registry import Unsupported, current, register_lowering
 
 aten = torch.ops.aten
@@ -167,7 +167,6 @@ def diagonal(x: TensorValue, offset=0, dim1=0, dim2=1):
 def rev(x: TensorValue, dims):
     """flip: position i along a flipped dim reads size - 1 - i. A copy, like eager's: as a view it would need
     negative strides, which no tensor handed back to torch may have."""
-    from engine.lowering.graph import realize
     flipped = {normalize_dim(d, x.ndim) for d in dims}
     return realize(x.view(x.size, lambda idx: [x.size[d] - 1 - i if d in flipped else i for d, i in enumerate(idx)]))
 

@@ -32,7 +32,7 @@ import sympy
 from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
 from engine.ir.ops import use_handler
-from engine.lowering.graph import LoweredGraph
+from engine.ir.graph import LoweredGraph
 from engine.schedule import policy, templates
 from engine.schedule.groups import Group, same_size
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, reduction_passes

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.ir.indexing import Expr, loop_var, product, simplify_index, unflatten
-from engine.ir.nodes import Buffer, Pointwise, Reduction
+from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import ops
 
 
@@ -192,15 +192,6 @@ def _fmt(index) -> str:
     return ", ".join(str(i) for i in index)
 
 
-def kernel_shape(node: Buffer) -> tuple[Expr, Expr] | None:
-    """(rows, red) of the loop nest a node needs on its own; None for library and eager calls."""
-    if isinstance(node, Reduction):
-        return node.numel, node.reduction_numel
-    if isinstance(node, Pointwise):
-        return node.numel, sympy.Integer(1)
-    return None
-
-
 def group_shape(nodes: list[Buffer]) -> tuple[Expr, Expr]:
     reductions = [n for n in nodes if isinstance(n, Reduction)]
     if reductions:
@@ -212,5 +203,5 @@ def describe_size(sizes) -> str:
     return "x".join(str(s) for s in sizes) if len(sizes) else "scalar"
 
 
-__all__ = ["KernelPlan", "Inliner", "NotFusable", "kernel_shape", "group_shape", "describe_size", "product",
+__all__ = ["KernelPlan", "Inliner", "NotFusable", "group_shape", "describe_size", "product",
            "reduce_node", "store_node", "store_row_value", "reduction_passes"]

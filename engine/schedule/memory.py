@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.nodes import Buffer, TensorValue
-from engine.lowering.graph import LoweredGraph
+from engine.ir.graph import LoweredGraph
 from engine.schedule.fusion import Kernel, node_reads
 
 

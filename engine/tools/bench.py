@@ -25,11 +25,14 @@ so every Timer here gets `num_threads` explicitly; otherwise eager and our kerne
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -37,13 +40,28 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from engine.tools.fresh_compile import in_fresh_process
 from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
 from engine.profile import machine_load
 from engine.run import verify
 
 SUITE = "suite"  # the CLI's name for the CPU benchmark suite below
+
+
+def in_fresh_process(case_name: str, timeout_s: float = 300) -> dict:
+    """engine/tools/fresh_compile.py's measure(case_name) in a child Python process (same environment: the caller's
+    compile cache; Note [Fresh-process warm compile])."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # in a sandboxed worker, builds go over the socket GLASSBOX_BUILDER_FD to the trusted builder (engine/build.py):
+    # the child needs that descriptor too (subprocess closes every other one by default)
+    builder = os.environ.get("GLASSBOX_BUILDER_FD")
+    result = subprocess.run([sys.executable, "-m", "engine.tools.fresh_compile", case_name], capture_output=True,
+                            text=True, timeout=timeout_s, env=env, pass_fds=(int(builder),) if builder else ())
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the fresh-process compile failed: {last}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def set_threads(threads: int) -> None:

@@ -1,30 +1,21 @@
 """Readable text for the CLI: an exploration record stage by stage, and a benchmark table.
 
-Pure functions over plain data (the dicts of Exploration.to_json() and bench reports), like the visualizers:
-what the CLI prints is exactly what the record holds, so a user can find every number again in `--json`.
+Pure functions over the record (an Exploration, or its JSON read back typed) and bench reports, like the
+visualizers: what the CLI prints is exactly what the record holds, so a user can find every number again in `--json`.
 """
 from __future__ import annotations
 
 import math
 
+from engine.record import STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, RunRecord
 from engine.tools import train_format
+from engine.tools.units import human_bytes
 
-STAGES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
 REFUSALS_SHOWN = 8  # without --verbose; a big model refuses hundreds of pairs
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else (words or word + 's')}"
-
-
-def human_bytes(count) -> str:
-    if not isinstance(count, (int, float)):
-        return "? B"
-    for unit in ("B", "KiB", "MiB"):
-        if abs(count) < 1024 or unit == "MiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
 
 
 def short_op(target: str) -> str:
@@ -34,9 +25,9 @@ def short_op(target: str) -> str:
     return name.split(".")[0]
 
 
-def fused_ops(kernel: dict) -> str:
-    ops = [short_op(op) for op in kernel.get("ops") or []]
-    return " + ".join(ops) if ops else ", ".join(kernel.get("ir_nodes") or []) or "-"
+def fused_ops(kernel: KernelRecord) -> str:
+    ops = [short_op(op) for op in kernel.ops]
+    return " + ".join(ops) if ops else ", ".join(kernel.ir_nodes) or "-"
 
 
 def seconds(value) -> str:
@@ -47,70 +38,68 @@ def error_text(value) -> str:
     return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
 
 
-def explore_summary(record: dict, verbose: bool = False) -> str:
+def explore_summary(document: dict | Exploration, verbose: bool = False) -> str:
     """The exploration, one section per stage, in pipeline order."""
-    lines = [f"Glassbox explore: {record.get('model', '?')}  "
-             f"(backend {record.get('backend', '?')}, device {record.get('device', '?')})"]
-    filename = (record.get("source") or {}).get("filename")
-    if filename:
-        lines.append(f"  file: {filename}")
-    graphs = record.get("graphs") or []
-    lines.append(f"Captured {plural(len(graphs), 'graph')}.")
-    for graph in graphs:
+    record = document if isinstance(document, Exploration) else Exploration.from_json(document)
+    lines = [f"Glassbox explore: {record.model}  (backend {record.backend}, device {record.device})"]
+    if record.source.filename:
+        lines.append(f"  file: {record.source.filename}")
+    lines.append(f"Captured {plural(len(record.graphs), 'graph')}.")
+    for graph in record.graphs:
         lines += [""] + graph_summary(graph, verbose)
-    lines += [""] + breaks_summary(record.get("graph_breaks") or [])
-    guards = record.get("guards") or []
-    lines.append(f"Guards: {len(guards)}")
+    lines += [""] + breaks_summary(record.graph_breaks)
+    lines.append(f"Guards: {len(record.guards)}")
     if verbose:
-        lines += [f"  {guard}" for guard in guards]
-    recompiles = record.get("recompiles") or []
-    lines.append(f"Recompiles: {len(recompiles)}")
-    for recompile in recompiles:
-        lines.append(f"  on inputs {recompile.get('inputs', '?')}: {recompile.get('reason', '')}")
-    lines += verify_summary(record.get("verify") or {}, record.get("runs") or [])
-    lines += machine_line(record.get("machine") or {})
-    lines.append(timings_line(record.get("timings") or {}))
-    for error in record.get("errors") or []:
-        lines.append(f"Error: {error}")
+        lines += [f"  {guard}" for guard in record.guards]
+    lines.append(f"Recompiles: {len(record.recompiles)}")
+    for recompile in record.recompiles:
+        lines.append(f"  on inputs {recompile.inputs}: {recompile.reason}")
+    lines += verify_summary(record.verify, record.runs)
+    lines += machine_line(record.machine)
+    lines.append(timings_line(record.timings))
+    for error in record.errors:
+        where = f" (graph {error.graph})" if error.graph is not None else ""
+        lines.append(f"Error [{error.kind}, {error.stage}{where}]: {error.message}")
     return "\n".join(lines)
 
 
-def graph_summary(graph: dict, verbose: bool) -> list[str]:
-    kernels = graph.get("kernels") or []
-    ir_nodes = (graph.get("ir") or {}).get("nodes") or []
-    language = {"cpp": "C++ library", "triton": "Triton kernels"}.get((graph.get("code") or {}).get("language"), "code")
-    cache = f" ({language} from the cache)" if graph.get("cache_hit") else ""
-    phase = f" ({graph['phase']})" if graph.get("phase", "inference") != "inference" else ""
-    lines = [f"Graph {graph.get('index', '?')}{phase}: {len(graph.get('fx') or [])} FX nodes -> "
-             f"{len(graph.get('aten') or [])} ATen nodes -> {plural(len(ir_nodes), 'IR node')} -> "
-             f"{plural(len(kernels), 'kernel')}{cache}"]
-    width = max((len(k.get("name", "")) for k in kernels), default=0)
+def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
+    kernels = graph.kernels
+    ir_nodes = graph.ir.nodes if graph.ir else []
+    language = {"cpp": "C++ library", "triton": "Triton kernels"}.get(graph.code.language if graph.code else "",
+                                                                     "code")
+    cache = f" ({language} from the cache)" if graph.cache_hit else ""
+    phase = f" ({graph.phase})" if graph.phase != "inference" else ""
+    lines = [f"Graph {graph.index}{phase}: {len(graph.fx)} FX nodes -> {len(graph.aten)} ATen nodes -> "
+             f"{plural(len(ir_nodes), 'IR node')} -> {plural(len(kernels), 'kernel')}{cache}"]
+    if graph.fallback is not None:
+        lines.append(f"  FELL BACK TO EAGER: our {graph.fallback.stage} stage raised {graph.fallback.type}: "
+                     f"{graph.fallback.message}")
+    width = max((len(k.name) for k in kernels), default=0)
     for kernel in kernels:
-        lines.append(f"  {kernel.get('name', '?'):<{width}}  {kernel.get('kind', '?'):<9}  "
-                     f"{fused_ops(kernel)}  [{human_bytes(kernel.get('bytes'))}]{kernel_profile(kernel)}")
-    lines += profile_lines(graph.get("profile") or {})
-    fallbacks = [k for k in kernels if k.get("kind") == "fallback"]
+        lines.append(f"  {kernel.name:<{width}}  {kernel.kind:<9}  {fused_ops(kernel)}  [{human_bytes(kernel.bytes)}]"
+                     f"{kernel_profile(kernel)}")
+    lines += profile_lines(graph.profile)
+    fallbacks = [k for k in kernels if k.kind == "fallback"]
     if fallbacks:
         lines.append(f"  Fallbacks to eager: {len(fallbacks)}")
         for kernel in fallbacks:
-            lines.append(f"    {kernel.get('name', '?')}: {kernel.get('reason') or 'no reason recorded'}")
+            lines.append(f"    {kernel.name}: {kernel.reason or 'no reason recorded'}")
     else:
         lines.append("  Fallbacks to eager: none")
-    decisions = (graph.get("fusion") or {}).get("decisions") or []
-    fused = sum(1 for d in decisions if d.get("fused"))
+    decisions = graph.fusion.decisions if graph.fusion else []
+    fused = sum(1 for d in decisions if d.fused)
     lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")
-    shown = decisions if verbose else [d for d in decisions if not d.get("fused")][:REFUSALS_SHOWN]
+    shown = decisions if verbose else [d for d in decisions if not d.fused][:REFUSALS_SHOWN]
     for decision in shown:
-        verdict = "fused" if decision.get("fused") else "refused"
-        lines.append(f"    {verdict} {decision.get('producer', '?')} -> {decision.get('consumer', '?')}: "
-                     f"{decision.get('reason', '')}")
+        verdict = "fused" if decision.fused else "refused"
+        lines.append(f"    {verdict} {decision.producer} -> {decision.consumer}: {decision.reason}")
     hidden = len(decisions) - fused - len(shown)
     if not verbose and hidden > 0:
         lines.append(f"    ... {plural(hidden, 'more refusal')} (--verbose shows every decision)")
-    memory = graph.get("memory") or {}
-    if "peak_bytes" in memory:
-        lines.append(f"  Memory: peak {human_bytes(memory['peak_bytes'])} "
-                     f"(unfused {human_bytes(memory.get('unfused_peak_bytes'))})")
+    if graph.memory is not None:
+        lines.append(f"  Memory: peak {human_bytes(graph.memory.peak_bytes)} "
+                     f"(unfused {human_bytes(graph.memory.unfused_peak_bytes)})")
     return lines + train_format.partition_lines(graph, verbose)
 
 
@@ -143,23 +132,21 @@ def machine_line(machine: dict) -> list[str]:
         ([f"Warning: {machine['load_warning']}"] if machine.get("load_warning") else [])
 
 
-def breaks_summary(breaks: list[dict]) -> list[str]:
+def breaks_summary(breaks: list[GraphBreakRecord]) -> list[str]:
     lines = [f"Graph breaks: {len(breaks)}"]
     for number, item in enumerate(breaks, start=1):
-        where = f"{item.get('filename', '?')}:{item.get('lineno', '?')}"
-        lines.append(f"  {number}. {where}: {item.get('reason', '')}")
-        if item.get("line"):
-            lines.append(f"       {item['line']}")
-        for hint in item.get("hints") or []:
+        lines.append(f"  {number}. {item.filename or '?'}:{item.lineno or '?'}: {item.reason}")
+        if item.line:
+            lines.append(f"       {item.line}")
+        for hint in item.hints:
             lines.append(f"       hint: {hint}")
-        fix = item.get("suggestion")
-        if fix:
-            lines.append(f"       suggested rewrite ({fix.get('pattern')}):")
-            lines += [f"         {line}" for line in str(fix.get("after", "")).splitlines()]
+        if item.suggestion:
+            lines.append(f"       suggested rewrite ({item.suggestion.get('pattern')}):")
+            lines += [f"         {line}" for line in str(item.suggestion.get("after", "")).splitlines()]
     return lines
 
 
-def verify_summary(verify: dict, runs: list[dict]) -> list[str]:
+def verify_summary(verify: dict, runs: list[RunRecord]) -> list[str]:
     if not verify:
         return ["Verify: not run"]
     verdict = "ok" if verify.get("ok") else "NOTHING COMPARED" if verify.get("verdict") == "nothing compared" \
@@ -175,15 +162,14 @@ def verify_summary(verify: dict, runs: list[dict]) -> list[str]:
                          f"max abs err {error_text(output.get('max_abs_err'))} "
                          f"(atol {output.get('atol')}, rtol {output.get('rtol')}) {output.get('problem', '')}")
     for run in runs:
-        check = run.get("verify") or {}
-        lines.append(f"  inputs {run.get('inputs', '?')}: {'ok' if check.get('ok') else 'FAILED'} "
-                     f"(max abs err {error_text(check.get('max_abs_err'))}, "
-                     f"{plural(run.get('new_graphs', 0), 'new graph')})")
+        lines.append(f"  inputs {run.inputs}: {'ok' if run.verify.get('ok') else 'FAILED'} "
+                     f"(max abs err {error_text(run.verify.get('max_abs_err'))}, "
+                     f"{plural(run.new_graphs, 'new graph')})")
     return lines
 
 
 def timings_line(timings: dict) -> str:
-    names = [s for s in STAGES if s in timings] + [s for s in timings if s not in STAGES]
+    names = [s for s in STAGE_NAMES if s in timings] + [s for s in timings if s not in STAGE_NAMES]
     parts = [f"{name} {seconds(timings[name])}" for name in names]
     total = sum(v for v in timings.values() if isinstance(v, (int, float)))
     return "Seconds per stage: " + ", ".join(parts) + f"; total {total:.3f}s"

@@ -127,11 +127,11 @@ def explore_side(spec, side: Side, profile: bool = True) -> dict:
 
 
 def _inductor_side(spec, model, inputs, profile: bool) -> dict:
-    from engine.record import _plain
+    from engine.record import to_plain
     from engine.reference import inductor_reference
 
     try:
-        reference = _plain(inductor_reference(model, inputs, profile=profile))
+        reference = to_plain(inductor_reference(model, inputs, profile=profile))
     except Exception as error:  # noqa: BLE001
         return {"model": spec.name, "graphs": [], "errors": [{"stage": "inductor",
                                                               "message": f"{type(error).__name__}: {error}"}]}

@@ -9,16 +9,13 @@ then times the first call of engine.compile(model): `first_call_s`, of which `ou
 own stages (lower, schedule, codegen, build: a cache hit) and the rest in Dynamo and AOTAutograd.
 
 Run as `python -m engine.tools.fresh_compile CASE` (a bench case name, sample name or model file); it prints one
-JSON object.
+JSON object. bench.py starts it (in_fresh_process) and imports nothing from here: this side is the child.
 """
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 
 def measure(case_name: str) -> dict:
@@ -32,34 +29,18 @@ def measure(case_name: str) -> dict:
     spec = load_case(case_name)
     imports_s = time.perf_counter() - start
     ours: dict[str, float] = {}
-    compile_graph = pipeline.compile_graph
 
-    def timed_compile_graph(aten_gm, example_inputs, options, timings):
-        return compile_graph(aten_gm, example_inputs, options, ours)
+    def heard(stage: str, seconds: float) -> None:  # the pipeline's timing hook
+        if stage in pipeline.GRAPH_STAGES:
+            ours[stage] = ours.get(stage, 0.0) + seconds
 
-    pipeline.compile_graph = timed_compile_graph
-    compiled = pipeline.compile(spec.model)
+    compiled = pipeline.compile(spec.model, on_stage=heard)
     start = time.perf_counter()
     with torch.no_grad():
         compiled(*spec.example_inputs)
     first_call_s = time.perf_counter() - start
     return {"imports_s": imports_s, "first_call_s": first_call_s, "ours_s": sum(ours.values()),
             "stages_s": ours}
-
-
-def in_fresh_process(case_name: str, timeout_s: float = 300) -> dict:
-    """measure(case_name) in a child Python process (same environment: the caller's compile cache)."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    # in a sandboxed worker, builds go over the socket GLASSBOX_BUILDER_FD to the trusted builder (engine/build.py):
-    # the child needs that descriptor too (subprocess closes every other one by default)
-    builder = os.environ.get("GLASSBOX_BUILDER_FD")
-    result = subprocess.run([sys.executable, "-m", "engine.tools.fresh_compile", case_name], capture_output=True,
-                            text=True, timeout=timeout_s, env=env, pass_fds=(int(builder),) if builder else ())
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the fresh-process compile failed: {last}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

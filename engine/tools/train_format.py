@@ -1,9 +1,10 @@
 """CLI text for training explorations: a graph's phase and partition, the gradient checks (cli_format calls in)."""
 from __future__ import annotations
 
+from engine.tools.units import human_bytes
+
 
 def _bytes(count) -> str:
-    from engine.tools.cli_format import human_bytes
     return human_bytes(count)
 
 

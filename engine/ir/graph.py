@@ -1,0 +1,21 @@
+"""The lowered graph: the loop IR of one graph, as lowering (engine/lowering/) leaves it for schedule and codegen."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from engine.ir.nodes import Buffer, Constant, InputBuffer
+
+
+@dataclass
+class LoweredGraph:
+    """The loop IR of one graph: inputs, computed nodes in program order, and outputs."""
+    inputs: list[InputBuffer | None]  # per placeholder; None for SymInt placeholders
+    constants: list[Constant]
+    nodes: list[Buffer]
+    buffers: dict[str, Buffer]
+    outputs: list[Any]  # TensorValue, sympy expr or None, in the graph's output order
+    size_vars: dict[sympy.Symbol, tuple[int, int | None]]  # symbol -> (placeholder position, dim or None)
+    device: str

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import ui
+from app import break_view, ui
 from app.safe_text import md_text
 from visualizers import graphs, tables
 
@@ -38,6 +38,7 @@ def render() -> None:
                 st.markdown(md_text(reason))
                 if dynamo:
                     st.caption("Dynamo said: " + md_text(dynamo[:-1] if dynamo.endswith(")") else dynamo))
+                break_view.show_fix(graph_break)
         recompiles = tables.recompile_rows(record)
         runs = tables.run_rows(record)
         st.markdown("**Recompiles when inputs change**")

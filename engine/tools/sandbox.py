@@ -415,9 +415,10 @@ class SandboxedProcess:
                              time.monotonic() - start, peak, self._limit_hit, session=self.pid, limits=self.limits,
                              pid_namespace=self.pid_namespace)
 
-    def _ask_for_stack(self, grace_s: float = 0.5) -> None:
+    def _ask_for_stack(self, grace_s: float = 2.0) -> None:
         """Send stack_signal and give the process a moment to print its stack (faulthandler writes it from a C
-        signal handler, so it answers even inside a long C call)."""
+        signal handler, so it answers even inside a long C call). The wait ends as soon as the stack is there;
+        the grace is for a loaded machine, where 0.5 s was seen to pass before the worker was scheduled."""
         worker = self.worker_pid()
         if self.stack_signal is None or worker is None:
             return

@@ -80,7 +80,7 @@ def time_stages(graphs, backend_name: str, with_codegen: bool) -> dict:
     counts = {"ir_nodes": 0, "kernels": 0}
     for aten_gm, aten_inputs in graphs:
         start = time.process_time()
-        lowered = lower(aten_gm, aten_inputs, "cpu")
+        lowered = lower(aten_gm, "cpu")
         times["lower"] += time.process_time() - start
         start = time.process_time()
         scheduled = schedule(lowered)

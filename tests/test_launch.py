@@ -173,7 +173,7 @@ def test_a_constant_a_kernel_reads_is_moved_to_the_kernels_device_once():
     module = torch.nn.Module()
     module.register_buffer("table", torch.arange(6, dtype=torch.float32).reshape(2, 3))
     gm = torch.fx.GraphModule(module, graph)
-    lowered = lower(gm, [x], "meta")  # "meta" plays the GPU: a device the constant is not on
+    lowered = lower(gm, "meta")  # "meta" plays the GPU: a device the constant is not on
     scheduled = schedule(lowered)
     memory = plan_memory(scheduled.kernels, lowered, {})
     source = generate_wrapper(lowered, scheduled.kernels, memory, {k.name: f"{k.name}()" for k in scheduled.kernels
@@ -202,7 +202,7 @@ def test_a_cpu_input_read_by_a_kernel_on_another_device_is_copied_each_call():
     neg = graph.call_function(torch.ops.aten.neg.default, (placeholder,))
     neg.meta["val"] = torch.empty(3)
     graph.output((neg,))
-    lowered = lower(torch.fx.GraphModule({}, graph), [x], "meta")
+    lowered = lower(torch.fx.GraphModule({}, graph), "meta")
     scheduled = schedule(lowered)
     source = generate_wrapper(lowered, scheduled.kernels, plan_memory(scheduled.kernels, lowered, {}),
                               {k.name: f"{k.name}()" for k in scheduled.kernels})

@@ -28,12 +28,11 @@ def traced():
 def test_2000_op_chain_is_one_kernel_and_matches_eager(backend, traced):
     x, graph = traced
     assert len([n for n in graph.graph.nodes if n.op == "call_function"]) >= CHAIN
-    timings = {}
     start = time.perf_counter()
-    compiled = compile_graph(graph, [x], Options(backend=backend), timings)
+    compiled = compile_graph(graph, [x], Options(backend=backend))
     elapsed = time.perf_counter() - start
     kernels = [k for k in compiled.schedule.kernels if k.kind == "pointwise"]
     assert len(kernels) == 1, [k.name for k in compiled.schedule.kernels]
     (actual,) = compiled.call([x.clone()])
     torch.testing.assert_close(actual, _chain(x), atol=1e-5, rtol=1e-5)
-    print(f"{backend}: {elapsed:.1f} s", {k: round(v, 2) for k, v in timings.items()})
+    print(f"{backend}: {elapsed:.1f} s")

@@ -122,16 +122,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
-# Cycles known and not yet broken, each with its way out. Listed, so a new one still fails the test.
-KNOWN_CYCLES = [
-    # triton.py assembles the module (generate_module, load_kernels) and triton_gemm.py builds on triton.py's
-    # helpers: the module assembly (generate_module, load_kernels) moves to a file of its own
-    ["engine.codegen.triton", "engine.codegen.triton_gemm"],
-]
-
-
 def test_no_import_cycles():
-    found = [c for c in cycles(import_graph()) if c not in KNOWN_CYCLES]
+    found = cycles(import_graph())
     assert not found, "import cycles (imports inside functions count):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-BACKEND_MODULES = {"cpp": "engine.codegen.cpp", "triton": "engine.codegen.triton"}
+BACKEND_MODULES = {"cpp": "engine.codegen.cpp", "triton": "engine.codegen.triton_module"}
 
 
 def backend_module(name: str):

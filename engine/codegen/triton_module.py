@@ -1,0 +1,139 @@
+"""The Triton backend's module: all generated kernels of one graph (pointwise and reduction kernels from
+triton.py, GEMM templates from triton_gemm.py) with the prelude helpers they call, in one Python module that is
+imported once per graph; and its loading, one bound launch per kernel.
+
+This is the backend module engine/codegen/__init__.py names for "triton" (generate_module, load_kernels). It
+sits above both kernel generators, so neither imports the other's assembly (they used to import each other).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.codegen import triton_build
+from engine.codegen.gemm_launch import TemplateLaunch
+from engine.codegen.triton import TritonKernel, generate_kernel
+from engine.codegen.triton_gemm import TritonTemplateRunner, generate_template
+from engine.schedule.fusion import Kernel
+
+
+# --- the prelude of helper functions -------------------------------------------------------------------------
+
+_PRELUDE_PATH = Path(__file__).with_name("triton_prelude.py")
+
+
+def _parse_prelude() -> tuple[str, dict[str, str], dict[str, set[str]]]:
+    text = _PRELUDE_PATH.read_text()
+    start = text.index("import os")
+    header = text[start:text.index("# --- end of header")].rstrip() + "\n"
+    lines = text.splitlines()
+    helpers, calls = {}, {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            helpers[node.name] = "\n".join(lines[first - 1:node.end_lineno])
+            calls[node.name] = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id.startswith("gb_")}
+    return header, helpers, calls
+
+
+PRELUDE_HEADER, HELPERS, HELPER_CALLS = _parse_prelude()
+
+
+def _with_dependencies(names: set[str]) -> list[str]:
+    """The helpers, each after the helpers it calls (Triton resolves names at compile time, so order is for
+    the reader)."""
+    ordered: list[str] = []
+
+    def visit(name):
+        if name in ordered:
+            return
+        for called in sorted(HELPER_CALLS[name] - {name}):
+            visit(called)
+        ordered.append(name)
+
+    for name in sorted(names):
+        visit(name)
+    return ordered
+
+
+# --- the module ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TritonModule:
+    source: str
+    kernels: list[TritonKernel]
+    line_kernel: list  # per source line: (kernel name, LineTag) or None
+    interpreter: bool  # kernels meant for the interpreter (the graph is on the CPU)
+    autotune: bool = False  # mode="max-autotune": autotune on the GPU
+    produced: frozenset = frozenset()  # buffers that generated kernels store (allocated by the wrapper)
+    language = "triton"
+
+    def tunable(self, kernel: TritonKernel) -> bool:
+        """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config)."""
+        return self.autotune and not self.interpreter and kernel.grid() is not None
+
+    def launch_text(self, kernel: TritonKernel) -> str:
+        """The wrapper's call: the kernel's bound launch (triton_build.TritonLaunch) with the grid worked out
+        here and the wrapper's stream, so a launch does no work beyond the compiled kernel's own launcher."""
+        if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
+            return kernel.launch_text()
+        args = ", ".join(["None" if self.interpreter else "stream"] + kernel.args + kernel.size_args)
+        if self.tunable(kernel):  # the launch picks its grid and blocks at the first launch
+            return f"{kernel.name}(None, {args})  # autotuned"
+        return f"{kernel.name}({kernel.grid_x_text()}, {args})"
+
+    def checked_arguments(self, kernel: TritonKernel) -> tuple[int, ...]:
+        """Positions of the launch arguments whose specialization may change between calls: every argument
+        but the buffers the wrapper allocates for generated kernels (Note [Bound Triton launches])."""
+        return tuple(i for i, name in enumerate(kernel.args + kernel.size_args) if name not in self.produced)
+
+
+def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
+                    mode: str = "default") -> TritonModule:
+    """All generated kernels of one graph in one Python module (imported once per graph)."""
+    devices = {n.device for k in kernels for n in k.nodes if k.kind in ("pointwise", "reduction", "template")}
+    interpreter = not any(str(d).startswith("cuda") for d in devices)
+    generated = [generate_template(k, buffers, interpreter) if k.kind == "template" else
+                 generate_kernel(k, buffers, size_symbols, interpreter) for k in kernels
+                 if k.kind in ("pointwise", "reduction", "template")]
+    helpers = set()
+    for kernel in generated:
+        helpers |= {name for name in HELPERS if re.search(rf"\b{name}\(", kernel.source)}
+    lines = ['"""Triton kernels generated by Glassbox."""'] + PRELUDE_HEADER.splitlines()
+    for name in _with_dependencies(helpers):
+        lines += ["", ""] + HELPERS[name].splitlines()
+    line_kernel: list = [None] * len(lines)
+    for kernel in generated:
+        lines += ["", ""]
+        line_kernel += [None, None]
+        for line, tag in zip(kernel.source.splitlines(), kernel.line_tags):
+            lines.append(line)
+            line_kernel.append((kernel.name, tag))
+    produced = frozenset(n for k in kernels if k.kind in ("pointwise", "reduction", "template") for n in k.stored)
+    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced,
+                        autotune=mode == "max-autotune")
+
+
+def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> bool:
+    """Import the module's kernels (under the interpreter on the CPU, Note [Math under the interpreter]) and
+    put one bound launch per kernel name in namespace (Note [Bound Triton launches]; autotuned at its first
+    launch if the module asks)."""
+    interpret = not str(device).startswith("cuda")
+    loaded, cache_hit = triton_build.load_source(module.source, interpret=interpret)
+    namespace["_triton_module"] = loaded  # keeps the module alive as long as the wrapper
+    for kernel in module.kernels:
+        function = getattr(loaded, kernel.name)
+        if hasattr(kernel, "template"):
+            if interpret:
+                function = triton_build.QuietInterpreted(function)
+            function = TemplateLaunch(kernel, TritonTemplateRunner(kernel, function), device,
+                                      tune=module.autotune and not interpret)
+        else:
+            triton_build.bind_launch(kernel, function, interpret, module.checked_arguments(kernel),
+                                     device if module.tunable(kernel) else None, namespace)
+            continue
+        namespace[kernel.name] = function
+    return cache_hit

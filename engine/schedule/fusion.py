@@ -126,6 +126,17 @@ def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[
     return {n.name for n in nodes if n.name not in live}
 
 
+# Note [Template first]
+# A template kernel is its GEMM's main loop, then the epilogue on the output tile, so its node list starts with
+# the Template (code generation reads nodes[0] as the GEMM). Program order is not that order: an epilogue can
+# hold elementwise nodes that come before the GEMM in the program. In a residual block whose projection
+# shortcut runs first (regnet: relu(bn(proj(x)) + bn(conv1x1(y)))), the shortcut's batch norm fuses with the
+# add, and that group joins the 1x1 convolution's template as its epilogue: a valid epilogue (every node reads
+# its inputs at the tile's element, templates.check_epilogue), but one whose first node in program order is the
+# shortcut's. Such nodes cannot read the template (they run before it), so putting the template first keeps
+# the kernel's order topological.
+
+
 class Scheduler:
     def __init__(self, graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),
                  template_options: templates.TemplateOptions | None = None):
@@ -389,6 +400,8 @@ class Scheduler:
         kernels = []
         for index, group in enumerate(self._topological(self._unique_groups())):
             nodes = sorted(group.nodes, key=lambda n: self.order[n.name])
+            if group.template is not None:  # Note [Template first]
+                nodes = [group.template] + [n for n in nodes if n is not group.template]
             stored = [n.name for n in nodes if n.name in self.output_names or any(
                 reader not in group.names for reader in self.readers.get(n.name, ()))]
             if group.template is not None:

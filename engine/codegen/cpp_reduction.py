@@ -16,6 +16,7 @@ from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import Inliner, KernelPlan, reduce_node, reduction_passes, store_row_value
+from engine.schedule.online_softmax import online_passes
 from engine.schedule.tiling import Tiling
 
 # Note [Reductions in C++]
@@ -35,6 +36,10 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
     if tiling.choice == "column":
         tiling = Tiling("column", tiling.reason + "; C++: not tiled (several passes, an argmax or a full-size "
                                                   "epilogue), a thread per output walks the reduction")
+    if online_passes(plan, passes, {name: b.dtype for name, b in buffers.items()}).pairs:
+        tiling = Tiling(tiling.choice, tiling.reason + "; C++: no online softmax, the max and the sum of "
+                        "exp(x - max) stay two passes: a thread's second pass re-reads its row from its own "
+                        "cache, and a per-element rescale would cost more than that read (Note [Online softmax])")
     x, r = plan.x, plan.r
     printer = CppPrinter(plan, buffers, r, {x: plan.rows, r: plan.red})
     printer.split = tiling.choice == "split"  # Note [Split reductions in C++]

@@ -20,12 +20,13 @@ import torch
 
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
-                                          choose_config)
+                                          choose_config, looped_config_reason)
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel, node_reads
 from engine.ir.indexing import loop_var
+from engine.schedule.online_softmax import OnlinePasses, online_passes
 from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import (KernelPlan, reduce_node, reduction_passes, store_node,
                                          store_row_value)
@@ -132,11 +133,21 @@ def _plan(kernel: Kernel, tiling: Tiling, form: str) -> KernelPlan:
     return kernel.plan
 
 
-def _tiling_note(tiling: Tiling, form: str) -> Tiling:
-    """What this backend does with the choice, when it differs from it."""
+def _tiling_note(tiling: Tiling, form: str, online: OnlinePasses | None, rows, red, full_stores: bool) -> Tiling:
+    """What this backend does with the choice: the form, the passes over each row, and where it differs."""
+    reason = tiling.reason
     if tiling.choice == "split":
-        return Tiling("split", tiling.reason + "; Triton: not split yet, one program per output row (" + form + ")")
-    return tiling
+        reason += "; Triton: not split yet, one program per output row (" + form + ")"
+    if form == "looped":
+        gpu = choose_config(form, rows, red, interpreter=False)
+        reads = len(online.passes) + int(full_stores)
+        reason += (f"; Triton: looped, {reads} read(s) of each row ({len(online.passes)} reduction pass(es)"
+                   f"{' + the stores' if full_stores else ''}); on a GPU {gpu.text()}: {looped_config_reason(gpu)}")
+        if online.pairs:
+            reason += "; " + online.describe()
+    if reason == tiling.reason:
+        return tiling
+    return Tiling(tiling.choice, reason, tiling.y, tiling.x)
 
 
 def _needs_int64(kernel: Kernel, buffers: dict) -> bool:
@@ -153,14 +164,27 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
     masks = _masks(form, plan, config)
     printer = TritonPrinter(plan, buffers, "x" if form == "pointwise" else "r", masks)
     body = _Source()
+    online = None
     with use_handler(printer):
         if form == "pointwise":
             _pointwise_body(kernel, plan, printer, body, masks, int64)
         elif form == "tiled":
             _tiled_body(kernel, plan, printer, body, masks, int64)
         else:
-            _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers)
-    return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, _tiling_note(tiling, form))
+            online = _passes(kernel, plan, buffers, form)
+            _reduction_body(kernel, plan, printer, body, masks, int64, form, online)
+    tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan))
+    return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling)
+
+
+def _passes(kernel: Kernel, plan: KernelPlan, buffers: dict, form: str) -> OnlinePasses:
+    """The kernel's reduction passes; the looped form merges max + sum(exp(x - max)) pairs (Note [Online
+    softmax]): each pass it saves is one read of every row less. The persistent form reads the row once
+    whatever the passes, so it keeps them as they are."""
+    passes = kernel.passes or reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers))
+    if form != "looped":
+        return OnlinePasses(passes, {})
+    return online_passes(plan, passes, {name: b.dtype for name, b in buffers.items()})
 
 
 def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
@@ -301,17 +325,22 @@ def _row_value(kind: str, tile: str, index: str | None) -> str:
     return ROW_REDUCE[kind].format(t=tile, i=index)
 
 
-def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
+def _reduction_body(kernel, plan, printer, body, masks, int64, form, online: OnlinePasses):
     _rows_header(body, plan, masks, int64, two_d=True)
     index_type = "tl.int64" if int64 else "tl.int32"
     if form == "persistent":
         _r_header(body, plan, masks, int64, "")
-    for group in reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers)):
+    partners = {maximum: total for total, maximum in online.pairs.items()}
+    loops = len(online.passes) + int(_full_stores(kernel, plan))
+    for number, group in enumerate(online.passes):
         if form != "persistent":
             printer.start_inner_loop()
+            printer.eviction = _eviction(number, loops) if form == "looped" else None
         updates, finals, inits = [], [], []
         printer.pass_reductions = []
         for node in group:
+            if node.name in online.pairs:  # computed with its max (Note [Online softmax])
+                continue
             printer.tag = LineTag(node.name)
             printer.accumulators[node.name] = reduce_node(plan, node)
         for name, out_dtype, src_dtype, reduction_type, value in printer.pass_reductions:
@@ -326,6 +355,9 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
             else:
                 acc = f"acc_{name}"
                 inits.append((f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type(dtype)})", tag))
+                if name in partners:
+                    _online_pair(printer, plan, name, partners[name], tile, dtype, inits, updates, finals)
+                    continue
                 if arg:
                     inits.append((f"{acc}_index = tl.full([XBLOCK, RBLOCK], 2147483647, {index_type})", tag))
                     update = f"gb_{kind}_combine({acc}, {acc}_index, {tile}, {indices})"
@@ -344,6 +376,33 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, buffers):
         for line, tag in finals:
             body.add(line, tag)
     _reduction_stores(kernel, plan, printer, body, masks, int64, form)
+
+
+def _online_pair(printer, plan, maximum, total, tile, dtype, inits, updates, finals):
+    """The running (max, rescaled sum) pair of Note [Online softmax]: one exp per element."""
+    acc, acc_total = f"acc_{maximum}", f"acc_{total}"
+    tag = LineTag(total)
+    inits.append((f"{acc_total} = tl.full([XBLOCK, RBLOCK], 0.0, {tl_type(dtype)})", tag))
+    updates.append((f"{acc}, {acc_total} = gb_online_softmax_combine({acc}, {acc_total}, {tile})", tag))
+    finals.append((f"row_{maximum}, row_{total} = gb_online_softmax_row({acc}, {acc_total}, XBLOCK, RBLOCK)", tag))
+    printer.accumulators[total] = TVar(f"row_{total}", plan.by_name[total].dtype, False, X)
+
+
+def _full_stores(kernel: Kernel, plan: KernelPlan) -> bool:
+    """Does the kernel store a full-size output (one more loop over each row after the passes)?"""
+    return plan.is_reduction and any(plan.role(n) == "full" for n in kernel.nodes if n.name in kernel.stored)
+
+
+def _eviction(number: int, loops: int) -> str:
+    """Loads of a looped kernel's passes over the row (Note [Eviction in looped rows])."""
+    return "evict_last" if number < loops - 1 else "evict_first"
+
+
+# Note [Eviction in looped rows]
+# A looped kernel reads each row once per pass. While a pass is not the row's last, its loads ask the cache
+# to keep the lines (evict_last), so the next pass over the same row finds them in L2; the last pass marks
+# them evict_first, so they make room for the rows still to come. Loads that do not move along the row
+# (per-row values, broadcasts) keep the default.
 
 
 def _r_loop(body, plan, masks, int64, printer, tail):
@@ -383,6 +442,7 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
         return
     if form != "persistent":
         printer.start_inner_loop()
+        printer.eviction = _eviction(0, 1) if form == "looped" else None
     printer.store_dims, printer.store_shape = XR, "[XBLOCK, RBLOCK]"
     for node in full:
         printer.tag = LineTag(node.name)

@@ -77,7 +77,22 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
         return LaunchConfig(xblock, rblock, 4 if rblock <= 1024 else 8 if rblock <= 4096 else 16)
     if interpreter:  # looped
         return LaunchConfig(max(1, min(INTERPRETER_TILE // 4096, most_rows)), 4096, 8)
-    return LaunchConfig(1, 2048, 8)
+    return LaunchConfig(1, LOOPED_RBLOCK, 8)
+
+
+# Note [Looped row config]
+# A row longer than PERSISTENT_LIMIT is walked by one program in steps of LOOPED_RBLOCK: 2048 float32 (8 KB)
+# a step over 8 warps is 8 values a thread, so each thread issues two 128-bit loads per step and the
+# accumulators stay in registers; rows of 32k-50k values take 16-25 steps a pass. One row a program gives
+# thousands of programs for thousands of rows (an H200 has 132 SMs). Inductor's contiguous-reduction
+# config for such rows is the same shape (XBLOCK=1, R0_BLOCK=2048); the difference that counts is the
+# number of passes (Note [Online softmax]).
+LOOPED_RBLOCK = 2048
+
+
+def looped_config_reason(config: LaunchConfig) -> str:
+    return (f"one row a program in steps of {config.RBLOCK} values over {config.num_warps} warps "
+            f"(Note [Looped row config])")
 
 
 def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:

@@ -221,6 +221,24 @@ def gb_argmin_row(values, indices, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     return index[:, None].to(tl.int64)
 
 
+# Online softmax (Note [Online softmax] in engine/schedule/online_softmax.py): a running max m and a sum s of
+# exp(v - m), rescaled when the max grows. Masked-off lanes hold -inf (the max's identity) and leave s alone;
+# NaN propagates into both as in the two-pass form.
+@triton.jit
+def gb_online_softmax_combine(m, s, v):
+    bigger = v > m
+    scale = tl.exp(tl.where(bigger, m - v, v - m))
+    grown = tl.where(bigger, s * scale + 1.0, s + scale)
+    return gb_maximum(m, v), tl.where(v == float("-inf"), s, grown)
+
+
+@triton.jit
+def gb_online_softmax_row(m, s, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    row_max = gb_max_row(m, XBLOCK, RBLOCK)
+    scaled = tl.where(m == row_max, s, s * tl.exp(m - row_max))
+    return row_max, gb_sum_row(scaled, XBLOCK, RBLOCK)
+
+
 # --- libdevice functions, with interpreter bodies (Note [Math under the interpreter]) ------------------------
 
 

@@ -192,6 +192,7 @@ class TritonPrinter(KernelPrinter):
         self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
         self.store_dims, self.store_shape = X, "[XBLOCK]"
         self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
+        self.eviction: str | None = None  # looped rows: the cache hint of loads along r (Note [Eviction in looped rows])
 
     def emit(self, text, dtype, dims=frozenset()):
         key = (text, dtype)
@@ -230,7 +231,8 @@ class TritonPrinter(KernelPrinter):
         offset, dims = self.index(buffer.storage_offset(index))
         mask = self.mask(dims)
         other = "0.0" if buffer.dtype.is_floating_point else "0"
-        text = f"tl.load({name} + ({offset})" + (f", mask={mask}, other={other})" if mask else ")")
+        hint = f", eviction_policy=\"{self.eviction}\"" if self.eviction and "r" in dims else ""
+        text = f"tl.load({name} + ({offset})" + (f", mask={mask}, other={other}" if mask else "") + hint + ")"
         if buffer.dtype in HALF:
             text += ".to(tl.float32)"
         return self.emit(text, buffer.dtype, dims)

@@ -342,7 +342,7 @@ def run_script_section(script: str, arguments: list[str]) -> dict:
 
 def run_gemm_section(dry_run: bool, sizes: str) -> dict:
     """GEMMs with epilogues (scripts/gemm_bench.py): templates vs cuBLAS + epilogue vs Inductor max-autotune."""
-    return run_script_section("gemm_bench.py", ["--device", "cpu", "--sizes", "4"] if dry_run else
+    return run_script_section("gemm_bench.py", ["--device", "cuda", "--dry-run"] if dry_run else
                               ["--device", "cuda", "--sizes", sizes])
 
 

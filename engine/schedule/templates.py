@@ -298,14 +298,16 @@ def epilogue_plan(template: Template, epilogue: list[Buffer]) -> TemplatePlan:
 
 # Note [Template epilogue loads]
 # The template holds one output element per (x, r) lane: an epilogue may read the template's output only at
-# that element (its storage offset, simplified over the tile's ranges, is x*N + r). A read anywhere else (a
-# transpose, a neighbour, a broadcast of one row) would need a value another program computes: not fusable.
+# that element (its storage offset, simplified over the tile's ranges, is x*N + r; with one row, x is 0 and
+# a consumer's index that dropped it is the same element). A read anywhere else (a transpose, a neighbour,
+# a broadcast of one row) would need a value another program computes: not fusable.
 
 
 def accumulator_read(plan: TemplatePlan, template: Template, index) -> None:
     """Raise NotFusable unless `index` into the template's output is the element the lane holds."""
     offset = plan.simplify(sympy.expand(template.storage_offset(index)))
-    if sympy.expand(offset - plan.output_offset()) != 0:
+    single = {var: 0 for var, extent in plan.ranges.items() if extent == 1}  # M=1: x is always 0
+    if sympy.expand((offset - plan.output_offset()).subs(single)) != 0:
         raise NotFusable(f"reads {template.name} at another element ({offset}), not the tile's own "
                          f"(Note [Template epilogue loads])")
 

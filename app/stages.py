@@ -1,7 +1,8 @@
 """One renderer per compiler stage, each drawing one pane of the explorer from the record.
 
 capture -> ATen -> loop IR -> fusion -> code -> run -> bench (DESIGN.md "The spine"). A renderer gets the record,
-the chosen graph and a key prefix (the left and right panes hold the same widgets under different keys).
+the chosen graph and a key prefix (the left and right panes hold the same widgets under different keys). The record
+is the typed Exploration (engine/record.py), read by attribute.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import streamlit as st
 
 from app import state, training, ui
 from app.safe_text import description_markdown, md_text
-from engine.record import STAGE_NAMES
+from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
 from visualizers import code as code_html
 
@@ -29,7 +30,7 @@ STAGE_HELP = {
 }
 
 
-def render(stage: str, record: dict, graph_index: int, key: str) -> None:
+def render(stage: str, record: Exploration, graph_index: int, key: str) -> None:
     st.markdown(f"#### {stage}")
     st.caption(STAGE_HELP[stage])
     # what happened to this model at this stage, in sentences made from its record (visualizers/teaching.py);
@@ -40,13 +41,12 @@ def render(stage: str, record: dict, graph_index: int, key: str) -> None:
     RENDERERS[stage](record, graph_index, key)
 
 
-def _graph(record: dict, graph_index: int) -> dict:
-    graphs_ = record.get("graphs") or []
-    return graphs_[min(graph_index, len(graphs_) - 1)] if graphs_ else {}
+def _graph(record: Exploration, graph_index: int) -> GraphRecord | None:
+    return record.graphs[min(graph_index, len(record.graphs) - 1)] if record.graphs else None
 
 
-def _graph_stage(record: dict, graph_index: int, key: str, which: str) -> None:
-    all_graphs = record.get("graphs") or []
+def _graph_stage(record: Exploration, graph_index: int, key: str, which: str) -> None:
+    all_graphs = record.graphs
     if not all_graphs:
         st.info("Dynamo captured no graph: the model ran entirely as Python (see Graph breaks).")
         return
@@ -66,58 +66,55 @@ def _graph_stage(record: dict, graph_index: int, key: str, which: str) -> None:
         ui.show_graph(graphs.record_dot(record, which, options))
     else:
         ui.show_graph(graphs.graph_dot(graph, which, options))
-    nodes = graph.get(which) or []
-    computing = [n for n in nodes if n.get("op") not in ("placeholder", "output", "get_attr")]
-    st.caption(f"graph {graph.get('index', 0)}: {len(computing)} ops, "
-               f"{sum(1 for n in nodes if n.get('op') == 'placeholder')} inputs")
+    nodes = getattr(graph, which)
+    computing = [n for n in nodes if n.op not in ("placeholder", "output", "get_attr")]
+    st.caption(f"graph {graph.index}: {len(computing)} ops, {sum(1 for n in nodes if n.op == 'placeholder')} inputs")
 
 
-def capture_stage(record: dict, graph_index: int, key: str) -> None:
-    breaks = record.get("graph_breaks") or []
+def capture_stage(record: Exploration, graph_index: int, key: str) -> None:
+    breaks = record.graph_breaks
     if breaks:
         st.warning(f"{len(breaks)} graph break(s): " + "; ".join(
-            f"line {b.get('lineno')}" for b in breaks) + " (details on the Graph breaks page)")
+            f"line {b.lineno}" for b in breaks) + " (details on the Graph breaks page)")
     _graph_stage(record, graph_index, key, "fx")
 
 
-def aten_stage(record: dict, graph_index: int, key: str) -> None:
+def aten_stage(record: Exploration, graph_index: int, key: str) -> None:
     _graph_stage(record, graph_index, key, "aten")
-    if graph_index is not None:
+    if graph_index is not None and record.graphs:
         training.partition_pane(_graph(record, graph_index), key)  # a forward graph's saved/recomputed values
 
 
-def ir_stage(record: dict, graph_index: int, key: str) -> None:
+def ir_stage(record: Exploration, graph_index: int, key: str) -> None:
     graph = _graph(record, graph_index)
-    ir_nodes = (graph.get("ir") or {}).get("nodes") or []
+    ir_nodes = graph.ir.nodes if graph and graph.ir else []
     if not ir_nodes:
         st.info("No loop IR for this graph.")
         return
     counts = {}
     for node in ir_nodes:
-        counts[node.get("kind")] = counts.get(node.get("kind"), 0) + 1
+        counts[node.kind] = counts.get(node.kind, 0) + 1
     st.caption(" · ".join(f"{count} {kind}" for kind, count in counts.items()))
     for node in ir_nodes:
-        if node.get("kind") == "fallback":
-            st.warning(f"**{md_text(node['name'])}** runs eagerly (fallback): "
-                       f"{md_text(node.get('reason') or 'no lowering')}")
+        if node.kind == "fallback":
+            st.warning(f"**{md_text(node.name)}** runs eagerly (fallback): {md_text(node.reason or 'no lowering')}")
     text, _ = code_html.ir_listing(graph)
-    ui.show_code(text, "ir", caption=f"loop IR of graph {graph.get('index', 0)}, grouped by kernel", max_height=640)
+    ui.show_code(text, "ir", caption=f"loop IR of graph {graph.index}, grouped by kernel", max_height=640)
 
 
-def fusion_stage(record: dict, graph_index: int, key: str) -> None:
+def fusion_stage(record: Exploration, graph_index: int, key: str) -> None:
     graph = _graph(record, graph_index)
-    kernels = graph.get("kernels") or []
-    if not kernels:
+    if graph is None or not graph.kernels:
         st.info("No kernels in this graph.")
         return
-    memory = graph.get("memory") or {}
-    ir_count = len((graph.get("ir") or {}).get("nodes") or [])
+    kernels, memory = graph.kernels, graph.memory
+    ir_count = len(graph.ir.nodes) if graph.ir else 0
     columns = st.columns(3)
     columns[0].metric("kernels", len(kernels), help=f"from {ir_count} loop-IR nodes")
-    columns[1].metric("peak memory", ui.bytes_text(memory.get("peak_bytes")),
+    columns[1].metric("peak memory", ui.bytes_text(memory.peak_bytes if memory else None),
                       help="peak bytes of intermediate buffers, with fusion and buffer reuse")
-    if memory.get("unfused_peak_bytes"):
-        columns[2].metric("without fusion", ui.bytes_text(memory.get("unfused_peak_bytes")))
+    if memory and memory.unfused_peak_bytes:
+        columns[2].metric("without fusion", ui.bytes_text(memory.unfused_peak_bytes))
     kinds = set(graphs.aten_kinds(graph).values())
     ui.legend(kinds)
     options = ui.collapse_controls(graph, "aten", f"{key}_fusion_{graph_index}")
@@ -134,14 +131,16 @@ def fusion_stage(record: dict, graph_index: int, key: str) -> None:
                      column_config={"why": st.column_config.TextColumn(width="large")})
 
 
-def code_stage(record: dict, graph_index: int, key: str) -> None:
+def code_stage(record: Exploration, graph_index: int, key: str) -> None:
     graph = _graph(record, graph_index)
-    code = graph.get("code") or {}
-    language = code.get("language") or record.get("backend") or "cpp"
-    kernels = graph.get("kernels") or []
+    if graph is None:
+        st.info("Dynamo captured no graph, so there is no generated code.")
+        return
+    code, kernels = graph.code, graph.kernels
+    language = (code.language if code else "") or record.backend or "cpp"
     views = ["kernels", "wrapper", "whole module"] + (["Triton lowering"] if language == "triton" else [])
     view = st.segmented_control("Show", views, default="kernels", key=f"{key}_code_view") or "kernels"
-    source = code.get("source") or ""
+    source = code.source if code else ""
     if view == "kernels":
         launches = tables.launch_rows(graph)
         if launches:
@@ -149,13 +148,13 @@ def code_stage(record: dict, graph_index: int, key: str) -> None:
         for rows in (tables.template_rows(graph), tables.autotune_rows(graph)):  # GEMM templates
             if rows:
                 st.dataframe(rows, hide_index=True, width="stretch")
-        start = (code.get("prelude_lines") or 0) + 1
+        start = (code.prelude_lines if code else 0) + 1
         body = "\n".join(source.splitlines()[start - 1:])
         ui.show_code(body, language, first_line=start,
                      caption=f"{len(kernels)} kernels ({language}); lines {start}+ of the module (the prelude "
                              "of helpers is under 'whole module')", max_height=640)
     elif view == "wrapper":
-        ui.show_code(code.get("wrapper") or "", "python", caption="the Python wrapper: allocates, calls kernels",
+        ui.show_code(code.wrapper if code else "", "python", caption="the Python wrapper: allocates, calls kernels",
                      max_height=640)
     elif view == "whole module":
         ui.show_code(source, language, caption=f"the whole generated {language} module", max_height=640)
@@ -166,10 +165,10 @@ def code_stage(record: dict, graph_index: int, key: str) -> None:
 LOWERING_STAGES = ("ttir", "ttgir", "llir", "ptx", "sass")
 
 
-def lowering_view(graph: dict, graph_index: int, key: str) -> None:
+def lowering_view(graph: GraphRecord, graph_index: int, key: str) -> None:
     """Triton -> TTIR -> TTGIR -> LLIR -> PTX -> SASS for one kernel, compiled on request by the engine in a
     worker (no GPU needed: an explicit sm_90 target)."""
-    kernels = [k["name"] for k in graph.get("kernels") or [] if isinstance(k.get("triton"), dict)]
+    kernels = [k.name for k in graph.kernels if k.triton is not None]
     if not kernels:
         st.info("No Triton kernel in this graph to lower (choose the Triton backend in the sidebar).")
         return
@@ -201,11 +200,10 @@ def lowering_view(graph: dict, graph_index: int, key: str) -> None:
         st.caption(asm["sass_note"])
 
 
-def run_stage(record: dict, graph_index: int, key: str) -> None:
-    for error in record.get("errors") or []:
-        text = error.get("message") or error.get("reason") or str(error) if isinstance(error, dict) else error
-        st.warning(md_text(text))
-    verify = record.get("verify") or {}
+def run_stage(record: Exploration, graph_index: int, key: str) -> None:
+    for error in record.errors:
+        st.warning(md_text(error.message))
+    verify = record.verify
     if verify.get("ok"):
         st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.get('max_abs_err'))}, "
                    f"max rel error {_number(verify.get('max_rel_err'))}).")
@@ -222,19 +220,18 @@ def run_stage(record: dict, graph_index: int, key: str) -> None:
     if runs:
         st.markdown("**Other inputs** (`dynamic_inputs`): recompiles and numerics")
         st.dataframe(runs, hide_index=True, width="stretch")
-    timings = record.get("timings") or {}
-    if "run" in timings:
-        st.caption(f"verification ran in {timings['run'] * 1e3:.1f} ms")
+    if "run" in record.timings:
+        st.caption(f"verification ran in {record.timings['run'] * 1e3:.1f} ms")
 
 
 def _number(value) -> str:
     return f"{value:.2e}" if isinstance(value, (int, float)) else str(value)
 
 
-def bench_stage(record: dict, graph_index: int, key: str) -> None:
+def bench_stage(record: Exploration, graph_index: int, key: str) -> None:
     bench = state.cached("bench")
     case = _bench_case(bench)
-    st.plotly_chart(charts.stage_times_figure(record.get("timings") or {},
+    st.plotly_chart(charts.stage_times_figure(record.timings,
                                               (case or {}).get("inductor_compile_s")),
                     width="stretch", key=f"{key}_stage_chart", config={"displayModeBar": False})
     if st.button("Run benchmark: eager vs Glassbox vs Inductor", key=f"{key}_bench",
@@ -253,11 +250,12 @@ def bench_stage(record: dict, graph_index: int, key: str) -> None:
                           config={"displayModeBar": False})
         right.plotly_chart(charts.speedup_figure(case), width="stretch", key=f"{key}_speedup_chart",
                            config={"displayModeBar": False})
-        st.plotly_chart(charts.compile_figure(case, record.get("timings")), width="stretch",
+        st.plotly_chart(charts.compile_figure(case, record.timings), width="stretch",
                         key=f"{key}_compile_chart", config={"displayModeBar": False})
         st.caption(f"{case.get('threads', '?')} threads, device {case.get('device', '?')}; medians of "
                    "torch.utils.benchmark. On a shared CPU, trust the ratios more than the absolute times.")
-    kernels = _graph(record, graph_index).get("kernels") or []
+    graph = _graph(record, graph_index)
+    kernels = graph.kernels if graph else []
     if kernels:
         st.plotly_chart(charts.kernel_figure(kernels), width="stretch", key=f"{key}_kernel_chart",
                         config={"displayModeBar": False})

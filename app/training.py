@@ -6,12 +6,13 @@ import streamlit as st
 
 from app import ui
 from app.safe_text import md_text
+from engine.record import GraphRecord
 from visualizers import partition as partition_view
 
 
-def partition_pane(graph: dict, key: str) -> None:
-    partition = graph.get("partition") or {}
-    if graph.get("phase") == "backward":
+def partition_pane(graph: GraphRecord, key: str) -> None:
+    partition = graph.partition  # free-form (engine/partition.py), so a plain dict
+    if graph.phase == "backward":
         st.caption(f"Backward graph of graph {partition.get('forward_graph', '?')}: its kernels trace back to the "
                    "forward node (and your line) whose gradient they compute.")
         return

@@ -6,11 +6,12 @@ import streamlit as st
 
 from app import state
 from app.worker import Problem
+from engine.record import Exploration, GraphRecord
 from visualizers import code as code_html
 from visualizers import graphs
 
 
-def explored() -> dict | None:
+def explored() -> Exploration | None:
     """Explore (or fetch) the current request; show its problem if any. The record, or None to stop."""
     outcome = state.exploration()
     if outcome.problem is not None:
@@ -22,9 +23,9 @@ def explored() -> dict | None:
     return outcome.record
 
 
-def record_source(record: dict) -> str:
+def record_source(record: Exploration) -> str:
     """The user's code as the record holds it (the editor's, if the record has none)."""
-    return (record.get("source") or {}).get("text") or state.user_source()
+    return record.source.text or state.user_source()
 
 
 def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, caption: str | None = None,
@@ -59,27 +60,27 @@ def show_problem(problem: Problem, source: str | None = None, filename: str = ""
             st.code(problem.log[-6000:], language="text")
 
 
-def graph_picker(record: dict, key: str, allow_all: bool = False, label: str = "Graph") -> int | None:
+def graph_picker(record: Exploration, key: str, allow_all: bool = False, label: str = "Graph") -> int | None:
     """Which subgraph to show when Dynamo made several (None: all of them, with the breaks between)."""
-    count = len(record.get("graphs") or [])
+    count = len(record.graphs)
     if count <= 1:
         return 0 if count else None
     options = (["all"] if allow_all else []) + list(range(count))
-    breaks = len(record.get("graph_breaks") or [])
+    breaks = len(record.graph_breaks)
 
     def name(option):
         if option == "all":
             return f"all {count} graphs ({breaks} breaks)"
-        phase = (record["graphs"][option].get("phase") or "inference")
+        phase = record.graphs[option].phase
         return f"graph {option}" + (f" ({phase})" if phase != "inference" else "")
 
     choice = st.selectbox(label, options, format_func=name, key=key)
     return None if choice == "all" else int(choice)
 
 
-def collapse_controls(graph: dict, which: str, key: str) -> graphs.DrawOptions:
+def collapse_controls(graph: GraphRecord, which: str, key: str) -> graphs.DrawOptions:
     """For big graphs: hide the weights, group nodes by nn.Module path, expand chosen modules on demand."""
-    count = len(graph.get(which) or [])
+    count = len(getattr(graph, which))
     if not graphs.big(graph, which):
         return graphs.DrawOptions()
     depth_max = graphs.max_module_depth(graph, which)

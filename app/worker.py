@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.worker_main import STACK_SIGNAL
+from engine.record import Exploration, GraphRecord
 from engine.tools import isolation, sandbox
 from engine.tools.sandbox import Limits, SandboxResult
 
@@ -62,7 +63,7 @@ class Problem:
 
 @dataclass
 class Outcome:
-    record: dict | None = None  # the Exploration record (may be present even with a problem: verify failed)
+    record: Exploration | None = None  # the typed record (may be present even with a problem: verify failed)
     problem: Problem | None = None
     inputs: list[dict] | None = None  # the example inputs as [{"dtype", "shape"}], when the launcher found them
     seconds: float = 0.0
@@ -198,19 +199,33 @@ FAILED: dict[str, tuple[str, list[str]]] = {
 
 
 def explore_outcome(finished: Finished, name: str = "") -> Outcome:
+    """The job's record, read once into the typed Exploration (Note [Strict record]: a document that is not a
+    record of this schema is refused whole, never half read), and what went wrong, from the record's errors."""
     text = finished.files.get("record.json")
-    record = parse_json(text) if text is not None else parse_json(finished.stdout)
-    if record is not None:
-        _strip_workdir(record, Path(finished.workdir))
-    inputs = [dict(spec) for spec in (record or {}).get("input_specs") or []] or None
+    document = parse_json(text) if text is not None else parse_json(finished.stdout)
+    record, unreadable = None, ""
+    if document is not None:
+        _strip_workdir(document, Path(finished.workdir))
+        try:
+            record = Exploration.from_json(document)
+        except (TypeError, ValueError) as error:
+            unreadable = f"{type(error).__name__}: {error}"
+    if unreadable:
+        problem = Problem("Glassbox could not read the worker's record",
+                          f"The worker returned a record this app cannot read ({unreadable}).",
+                          hints=["The worker and the app come from different versions of Glassbox, or the model "
+                                 "wrote to the worker's output: restart the app."],
+                          log=finished.stderr.strip()[-4000:])
+        return Outcome(problem=problem, seconds=finished.seconds)
+    inputs = [spec.to_json() for spec in record.input_specs] if record is not None else []
+    inputs = inputs or None
     if finished.returncode == EXIT_OK and record is not None and finished.completed:
         return Outcome(record=record, inputs=inputs, seconds=finished.seconds)
-    failure = next((e for e in (record or {}).get("errors") or [] if e.get("kind") in FAILED), None)
+    failure = next((e for e in (record.errors if record else []) if e.kind in FAILED), None)
     if failure is not None and finished.completed and not finished.result.limit_hit:
-        title, hints = FAILED[failure["kind"]]
-        problem = Problem(title, failure["message"], failure.get("lineno"), hints=hints,
-                          log=finished.stderr.strip()[-4000:])
-        shown = record if failure["kind"] == "fallback" else None  # a fallback's record is whole: show it
+        title, hints = FAILED[failure.kind]
+        problem = Problem(title, failure.message, failure.lineno, hints=hints, log=finished.stderr.strip()[-4000:])
+        shown = record if failure.kind == "fallback" else None  # a fallback's record is whole: show it
         return Outcome(record=shown, inputs=inputs, problem=problem, seconds=finished.seconds)
     return Outcome(record=record, inputs=inputs, problem=diagnose(finished, record, model_name=name),
                    seconds=finished.seconds)
@@ -293,7 +308,7 @@ def user_line(message: str) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
-def diagnose(finished: Finished, record: dict | None = None, stderr: str | None = None,
+def diagnose(finished: Finished, record: Exploration | dict | None = None, stderr: str | None = None,
              model_name: str = "") -> Problem:
     """The Problem for a job that did not end well: the sandbox's words for limits and signals (one wording
     for the app, the CLI and the hostile suite), the CLI's own paragraph for everything else. `stderr` replaces
@@ -444,11 +459,12 @@ def inductor(source: str, label: str, options: Options, timeout: float = BENCH_T
     return Outcome(document=document, problem=problem, seconds=finished.seconds)
 
 
-def assembly(graph: dict, kernel_names: list[str], timeout: float = BENCH_TIMEOUT_S,
+def assembly(graph: GraphRecord, kernel_names: list[str], timeout: float = BENCH_TIMEOUT_S,
              on_tick: Callable[[float], None] | None = None) -> Outcome:
     """Triton's lowerings (TTIR, TTGIR, LLIR, PTX, SASS) of some kernels of one graph of a record, compiled by
     the engine for display in a worker: document {"kernels": {name: {"ttir", ..., "error"?}}} or {"error"}."""
-    graph_json = json.dumps({"graphs": [{"code": graph.get("code") or {}, "kernels": graph.get("kernels") or []}]})
+    graph_json = json.dumps({"graphs": [{"code": graph.code.to_json() if graph.code else {},
+                                         "kernels": [kernel.to_json() for kernel in graph.kernels]}]})
     finished = run_job(lambda workdir: ["--asm", "--", str(workdir / "graph.json"), str(workdir / "asm.json"),
                                         *kernel_names],
                        limits(timeout), inputs={"graph.json": graph_json}, outputs=("asm.json",), on_tick=on_tick)

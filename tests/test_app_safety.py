@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import host_check, worker
 from app.safe_text import description_markdown, html_text, md_text
+from engine.record import Exploration
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -63,19 +64,20 @@ def test_descriptions_keep_their_markdown_but_load_nothing():
     assert "evil.example" not in shown and "<img" not in shown and "pixel" in shown  # alt text stays
 
 
-def _hostile_record() -> dict:
-    """A real record with every text field a worker could forge set to something hostile."""
+def _hostile_record() -> Exploration:
+    """A real record with every text field a worker could forge set to something hostile (read back typed, as
+    app/worker.py reads every record: a forged record still has to be a record)."""
     import engine
     record = engine.explore(lambda x: torch_relu(x), (__import__("torch").randn(4),), name="m").to_json()
     record["model"] = f"m{EVIL_HTML}"
     record["description"] = f"About {EVIL_IMAGE} {EVIL_HTML}"
     record["graph_breaks"] = [{"reason": f"break {EVIL_IMAGE} (Dynamo: {EVIL_IMAGE})", "filename": "pasted.py",
                                "lineno": 1, "line": "x"}]
-    record["errors"] = [{"stage": "run", "message": f"error {EVIL_IMAGE}"}]
+    record["errors"] = [{"kind": "inputs", "stage": "run", "message": f"error {EVIL_IMAGE}"}]
     for graph in record.get("graphs") or []:
         for node in (graph.get("ir") or {}).get("nodes") or []:
             node["kind"], node["name"], node["reason"] = "fallback", f"n{EVIL_HTML}", f"because {EVIL_IMAGE}"
-    return record
+    return Exploration.from_json(record)
 
 
 def torch_relu(x):

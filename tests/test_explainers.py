@@ -4,6 +4,7 @@ import pytest
 
 import engine
 from app import share
+from engine.record import Exploration, MemoryBuffer
 from engine.tools.model_file import load_model_file
 from visualizers import memory, teaching
 
@@ -11,13 +12,14 @@ from visualizers import memory, teaching
 @pytest.fixture(scope="module")
 def softmax_record():
     spec = load_model_file("softmax")
-    return engine.explore(spec.model, spec.example_inputs, name=spec.name, fusion=False).to_json()
+    # read back from JSON into the typed record, as the app does (app/worker.py)
+    return Exploration.from_json(engine.explore(spec.model, spec.example_inputs, name=spec.name, fusion=False).to_json())
 
 
 @pytest.fixture(scope="module")
 def mlp_record():
     spec = load_model_file("mlp")
-    return engine.explore(spec.model, spec.example_inputs, name=spec.name).to_json()
+    return Exploration.from_json(engine.explore(spec.model, spec.example_inputs, name=spec.name).to_json())
 
 
 def test_teaching_text_names_this_models_ops_and_kernels(mlp_record):
@@ -53,9 +55,8 @@ def test_memory_timeline_has_a_bar_per_buffer_and_the_peak(softmax_record):
 
 
 def test_live_bytes_count_a_reused_storage_once():
-    buffers = [{"name": "a", "bytes": 100, "first": 0, "last": 1, "reuses": None},
-               {"name": "b", "bytes": 100, "first": 2, "last": 3, "reuses": "a"},
-               {"name": "c", "bytes": 10, "first": 1, "last": 2, "reuses": None}]
+    buffers = [MemoryBuffer("a", bytes=100, first=0, last=1), MemoryBuffer("b", bytes=100, first=2, last=3, reuses="a"),
+               MemoryBuffer("c", bytes=10, first=1, last=2)]
     assert memory.live_bytes(buffers, 4) == [100, 110, 110, 100]
 
 

@@ -131,9 +131,9 @@ def test_record_carries_template_config_fused_ops_and_autotune(tmp_path, monkeyp
     assert any(c["candidate"] == "library + epilogue" for c in timed)
     assert tuning["winner"] in [c["candidate"] for c in timed] and tuning["cached"] is False
     from visualizers import tables  # what the app's code view shows with the kernel
-    (row,) = tables.template_rows(record["graphs"][0])
+    (row,) = tables.template_rows(exploration.graphs[0])
     assert row["epilogue"] == "relu" and row["GEMM (MxNxK)"] == "127x255x63" and row["winner"]
-    assert sum(r["winner"] for r in tables.autotune_rows(record["graphs"][0])) == 1
+    assert sum(r["winner"] for r in tables.autotune_rows(exploration.graphs[0])) == 1
     choices = record["graphs"][0]["fusion"]["templates"]
     assert choices and choices[0]["template"] and choices[0]["reason"]
     again = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")

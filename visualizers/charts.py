@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from engine.record import STAGE_NAMES
+from engine.record import STAGE_NAMES, KernelRecord
 
 STAGE_COLOURS = {"capture": "#60a5fa", "decompose": "#818cf8", "lower": "#34d399", "schedule": "#fbbf24",
                  "codegen": "#f472b6", "build": "#a78bfa", "run": "#94a3b8"}
@@ -116,21 +116,21 @@ def compile_figure(case: dict, timings: dict | None = None, height: int = 240) -
     return _layout(figure, "Compile time (s): Glassbox per stage vs Inductor's cold compile", height)
 
 
-def kernel_figure(kernels: list[dict], height: int = 280) -> go.Figure:
+def kernel_figure(kernels: list[KernelRecord], height: int = 280) -> go.Figure:
     """Per kernel: its measured time when the record has it (--profile), otherwise bytes moved (estimated by
     the scheduler)."""
-    names = [k["name"] for k in kernels]
-    if any(k.get("time_ms") is not None for k in kernels):
-        values = [k.get("time_ms") for k in kernels]
+    names = [k.name for k in kernels]
+    if any(k.time_ms is not None for k in kernels):
+        values = [k.time_ms for k in kernels]
         figure = go.Figure(go.Bar(x=names, y=values, marker_color="#2563eb",
                                   hovertemplate="%{x}: %{y:.4f} ms<extra></extra>"))
         figure.update_layout(yaxis_title="ms per call")
         return _layout(figure, "Time per kernel", height)
     from visualizers.graphs import KIND_STYLE
-    values = [k.get("bytes") or 0 for k in kernels]
-    colours = [KIND_STYLE.get(k.get("kind"), KIND_STYLE["other"])[1] for k in kernels]
+    values = [k.bytes for k in kernels]
+    colours = [KIND_STYLE.get(k.kind, KIND_STYLE["other"])[1] for k in kernels]
     figure = go.Figure(go.Bar(x=names, y=[v / 1024 for v in values], marker_color=colours,
-                              text=[k.get("kind", "") for k in kernels], textposition="inside",
+                              text=[k.kind for k in kernels], textposition="inside",
                               hovertemplate="%{x}: %{y:.1f} KiB moved<extra></extra>"))
     figure.update_layout(yaxis_title="KiB read + written", bargap=0.7 if len(names) <= 2 else 0.25)
     return _layout(figure, "Bytes moved per kernel (estimate)", height)

@@ -254,7 +254,7 @@ def _node_label(node: dict, kind: str, kernels: list[str], options: DrawOptions)
 def _tooltip(node: dict, kernels: list[str], path: str) -> str:
     parts = [f"{node.get('name')}: {node.get('target')}"]
     source = node.get("source")
-    if isinstance(source, dict) and source.get("lineno"):
+    if source and source.get("lineno"):  # a SourceLine of the typed record, or its JSON
         parts.append(f"line {source['lineno']}: {source.get('line', '')}")
     if path:
         parts.append(f"module: {path}")

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.record import FxNode, GraphRecord
+
+NOT_COMPUTED = ("placeholder", "output", "get_attr")  # FX nodes that compute nothing (inputs, weights, result)
+
 
 @dataclass
 class Trace:
@@ -21,67 +25,57 @@ class Trace:
     user_lines: set = field(default_factory=set)
 
 
-def _source_line(node: dict) -> int | None:
-    source = node.get("source")
-    return source.get("lineno") if isinstance(source, dict) else None
+def _source_line(node: FxNode) -> int | None:
+    return node.source.lineno if node.source else None
 
 
-def _complete(graph: dict, trace: Trace) -> Trace:
+def _provenance(graph: GraphRecord) -> list:
+    return graph.code.provenance if graph.code else []
+
+
+def _complete(graph: GraphRecord, trace: Trace) -> Trace:
     """Given FX nodes (and maybe more), fill in everything downstream of them."""
-    for node in graph.get("aten") or []:
-        if set(node.get("fx_origins") or []) & trace.fx:
-            trace.aten.add(node["name"])
-    for node in (graph.get("ir") or {}).get("nodes") or []:
-        if set(node.get("aten_origins") or []) & trace.aten:
-            trace.ir.add(node["name"])
-    for kernel in graph.get("kernels") or []:
-        if set(kernel.get("ir_nodes") or []) & trace.ir:
-            trace.kernels.add(kernel["name"])
-    for entry in (graph.get("code") or {}).get("provenance") or []:
-        if entry.get("ir_node") in trace.ir or set(entry.get("fx_nodes") or []) & trace.fx:
-            trace.generated_lines.add(entry["line"])
-    for node in graph.get("fx") or []:
-        if node["name"] in trace.fx and _source_line(node):
-            trace.user_lines.add(_source_line(node))
+    trace.aten |= {n.name for n in graph.aten if set(n.fx_origins) & trace.fx}
+    trace.ir |= {n.name for n in (graph.ir.nodes if graph.ir else []) if set(n.aten_origins) & trace.aten}
+    trace.kernels |= {k.name for k in graph.kernels if set(k.ir_nodes) & trace.ir}
+    trace.generated_lines |= {e.line for e in _provenance(graph) if e.ir_node in trace.ir or set(e.fx_nodes) & trace.fx}
+    trace.user_lines |= {_source_line(n) for n in graph.fx if n.name in trace.fx and _source_line(n)}
     return trace
 
 
-def from_fx(graph: dict, names) -> Trace:
+def from_fx(graph: GraphRecord, names) -> Trace:
     return _complete(graph, Trace(fx=set(names)))
 
 
-def from_user_line(graph: dict, lineno: int) -> Trace:
+def from_user_line(graph: GraphRecord, lineno: int) -> Trace:
     """Everything that came from one line of the user's code (call nodes only: inputs are not computed there)."""
-    names = {n["name"] for n in graph.get("fx") or []
-             if _source_line(n) == lineno and n.get("op") not in ("placeholder", "output", "get_attr")}
+    names = {n.name for n in graph.fx if _source_line(n) == lineno and n.op not in NOT_COMPUTED}
     trace = _complete(graph, Trace(fx=names))
     trace.user_lines.add(lineno)
     return trace
 
 
-def from_generated_line(graph: dict, line: int) -> Trace:
+def from_generated_line(graph: GraphRecord, line: int) -> Trace:
     """Where one generated line came from (exactly that line's IR node, not its whole FX node's)."""
-    for entry in (graph.get("code") or {}).get("provenance") or []:
-        if entry.get("line") == line:
-            trace = Trace(fx=set(entry.get("fx_nodes") or []), aten=set(entry.get("aten_nodes") or []),
-                          ir={entry["ir_node"]} if entry.get("ir_node") else set(),
-                          kernels={entry["kernel"]} if entry.get("kernel") else set(),
-                          generated_lines={line}, user_lines=set(entry.get("user_lines") or []))
-            return trace
+    for entry in _provenance(graph):
+        if entry.line == line:
+            return Trace(fx=set(entry.fx_nodes), aten=set(entry.aten_nodes),
+                         ir={entry.ir_node} if entry.ir_node else set(),
+                         kernels={entry.kernel} if entry.kernel else set(),
+                         generated_lines={line}, user_lines=set(entry.user_lines))
     return Trace()
 
 
-def traced_lines(graph: dict) -> list[int]:
+def traced_lines(graph: GraphRecord) -> list[int]:
     """Generated lines that have provenance, in order."""
-    return sorted({e["line"] for e in (graph.get("code") or {}).get("provenance") or [] if "line" in e})
+    return sorted({e.line for e in _provenance(graph)})
 
 
-def user_lines_with_nodes(graph: dict) -> list[int]:
-    lines = {_source_line(n) for n in graph.get("fx") or []
-             if n.get("op") not in ("placeholder", "output", "get_attr")}
+def user_lines_with_nodes(graph: GraphRecord) -> list[int]:
+    lines = {_source_line(n) for n in graph.fx if n.op not in NOT_COMPUTED}
     return sorted(line for line in lines if line)
 
 
-def compute_nodes(graph: dict) -> list[dict]:
+def compute_nodes(graph: GraphRecord) -> list[FxNode]:
     """FX nodes worth choosing: the ones that compute something."""
-    return [n for n in graph.get("fx") or [] if n.get("op") in ("call_function", "call_method", "call_module")]
+    return [n for n in graph.fx if n.op in ("call_function", "call_method", "call_module")]

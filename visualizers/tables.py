@@ -1,48 +1,52 @@
-"""Record -> rows (lists of dicts) for tables: kernels, fusion decisions, numerics, runs, recompiles, guards."""
+"""Record -> rows (lists of dicts) for tables: kernels, fusion decisions, numerics, runs, recompiles, guards.
+
+They read the typed record (engine/record.py) by attribute; only the record's free-form parts (a kernel's
+`triton` and `template` reports, `verify`) are plain dicts."""
 from __future__ import annotations
 
+from engine.record import Exploration, GraphRecord
 
-def kernel_rows(graph: dict) -> list[dict]:
+
+def kernel_rows(graph: GraphRecord) -> list[dict]:
     rows = []
-    for kernel in graph.get("kernels") or []:
-        ops = [str(o).replace("aten::", "") for o in kernel.get("ops") or []]
+    for kernel in graph.kernels:
+        ops = [op.replace("aten::", "") for op in kernel.ops]
         rows.append({
-            "kernel": kernel.get("name"), "kind": kernel.get("kind"), "fused ops": len(ops),
-            "ops": ", ".join(ops), "bytes moved": kernel.get("bytes") or 0,
-            "reads": ", ".join(kernel.get("reads") or []), "writes": ", ".join(kernel.get("writes") or []),
-            "from FX": ", ".join(kernel.get("fx_origins") or []), "note": kernel.get("reason") or "",
+            "kernel": kernel.name, "kind": kernel.kind, "fused ops": len(ops), "ops": ", ".join(ops),
+            "bytes moved": kernel.bytes, "reads": ", ".join(kernel.reads), "writes": ", ".join(kernel.writes),
+            "from FX": ", ".join(kernel.fx_origins), "note": kernel.reason or "",
         })
     return rows
 
 
-def launch_rows(graph: dict) -> list[dict]:
+def launch_rows(graph: GraphRecord) -> list[dict]:
     """Triton kernels' launch configurations (kernels[].triton), when the backend records them."""
     rows = []
-    for kernel in graph.get("kernels") or []:
-        triton = kernel.get("triton")
-        if not isinstance(triton, dict):
+    for kernel in graph.kernels:
+        triton = kernel.triton
+        if triton is None:
             continue
         config = triton.get("config") or {}
         gpu = triton.get("gpu_config") or {}
-        rows.append({"kernel": kernel.get("name"), "form": triton.get("form"), "grid": triton.get("grid"),
+        rows.append({"kernel": kernel.name, "form": triton.get("form"), "grid": triton.get("grid"),
                      "config": ", ".join(f"{k}={v}" for k, v in config.items()),
                      "GPU config": ", ".join(f"{k}={v}" for k, v in gpu.items()),
                      "rows x reduction": " x ".join(str(triton[k]) for k in ("rows", "red") if triton.get(k))})
     return rows
 
 
-def template_rows(graph: dict) -> list[dict]:
+def template_rows(graph: GraphRecord) -> list[dict]:
     """GEMM template kernels (kernels[].template): which template, the GEMM, its tile config, the fused
     epilogue (ops and the FX nodes they come from) and why it was chosen."""
     rows = []
-    for kernel in graph.get("kernels") or []:
-        template = kernel.get("template")
-        if not isinstance(template, dict):
+    for kernel in graph.kernels:
+        template = kernel.template
+        if template is None:
             continue
         spec = template.get("spec") or {}
         fused = template.get("fused_ops") or []
         batch = f"{spec.get('batch')} x " if (spec.get("batch") or 1) > 1 else ""
-        rows.append({"kernel": kernel.get("name"), "template": template.get("name"), "op": spec.get("op"),
+        rows.append({"kernel": kernel.name, "template": template.get("name"), "op": spec.get("op"),
                      "GEMM (MxNxK)": f"{batch}{spec.get('M')}x{spec.get('N')}x{spec.get('K')}",
                      "dtype": spec.get("dtype"),
                      "config": ", ".join(f"{k}={v}" for k, v in (template.get("config") or {}).items()),
@@ -52,27 +56,22 @@ def template_rows(graph: dict) -> list[dict]:
     return rows
 
 
-def autotune_rows(graph: dict) -> list[dict]:
+def autotune_rows(graph: GraphRecord) -> list[dict]:
     """max-autotune's measured candidates of each template kernel (tile configs and the library call)."""
     rows = []
-    for kernel in graph.get("kernels") or []:
-        tuning = (kernel.get("template") or {}).get("autotune") or {}
+    for kernel in graph.kernels:
+        tuning = (kernel.template or {}).get("autotune") or {}
         for candidate in tuning.get("candidates") or []:
-            rows.append({"kernel": kernel.get("name"), "candidate": candidate.get("candidate"),
+            rows.append({"kernel": kernel.name, "candidate": candidate.get("candidate"),
                          "ms": candidate.get("ms"), "winner": candidate.get("candidate") == tuning.get("winner"),
                          "error": candidate.get("error") or ""})
     return rows
 
 
-def decision_rows(graph: dict, only_refused: bool = False) -> list[dict]:
-    rows = []
-    for decision in (graph.get("fusion") or {}).get("decisions") or []:
-        if only_refused and decision.get("fused"):
-            continue
-        rows.append({"fused": bool(decision.get("fused")), "producer": decision.get("producer"),
-                     "consumer": decision.get("consumer"), "kind": decision.get("kind"),
-                     "why": decision.get("reason")})
-    return rows
+def decision_rows(graph: GraphRecord, only_refused: bool = False) -> list[dict]:
+    decisions = graph.fusion.decisions if graph.fusion else []
+    return [{"fused": d.fused, "producer": d.producer, "consumer": d.consumer, "kind": d.kind, "why": d.reason}
+            for d in decisions if not (only_refused and d.fused)]
 
 
 def numerics_rows(verify: dict) -> list[dict]:
@@ -87,17 +86,13 @@ def numerics_rows(verify: dict) -> list[dict]:
     return rows
 
 
-def run_rows(record: dict) -> list[dict]:
-    rows = []
-    for run in record.get("runs") or []:
-        verify = run.get("verify") or {}
-        rows.append({"inputs": run.get("inputs"), "new graphs (recompiles)": run.get("new_graphs"),
-                     "ok": verify.get("ok"), "max abs error": verify.get("max_abs_err")})
-    return rows
+def run_rows(record: Exploration) -> list[dict]:
+    return [{"inputs": run.inputs, "new graphs (recompiles)": run.new_graphs, "ok": run.verify.get("ok"),
+             "max abs error": run.verify.get("max_abs_err")} for run in record.runs]
 
 
-def recompile_rows(record: dict) -> list[dict]:
-    return [{"inputs": r.get("inputs"), "reason": r.get("reason")} for r in record.get("recompiles") or []]
+def recompile_rows(record: Exploration) -> list[dict]:
+    return [{"inputs": r.inputs, "reason": r.reason} for r in record.recompiles]
 
 
 def guard_groups(guards: list[str]) -> dict[str, list[str]]:

@@ -2,7 +2,6 @@
 plan as buffer lifetimes, and the exploration to take away (offline HTML report, JSON record)."""
 from __future__ import annotations
 
-import json
 
 import streamlit as st
 
@@ -50,5 +49,5 @@ else:
     name = record.get("model") or "model"
     left.download_button("Download the report (offline HTML)", html_report.report_html(record),
                          file_name=f"{name}-glassbox.html", mime="text/html", key="download_report")
-    right.download_button("Download the record (JSON)", json.dumps(record, indent=1), file_name=f"{name}.json",
+    right.download_button("Download the record (JSON)", record.dumps(indent=1), file_name=f"{name}.json",
                           mime="application/json", key="download_json")

@@ -80,7 +80,7 @@ def _first_compiled(graph: dict, options: list, trace_of) -> int:
 
 def _fx_label(graph: dict, name: str) -> str:
     node = next((n for n in graph.get("fx") or [] if n["name"] == name), {})
-    line = (node.get("source") or {}).get("lineno") if isinstance(node.get("source"), dict) else None
+    line = node["source"].lineno if node.get("source") else None
     return f"{name} = {graphs.short_target(node)}" + (f"  (line {line})" if line else "")
 
 

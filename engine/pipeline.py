@@ -37,6 +37,7 @@ from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wr
 from engine.decompose import aot_compile
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
+from engine.lowering.layout import LAYOUTS
 from engine.partition import make_partition_fn
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
                            GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RunRecord, SourceFile)
@@ -57,6 +58,7 @@ class Options:
     max_fused_nodes: int | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto = a heuristic decides, on = forced, off
     train: bool = False  # explore: run a training step (engine/train_verify.py); compile always trains
+    layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -65,6 +67,8 @@ class Options:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if self.templates not in TEMPLATE_MODES:
             raise ValueError(f"unknown templates {self.templates!r}; choose one of {', '.join(TEMPLATE_MODES)}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.mode == "reduce-overhead" and not self.device.startswith("cuda"):
             raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
 
@@ -105,6 +109,7 @@ class FxGraph:
 class AtenGraph:
     gm: torch.fx.GraphModule
     example_inputs: list
+    phase: str = "inference"  # inference | forward | backward
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,7 @@ def decompose_stage(fx: FxGraph, options: Options) -> Callable:
 
 
 def lower_stage(aten: AtenGraph, options: Options) -> Lowered:
-    return Lowered(aten, lower(aten.gm, options.device))
+    return Lowered(aten, lower(aten.gm, options.device, options.layout, aten.phase))
 
 
 def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
@@ -312,12 +317,12 @@ class Compilation:
             graph.phase = phase
         outer, self._graph = self._graph, graph  # a backward compiles later, outside compile_fx
         try:
-            return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph)
+            return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph, phase)
         finally:
             self._graph = outer
 
-    def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None) -> Callable:
-        artifact: Any = AtenGraph(aten_gm, list(aten_inputs))
+    def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str) -> Callable:
+        artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase)
         stage_name = GRAPH_STAGES[0]
         try:
             for stage_name in GRAPH_STAGES:
@@ -437,11 +442,11 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
 
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
-            mode: str = "default", templates: str = "auto",
+            mode: str = "default", templates: str = "auto", layout: str = "auto",
             on_stage: Callable[[str, float], None] | None = None) -> Callable:
     """Like torch.compile(model, mode=mode), with Glassbox as the backend. on_stage(name, seconds) hears every
     stage's time (the fresh-process measure of engine/tools/fresh_compile.py)."""
-    options = Options(backend, device, dynamic, mode, templates=templates)
+    options = Options(backend, device, dynamic, mode, templates=templates, layout=layout)
     return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
 
@@ -449,18 +454,19 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
-            loss_fn: Callable | None = None) -> Exploration:
+            loss_fn: Callable | None = None, layout: str = "auto") -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
     forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
     from engine.profile import Profiler
 
-    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train)
+    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout)
     exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
                               description=description,
                               options=OptionsRecord(dynamic=dynamic, mode=mode, fusion=fusion, train=train,
-                                                    max_fused_nodes=max_fused_nodes, templates=templates))
+                                                    max_fused_nodes=max_fused_nodes, templates=templates,
+                                                    layout=layout))
     profiler = Profiler(device) if profile else None
     compilation = Compilation(options, exploration, profiler=profiler)
     capture.reset()

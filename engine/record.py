@@ -156,6 +156,9 @@ class MemoryRecord(Record):
     peak_bytes: int = 0
     unfused_peak_bytes: int = 0
     buffers: list[MemoryBuffer] = field(default_factory=list)
+    # the 4D tensors' layout: format (channels_last | contiguous), reason, buffers stored channels-last
+    # (Note [Channels-last convolutions])
+    layout: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -306,6 +309,7 @@ class OptionsRecord(Record):
     fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
     max_fused_nodes: int | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto | on | off
+    layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
 
 
 @dataclass

@@ -155,7 +155,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
                                  unused=list(scheduled.unused),  # Note [Unused nodes]: computed by no kernel
                                  templates=list(scheduled.templates))  # per matmul: template or library, and why
     record.memory = MemoryRecord(peak_bytes=int(memory.peak_bytes), unfused_peak_bytes=int(memory.unfused_peak_bytes),
-                                 buffers=[MemoryBuffer(**vars(life)) for life in memory.lives])
+                                 buffers=[MemoryBuffer(**vars(life)) for life in memory.lives],
+                                 layout=dict(lowered.layout))
     generated = {k.name: k for k in module.kernels}
     line_ranges = _kernel_lines(module.line_kernel)
     for kernel in scheduled.kernels:

@@ -1,7 +1,7 @@
 """The lowered graph: the loop IR of one graph, as lowering (engine/lowering/) leaves it for schedule and codegen."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
@@ -19,3 +19,4 @@ class LoweredGraph:
     outputs: list[Any]  # TensorValue, sympy expr or None, in the graph's output order
     size_vars: dict[sympy.Symbol, tuple[int, int | None]]  # symbol -> (placeholder position, dim or None)
     device: str
+    layout: dict = field(default_factory=dict)  # the 4D tensors' layout and why (lowering/layout.py)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.ir.nodes import Extern
+from engine.lowering.layout import channels_last_convolution
 from engine.lowering.registry import current, register_lowering
 
 aten = torch.ops.aten
@@ -16,6 +17,8 @@ EXTERN_OPS = [aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbm
 
 def extern_call(*args, **kwargs):
     graph = current()
+    if graph.current_node.target is aten.convolution.default and graph.prefers_channels_last():
+        return channels_last_convolution(graph, args, kwargs)  # Note [Channels-last convolutions]
     return graph.fallback(graph.current_node.target, args, kwargs, reason="", node_class=Extern)
 
 

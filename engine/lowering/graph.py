@@ -11,7 +11,7 @@ from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import Expr
 from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
 from engine.lowering.common import allocation, realize, sympify_size
-from engine.lowering import registry
+from engine.lowering import layout as layouts, registry
 from engine.lowering.registry import Unsupported, lowering_for
 
 
@@ -24,9 +24,11 @@ def _meta_strides(val) -> tuple[Expr, ...]:
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, device: str):
+    def __init__(self, gm: torch.fx.GraphModule, device: str, layout: layouts.LayoutDecision | None = None):
         super().__init__(gm, garbage_collect_values=False)
         self.device = device
+        self.layout = layout or layouts.LayoutDecision(False, "")
+        self.channels_last: list[str] = []  # buffers stored channels-last (Note [Channels-last convolutions])
         self.buffers: dict[str, Buffer] = {}
         self.nodes: list[Buffer] = []
         self.inputs: list[InputBuffer | None] = []
@@ -44,6 +46,9 @@ class GraphLowering(torch.fx.Interpreter):
 
     def origins(self) -> tuple[str, ...]:
         return (self.current_node.name,) if self.current_node is not None else ()
+
+    def prefers_channels_last(self) -> bool:
+        return self.layout.channels_last and self.current_node.name in self.layout.preferred
 
     def register(self, node: Buffer) -> Buffer:
         self.buffers[node.name] = node
@@ -97,10 +102,17 @@ class GraphLowering(torch.fx.Interpreter):
         lowering = lowering_for(target)
         if lowering is None:
             return self.fallback(target, args, kwargs, f"no lowering registered for {target}")
+        first_new = len(self.nodes)
         try:
-            return lowering(*args, **kwargs)
+            result = lowering(*args, **kwargs)
         except Unsupported as reason:
             return self.fallback(target, args, kwargs, str(reason))
+        if self.prefers_channels_last():
+            placed = layouts.store_channels_last(result, first_new, self.nodes)
+            if placed is not result:
+                self.channels_last.append(placed.node.name)
+            return placed
+        return result
 
     def output(self, target, args, kwargs):
         outputs = list(args[0]) if isinstance(args[0], (tuple, list)) else [args[0]]
@@ -224,10 +236,13 @@ def _is_view_op(target) -> bool:
     return getattr(target, "is_view", False)
 
 
-def lower(gm: torch.fx.GraphModule, device: str) -> LoweredGraph:
+def lower(gm: torch.fx.GraphModule, device: str, layout: str = "auto", phase: str = "inference") -> LoweredGraph:
+    """`layout` (auto | channels_last | contiguous) and `phase` decide the 4D tensors' layout (Note
+    [Channels-last convolutions])."""
     import engine.lowering.all_lowerings  # noqa: F401  (fills the registry)
 
-    graph = GraphLowering(gm, device)
+    decision = layouts.decide_layout(gm, device, phase, layout)
+    graph = GraphLowering(gm, device, decision)
     previous = registry.set_current(graph)
     try:
         placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
@@ -235,4 +250,5 @@ def lower(gm: torch.fx.GraphModule, device: str) -> LoweredGraph:
     finally:
         registry.set_current(previous)
     return LoweredGraph(inputs=graph.inputs, constants=graph.constants, nodes=graph.nodes,
-                        buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars, device=device)
+                        buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars, device=device,
+                        layout=decision.record(graph.channels_last))

@@ -1,0 +1,216 @@
+"""The memory layout of a graph's 4D tensors: NCHW as eager has them, or channels-last around convolutions.
+
+Note [Channels-last convolutions]
+cuDNN's fast convolution kernels (depthwise ones especially) are NHWC kernels: handed NCHW tensors, ATen picks
+slower NCHW kernels or converts each argument with a transform kernel of its own, both ways and every call.
+So on CUDA a graph with 2D convolutions can store the tensors around them channels-last (C the innermost
+dimension), as Inductor's layout optimization does:
+- the decision (`decide_layout`) is per graph, from the convolutions' shapes (the rule below, facts from
+  Inductor's measurements: grouped convolutions with more than one input channel per group run slower
+  channels-last, most others faster); it is recorded with its reason on the graph's memory plan;
+- the preferred tensors (`preferred_nodes`) are the convolutions, the 4D values that feed one through
+  ops that keep the shape (batch norm, activations, residual adds: so conv -> bn -> relu -> conv needs no
+  conversion in between) and the same-shape 4D values computed from a convolution's output;
+- such a value, computed by one of our kernels, is a node whose loop runs over N, H, W, C (`store_channels_last`):
+  its buffer is contiguous in that order and readers see it through a permutation (Note [Views are index
+  maps]), so our elementwise kernels walk and write the tensor in memory order, no transposing store;
+- a convolution's output is promised channels-last, and its weight is converted once and kept while the
+  parameter is unchanged (ChannelsLastWeight), so cuDNN sees NHWC arguments and needs no transform kernels;
+- the graph's outputs keep eager's strides (their values are never stored channels-last), and views
+  (permute, reshape) never carry the preference across: convnext's permute to NHWC for its layer norm
+  already is a channels-last view of a channels-last convolution output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+import torch.fx
+
+from engine.ir.nodes import Buffer, Extern, Pointwise, Reduction, TensorValue
+
+aten = torch.ops.aten
+LAYOUTS = ("auto", "channels_last", "contiguous")  # Options.layout: a heuristic decides, or forced
+
+# Measured speed of channels-last over NCHW per class of convolution (Inductor's benchmark of torchbench
+# convolutions; < 1 is a speedup). A graph goes channels-last when its FLOP-weighted average is a speedup.
+SLOWDOWN = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+FEW_CONVS = 300  # a graph of more than this many nodes per convolution is not about its convolutions
+
+
+@dataclass(frozen=True)
+class LayoutDecision:
+    channels_last: bool
+    reason: str
+    preferred: frozenset = frozenset()  # FX node names whose values prefer channels-last
+
+    def record(self, stored: list[str]) -> dict:
+        """For the memory plan's record: the layout, why, and the buffers stored channels-last."""
+        return {"format": "channels_last" if self.channels_last else "contiguous", "reason": self.reason,
+                "buffers": list(stored)}
+
+
+def conv2d_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.target is aten.convolution.default
+            and isinstance(n.args[1].meta.get("val"), torch.Tensor) and n.args[1].meta["val"].dim() == 4]
+
+
+def _conv_class(node: torch.fx.Node) -> str:
+    weight = node.args[1].meta["val"]
+    out_channels, in_per_group, kernel_h = weight.shape[0], weight.shape[1], weight.shape[2]
+    if node.args[8] > 1 and in_per_group > 1:
+        return "grouped"  # depthwise (one input channel per group) is not: it gains most from NHWC
+    if out_channels <= 64 and in_per_group <= 64:
+        return "small"
+    if out_channels * 2 <= in_per_group and kernel_h > 1:
+        return "in_out"
+    return "default"
+
+
+def _conv_flops(node: torch.fx.Node) -> int:
+    out, weight = node.meta["val"], node.args[1].meta["val"]
+    return 2 * out.numel() * weight[0].numel()
+
+
+def decide_layout(gm: torch.fx.GraphModule, device: str, phase: str, option: str = "auto") -> LayoutDecision:
+    """Channels-last or NCHW for this graph, and why (Note [Channels-last convolutions])."""
+    convs = conv2d_nodes(gm)
+    if option == "contiguous":
+        return LayoutDecision(False, "NCHW (eager's layout): forced (Options.layout='contiguous')")
+    if not convs:
+        return LayoutDecision(False, "NCHW (eager's layout): the graph has no 2D convolution")
+    if option == "channels_last":
+        return LayoutDecision(True, f"channels-last around {len(convs)} convolution(s): forced "
+                                    f"(Options.layout='channels_last')", preferred_nodes(gm, convs))
+    if not device.startswith("cuda"):
+        return LayoutDecision(False, "NCHW (eager's layout): channels-last is chosen for cuDNN's NHWC kernels; "
+                                     "on the CPU it has not been measured to pay here")
+    if phase != "inference":
+        return LayoutDecision(False, f"NCHW (eager's layout): a {phase} graph shares its saved tensors with the "
+                                     f"other half of the training step in eager's strides")
+    shapes = [t for n in convs for t in (n.args[0].meta.get("val"), n.args[1].meta["val"])]
+    if any(not isinstance(t, torch.Tensor) or any(isinstance(s, torch.SymInt) for s in t.shape) for t in shapes):
+        return LayoutDecision(False, "NCHW (eager's layout): the convolutions have symbolic shapes")
+    if len(gm.graph.nodes) >= FEW_CONVS * len(convs):
+        return LayoutDecision(False, f"NCHW (eager's layout): {len(convs)} convolution(s) among "
+                                     f"{len(gm.graph.nodes)} nodes are not what the graph spends its time on")
+    flops: dict[str, int] = {}
+    for node in convs:
+        flops[_conv_class(node)] = flops.get(_conv_class(node), 0) + _conv_flops(node)
+    total = sum(flops.values())
+    weighted = sum(SLOWDOWN[kind] * f for kind, f in flops.items())
+    shares = ", ".join(f"{kind} {f / total:.0%}" for kind, f in sorted(flops.items(), key=lambda kv: -kv[1]))
+    if weighted > total:
+        return LayoutDecision(False, f"NCHW (eager's layout): by FLOPs ({shares}) the convolutions would run "
+                                     f"{weighted / total:.2f}x as long channels-last (grouped ones are slower)")
+    return LayoutDecision(True, f"channels-last around {len(convs)} convolution(s): by FLOPs ({shares}) cuDNN's "
+                                f"NHWC kernels take {weighted / total:.2f}x the NCHW time, and the tensors "
+                                f"between convolutions need no conversion", preferred_nodes(gm, convs))
+
+
+def _shape(node) -> tuple | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) and val.dim() == 4 else None
+
+
+def _keeps_shape(producer: torch.fx.Node, user: torch.fx.Node) -> bool:
+    """The preference passes between these two: same 4D shape, and `user` is no view (Note [Channels-last
+    convolutions])."""
+    return (_shape(producer) is not None and _shape(producer) == _shape(user)
+            and not getattr(user.target, "is_view", False))
+
+
+def preferred_nodes(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> frozenset:
+    """FX node names whose 4D values prefer channels-last: the convolutions, what feeds them (through
+    shape-keeping ops) and what is computed from them the same way."""
+    preferred = {n for n in convs}
+    for node in reversed(gm.graph.nodes):  # upstream: a value some preferred op reads
+        if node in preferred or _shape(node) is None or getattr(node.target, "is_view", False):
+            continue
+        if any(u in preferred and (u.target is aten.convolution.default and u.args[0] is node or
+                                   _keeps_shape(node, u)) for u in node.users):
+            preferred.add(node)
+    for node in gm.graph.nodes:  # downstream: the same-shape values computed from a preferred one
+        if node in preferred:
+            preferred.update(u for u in node.users if u.op == "call_function" and _keeps_shape(node, u))
+    # the graph's outputs keep eager's strides
+    return frozenset(n.name for n in preferred if not any(u.op == "output" for u in n.users))
+
+
+def channels_last_strides(size) -> tuple:
+    n, c, h, w = size
+    return (h * w * c, sympy.Integer(1), w * c, c)
+
+
+def _trivial(size) -> bool:
+    """Channels-last is the contiguous layout when C or H*W is 1."""
+    _, c, h, w = (sympy.sympify(s) for s in size)
+    return c == 1 or h * w == 1
+
+
+def store_channels_last(value, first_new: int, nodes: list[Buffer]):
+    """The lowering's result as a node whose loop runs over N, H, W, C, seen through a permutation; unchanged
+    when it is no new node of ours (a view, an input, a library call) or channels-last is NCHW for its shape."""
+    if not isinstance(value, TensorValue) or value.index_map is not None or value.ndim != 4:
+        return value
+    node = value.node
+    if not isinstance(node, (Pointwise, Reduction)) or node not in nodes[first_new:] or \
+            tuple(value.size) != tuple(node.size) or _trivial(node.size):
+        return value
+    n, c, h, w = node.size
+    body = node.inner_fn
+    node.size = (n, h, w, c)
+    if isinstance(node, Pointwise):
+        node.inner_fn = lambda index: body([index[0], index[3], index[1], index[2]])
+    else:
+        node.inner_fn = lambda index, rindex: body([index[0], index[3], index[1], index[2]], rindex)
+    return TensorValue(node, (n, c, h, w), lambda index: [index[0], index[2], index[3], index[1]])
+
+
+class ChannelsLastWeight:
+    """A convolution weight in channels-last strides, converted once and reused while it is the same tensor,
+    unmodified (same object, same version counter). Inside a CUDA graph capture it converts every time: the
+    copy is then part of the replay and follows in-place updates of the parameter."""
+
+    def __init__(self):
+        self.source = self.version = self.converted = None
+
+    def __call__(self, weight: torch.Tensor) -> torch.Tensor:
+        capturing = weight.is_cuda and torch.cuda.is_current_stream_capturing()
+        if weight is self.source and weight._version == self.version and not capturing:
+            return self.converted
+        converted = torch.empty_strided(weight.shape, [int(s) for s in channels_last_strides(weight.shape)],
+                                        dtype=weight.dtype, device=weight.device).copy_(weight)
+        if not capturing:
+            self.source, self.version, self.converted = weight, weight._version, converted
+        return converted
+
+    def __repr__(self):
+        return "channels_last_weight"
+
+
+def channels_last_weight(graph, weight):
+    """The weight as a channels-last buffer: a conversion kept while the parameter is unchanged
+    (ChannelsLastWeight), or the tensor itself when it already is channels-last."""
+    if not isinstance(weight, TensorValue) or weight.ndim != 4:
+        return weight
+    arg = graph.as_tensor_arg(weight)
+    strides = channels_last_strides(arg.size)
+    if arg.offset == 0 and all(a == b for a, b, s in zip(arg.stride, strides, arg.size) if sympy.sympify(s) != 1):
+        return weight
+    node = Extern(name=graph.new_name(), size=tuple(arg.size), dtype=weight.dtype, device=graph.device,
+                  origins=graph.origins(), target=ChannelsLastWeight(), args=(arg,), kwargs={}, out_stride=strides)
+    graph.register(node)
+    return TensorValue(node, node.size)
+
+
+def channels_last_convolution(graph, args: tuple, kwargs: dict) -> TensorValue:
+    """The library convolution on a channels-last weight (and, where our kernels made it, input), promised to
+    return channels-last: cuDNN and mkldnn follow their arguments' format, and the wrapper converts should a
+    library decide otherwise (Note [Library output layout])."""
+    args = (args[0], channels_last_weight(graph, args[1]), *args[2:])
+    value = graph.fallback(aten.convolution.default, args, kwargs, reason="", node_class=Extern)
+    if not _trivial(value.node.size):
+        value.node.out_stride = channels_last_strides(value.node.size)
+    return value

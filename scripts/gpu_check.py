@@ -230,7 +230,7 @@ def geomeans(reports: list[dict]) -> dict:
 
 def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
     import engine
-    from engine.run import compare, flatten_outputs
+    from engine.run import flatten_outputs
 
     torch.manual_seed(0)
     model = case["model"]
@@ -259,13 +259,12 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
             start = time.perf_counter()
             runners["inductor"] = torch.compile(model, mode=None if mode == "default" else mode)
             report["inductor_compile_s"] = _first_call(runners["inductor"], inputs, device, start)
+        judge = Verdicts(model, inputs, outputs, case.get("tolerance"))
         for name, runner in runners.items():
-            if name == "eager":
-                continue
-            actual = flatten_outputs(runner(*inputs))
-            checks = [compare(e, a, case.get("tolerance")) for e, a in zip(outputs, actual)]
-            report[f"{name}_ok"] = len(actual) == len(outputs) and all(c["ok"] for c in checks)
-            report[f"{name}_max_abs_err"] = max((c["max_abs_err"] for c in checks), default=0.0)
+            if name != "eager":
+                report.update(judge(name, flatten_outputs(runner(*inputs))))
+        if judge.fp64_note:
+            report["fp64"] = judge.fp64_note
         for name, runner in runners.items():
             if name != "eager" and not report.get(f"{name}_ok"):
                 continue  # never time a wrong answer
@@ -281,6 +280,42 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         if report.get("inductor_ms"):
             report["inductor_over_glassbox"] = report["inductor_ms"] / report["glassbox_ms"]
     return report
+
+
+class Verdicts:
+    """The engine's verdict on a compiled run's outputs (Note [Tolerance policy] in engine/run.py): close to
+    eager, or where not, no less accurate than eager against a float64 run of the model. The float64 reference
+    is computed once per case, only when some output of ours or Inductor's is not close to eager (a bf16 model
+    whose eager output is itself far from the true result: hf_llama_prefill flagged both compilers by a bf16
+    tolerance of this script's own), so the zoo's verdict is the one `explore` gives."""
+
+    def __init__(self, model, inputs, expected: list, tolerance: dict | None):
+        self.model, self.inputs, self.expected, self.tolerance = model, inputs, expected, tolerance
+        self.references, self.fp64_note = None, ""
+
+    def _reference(self) -> list | None:
+        from engine.run import fp64_reference, fresh
+
+        if self.references is None and not self.fp64_note:
+            references, why_not = fp64_reference(self.model, fresh(self.inputs))
+            if references is None or len(references) != len(self.expected):
+                self.fp64_note = why_not or "the float64 run returned a different number of tensors"
+            else:
+                self.references, self.fp64_note = references, "computed (some output not close to eager)"
+        return self.references
+
+    def __call__(self, name: str, actual: list) -> dict:
+        from engine.run import compare_tensor
+
+        if len(actual) != len(self.expected):
+            return {f"{name}_ok": False, f"{name}_max_abs_err": float("inf")}
+        checks = [compare_tensor(e, a, tolerance=self.tolerance) for e, a in zip(self.expected, actual)]
+        if not all(c["ok"] for c in checks) and self._reference() is not None:
+            checks = [compare_tensor(e, a, r, self.tolerance) for e, a, r in zip(self.expected, actual,
+                                                                                  self.references)]
+        return {f"{name}_ok": all(c["ok"] for c in checks),
+                f"{name}_max_abs_err": max((c["max_abs_err"] for c in checks), default=0.0),
+                f"{name}_judged_by": "fp64" if any(c["judged_by"] == "fp64" for c in checks) else "eager"}
 
 
 def _first_call(runner, inputs, device, start) -> float:

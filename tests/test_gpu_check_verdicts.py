@@ -1,0 +1,29 @@
+"""scripts/gpu_check.py judges compiled outputs by the engine's rule (Note [Tolerance policy]): close to eager,
+or no less accurate than eager against float64. A bf16 cancellation far from eager (eager's own rounding) but close to
+the float64 result passes, judged by fp64; a wrong answer still fails."""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import gpu_check  # noqa: E402
+
+
+def cancellation(x):
+    return (x + 1000) - 1000  # in bf16, eager rounds x to a multiple of 4 (bf16's step at 1000)
+
+
+def test_zoo_verdict_is_the_engines():
+    torch.manual_seed(0)
+    x = torch.rand(4096, dtype=torch.bfloat16) * 4
+    expected = [cancellation(x)]
+    judge = gpu_check.Verdicts(cancellation, (x,), expected, None)
+    accurate = [x.clone()]  # computed in float32: better than eager
+    verdict = judge("glassbox", accurate)
+    assert verdict["glassbox_ok"] and verdict["glassbox_judged_by"] == "fp64", verdict
+    assert judge.fp64_note.startswith("computed")
+    wrong = judge("inductor", [accurate[0] + 20])
+    assert not wrong["inductor_ok"], wrong
+    close = gpu_check.Verdicts(cancellation, (x,), expected, None)("glassbox", [expected[0].clone()])
+    assert close["glassbox_ok"] and close["glassbox_judged_by"] == "eager"

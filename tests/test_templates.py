@@ -218,7 +218,8 @@ def test_cuda_default_takes_a_large_bf16_gemm_with_an_epilogue_and_a_sane_tile()
             sm, sn, sk = shape
             assert config.BLOCK_K <= -(-sk // 16) * 16 and config.BLOCK_M <= max(16, 2 * sm - 1), (shape, config)
             assert config.BLOCK_N <= max(16, 2 * sn - 1), (shape, config)
-            assert config.stage_bytes(2) * config.num_stages <= 128 * 1024 and config.num_stages >= 2
+            assert config.stage_bytes(2) * config.num_stages <= gemm_tiles.SHARED_MEMORY_BUDGET
+            assert config.num_stages >= 2
 
 
 def test_template_without_epilogue_goes_back_to_the_library_call():

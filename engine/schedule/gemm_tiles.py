@@ -5,12 +5,25 @@ Note [Sane GEMM tiles]
 A tile config is kept for a shape only when it is not much larger than the problem and its pipeline fits:
   BLOCK_M, BLOCK_N  at most M, N rounded up to a power of two (a 32-row GEMM gets no 128-row tiles)
   BLOCK_K           at most K rounded up to 16 (tl.dot's smallest side): a larger one only loads zeros
+  tile area         at least 64x128 when M and N are both >= 512: a smaller tile reads A and B from L2 more
+                    times per output than the tensor cores can hide, and only lengthens max-autotune
   num_stages        each stage holds one A tile and one B tile in shared memory, (BLOCK_M*BLOCK_K +
                     BLOCK_K*BLOCK_N) * element size; the stages are cut to what fits SHARED_MEMORY_BUDGET
-                    (an H100/H200 block may use 227 KB; the budget leaves room for the epilogue and layout
-                    conversions), and a config that does not fit with 2 stages is dropped.
+                    (an H100/H200 block may use 227 KB; the budget leaves 35 KB for layout conversions;
+                    the epilogue reuses the pipeline's buffers, which are dead after the K loop), and a
+                    config that does not fit with 2 stages is dropped. Configs the cut makes equal are
+                    listed once.
 float32 without tf32 is an "ieee" tl.dot: it runs on the FMA units with every operand in registers, so its
 tiles are small (FP32_IEEE_CONFIGS); a 128x128 float32 FMA tile spills registers.
+
+Note [Hopper GEMM tiles]
+An H100/H200 SM runs tl.dot as wgmma: a warp group (4 warps) multiplies a 64-row slice of the tile by the
+whole BLOCK_N from shared memory, so 8 warps on a 128x256 tile keep two warp groups busy on 64x256 each,
+the shape its tensor cores are fastest on, and a 64-deep K step per stage. Its pipeline is 48 KB a stage
+in bf16: 3 stages need 144 KB and 4 need 192 KB, hence the budget (a 128 KB one cut them to 2 stages, which
+cannot hide the loads' latency). The K loop uses plain pointer loads (cp.async): Triton 3.6's tensor
+descriptors (TMA) need a device-side allocator set at run time, and the interpreter, where these kernels
+are tested, does not check them, so they are left out rather than shipped untested.
 """
 from __future__ import annotations
 
@@ -18,8 +31,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-SHARED_MEMORY_BUDGET = 128 * 1024  # bytes of the K-loop pipeline per program
+SHARED_MEMORY_BUDGET = 192 * 1024  # bytes of the K-loop pipeline per program (Note [Hopper GEMM tiles])
 MIN_STAGES = 2
+LARGE_SIDE, LARGE_MIN_TILE = 512, 64 * 128  # Note [Sane GEMM tiles]: no small tiles on a large GEMM
 
 
 @dataclass(frozen=True)
@@ -38,13 +52,19 @@ class GemmConfig:
         return (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * element_size
 
 
-# Tensor-core configs (fp16/bf16, tf32; the set Inductor and Triton's tutorial time for large GEMMs, plus
-# small-M ones for decode-like shapes). The first one that suits the shape is the heuristic's.
+# Tensor-core configs (fp16/bf16, tf32). The first one that suits the shape is the heuristic's: 128x128x64 with
+# 8 warps fits every budget (96 KB in 3 stages) and keeps the epilogue's registers low. max-autotune times
+# them all. For the large bf16 GEMMs of LLM layers on Hopper (Note [Hopper GEMM tiles]) the wide tiles lead:
+# 128x256 / 256x128 with 8 warps (two warp groups of wgmma, each 64 rows x 256 columns) and 3-4 stages, the
+# set Triton's H100 tutorial and Inductor's max-autotune time; then 4-warp 128x128 and 64x256 with deeper
+# pipelines; then the mid and small-M ones for decode-like shapes.
 TENSOR_CORE_CONFIGS = [
     GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 256, 64, 8, 3), GemmConfig(256, 128, 64, 8, 3),
-    GemmConfig(128, 128, 32, 4, 4), GemmConfig(64, 128, 64, 4, 4), GemmConfig(128, 64, 64, 4, 4),
-    GemmConfig(64, 64, 64, 4, 3), GemmConfig(32, 128, 128, 4, 4), GemmConfig(16, 128, 128, 4, 5),
-    GemmConfig(16, 64, 256, 4, 4), GemmConfig(32, 64, 64, 4, 3), GemmConfig(16, 32, 64, 4, 3)]
+    GemmConfig(128, 256, 64, 8, 4), GemmConfig(128, 128, 64, 8, 4), GemmConfig(128, 128, 64, 4, 4),
+    GemmConfig(64, 256, 64, 4, 4), GemmConfig(128, 128, 128, 8, 3), GemmConfig(128, 128, 32, 4, 4),
+    GemmConfig(64, 128, 64, 4, 4), GemmConfig(128, 64, 64, 4, 4), GemmConfig(64, 64, 64, 4, 3),
+    GemmConfig(32, 128, 128, 4, 4), GemmConfig(16, 128, 128, 4, 5), GemmConfig(16, 64, 256, 4, 4),
+    GemmConfig(32, 64, 64, 4, 3), GemmConfig(16, 32, 64, 4, 3)]
 FP32_IEEE_CONFIGS = [GemmConfig(64, 64, 32, 4, 3), GemmConfig(32, 32, 32, 4, 2), GemmConfig(64, 32, 32, 4, 2),
                      GemmConfig(32, 64, 32, 4, 2), GemmConfig(16, 64, 32, 4, 2), GemmConfig(16, 32, 16, 2, 2)]
 INTERPRETER_CONFIG = GemmConfig(64, 64, 32, 4, 1)  # the interpreter wants few, large programs
@@ -66,6 +86,8 @@ def fits(config: GemmConfig, m: int, n: int, k: int, element_size: int) -> GemmC
         return None
     if config.BLOCK_K > -(-k // 16) * 16:
         return None
+    if min(m, n) >= LARGE_SIDE and config.BLOCK_M * config.BLOCK_N < LARGE_MIN_TILE:
+        return None
     stages = min(config.num_stages, SHARED_MEMORY_BUDGET // config.stage_bytes(element_size))
     return replace(config, num_stages=stages) if stages >= MIN_STAGES else None
 
@@ -74,7 +96,7 @@ def gpu_configs(m: int, n: int, k: int, dtype: torch.dtype) -> list[GemmConfig]:
     """The configs that suit an MxNxK GEMM of `dtype`, the heuristic's first; never empty."""
     size = torch.empty((), dtype=dtype).element_size()
     table = FP32_IEEE_CONFIGS if ieee_fp32(dtype) else TENSOR_CORE_CONFIGS
-    suited = [c for c in (fits(config, m, n, k, size) for config in table) if c is not None]
+    suited = list(dict.fromkeys(c for c in (fits(config, m, n, k, size) for config in table) if c is not None))
     if suited:
         return suited
     cap = 32 if table is FP32_IEEE_CONFIGS else 64

@@ -251,7 +251,7 @@ def main(argv=None) -> int:
     else:
         selected, reports = cases(args.device, sizes, args.dry_run), []
     selected = [case for case in selected if not wanted or case["name"].split(" ")[0] in wanted]
-    if selected and not args.dry_run:
+    if selected and args.device == "cpu":
         # the first case of a process runs beside background work its compiles start (Inductor's compile
         # workers importing torch): on a 2-core machine that slowed every runner of it several times over
         print(f"[gemm] warm-up (not reported): {selected[0]['name']}", flush=True)

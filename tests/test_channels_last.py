@@ -105,3 +105,20 @@ def test_weight_conversion_is_kept_until_the_parameter_changes():
         weight.add_(1)  # an in-place update bumps the version counter
     again = convert(weight)
     assert again is not first and torch.equal(again, weight)
+
+
+def _grouped(x, weight):
+    return F.conv2d(x, weight, padding=1, groups=2)
+
+
+def test_cuda_heuristic_weighs_the_convolutions_flops():
+    """On CUDA, inference graphs go channels-last unless grouped convolutions (more than one input channel per
+    group: slower in NHWC) carry the FLOPs; training graphs keep eager's strides."""
+    inputs = [torch.randn(2, 3, 6, 7), torch.randn(16, 3, 3, 3), torch.randn(16, 1, 3, 3), torch.randn(24, 16, 1, 1)]
+    gm = make_fx(_convnet, tracing_mode="fake")(*inputs)
+    on = layout.decide_layout(gm, "cuda", "inference")
+    assert on.channels_last and "small" in on.reason and on.preferred, on
+    assert not layout.decide_layout(gm, "cuda", "forward").channels_last
+    grouped = make_fx(_grouped, tracing_mode="fake")(torch.randn(2, 16, 8, 8), torch.randn(16, 8, 3, 3))
+    off = layout.decide_layout(grouped, "cuda", "inference")
+    assert not off.channels_last and "grouped" in off.reason, off

@@ -22,6 +22,7 @@ dimension), as Inductor's layout optimization does:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -70,7 +71,7 @@ def _conv_class(node: torch.fx.Node) -> str:
 
 def _conv_flops(node: torch.fx.Node) -> int:
     out, weight = node.meta["val"], node.args[1].meta["val"]
-    return 2 * out.numel() * weight[0].numel()
+    return 2 * out.numel() * math.prod(weight.shape[1:])  # a multiply-add per output and weight of its group
 
 
 def decide_layout(gm: torch.fx.GraphModule, device: str, phase: str, option: str = "auto") -> LayoutDecision:

@@ -44,6 +44,7 @@ from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploratio
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
+from engine.schedule.split import split_reductions
 from engine.schedule.templates import MODES as TEMPLATE_MODES, TemplateOptions
 
 
@@ -175,8 +176,9 @@ def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
     graph = lowered.graph
     scheduled = schedule(graph, FusionKnobs(options.fusion, options.max_fused_nodes),
                          TemplateOptions(options.templates, options.backend, options.mode, options.device))
+    scheduled, graph = split_reductions(scheduled, graph, options.backend)  # may add workspace buffers
     memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs))
-    return Scheduled(lowered, scheduled, memory)
+    return Scheduled(Lowered(lowered.aten, graph), scheduled, memory)
 
 
 def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:

@@ -2,8 +2,8 @@
 non-innermost axis and long rows, at H200 sizes (tiny ones for --dry-run). Each is timed ours vs Inductor
 with triton.testing.do_bench like every other gpu_check case:
 
-    python scripts/gpu_check.py --skip-tests --only transposed_add,column_sum,nchw_sum_dim1,softmax_32000,\\
-softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
+    python scripts/gpu_check.py --skip-tests --only transposed_add,column_sum,full_sum,few_column_sum,nchw_sum_dim1,\\
+softmax_32000,softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
 permute_add_fp16
 """
 from __future__ import annotations
@@ -19,6 +19,10 @@ def transposed_add(x, y):
 
 def column_sum(x):
     return x.sum(0)
+
+
+def full_sum(x):
+    return x.sum()
 
 
 def sum_dim1(x):
@@ -50,6 +54,8 @@ def tiling_cases(device: str, small: bool) -> list[dict]:
         dict(name="transposed_add", model=transposed_add,
              inputs=lambda: (torch.randn(side, side, **f32), torch.randn(side, side, **f32))),
         dict(name="column_sum", model=column_sum, inputs=lambda: (torch.randn(side, side, **f32),)),
+        dict(name="full_sum", model=full_sum, inputs=lambda: (torch.randn(side, side, **f32),)),  # split
+        dict(name="few_column_sum", model=column_sum, inputs=lambda: (torch.randn(n(1 << 22, 1 << 17), 8, **f32),)),
         dict(name="nchw_sum_dim1", model=sum_dim1,
              inputs=lambda: (torch.randn(batch, channels, height, height, **f32),)),
         dict(name="layernorm_bf16", model=nn.LayerNorm(n(5120, 320)).to(device, torch.bfloat16),

@@ -27,6 +27,7 @@ from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel, node_reads
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
+from engine.schedule.split import is_split_stage, split_refusal
 from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import (KernelPlan, reduce_node, reduction_passes, store_node,
                                          store_row_value)
@@ -133,11 +134,12 @@ def _plan(kernel: Kernel, tiling: Tiling, form: str) -> KernelPlan:
     return kernel.plan
 
 
-def _tiling_note(tiling: Tiling, form: str, online: OnlinePasses | None, rows, red, full_stores: bool) -> Tiling:
+def _tiling_note(tiling: Tiling, form: str, online: OnlinePasses | None, rows, red, full_stores: bool,
+                 refusal: str | None) -> Tiling:
     """What this backend does with the choice: the form, the passes over each row, and where it differs."""
     reason = tiling.reason
-    if tiling.choice == "split":
-        reason += "; Triton: not split yet, one program per output row (" + form + ")"
+    if tiling.choice == "split" and refusal:
+        reason += f"; Triton: not split ({refusal}), one program per output ({form})"
     if form == "looped":
         gpu = choose_config(form, rows, red, interpreter=False)
         reads = len(online.passes) + int(full_stores)
@@ -173,7 +175,8 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
         else:
             online = _passes(kernel, plan, buffers, form)
             _reduction_body(kernel, plan, printer, body, masks, int64, form, online)
-    tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan))
+    refusal = split_refusal(kernel, buffers) if tiling.choice == "split" and not is_split_stage(kernel.nodes) else None
+    tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan), refusal)
     return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling)
 
 

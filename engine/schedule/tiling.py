@@ -16,7 +16,8 @@ reduction  "row"     the reduction runs along stride 1 (a softmax row): a progra
                      mean over the batch, a norm over dim 1 of NCHW): a tile of many outputs times a few
                      reduction steps reads it coalesced, and walks the reduction in a loop.
            "split"   few outputs, a long reduction (a full sum, a column sum of a few columns): the reduction
-                     is split so that all threads take part (C++: Note [Split reductions in C++]).
+                     is split so that all threads take part (Triton: two kernels, Note [Split reductions on
+                     the GPU]; C++: one kernel over the threads, Note [Split reductions in C++]).
 A backend that has no form for a choice records what it does instead, and why.
 """
 from __future__ import annotations
@@ -30,10 +31,9 @@ from engine.ir.indexing import contiguous_strides, product
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import use_handler
 from engine.schedule.kernel_plan import Inliner, KernelPlan
+from engine.schedule.split import SplitCombine, SplitPartials, wants_split
 
 TILE_MIN = 16  # a side shorter than this does not pay for a second tile axis
-SPLIT_MAX_OUTPUTS = 16
-SPLIT_MIN_REDUCTION = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def choose_tiling(kind: str, nodes: list[Buffer], rows, red, buffers: dict, stor
     plan = KernelPlan(nodes, rows, red)
     accesses = _accesses(nodes, plan, buffers, stored)
     if kind == "reduction":
-        return _reduction_tiling(plan, accesses)
+        return _split_stage(nodes) or _reduction_tiling(plan, accesses)
     return _pointwise_tiling(plan, nodes, stored, accesses)
 
 
@@ -129,11 +129,24 @@ def _pointwise_tiling(plan: KernelPlan, nodes, stored, accesses: list[Access]) -
     return Tiling("1d", "every access is contiguous (or broadcast) along the output's last dim")
 
 
+def _split_stage(nodes: list[Buffer]) -> Tiling | None:
+    """A stage of a split reduction (Note [Split reductions on the GPU])."""
+    for node in nodes:
+        if isinstance(node, SplitPartials):
+            return Tiling("split", f"stage 1 of 2 of {node.split_of}'s split reduction: {node.parts} partial results "
+                                   f"per output, each reducing {node.chunk} elements, into the workspace "
+                                   f"{node.name}, so that the GPU is filled")
+        if isinstance(node, SplitCombine):
+            return Tiling("split", f"stage 2 of 2 of {node.split_of}'s split reduction: each output combines its "
+                                   f"{node.parts} partial results, then the epilogue")
+    return None
+
+
 def _reduction_tiling(plan: KernelPlan, accesses: list[Access]) -> Tiling:
     rows, red = _static(plan.rows), _static(plan.red)
-    if rows is not None and red is not None and rows <= SPLIT_MAX_OUTPUTS and red >= SPLIT_MIN_REDUCTION:
-        return Tiling("split", f"{rows} output(s), each reducing {red} elements: the reduction is split so "
-                               f"that every thread takes part")
+    if wants_split(plan.rows, plan.red):
+        return Tiling("split", f"{rows} output(s), each reducing {red} elements: a split reduction, so that "
+                               f"every thread takes part")
     for access in accesses:
         along_r = probe_stride(access.offset, plan.r, 1, [plan.x])
         along_x = probe_stride(access.offset, plan.x, 1, [plan.r])

@@ -1,0 +1,174 @@
+"""Split reductions on Triton: few outputs, a long reduction -> two kernels, partial results between them.
+
+Note [Split reductions on the GPU]
+A full sum of a large tensor (or a column sum of a few columns) has one or a few outputs; one program per
+output would run the whole reduction on one SM of 132. The schedule splits such a kernel in two, as plain
+IR, so code generation, the memory plan and the wrapper need nothing new:
+  stage 1  `<name>_partials`: a Reduction of size (*outputs, parts) over `chunk` elements each: part p of
+           output o reduces elements p*chunk .. p*chunk+chunk-1 of o's reduction (the kernel's prologue fused
+           in as before). Lanes past the end (when parts*chunk exceeds the reduction) read a clamped index
+           and contribute the reduction's identity.
+  stage 2  the original kernel with each reduction replaced by one over its `parts` partial results (the same
+           kind: a sum of sums, a max of maxima), followed by the kernel's epilogue and stores.
+The partials are a workspace buffer the schedule adds to the graph (in the reduction's compute dtype: a
+half-precision sum keeps its float32 partials). C++ splits inside one kernel over its threads instead
+(Note [Split reductions in C++]). A kernel with several passes (a reduction reading another), an
+argmax/argmin, or a full-size store is not split; the tiling reason says why.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from engine.ir.graph import LoweredGraph
+from engine.ir.indexing import unflatten
+from engine.ir.nodes import Buffer, Pointwise, Reduction
+from engine.ir.ops import compute_dtype, ops, reduction_identity
+from engine.schedule.fusion import Kernel, Schedule, node_reads
+
+SPLIT_MAX_OUTPUTS = 16
+SPLIT_MIN_REDUCTION = 1 << 16
+PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
+MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
+COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction
+
+
+def wants_split(rows, red) -> bool:
+    rows, red = sympy.sympify(rows), sympy.sympify(red)
+    return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS
+                and int(red) >= SPLIT_MIN_REDUCTION)
+
+
+@dataclass(eq=False)
+class SplitPartials(Reduction):
+    """Stage 1 of a split reduction (Note [Split reductions on the GPU])."""
+    split_of: str = ""
+    parts: int = 1
+    chunk: int = 1
+
+
+@dataclass(eq=False)
+class SplitCombine(Reduction):
+    """Stage 2: the split reduction's own buffer, reduced from its partial results."""
+    split_of: str = ""
+    parts: int = 1
+
+
+def is_split_stage(nodes: list[Buffer]) -> bool:
+    return any(isinstance(n, (SplitPartials, SplitCombine)) for n in nodes)
+
+
+def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> tuple[Schedule, LoweredGraph]:
+    """Triton: each reduction kernel with few outputs and a long reduction as two kernels (Note [Split
+    reductions on the GPU]); the graph gains the workspace buffers. Other backends: both unchanged."""
+    if backend != "triton":
+        return schedule, graph
+    kernels, workspace = [], {}
+    for kernel in schedule.kernels:
+        if kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red) and \
+                split_refusal(kernel, graph.buffers) is None:
+            first, second = _split(kernel, graph.buffers)
+            kernels += [first, second]
+            workspace.update({n.name: n for n in first.nodes if isinstance(n, SplitPartials)})
+        else:
+            kernels.append(kernel)
+    if not workspace:
+        return schedule, graph
+    return (dataclasses.replace(schedule, kernels=kernels),
+            dataclasses.replace(graph, buffers={**graph.buffers, **workspace}))
+
+
+def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
+    """Why this few-outputs kernel is not split, or None when it can be."""
+    if len(kernel.passes) != 1:
+        return f"{len(kernel.passes)} passes over each output (a reduction reads another)"
+    kinds = sorted({n.reduction_type for n in kernel.passes[0]} - set(COMBINABLE))
+    if kinds:
+        return f"an {kinds[0]} (partial results would need their indices)"
+    prologue, epilogue = _prologue_and_epilogue(kernel, buffers)
+    if any(n.name in kernel.stored for n in prologue):
+        return "it stores a value of the reduction's input (a full-size output)"
+    prologue_names = {n.name for n in prologue}
+    if any(set(node_reads(n, buffers)) & prologue_names for n in epilogue):
+        return "its epilogue reads the reduction's input"
+    return None
+
+
+def _prologue_and_epilogue(kernel: Kernel, buffers: dict) -> tuple[list[Buffer], list[Buffer]]:
+    """Pointwise nodes before the reductions (what they read) and after them (reading a reduction)."""
+    after: set[str] = set()
+    for node in kernel.nodes:  # program order: producers first
+        if isinstance(node, Reduction) or set(node_reads(node, buffers)) & after:
+            after.add(node.name)
+    pointwise = [n for n in kernel.nodes if isinstance(n, Pointwise)]
+    return [n for n in pointwise if n.name not in after], [n for n in pointwise if n.name in after]
+
+
+def split_parts(red: int, outputs: int) -> tuple[int, int]:
+    """(parts, chunk): about PARTIALS partial results in all, each of at least MIN_CHUNK elements; a number of
+    parts that divides the reduction when there is one close by (no lane past the end, no clamp)."""
+    target = max(2, min(PARTIALS // outputs, red // MIN_CHUNK))
+    for parts in range(target, max(1, target // 2), -1):
+        if red % parts == 0:
+            return parts, red // parts
+    return target, -(-red // target)
+
+
+def _split(kernel: Kernel, buffers: dict) -> tuple[Kernel, Kernel]:
+    prologue, epilogue = _prologue_and_epilogue(kernel, buffers)
+    outputs, red = int(kernel.rows), int(kernel.red)
+    parts, chunk = split_parts(red, outputs)
+    partials = [_partials(node, parts, chunk) for node in kernel.passes[0]]
+    combined = [_combined(node, part) for node, part in zip(kernel.passes[0], partials)]
+    first_nodes = prologue + partials
+    second_nodes = combined + epilogue
+    first = Kernel(f"{kernel.name}_partials", "reduction", first_nodes, [p.name for p in partials],
+                   _external_reads(first_nodes, buffers), sympy.Integer(outputs * parts), sympy.Integer(chunk),
+                   [partials])
+    reads = [p.name for p in partials] + [r for r in _external_reads(epilogue, buffers)
+                                          if r not in {c.name for c in combined}]
+    second = Kernel(kernel.name, "reduction", second_nodes, list(kernel.stored), list(dict.fromkeys(reads)),
+                    kernel.rows, sympy.Integer(parts), [combined])
+    return first, second
+
+
+def _external_reads(nodes: list[Buffer], buffers: dict) -> list[str]:
+    inside = {n.name for n in nodes}
+    return list(dict.fromkeys(r for n in nodes for r in node_reads(n, buffers) if r not in inside))
+
+
+def _partials(node: Reduction, parts: int, chunk: int) -> SplitPartials:
+    red = int(node.reduction_numel)
+    exact = parts * chunk == red
+    identity = _typed(reduction_identity(node.reduction_type, node.src_dtype), node.src_dtype)
+
+    def inner_fn(index, rindex):
+        *outputs, part = index
+        linear = part * chunk + rindex[0]
+        position = linear if exact else sympy.Min(linear, red - 1)
+        value = node.inner_fn(list(outputs), unflatten(position, node.reduction_size))
+        if exact:
+            return value
+        inside = ops.lt(ops.index_expr(linear, torch.int64), ops.constant(red, torch.int64))
+        return ops.where(inside, value, ops.constant(identity, node.src_dtype))
+
+    return SplitPartials(f"{node.name}_partials", tuple(node.size) + (sympy.Integer(parts),),
+                         compute_dtype(node.dtype), node.device, node.origins, (sympy.Integer(chunk),),
+                         node.reduction_type, node.src_dtype, inner_fn, split_of=node.name, parts=parts, chunk=chunk)
+
+
+def _combined(node: Reduction, partials: SplitPartials) -> SplitCombine:
+    def inner_fn(index, rindex):
+        return ops.load(partials.name, list(index) + [rindex[0]])
+
+    return SplitCombine(node.name, node.size, node.dtype, node.device, node.origins, (sympy.Integer(partials.parts),),
+                        node.reduction_type, partials.dtype, inner_fn, split_of=node.name, parts=partials.parts)
+
+
+def _typed(value, dtype: torch.dtype):
+    if dtype == torch.bool:
+        return bool(value)
+    return float(value) if dtype.is_floating_point else int(value)

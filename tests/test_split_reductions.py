@@ -1,0 +1,69 @@
+"""Split reductions (Note [Split reductions on the GPU]; C++: Note [Split reductions in C++]): few outputs and
+a long reduction. On Triton two kernels with partial results between them, each recorded as a stage of the
+split; kernels that cannot split say why. Every case matches eager through both backends."""
+import pytest
+import torch
+
+import engine
+
+BACKENDS = ["cpp", "triton"]
+LONG = 1 << 16  # the shortest reduction that splits
+
+
+def _explore(fn, inputs, backend):
+    torch._dynamo.reset()
+    exploration = engine.explore(fn, inputs, backend=backend, name="split")
+    assert exploration.verify["ok"], exploration.verify
+    return [k for k in exploration.kernels if k["kind"] == "reduction"]
+
+
+CASES = {
+    "full_sum": (lambda t: t.sum(), lambda: torch.randn(LONG)),
+    "not_divisible": (lambda t: t.sum(), lambda: torch.randn(3 * 65537)),  # lanes past the end: clamped, masked
+    "few_columns": (lambda t: t.sum(0), lambda: torch.randn(LONG, 3)),
+    "mean_with_epilogue": (lambda t: (t.mean() * 2 + 1, t.amax(), t.amin()), lambda: torch.randn(4, LONG // 4)),
+    "four_dims": (lambda t: t.sum(), lambda: torch.randn(4, 8, 32, 64)),
+    "nan_max": (lambda t: t.amax(), lambda: torch.randn(LONG).index_fill(0, torch.tensor([40000]), float("nan"))),
+    "prod": (lambda t: t.prod(), lambda: 1 + torch.randn(LONG) * 1e-3),
+    "flags": (lambda t: ((t > 3.5).any(), (t < 5).all(), (t > 0).sum()), lambda: torch.randn(LONG)),
+    "half_sum": (lambda t: t.sum(), lambda: torch.randn(LONG, dtype=torch.bfloat16)),
+    "int_sum": (lambda t: t.sum(), lambda: torch.randint(-100, 100, (LONG,))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_split_reductions_match_eager(backend, case):
+    fn, make = CASES[case]
+    kernels = _explore(fn, (make(),), backend)
+    assert {k["tiling"]["choice"] for k in kernels} == {"split"}
+    if backend == "triton":
+        stages = sorted(k["tiling"]["reason"].split(" of ")[0] for k in kernels)
+        assert stages == ["stage 1", "stage 2"], [k["tiling"]["reason"] for k in kernels]
+        partials = next(k for k in kernels if k["name"].endswith("_partials"))
+        assert "workspace" in partials["tiling"]["reason"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,why", [(lambda t: (t - t.mean()).abs().amax(), "2 passes over each output"),
+                                    (lambda t: t.argmax(), "an argmax")], ids=["two_passes", "argmax"])
+def test_kernels_that_cannot_split_say_why(backend, fn, why):
+    (kernel,) = _explore(fn, (torch.randn(LONG),), backend)
+    assert kernel["tiling"]["choice"] == "split"
+    if backend == "triton":
+        assert f"Triton: not split ({why}" in kernel["tiling"]["reason"], kernel["tiling"]["reason"]
+
+
+def test_split_stages_compile_for_sm90_without_a_gpu():
+    """Both stages (a looped stage 1 with clamped, masked lanes; a persistent stage 2) compile for an H200."""
+    from engine.codegen import triton_build
+    if not triton_build.ptxas_available():
+        pytest.skip("ptxas is not in this Triton wheel nor on PATH")
+    for fn, inputs in [(lambda t: t.sum(), (torch.randn(1 << 20),)), (lambda t: t.sum(0), (torch.randn(3 * 65537, 8),))]:
+        torch._dynamo.reset()
+        exploration = engine.explore(fn, inputs, backend="triton", name="sm90")
+        assert triton_build.add_assembly(exploration) == 2
+        for kernel in exploration.kernels:
+            asm = kernel.get("asm")
+            if asm is not None:
+                assert not asm.get("error") and ".target sm_90" in asm["ptx"], asm.get("error")

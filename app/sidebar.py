@@ -45,6 +45,12 @@ def render() -> None:
         devices = ["cpu"] + (["cuda"] if state.cuda_available() else [])
         st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
                  help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
+        modes = state.modes_for(st.session_state.device)
+        if st.session_state.get("mode") not in modes:
+            st.session_state.mode = "default"
+        st.selectbox("Mode", modes, key="mode",
+                     help="torch.compile's mode: max-autotune times GEMM templates against the library call; "
+                          "reduce-overhead (CUDA) replays each graph as a CUDA graph.")
         st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
         st.toggle("Training step", key="train",
                   help="Loss (the file's loss_fn, or the sum of the outputs) and backward: forward and backward graphs, "

@@ -30,13 +30,15 @@ class Request:
     device: str = "cpu"
     dynamic: bool = False
     train: bool = False
+    mode: str = "default"
 
     @property
     def options(self) -> worker.Options:
-        return worker.Options(self.backend, self.device, self.dynamic, self.train)
+        return worker.Options(self.backend, self.device, self.dynamic, self.train, self.mode)
 
     def key(self, kind: str = "explore") -> str:
-        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic, self.train)
+        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic, self.train,
+                           self.mode)
 
 
 @st.cache_resource
@@ -122,6 +124,7 @@ def init() -> None:
     state.setdefault("device", "cpu")
     state.setdefault("dynamic", False)
     state.setdefault("train", False)
+    state.setdefault("mode", "default")
     state.setdefault("inputs_text", "")
     state.setdefault("input_error", "")
 
@@ -192,7 +195,13 @@ def current_request() -> Request:
     if applied.get("inputs"):
         source = input_specs.with_inputs(source, applied["inputs"])
     device = state.device if state.device == "cpu" or cuda_available() else "cpu"
-    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train))
+    mode = state.mode if state.mode in modes_for(device) else "default"
+    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train), mode)
+
+
+def modes_for(device: str) -> list[str]:
+    """torch.compile's modes on this device: reduce-overhead records CUDA graphs, so it needs CUDA."""
+    return ["default", "max-autotune"] + (["reduce-overhead"] if device == "cuda" else [])
 
 
 def user_source() -> str:

@@ -45,10 +45,14 @@ class Options:
     device: str = "cpu"
     dynamic: bool = False
     train: bool = False  # a training step: forward, backward and the partition (engine/train_verify.py)
+    mode: str = "default"  # torch.compile's mode: default | reduce-overhead (CUDA graphs) | max-autotune
 
     def cli_args(self) -> list[str]:
         return ["--backend", self.backend, "--device", self.device] + (["--dynamic"] if self.dynamic else []) + (
-            ["--train"] if self.train else [])
+            ["--train"] if self.train else []) + self.mode_args()
+
+    def mode_args(self) -> list[str]:
+        return [] if self.mode == "default" else ["--mode", self.mode]
 
 
 @dataclass
@@ -425,7 +429,8 @@ def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIME
     """`python -m engine bench FILE --json`: eager vs Glassbox vs Inductor, in one worker."""
     name = model_file_name(label)
     finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--backend", options.backend,
-                                        "--device", options.device, "--min-time", str(min_time)],
+                                        "--device", options.device, "--min-time", str(min_time),
+                                        *options.mode_args()],
                        limits(timeout, memory_gb), inputs={name: source}, on_tick=on_tick)
     document = parse_json(finished.stdout)
     if finished.returncode == EXIT_OK and document is not None and finished.completed:

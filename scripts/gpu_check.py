@@ -16,6 +16,7 @@
                                                 # model, default and reduce-overhead, vs eager and Inductor
     python scripts/gpu_check.py --sections chain,zoo --skip-tests    # the launch-bound chain and the model zoo
     python scripts/gpu_check.py --sections zoo --only hf_llama_decode,tv_resnet50
+    python scripts/gpu_check.py --sections zoo --layout contiguous   # the zoo with eager's NCHW convolutions
 
 Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below;
 `chain` chains of 16 and 32 small dependent kernels (fusion cannot merge them), timed through our bound
@@ -250,7 +251,8 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         start = time.perf_counter()
         from engine.codegen import triton_build
         triton_build.DIRECT_LAUNCH = case.get("launch", "bound") == "bound"  # read when kernels load
-        runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode)
+        runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode,
+                                             layout=case.get("layout", "auto"))
         try:
             report["glassbox_compile_s"] = _first_call(runners["glassbox"], inputs, device, start)
         finally:
@@ -463,6 +465,9 @@ def main() -> int:
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: tiny shapes on the CPU interpreter")
+    parser.add_argument("--layout", default="auto", choices=("auto", "channels_last", "contiguous"),
+                        help="Glassbox's layout of the tensors around convolutions (Note [Channels-last "
+                             "convolutions]): auto decides per graph; contiguous is eager's NCHW, for an A/B")
     parser.add_argument("--gemm", action="store_true", help="run the GEMM template section (scripts/gemm_bench.py)")
     parser.add_argument("--gemm-sizes", default="512,2048,8192", help="M values of the GEMM section")
     parser.add_argument("--profile", action="store_true",
@@ -502,6 +507,7 @@ def main() -> int:
         reports += document["chain"]
     if "zoo" in sections:
         zoo, skipped = zoo_case_dicts(device, wanted)
+        zoo = [dict(case, layout=args.layout) for case in zoo]
         for case in skipped:
             print(f"[zoo] skipping {case['name']}: {case['skipped']}", flush=True)
         document["zoo"] = run_cases(zoo, device, measure, args, "zoo")

@@ -57,6 +57,18 @@ def compile_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def template_choices(text: str) -> tuple[str, ...]:
+    """bench --templates: one or more of auto, on, off, comma-separated (each a case of its own)."""
+    from engine.schedule.templates import MODES as TEMPLATE_MODES
+
+    choices = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [t for t in choices if t not in TEMPLATE_MODES]
+    if unknown or not choices:
+        raise argparse.ArgumentTypeError(f"unknown templates {', '.join(unknown) or text!r}; choose from "
+                                         f"{', '.join(TEMPLATE_MODES)}")
+    return choices
+
+
 def single_mode(args) -> str:
     if len(args.mode) != 1:
         raise Failure("explore takes one --mode (bench takes several)", EXIT_USER_ERROR)
@@ -117,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, metavar="N",
                        help="threads for torch and for our OpenMP kernels; applied before anything compiles "
                             "(see Note [Threads] in engine/tools/bench.py)")
+    bench.add_argument("--templates", type=template_choices, default=("auto",), metavar="auto|on|off",
+                       help="GEMM templates, one or more comma-separated (e.g. on,off): each a row of its own, "
+                            "side by side in one process; Inductor is timed once per model and mode")
     bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     bench.add_argument("--profile", action="store_true",
                        help="also time every Glassbox kernel (each case gets `kernels` and `machine`)")
@@ -292,9 +307,10 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 
 
 def bench_command(args) -> tuple[dict, int]:
-    from engine.tools.bench import bench, load_cases
+    from engine.tools.bench import bench, load_cases, share_inductor
 
-    cases = [(spec, mode) for spec in load_cases(args.target, args.device) for mode in args.mode]
+    cases = [(spec, mode, templates) for spec in load_cases(args.target, args.device) for mode in args.mode
+             for templates in args.templates]
     if not cases:
         raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
     reports = []
@@ -303,13 +319,20 @@ def bench_command(args) -> tuple[dict, int]:
               "timings (ratios less than absolute times).", file=sys.stderr)
     # One Inductor cache directory for the whole session (see the bench() docstring).
     with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as inductor_dir:
-        for number, (spec, mode) in enumerate(cases, start=1):
+        inductor_runs: dict = {}  # (model, mode) -> the first case's Inductor figures (the templates rows share them)
+        for number, (spec, mode, templates) in enumerate(cases, start=1):
             def progress(step: str, number=number, name=spec.name) -> None:
                 print(f"[{number}/{len(cases)}] {name}: {step}", file=sys.stderr, flush=True)
             try:
+                first = (spec.name, mode) not in inductor_runs
                 reports.append(bench(spec, backend=args.backend, threads=args.threads, device=args.device,
-                                     with_inductor=not args.no_inductor, min_run_time=args.min_time,
-                                     inductor_cache_dir=inductor_dir, progress=progress, mode=mode))
+                                     with_inductor=not args.no_inductor and first, min_run_time=args.min_time,
+                                     inductor_cache_dir=inductor_dir, progress=progress, mode=mode,
+                                     templates=templates))
+                if first:
+                    inductor_runs[spec.name, mode] = reports[-1]
+                else:
+                    share_inductor(reports[-1], inductor_runs[spec.name, mode])
                 if args.profile:
                     progress("per-kernel profile")
                     reports[-1].update(profile_case(spec, args))

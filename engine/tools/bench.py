@@ -119,11 +119,12 @@ def on_device(spec: ModelSpec, device: str) -> tuple[Any, tuple]:
 
 def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
           with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
-          progress: Callable[[str], None] | None = None, mode: str = "default") -> dict:
+          progress: Callable[[str], None] | None = None, mode: str = "default", templates: str = "auto") -> dict:
     """Time `spec`'s model under eager, Glassbox and Inductor. The report:
 
     name, backend, device, threads      what was measured, with how many threads
     mode                                torch.compile's mode, the same for Glassbox and Inductor
+    templates                           Glassbox's GEMM templates: auto, on or off (Options.templates)
     eager_ms, glassbox_ms, inductor_ms  steady-state median milliseconds per call
     eager_iqr_ms, glassbox_iqr_ms, ...  their spread: the interquartile range over the timed blocks
     load_avg_1m, cpus, load_warning     the machine's load while measuring (a warning when it skews them)
@@ -149,6 +150,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     model, inputs = on_device(spec, device)
     report: dict[str, Any] = {
         "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode,
+        "templates": templates,
         "eager_ms": None, "glassbox_ms": None, "inductor_ms": None,
         "compile_s": None, "compile_warm_s": None, "compile_fresh": None, "inductor_compile_s": None,
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {},
@@ -163,11 +165,11 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
                 environment("GLASSBOX_CACHE_DIR", cache):
             say("glassbox compile (cold)")
             torch._dynamo.reset()
-            cold = glassbox_compile(model, backend=backend, device=device, mode=mode)
+            cold = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
             report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
             say("glassbox compile (warm)")
             torch._dynamo.reset()
-            compiled = glassbox_compile(model, backend=backend, device=device, mode=mode)
+            compiled = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
             report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
             checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
             report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
@@ -193,6 +195,18 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
     report.update(machine_load())  # load_avg_1m, cpus, load_warning: what skews these figures
     return report
+
+
+def share_inductor(report: dict, measured: dict) -> None:
+    """A case that skipped torch.compile takes the figures of `measured`, the same model and mode timed in
+    this run (bench --templates on,off: one Inductor, several Glassbox rows)."""
+    for key in ("inductor_ms", "inductor_iqr_ms", "inductor_compile_s", "inductor_error"):
+        if key in measured:
+            report[key] = measured[key]
+    if "inductor" in measured.get("verify", {}):
+        report["verify"]["inductor"] = measured["verify"]["inductor"]
+    if report.get("glassbox_ms") and report.get("inductor_ms"):
+        report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
 
 
 def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_time: float,

@@ -214,8 +214,9 @@ def bench_table(cases: list[dict]) -> str:
             continue
         fresh = (case.get("compile_fresh") or {}).get("first_call_s")
         compile_text = " / ".join(map(seconds, (case.get("compile_s"), case.get("compile_warm_s"), fresh)))
-        mode = case.get("mode", "default")
-        rows.append([case.get("name", "?") + ("" if mode == "default" else f" ({mode})"), _ms_spread(case, "eager"),
+        settings = [case.get("mode", "default"), f"templates {case.get('templates', 'auto')}"]
+        settings = [s for s in settings if s not in ("default", "templates auto")]
+        rows.append([case.get("name", "?") + (f" ({', '.join(settings)})" if settings else ""), _ms_spread(case, "eager"),
                      _ms_spread(case, "glassbox"), _ms_spread(case, "inductor"),
                      f"{_ratio(_speedup(case, 'glassbox'))} / {_ratio(_speedup(case, 'inductor'))}",
                      _ratio(case.get("ratio_vs_inductor")), compile_text, seconds(case.get("inductor_compile_s"))])

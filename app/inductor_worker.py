@@ -3,7 +3,8 @@
 
 It loads the model file once, runs it eagerly (the user's errors read as theirs, not as Inductor's), and writes
 engine/reference.py's report as one JSON document to --out: {"ok": true, "device", "code", "calls", "kernels",
-"extern_calls", "compile_s", "verify", "torch_version"}, or {"ok": false, "error", "lineno"}.
+"extern_calls", "compile_s", "verify", "torch_version"}, or {"ok": false, "errors": [ErrorRecord]}: kind model
+(the model file is at fault, at its lineno) or inductor (torch.compile failed), as data, like explore's record.
 """
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ def explore_inductor(target: str, device: str, dynamic: bool) -> dict:
     return {"ok": True, "device": device, **to_plain(report)}
 
 
+def failure_record(error: Exception, target: str):
+    """What went wrong, as the record's ErrorRecord: the model's fault (ModelFileError: its message already
+    names the user's line) or Inductor's."""
+    from engine.record import ErrorRecord
+    from engine.tools.model_file import ModelFileError
+
+    if isinstance(error, ModelFileError):
+        return ErrorRecord(kind="model", stage="load", message=error.message, type=type(error).__name__,
+                           filename=target, lineno=error.lineno)
+    return ErrorRecord(kind="inductor", stage="inductor", message=f"{type(error).__name__}: {error}",
+                       type=type(error).__name__)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="inductor_worker")
     parser.add_argument("target")
@@ -45,9 +59,8 @@ def main(argv: list[str]) -> int:
         try:
             document = explore_inductor(args.target, args.device, args.dynamic)
             code = 0
-        except Exception as error:  # noqa: BLE001 - reported to the app as a readable paragraph
-            message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
-            document = {"ok": False, "error": message, "lineno": getattr(error, "lineno", None)}
+        except Exception as error:  # noqa: BLE001 - reported to the app as a structured error
+            document = {"ok": False, "errors": [failure_record(error, args.target).to_json()]}
             code = 2 if type(error).__name__ == "ModelFileError" else 1
     args.out.write_text(json.dumps(document), encoding="utf-8")
     return code

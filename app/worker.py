@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.worker_main import STACK_SIGNAL
-from engine.record import Exploration, GraphRecord
+from engine.record import ErrorRecord, Exploration, GraphRecord
 from engine.tools import isolation, sandbox
 from engine.tools.sandbox import Limits, SandboxResult
 
@@ -187,7 +187,8 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
     return explore_outcome(finished, name)
 
 
-# The record's errors that end an exploration (engine/__main__.py --record-out): (title, what to try)
+# The errors that end a job, as data (explore and bench --record-out in engine/__main__.py, app/inductor_worker.py):
+# ErrorRecord.kind -> (title, what to try)
 FAILED: dict[str, tuple[str, list[str]]] = {
     "model": ("There is a problem in the model code",
               ["Fix the line shown and explore again.",
@@ -199,6 +200,8 @@ FAILED: dict[str, tuple[str, list[str]]] = {
     "fallback": ("Glassbox failed on a graph, which ran eagerly instead",
                  ["This is a compiler bug, not yours: the outputs are eager's for that graph, and the run stage "
                   "lists the error.", "Try the other backend."]),
+    "inductor": ("Inductor could not compile this model",
+                 ["This is Inductor's (torch.compile's) error, shown as it reported it."]),
 }
 
 
@@ -225,14 +228,38 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
     inputs = inputs or None
     if finished.returncode == EXIT_OK and record is not None and finished.completed:
         return Outcome(record=record, inputs=inputs, seconds=finished.seconds)
-    failure = next((e for e in (record.errors if record else []) if e.kind in FAILED), None)
-    if failure is not None and finished.completed and not finished.result.limit_hit:
-        title, hints = FAILED[failure.kind]
-        problem = Problem(title, failure.message, failure.lineno, hints=hints, log=finished.stderr.strip()[-4000:])
+    failure = failed_with(record.errors if record else [], finished)
+    if failure is not None:
         shown = record if failure.kind == "fallback" else None  # a fallback's record is whole: show it
-        return Outcome(record=shown, inputs=inputs, problem=problem, seconds=finished.seconds)
+        return Outcome(record=shown, inputs=inputs, problem=structured_problem(failure, finished),
+                       seconds=finished.seconds)
     return Outcome(record=record, inputs=inputs, problem=diagnose(finished, record, model_name=name),
                    seconds=finished.seconds)
+
+
+def failed_with(errors: list[ErrorRecord], finished: Finished) -> ErrorRecord | None:
+    """The error that ended a job that returned (a job stopped at a limit or by a signal did not return: its
+    errors, if any, are not why it ended)."""
+    if not finished.completed or finished.result.limit_hit:
+        return None
+    return next((error for error in errors if error.kind in FAILED), None)
+
+
+def structured_problem(error: ErrorRecord, finished: Finished) -> Problem:
+    title, hints = FAILED[error.kind]
+    return Problem(title, error.message, error.lineno, hints=hints, log=finished.stderr.strip()[-4000:])
+
+
+def document_errors(document: dict | None, workdir: str) -> list[ErrorRecord]:
+    """A job document's errors[] (bench, Inductor) as the record's ErrorRecord, the worker's directory taken
+    out of paths; entries that are not ErrorRecords are refused whole (Note [Strict record])."""
+    if not document:
+        return []
+    _strip_workdir(document, Path(workdir))
+    try:
+        return [ErrorRecord.from_json(error) for error in document.get("errors") or []]
+    except (TypeError, ValueError):
+        return []
 
 
 def _strip_workdir(record: dict, workdir: Path) -> None:
@@ -428,13 +455,20 @@ def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIME
           memory_gb: float = MEMORY_GB) -> Outcome:
     """`python -m engine bench FILE --json`: eager vs Glassbox vs Inductor, in one worker."""
     name = model_file_name(label)
-    finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--backend", options.backend,
+    # like explore's record, the bench document is written even when benching fails, its errors[] saying why
+    finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--record-out",
+                                        str(workdir / "bench.json"), "--backend", options.backend,
                                         "--device", options.device, "--min-time", str(min_time),
                                         *options.mode_args()],
-                       limits(timeout, memory_gb), inputs={name: source}, on_tick=on_tick)
-    document = parse_json(finished.stdout)
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json",),
+                       on_tick=on_tick)
+    text = finished.files.get("bench.json")
+    document = parse_json(text) if text is not None else None
     if finished.returncode == EXIT_OK and document is not None and finished.completed:
         return Outcome(document=document, seconds=finished.seconds)
+    failure = failed_with(document_errors(document, finished.workdir), finished)
+    if failure is not None:
+        return Outcome(document=document, problem=structured_problem(failure, finished), seconds=finished.seconds)
     return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
                    seconds=finished.seconds)
 
@@ -453,14 +487,8 @@ def inductor(source: str, label: str, options: Options, timeout: float = BENCH_T
         document = None
     if finished.returncode == EXIT_OK and document and document.get("ok") and finished.completed:
         return Outcome(document=document, seconds=finished.seconds)
-    if document and document.get("error") and finished.completed:
-        error = str(document["error"]).replace(finished.workdir + os.sep, "")
-        problem = diagnose(finished, stderr=finished.stderr + "\n\n" + error, model_name=name)
-        if finished.returncode != EXIT_USER_ERROR:
-            problem.title = "Inductor could not compile this model"
-            problem.hints = ["This is Inductor's (torch.compile's) error, shown as it reported it."]
-    else:
-        problem = diagnose(finished, model_name=name)
+    failure = failed_with(document_errors(document, finished.workdir), finished)
+    problem = structured_problem(failure, finished) if failure else diagnose(finished, model_name=name)
     return Outcome(document=document, problem=problem, seconds=finished.seconds)
 
 

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="GEMM templates, one or more comma-separated (e.g. on,off): each a row of its own, "
                             "side by side in one process; Inductor is timed once per model and mode")
     bench.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
+    bench.add_argument("--record-out", metavar="FILE",
+                       help="write the bench document to FILE, also when benching fails: then its errors[] says "
+                            "why (the record's ErrorRecord: kind model or compile, with the user's line)")
     bench.add_argument("--profile", action="store_true",
                        help="also time every Glassbox kernel (each case gets `kernels` and `machine`)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
@@ -191,11 +194,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_failure_record(args, error: ErrorRecord) -> None:
-    """--record-out when exploring failed: a record with no graphs whose one error says why, as data (a program
-    driving the CLI reads it instead of parsing our stderr)."""
-    if getattr(args, "record_out", None):
-        record = Exploration(model=Path(args.target).stem, backend=args.backend, device=args.device, errors=[error])
-        Path(args.record_out).write_text(record.dumps(), encoding="utf-8")
+    """--record-out when the command failed: for explore a record with no graphs, for bench a document with no
+    cases, whose one error says why, as data (a program driving the CLI reads it instead of parsing our stderr)."""
+    if not getattr(args, "record_out", None):
+        return
+    if args.command == "bench":
+        text = json.dumps({"cases": [], "errors": [error.to_json()]})
+    else:
+        text = Exploration(model=Path(args.target).stem, backend=args.backend, device=args.device,
+                           errors=[error]).dumps()
+    Path(args.record_out).write_text(text, encoding="utf-8")
 
 
 # --- explore -------------------------------------------------------------------------------------------------
@@ -313,7 +321,7 @@ def bench_command(args) -> tuple[dict, int]:
              for templates in args.templates]
     if not cases:
         raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
-    reports = []
+    reports, errors = [], []
     if os.getloadavg()[0] > 0.5:
         print(f"Note: the load average is {os.getloadavg()[0]:.2f}; other work on this machine skews the "
               "timings (ratios less than absolute times).", file=sys.stderr)
@@ -344,6 +352,8 @@ def bench_command(args) -> tuple[dict, int]:
                     raise failure from error
                 report_failure(failure, args.verbose)
                 reports.append({"name": spec.name, "error": failure.message})
+                errors.append(ErrorRecord(kind="compile", stage="bench", message=failure.message,
+                                          type=type(root_error(error)).__name__).to_json())
     if not args.json:
         print(cli_format.bench_table(reports))
         for report in reports:
@@ -356,7 +366,7 @@ def bench_command(args) -> tuple[dict, int]:
             print(f"Warning: {warning}")
     failed = any(r.get("error") or not all(c.get("ok") for c in (r.get("verify") or {}).values())
                  for r in reports)
-    return {"cases": reports}, EXIT_FAILED if failed else EXIT_OK
+    return {"cases": reports, "errors": errors}, EXIT_FAILED if failed else EXIT_OK
 
 
 def profile_case(spec: ModelSpec, args) -> dict:

@@ -274,9 +274,10 @@ class ErrorRecord(Record):
     """Something that went wrong without stopping the exploration.
 
     kind: fallback (our compile of a graph failed; it ran eagerly), inputs (an input set of dynamic_inputs
-    raised), recompile_limit (Dynamo gave up recompiling and runs a function eagerly); and in the record the CLI
-    writes with --record-out when exploring failed: model (the model file is at fault, at `lineno`), compile
-    (Glassbox failed), usage (the command line is wrong)."""
+    raised), recompile_limit (Dynamo gave up recompiling and runs a function eagerly); and in what the CLI
+    writes with --record-out when exploring or benching failed: model (the model file is at fault, at `lineno`),
+    compile (Glassbox failed), usage (the command line is wrong); inductor (torch.compile failed: the app's
+    Inductor job, app/inductor_worker.py). docs/record.md, "Failures as data"."""
     kind: str
     stage: str
     message: str

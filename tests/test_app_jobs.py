@@ -1,0 +1,93 @@
+"""The app's bench and Inductor jobs report failures as data: the CLI's `bench --record-out` and
+app/inductor_worker.py write the record's ErrorRecord (kind, message, the user's line), and app/worker.py turns
+that into the Problem the page shows, without reading the worker's stderr."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from app import worker
+from engine.record import ErrorRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app" / "streamlit_app.py")
+
+# Explores fine (a handful of calls) and fails in the bench's timing loop, at line 10: the model's own error.
+TIRED_CODE = textwrap.dedent('''\
+    import torch
+
+    calls = [0]
+
+
+    @torch._dynamo.disable
+    def count():
+        calls[0] += 1
+        if calls[0] > 40:
+            raise RuntimeError("this model stops working after 40 calls")
+
+
+    def model(x):
+        count()
+        return torch.relu(x) + 1
+
+
+    example_inputs = (torch.randn(8),)
+''')
+RAISE_LINE = 10
+
+
+def test_bench_record_out_carries_the_error_as_data(tmp_path):
+    path, out = tmp_path / "tired.py", tmp_path / "bench.json"
+    path.write_text(TIRED_CODE)
+    result = subprocess.run([sys.executable, "-m", "engine", "bench", str(path), "--json", "--record-out", str(out),
+                             "--no-inductor", "--min-time", "0.05"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2, result.stderr[-2000:]
+    document = json.loads(out.read_text())
+    (error,) = [ErrorRecord.from_json(e) for e in document["errors"]]
+    assert error.kind == "model" and error.lineno == RAISE_LINE and "40 calls" in error.message
+    assert document["cases"] == []
+
+
+def test_a_failing_bench_job_shows_its_structured_error_in_the_app(monkeypatch):
+    messages = []
+    real_failed_with = worker.failed_with
+
+    def spy(errors, finished):  # which error the Problem came from: the document's, not the stderr
+        found = real_failed_with(errors, finished)
+        messages.append(found.message if found else None)
+        return found
+
+    monkeypatch.setattr(worker, "failed_with", spy)
+    at = AppTest.from_file(APP, default_timeout=420)
+    at.run()
+    at.switch_page("views/model.py").run()
+    at.text_area(key="editor").input(TIRED_CODE)
+    at.button(key="explore_button").click().run()
+    assert not at.exception, at.exception
+    at.switch_page("views/explorer.py").run()
+    at.button_group(key="stage_left").set_value("bench").run()
+    at.button(key="L_bench").click().run()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert any("There is a problem in the model code" in e for e in errors), errors
+    assert messages and messages[-1] and "40 calls" in messages[-1]
+    page = "\n".join(str(h.proto.body) for h in at.get("html"))
+    assert "40 calls" in page and f"line {RAISE_LINE}" in page  # the message, and the user's line highlighted
+
+
+def test_the_inductor_job_writes_a_structured_error(tmp_path):
+    from app import inductor_worker
+
+    path, out = tmp_path / "broken.py", tmp_path / "inductor.json"
+    path.write_text("import torch\n\n\ndef model(x):\n    return x.nope()\n\n\nexample_inputs = (torch.randn(4),)\n")
+    assert inductor_worker.main([str(path), "--out", str(out)]) == 2
+    document = json.loads(out.read_text())
+    (error,) = [ErrorRecord.from_json(e) for e in document["errors"]]
+    assert document["ok"] is False and error.kind == "model" and error.lineno == 5 and "nope" in error.message

@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")

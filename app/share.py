@@ -15,9 +15,9 @@ import os
 import re
 from pathlib import Path
 
-KEYS = ("page", "sample", "backend", "device", "mode", "dynamic", "stage", "side", "node", "code")
+KEYS = ("page", "sample", "backend", "device", "mode", "dynamic", "train", "stage", "side", "node", "code")
 CHOICES = {"backend": ("cpp", "triton"), "device": ("cpu", "cuda"),
-           "mode": ("default", "reduce-overhead", "max-autotune"), "dynamic": ("0", "1")}
+           "mode": ("default", "reduce-overhead", "max-autotune"), "dynamic": ("0", "1"), "train": ("0", "1")}
 _NAME = re.compile(r"^[\w. +\-]{1,80}$")  # page, stage and node names: words, dots, spaces, + and -
 _HASH = re.compile(r"^[0-9a-f]{16,64}$")
 MAX_SHARED_BYTES = 200_000
@@ -90,7 +90,8 @@ def load_code(key: str) -> str | None:
 
 # session-state key <- URL key (Note [Shareable URL]); the page itself is the URL's path (st.navigation)
 SESSION_KEYS = {"sample": "sample", "backend": "backend", "device": "device", "dynamic": "dynamic",
-                "stage_left": "stage", "stage_right": "side"}
+                "train": "train", "stage_left": "stage", "stage_right": "side"}
+FLAGS = ("dynamic", "train")  # on/off keys, "1" or "0" in the URL
 
 
 def session_from_url(query: dict, samples: list[str], stages: list[str]) -> dict:
@@ -99,7 +100,7 @@ def session_from_url(query: dict, samples: list[str], stages: list[str]) -> dict
     values: dict = {}
     for session_key, url_key in SESSION_KEYS.items():
         if url_key in clean:
-            values[session_key] = clean[url_key] == "1" if url_key == "dynamic" else clean[url_key]
+            values[session_key] = clean[url_key] == "1" if url_key in FLAGS else clean[url_key]
     if "code" in clean:
         text = load_code(clean["code"])
         if text is None:
@@ -116,7 +117,7 @@ def url_from_session(session: dict, code: str | None = None) -> dict[str, str]:
         value = session.get(session_key)
         if value is None or value == "":
             continue
-        query[url_key] = ("1" if value else "0") if url_key == "dynamic" else str(value)
+        query[url_key] = ("1" if value else "0") if url_key in FLAGS else str(value)
     if code:
         query["code"] = code
         query.pop("sample", None)  # the link is to the code, not to the sample the sidebar still names

@@ -26,6 +26,7 @@ pages = [
     st.Page("views/inductor.py", title="Inductor", icon=":material/compare_arrows:"),
     st.Page("views/compare.py", title="Compare", icon=":material/difference:"),
     st.Page("views/profile.py", title="Profile", icon=":material/speed:"),
+    st.Page("views/training.py", title="Training", icon=":material/school:"),
 ]
 navigation = st.navigation(pages)
 sidebar.render()

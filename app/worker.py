@@ -459,7 +459,7 @@ def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIME
     finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--record-out",
                                         str(workdir / "bench.json"), "--backend", options.backend,
                                         "--device", options.device, "--min-time", str(min_time),
-                                        *options.mode_args()],
+                                        *options.mode_args()] + (["--train"] if options.train else []),
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json",),
                        on_tick=on_tick)
     text = finished.files.get("bench.json")

@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--record-out", metavar="FILE",
                        help="write the bench document to FILE, also when benching fails: then its errors[] says "
                             "why (the record's ErrorRecord: kind model or compile, with the user's line)")
+    bench.add_argument("--train", action="store_true",
+                       help="time a training step (forward, loss, backward) and the activations each saves "
+                            "(Note [Training-step bench] in engine/tools/train_bench.py)")
     bench.add_argument("--profile", action="store_true",
                        help="also time every Glassbox kernel (each case gets `kernels` and `machine`)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
@@ -316,6 +319,7 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 
 def bench_command(args) -> tuple[dict, int]:
     from engine.tools.bench import bench, load_cases, share_inductor
+    from engine.tools.train_bench import bench_train
 
     cases = [(spec, mode, templates) for spec in load_cases(args.target, args.device) for mode in args.mode
              for templates in args.templates]
@@ -333,10 +337,11 @@ def bench_command(args) -> tuple[dict, int]:
                 print(f"[{number}/{len(cases)}] {name}: {step}", file=sys.stderr, flush=True)
             try:
                 first = (spec.name, mode) not in inductor_runs
-                reports.append(bench(spec, backend=args.backend, threads=args.threads, device=args.device,
-                                     with_inductor=not args.no_inductor and first, min_run_time=args.min_time,
-                                     inductor_cache_dir=inductor_dir, progress=progress, mode=mode,
-                                     templates=templates))
+                measure = bench_train if args.train else bench  # a training step, or inference
+                reports.append(measure(spec, backend=args.backend, threads=args.threads, device=args.device,
+                                       with_inductor=not args.no_inductor and first, min_run_time=args.min_time,
+                                       inductor_cache_dir=inductor_dir, progress=progress, mode=mode,
+                                       templates=templates))
                 if first:
                     inductor_runs[spec.name, mode] = reports[-1]
                 else:
@@ -375,7 +380,7 @@ def profile_case(spec: ModelSpec, args) -> dict:
 
     moved = spec_on_device(spec, args.device)
     record = engine.explore(moved.model, moved.example_inputs, backend=args.backend, device=args.device, name=spec.name,
-                            profile=True).to_json()
+                            profile=True, train=args.train, loss_fn=spec.loss_fn).to_json()
     keys = ("name", "kind", "time_ms", "time_iqr_ms", "share", "bytes", "gbps", "flops", "gflops")
     return {"kernels": [{"graph": g["index"], **{key: k.get(key) for key in keys}}
                         for g in record["graphs"] for k in g["kernels"]],

@@ -243,5 +243,6 @@ def bench_table(cases: list[dict]) -> str:
     if fresh:
         lines.append("fresh: a warm compile in a new process, after its imports; Glassbox's own stages took "
                      f"{max(f['ours_s'] for f in fresh):.3f}s at most, the rest is Dynamo and AOTAutograd")
+    lines += train_format.bench_lines(cases)  # training steps: the activations each compiler saves
     lines += [f"! {note}" for note in notes]
     return "\n".join(lines)

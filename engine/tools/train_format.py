@@ -36,3 +36,18 @@ def gradient_lines(verify: dict) -> list[str]:
         lines.append(f"    {entry.get('name')}: max abs err {entry.get('max_abs_err')} {entry.get('problem', '')}")
     lines += [f"  Note: {note}" for note in verify.get("notes") or []]
     return lines
+
+
+def bench_lines(cases: list[dict]) -> list[str]:
+    """Under a bench table: what each training step's forward saves for its backward (train_bench.py)."""
+    lines = []
+    for case in cases:
+        saved = case.get("saved_bytes") or {}
+        if case.get("train") and saved:
+            mode = case.get("mode", "default")
+            lines.append(f"{case.get('name', '?')}{'' if mode == 'default' else f' ({mode})'}: training step; "
+                         "activations saved for the backward: "
+                         + ", ".join(f"{who} {_bytes(count)}" for who, count in saved.items()))
+    if lines:
+        lines.append("a training step: gradients cleared, forward, loss, backward; every gradient checked first")
+    return lines

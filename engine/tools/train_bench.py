@@ -1,0 +1,217 @@
+"""Time a training step side by side in one process: eager, Glassbox (engine.compile) and Inductor
+(torch.compile). `python -m engine bench SAMPLE --train`, the app's bench of a training exploration, and
+scripts/train_bench.py (the GPU cases) all measure through bench_train().
+
+Note [Training-step bench]
+A step is: gradients cleared, forward, loss (the model file's `loss_fn(output, *inputs)`, or the sum of the
+floating outputs in float32: train_verify.default_loss), backward. It trains the parameters; a model without
+trainable parameters (a plain function) gets its floating inputs differentiated instead, or there would be no
+backward to time. Each compiler gets its own copy of the model, so every step starts from the same weights.
+Before timing, each compiled step's loss and every parameter's gradient are compared with an eager step's:
+the largest error relative to that tensor's largest eager value (`verify[who].max_rel_err`; ok below 1e-3 in
+float32, 5e-2 in half precision, where a gradient summed over thousands of products differs by rounding).
+Activation memory (`saved_bytes`) is what the forward keeps for the backward: every tensor autograd saves
+during the forward (torch.autograd.graph.saved_tensors_hooks sees what a compiled graph's partition saves as
+well as eager's own saves), each storage once, parameters, buffers and inputs left out (they are alive
+anyway). So eager's figure is autograd's own choice, ours is engine/partition.py's, Inductor's its min-cut's.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import tempfile
+import time
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from engine.pipeline import compile as glassbox_compile
+from engine.profile import machine_load
+from engine.tools.bench import environment, on_device, set_threads
+from engine.tools.model_file import ModelSpec
+from engine.train_verify import default_loss
+
+Measure = Callable[[Callable[[], Any]], tuple[float, float]]  # a step -> (median ms, interquartile range ms)
+
+
+def step(fn: Callable, model, inputs: tuple, loss_fn: Callable | None = None) -> torch.Tensor:
+    """One training step of `fn` (Note [Training-step bench]); the loss, detached."""
+    for tensor in _trained(model, inputs):
+        tensor.grad = None
+    output = fn(*inputs)
+    loss = (loss_fn or default_loss)(output, *inputs)
+    loss.backward()
+    return loss.detach()
+
+
+def _trained(model, inputs: tuple) -> list[torch.Tensor]:
+    """The tensors a step differentiates: the trainable parameters, else the inputs that require grad."""
+    params = [p for p in model.parameters() if p.requires_grad] if isinstance(model, nn.Module) else []
+    return params or [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+
+
+def prepare_inputs(model, inputs: tuple) -> tuple:
+    """Inputs as a step gets them: differentiated only when the model has no trainable parameters."""
+    if isinstance(model, nn.Module) and any(p.requires_grad for p in model.parameters()):
+        return inputs
+    return tuple(x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                 else x for x in inputs)
+
+
+def saved_activation_bytes(fn: Callable, model, inputs: tuple, loss_fn: Callable | None = None) -> int:
+    """Note [Training-step bench]: bytes autograd keeps for the backward, each storage once."""
+    alive = set()
+    if isinstance(model, nn.Module):
+        alive |= {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+    alive |= {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in alive:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = fn(*inputs)
+        loss = (loss_fn or default_loss)(output, *inputs)
+    loss.backward()
+    for tensor in _trained(model, inputs):
+        tensor.grad = None
+    return sum(storages.values())
+
+
+def step_errors(reference: list[torch.Tensor | None], ref_loss, trained: list[torch.Tensor], loss) -> dict:
+    """Largest absolute and relative (to the tensor's largest eager value) error of the loss or any gradient."""
+    worst_abs = abs(float(loss) - float(ref_loss))
+    worst_rel = worst_abs / max(abs(float(ref_loss)), 1e-6)
+    for expected, tensor in zip(reference, trained):
+        if expected is None:
+            continue
+        if tensor.grad is None:
+            return {"max_abs_err": float("inf"), "max_rel_err": float("inf"), "problem": "a gradient is missing"}
+        error = float((tensor.grad.float() - expected.float()).abs().max())
+        worst_abs = max(worst_abs, error)
+        worst_rel = max(worst_rel, error / max(float(expected.float().abs().max()), 1e-6))
+    return {"max_abs_err": worst_abs, "max_rel_err": worst_rel}
+
+
+def _tolerance(model, inputs: tuple) -> float:
+    tensors = list(model.parameters()) if isinstance(model, nn.Module) else []
+    tensors += [x for x in inputs if isinstance(x, torch.Tensor)]
+    half = any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
+    return 5e-2 if half else 1e-3
+
+
+def interleaved_ms(steps: dict[str, Callable[[], Any]], min_run_time: float, device: str = "cpu") -> dict:
+    """Median and interquartile range (ms) of single steps, the compilers taking turns step by step: on a shared
+    machine the load changes from second to second, and taking turns gives each the same share of it, so the
+    ratios hold where back-to-back blocks would not; a median of single steps drops the steps another process
+    interrupted."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {who: [] for who in steps}
+    for fn in steps.values():
+        fn()
+    start = time.perf_counter()
+    while time.perf_counter() - start < min_run_time * len(steps) or min(map(len, times.values())) < 5:
+        for who, fn in steps.items():
+            sync()
+            begin = time.perf_counter()
+            fn()
+            sync()
+            times[who].append((time.perf_counter() - begin) * 1e3)
+    out = {}
+    for who, values in times.items():
+        quartiles = statistics.quantiles(values, n=4)
+        out[who] = (statistics.median(values), quartiles[2] - quartiles[0])
+    return out
+
+
+def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
+                with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
+                progress: Callable[[str], None] | None = None, mode: str = "default",
+                measure: Measure | None = None, templates: str = "auto") -> dict:
+    """Time a training step of `spec`'s model under eager, Glassbox and Inductor. The report has bench()'s keys
+    (eager_ms, glassbox_ms, inductor_ms and their *_iqr_ms, speedup_vs_eager = eager_ms / glassbox_ms,
+    ratio_vs_inductor = glassbox_ms / inductor_ms, compile_s and inductor_compile_s: the first step's seconds,
+    verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
+    inductor}.
+    Steps are timed taking turns (interleaved_ms), or each by `measure(step) -> (median ms, iqr ms)` if given
+    (scripts/train_bench.py passes triton's do_bench on a GPU)."""
+    import torch._inductor.config as inductor_config
+
+    say = progress or (lambda message: None)
+    if threads is not None:
+        set_threads(threads)
+    threads = torch.get_num_threads()
+    model, inputs = on_device(spec, device)
+    if isinstance(model, nn.Module):
+        model.train()
+    inputs = prepare_inputs(model, inputs)
+    report: dict[str, Any] = {
+        "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode, "train": True,
+        "templates": templates,
+        "eager_ms": None, "glassbox_ms": None, "inductor_ms": None, "compile_s": None, "inductor_compile_s": None,
+        "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {}, "saved_bytes": {},
+    }
+    say("eager step")
+    reference, ref_inputs = _own_copy(model, inputs)
+    ref_loss = step(reference, reference, ref_inputs, spec.loss_fn)
+    expected = ([t.grad for t in _trained(reference, ref_inputs)], ref_loss)
+    compilers = {"eager": lambda m: m,
+                 "glassbox": lambda m: glassbox_compile(m, backend=backend, device=device, mode=mode,
+                                                        templates=templates)}
+    if with_inductor:
+        compilers["inductor"] = lambda m: torch.compile(m, mode=None if mode == "default" else mode)
+    steps = {}
+    with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as own_dir, \
+            environment("TORCHINDUCTOR_CACHE_DIR", inductor_cache_dir or own_dir), \
+            inductor_config.patch(fx_graph_cache=False):
+        # Dynamo keeps one cache entry per backend (its guards check the backend), so the three live side by side
+        for who, make in compilers.items():
+            try:
+                steps[who] = _compiled_step(who, make, model, inputs, spec, report, say, expected)
+            except Exception as error:  # noqa: BLE001 - Inductor failing must not discard our numbers
+                if who != "inductor":
+                    raise
+                first_line = (str(error).strip().splitlines() or [""])[0][:300]
+                report["inductor_error"] = f"{type(error).__name__}: {first_line}"
+        say("timing the steps, taking turns" if measure is None else "timing the steps")
+        timed = interleaved_ms({who: s[0] for who, s in steps.items()}, min_run_time, device) if measure is None \
+            else {who: measure(s[0]) for who, s in steps.items()}
+        for who, (median, spread) in timed.items():
+            report[f"{who}_ms"], report[f"{who}_iqr_ms"] = median, spread
+            report["saved_bytes"][who] = steps[who][1]()
+    torch._dynamo.reset()
+    report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
+    if report.get("inductor_ms"):
+        report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
+    report.update(machine_load())  # load_avg_1m, cpus, load_warning: what skews these figures
+    return report
+
+
+def _own_copy(model, inputs: tuple) -> tuple[Any, tuple]:
+    own = copy.deepcopy(model) if isinstance(model, nn.Module) else model
+    return own, tuple(x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                      for x in inputs)
+
+
+def _compiled_step(who: str, make: Callable, model, inputs: tuple, spec: ModelSpec, report: dict,
+                   say: Callable[[str], None], expected: tuple) -> tuple[Callable, Callable]:
+    """Compile one compiler's copy (its first step) and check its gradients: (its step, its saved bytes)."""
+    own, own_inputs = _own_copy(model, inputs)
+    fn = make(own)
+    if who != "eager":
+        say(f"{who} compile (first step)")
+    start = time.perf_counter()
+    step(fn, own, own_inputs, spec.loss_fn)
+    if who != "eager":
+        report["compile_s" if who == "glassbox" else "inductor_compile_s"] = time.perf_counter() - start
+        step(fn, own, own_inputs, spec.loss_fn)  # a second step: CUDA graphs record on a later call
+        loss = step(fn, own, own_inputs, spec.loss_fn)
+        errors = step_errors(expected[0], expected[1], _trained(own, own_inputs), loss)
+        errors["ok"] = errors["max_rel_err"] <= _tolerance(own, own_inputs)
+        report["verify"][who] = errors
+    return (lambda: step(fn, own, own_inputs, spec.loss_fn),
+            lambda: saved_activation_bytes(fn, own, own_inputs, spec.loss_fn))

@@ -59,7 +59,8 @@ def joint_dot(partition: dict, max_nodes: int = 400) -> str:
     for node in nodes:
         fill, border, _ = SIDE_STYLE.get(node["side"], SIDE_STYLE["forward"])
         computes = node["op"] != node["name"]  # a placeholder's op is its own name
-        label = node["name"] + (f"\n{node['op'].split('.')[0]}" if computes else "")
+        op = node["op"].split(".")[0]  # aten.mm.default -> mm; said once when the value is named after it
+        label = node["name"] + (f"\n{op}" if computes and op != node["name"] else "")
         label += f"\n{node.get('dtype', '')}[{', '.join(node.get('shape') or [])}]"
         extra = ""
         if node["name"] in saved:

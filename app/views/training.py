@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import state, training, ui
 from app.safe_text import md_text
+from engine.record import Exploration, GraphRecord
 from visualizers import charts, graphs
 from visualizers import partition as partition_view
 
@@ -21,17 +22,15 @@ def _turn_on() -> None:
     st.session_state.train = True  # on_click runs before the sidebar's toggle is drawn
 
 
-def pairs(record: dict) -> list[tuple[dict, dict | None]]:
+def pairs(record: Exploration) -> list[tuple[GraphRecord, GraphRecord | None]]:
     """Each forward graph with its backward graph (a backward's partition names its forward)."""
-    all_graphs = record.get("graphs") or []
-    backward_of = {(g.get("partition") or {}).get("forward_graph"): g for g in all_graphs
-                   if g.get("phase") == "backward"}
-    return [(g, backward_of.get(g.get("index"))) for g in all_graphs if g.get("phase") == "forward"]
+    backward_of = {g.partition.get("forward_graph"): g for g in record.graphs if g.phase == "backward"}
+    return [(g, backward_of.get(g.index)) for g in record.graphs if g.phase == "forward"]
 
 
-def _header(record: dict, forward: dict) -> None:
-    verify = record.get("verify") or {}
-    partition = forward.get("partition") or {}
+def _header(record: Exploration, forward: GraphRecord) -> None:
+    verify = record.verify
+    partition = forward.partition
     checked = [verify.get("loss") or {}] + (verify.get("gradients") or [])
     passed = sum(1 for entry in checked if entry and entry.get("ok"))
     columns = st.columns(4)
@@ -46,14 +45,14 @@ def _header(record: dict, forward: dict) -> None:
                       help="cheap pointwise and view ops redone in the backward instead of saved")
 
 
-def _graph_pane(graph: dict | None, title: str, key: str) -> None:
+def _graph_pane(graph: GraphRecord | None, title: str, key: str) -> None:
     st.markdown(f"**{title}**")
     if graph is None:
         st.info("No backward graph: nothing in this graph needs a gradient.")
         return
-    kernels = graph.get("kernels") or []
-    st.caption(f"graph {graph.get('index')}: {len(graph.get('aten') or [])} ATen nodes, {len(kernels)} kernels "
-               f"({sum(1 for k in kernels if k.get('kind') == 'fallback')} fallback)")
+    kernels = graph.kernels
+    st.caption(f"graph {graph.index}: {len(graph.aten)} ATen nodes, {len(kernels)} kernels "
+               f"({sum(1 for k in kernels if k.kind == 'fallback')} fallback)")
     options = ui.collapse_controls(graph, "aten", key)
     options.kernels_as_clusters = st.toggle("Kernels as boxes", value=False, key=f"{key}_clusters",
                                             help="draw the fused kernels around their ops")
@@ -141,10 +140,10 @@ def render() -> None:
     if not found:
         st.warning("The exploration has no forward graph: Dynamo captured nothing to train (see Graph breaks).")
         return
-    st.markdown(f"### Training step of {md_text(record.get('model', 'the model'))}")
+    st.markdown(f"### Training step of {md_text(record.model)}")
     if len(found) > 1:
         choice = st.selectbox("Forward graph", range(len(found)), key="training_pair",
-                              format_func=lambda i: f"graph {found[i][0].get('index')} and its backward")
+                              format_func=lambda i: f"graph {found[i][0].index} and its backward")
     else:
         choice = 0
     forward, backward = found[choice]
@@ -154,11 +153,11 @@ def render() -> None:
         _graph_pane(forward, "Forward graph", f"train_fwd_{choice}")
     with right:
         _graph_pane(backward, "Backward graph", f"train_bwd_{choice}")
-    partition = forward.get("partition") or {}
+    partition = forward.partition
     _partition(partition, f"train_{choice}")
     _memory_and_bench(partition, f"train_{choice}")
     with st.expander("Loss and every gradient against eager", expanded=True):
-        training.gradients_pane(record.get("verify") or {})
+        training.gradients_pane(record.verify)
 
 
 render()

@@ -192,11 +192,41 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted) -> di
                 timed[name] = lambda runner=runner: runner(*inputs)
         times = gpu_medians(timed) if run_device == "cuda" else cpu_best_of(timed, threads)
     report.update({f"{name}_ms": ms for name, ms in times.items()})
+    if "gb_autotune" in timed:
+        report["gb_autotune_choices"] = autotune_choices(model, inputs, device, run_device)
     for name in ("gb_library", "gb_template", "gb_autotune"):
         for base in ("inductor", "eager"):
             if report.get(f"{name}_ms") and report.get(f"{base}_ms"):
                 report[f"{name}_over_{base}"] = report[f"{name}_ms"] / report[f"{base}_ms"]
     return report
+
+
+def autotune_choices(model, inputs, device: str, run_device: str) -> list[dict]:
+    """What max-autotune measured for each template of the model: an exploration with the same options finds
+    the timings in the on-disk cache (Note [Template or library at run time]), so they are the ones that chose
+    the kernels just timed."""
+    import engine
+
+    try:
+        exploration = engine.explore(model, inputs, backend="triton" if device == "cuda" else "cpp",
+                                     device=run_device, mode="max-autotune")
+    except Exception as error:  # noqa: BLE001 - diagnostics only
+        return [{"error": f"{type(error).__name__}: {str(error)[:200]}"}]
+    return [{"kernel": k["name"], "gemm": k["template"]["spec"], **k["template"].get("autotune", {})}
+            for k in exploration.kernels if k["kind"] == "template"]
+
+
+def choices_text(reports: list[dict]) -> str:
+    lines = []
+    for r in reports:
+        for choice in r.get("gb_autotune_choices") or []:
+            spec = choice.get("gemm") or {}
+            lines.append(f"{r['name']} {choice.get('kernel', '?')} {spec.get('M')}x{spec.get('N')}x{spec.get('K')}: "
+                         f"winner {choice.get('winner', choice.get('error', '-'))}")
+            for c in sorted(choice.get("candidates") or [], key=lambda c: c.get("ms") or float("inf")):
+                ms = f"{c['ms']:.4f} ms" if c.get("ms") is not None else f"error {c.get('error', '')[:120]}"
+                lines.append(f"    {c['candidate']:60s} {ms}")
+    return "\n".join(lines)
 
 
 def table(reports: list[dict], load: list) -> str:
@@ -266,6 +296,7 @@ def main(argv=None) -> int:
         if args.device == "cuda" and not args.dry_run:
             torch.cuda.empty_cache()
     print(table(reports, [load_before, os.getloadavg()]), flush=True)
+    print(choices_text(reports), flush=True)
     if os.environ.get("OUT"):
         suffix = ("_e2e" if args.e2e else "") + ("_dry" if args.dry_run else "")
         path = Path(os.environ["OUT"]) / f"gemm_bench_{args.device}{suffix}.json"

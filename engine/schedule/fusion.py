@@ -427,9 +427,11 @@ class Scheduler:
     def _template_kernel(self, nodes: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
         template, epilogue = nodes[0], nodes[1:]
         keep, reason = templates.keep_template(template, epilogue, self.template_options)
+        pair = templates.gemm_pair(template, epilogue, self.reads, self.buffers) if keep else None
         for choice in self.template_choices:
             if choice["node"] == template.name:
                 choice.update(template=keep, reason=reason, epilogue=[n.name for n in epilogue])
+                choice.update({"pair": pair} if pair else {})
         if not keep:
             return None
         names = {n.name for n in nodes}

@@ -274,6 +274,46 @@ def keep_template(template: Template, epilogue: list[Buffer], options: TemplateO
     return False, "library call: no elementwise consumer fused into the template, and the library GEMM alone is as fast"
 
 
+# Note [SwiGLU pair]
+# Llama's MLP computes silu(x @ W1.T) * (x @ W3.T): two GEMMs with the same input and output shape whose
+# outputs meet in one elementwise product. There are two ways to fuse it:
+#   concatenated weight   one GEMM of x with [W1; W3] (2N columns), the product in its epilogue: x is read
+#                         once and one kernel runs; but the product pairs column n with column N + n, which
+#                         another program computes unless the tile interleaves the two weights' rows, and
+#                         the weights are two parameters: [W1; W3] is a copy of both (2*N*K elements) made at
+#                         every call, or kept across calls by weight prepacking, which needs the weights frozen
+#                         (constant folding of parameters) — neither is done here
+#   fused consumer        (chosen) one GEMM (a library call) writes its output; the other's template computes
+#                         the product in its epilogue, reading that output once at its own element (Note
+#                         [Template epilogue loads]): one M x N write and read more than the concatenated form,
+#                         against the 2*M*N*K flops of each GEMM (1/K of a byte per flop: small at LLM widths)
+# `gemm_pair` finds such a pair for a template's epilogue and says which form was chosen and why.
+
+
+def gemm_pair(template: Template, epilogue: list[Buffer], reads: dict, buffers: dict) -> dict | None:
+    """The SwiGLU-style pair of `template` (another GEMM of the same input and shape whose output its epilogue
+    reads), with the form chosen and why (Note [SwiGLU pair]); None when there is none."""
+    spec = template.spec
+    for name in dict.fromkeys(r for node in epilogue for r in reads.get(node.name, ())):
+        other = buffers.get(name)
+        if name == template.name or not isinstance(other, Extern):
+            continue
+        try:
+            other_spec = other.spec if isinstance(other, Template) else gemm_spec(other)
+        except NotATemplate:
+            continue
+        if (other_spec.a, other_spec.batch, other_spec.m, other_spec.n, other_spec.k) != (
+                spec.a, spec.batch, spec.m, spec.n, spec.k):
+            continue
+        return {"gemms": [name, template.name], "input": spec.a.name, "form": "fused consumer",
+                "reason": (f"{name} and {template.name} both multiply {spec.a.name} ({spec.shape_text()}); their "
+                           f"product runs in {template.name}'s epilogue, which reads {name}'s output once at "
+                           f"its own element; not one GEMM over the concatenated weight, which would "
+                           f"copy both weights ({2 * spec.n * spec.k} elements) at every call without weight "
+                           f"prepacking (Note [SwiGLU pair])")}
+    return None
+
+
 # --- the epilogue --------------------------------------------------------------------------------------------
 
 

@@ -6,17 +6,18 @@ import streamlit as st
 
 from app import ui
 from app.safe_text import md_text
+from engine.record import GraphBreakRecord
 
 
-def show_fix(graph_break: dict) -> None:
-    if graph_break.get("gb_type"):
-        st.caption(f"Dynamo's graph-break type: {md_text(graph_break['gb_type'])}"
-                   + (f" ({md_text(graph_break['gb_id'])})" if graph_break.get("gb_id") else ""))
-    if graph_break.get("explanation"):
-        st.markdown(md_text(graph_break["explanation"]))
-    for hint in graph_break.get("hints") or []:
+def show_fix(graph_break: GraphBreakRecord) -> None:
+    if graph_break.gb_type:
+        st.caption(f"Dynamo's graph-break type: {md_text(graph_break.gb_type)}"
+                   + (f" ({md_text(graph_break.gb_id)})" if graph_break.gb_id else ""))
+    if graph_break.explanation:
+        st.markdown(md_text(graph_break.explanation))
+    for hint in graph_break.hints:
         st.info(f"Hint: {md_text(hint)}", icon=":material/lightbulb:")
-    fix = graph_break.get("suggestion")
+    fix = graph_break.suggestion  # engine/break_fixes.py's rewrite: free-form, a dict
     if fix:
         st.markdown(f"**Suggested rewrite** ({md_text(fix.get('pattern'))}): {md_text(fix.get('why'))}")
         ui.show_code(f"{fix.get('before', '')}\n# becomes\n{fix.get('after', '')}", "python",

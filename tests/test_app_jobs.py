@@ -91,3 +91,16 @@ def test_the_inductor_job_writes_a_structured_error(tmp_path):
     document = json.loads(out.read_text())
     (error,) = [ErrorRecord.from_json(e) for e in document["errors"]]
     assert document["ok"] is False and error.kind == "model" and error.lineno == 5 and "nope" in error.message
+
+
+def test_the_profile_job_draws_its_typed_record():
+    # the profile page reads the profile job's record typed (app/worker.py explore_outcome): charts per kernel,
+    # the memory plan per graph, the record to download as JSON
+    at = AppTest.from_file(APP, default_timeout=420)
+    at.run()
+    at.switch_page("views/profile.py").run()
+    at.button(key="profile_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any("Memory plan, graph 0" in m.value for m in at.markdown)
+    assert len(at.get("plotly_chart")) >= 2

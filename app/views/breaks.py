@@ -13,10 +13,10 @@ def render() -> None:
     record = ui.explored()
     if record is None:
         return
-    breaks = record.get("graph_breaks") or []
+    breaks = record.graph_breaks
     source = ui.record_source(record)
-    count = len(record.get("graphs") or [])
-    recompiled = sum(run.get("new_graphs") or 0 for run in record.get("runs") or [])
+    count = len(record.graphs)
+    recompiled = sum(run.new_graphs for run in record.runs)
     extra = f" (plus {recompiled} compiled again when the inputs changed)" if recompiled else ""
     if breaks:
         st.warning(f"Dynamo split this model at {len(breaks)} graph break(s) into {count - recompiled} graph(s)"
@@ -26,15 +26,15 @@ def render() -> None:
     left, right = st.columns([1, 1], gap="medium")
     with left:
         st.markdown("**Your code**, break lines highlighted")
-        ui.show_code(source, "python", hl_lines=[b["lineno"] for b in breaks if b.get("lineno")], max_height=620)
+        ui.show_code(source, "python", hl_lines=[b.lineno for b in breaks if b.lineno], max_height=620)
     with right:
         for number, graph_break in enumerate(breaks, start=1):
-            where = f"line {graph_break.get('lineno')}" if graph_break.get("lineno") else "unknown line"
+            where = f"line {graph_break.lineno}" if graph_break.lineno else "unknown line"
             with st.container(border=True):
                 st.markdown(f"**Break {number} — {where}**")
-                if graph_break.get("line"):
-                    st.code(graph_break["line"], language="python")
-                reason, _, dynamo = str(graph_break.get("reason", "")).partition(" (Dynamo: ")
+                if graph_break.line:
+                    st.code(graph_break.line, language="python")
+                reason, _, dynamo = graph_break.reason.partition(" (Dynamo: ")
                 st.markdown(md_text(reason))
                 if dynamo:
                     st.caption("Dynamo said: " + md_text(dynamo[:-1] if dynamo.endswith(")") else dynamo))
@@ -48,7 +48,7 @@ def render() -> None:
                 st.caption(md_text(row["reason"]))
         if not recompiles and runs:
             st.caption("The other inputs in `dynamic_inputs` ran without a recompile"
-                       + (" (dynamic shapes)." if (record.get("options") or {}).get("dynamic") else "."))
+                       + (" (dynamic shapes)." if record.options.dynamic else "."))
         elif not recompiles:
             st.caption("No recompiles. A model file's `dynamic_inputs` (other input shapes) shows them; "
                        "see the dynamic_seq and bucketing samples.")
@@ -56,7 +56,7 @@ def render() -> None:
             st.markdown("**Every input set** (`dynamic_inputs`)")
             st.dataframe(runs, hide_index=True, width="stretch",
                          column_config={"max abs error": st.column_config.NumberColumn(format="%.2e")})
-    guards = record.get("guards") or []
+    guards = record.guards
     st.markdown(f"**Guards** ({len(guards)}): what Dynamo checks before reusing a compiled graph")
     for group, items in tables.guard_groups(guards).items():
         with st.expander(f"{group} ({len(items)})", expanded=group == "shapes and sizes"):

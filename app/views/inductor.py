@@ -18,26 +18,25 @@ def render() -> None:
                  key="inductor_button", help="10-40 s on a small CPU: Inductor builds its C++ or Triton kernels"):
         outcome = state.run_inductor()
     document = outcome.document if outcome is not None else None
-    ours = [k for g in record.get("graphs") or [] for k in g.get("kernels") or []]
-    timings = record.get("timings") or {}
-    ours_compile = sum(v for k, v in timings.items() if k != "run" and isinstance(v, (int, float)))
+    ours = record.kernels
+    ours_compile = sum(seconds for stage, seconds in record.timings.items() if stage != "run")
     left, right = st.columns(2, gap="medium")
     with left:
         st.markdown("**Glassbox**")
         columns = st.columns(2)
         columns[0].metric("kernels", len(ours))
         columns[1].metric("compile", f"{ours_compile:.2f} s")
-        st.dataframe([{"graph": g.get("index"), "kernel": k["name"], "kind": k.get("kind"), "ops": ", ".join(
-            str(o).replace("aten::", "") for o in k.get("ops") or [])}
-            for g in record.get("graphs") or [] for k in g.get("kernels") or []], hide_index=True,
-            width="stretch", height=min(36 * (len(ours) + 1) + 2, 300))
+        st.dataframe([{"graph": g.index, "kernel": k.name, "kind": k.kind,
+                       "ops": ", ".join(op.replace("aten::", "") for op in k.ops)}
+                      for g in record.graphs for k in g.kernels], hide_index=True,
+                     width="stretch", height=min(36 * (len(ours) + 1) + 2, 300))
         graph_index = ui.graph_picker(record, key="inductor_graph") or 0
-        graph = record["graphs"][graph_index] if record.get("graphs") else {}
-        code = graph.get("code") or {}
-        start = (code.get("prelude_lines") or 0) + 1
-        ui.show_code("\n".join((code.get("source") or "").splitlines()[start - 1:]), code.get("language") or "cpp",
-                     first_line=start, caption="our kernels", max_height=520)
-        ui.show_code(code.get("wrapper") or "", "python", caption="our wrapper", max_height=320)
+        code = record.graphs[graph_index].code if record.graphs else None
+        if code is not None:
+            start = code.prelude_lines + 1
+            ui.show_code("\n".join(code.source.splitlines()[start - 1:]), code.language or "cpp",
+                         first_line=start, caption="our kernels", max_height=520)
+            ui.show_code(code.wrapper, "python", caption="our wrapper", max_height=320)
     with right:
         st.markdown("**Inductor**")
         if outcome is None:

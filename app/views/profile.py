@@ -2,7 +2,6 @@
 plan as buffer lifetimes, and the exploration to take away (offline HTML report, JSON record)."""
 from __future__ import annotations
 
-
 import streamlit as st
 
 from app import state, ui
@@ -22,7 +21,7 @@ elif outcome.problem is not None and not outcome.record:
     ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
 else:
     record = outcome.record
-    machine = record.get("machine") or {}
+    machine = record.machine  # engine/profile.py's measured roofs: free-form, a dict
     if machine.get("load_warning"):
         st.warning(md_text(machine["load_warning"]))
     for line in teaching.bench_text(record):
@@ -30,9 +29,9 @@ else:
     columns = st.columns(3)
     columns[0].metric("copy bandwidth", f"{machine.get('copy_gbps', 0):.1f} GB/s", help=machine.get("how"))
     columns[1].metric("matmul", f"{machine.get('matmul_gflops', 0):.1f} GFLOP/s")
-    calls = [(g.get("profile") or {}).get("call_ms") for g in record.get("graphs") or []]
+    calls = [g.profile.get("call_ms") for g in record.graphs]
     columns[2].metric("call", f"{sum(c for c in calls if c):.4f} ms", help="the graphs' calls, medians")
-    if any((g.get("profile") or {}).get("interpreted") for g in record.get("graphs") or []):
+    if any(g.profile.get("interpreted") for g in record.graphs):
         st.warning("Triton on the CPU runs under its interpreter: these times say nothing about a GPU.")
     figure = roofline.kernel_time_figure(record)
     if figure is not None:
@@ -40,14 +39,15 @@ else:
     figure = roofline.roofline_figure(record)
     if figure is not None:
         st.plotly_chart(figure, key="profile_roofline", width="stretch")
-    for graph in record.get("graphs") or []:
+    for graph in record.graphs:
         figure = memory.memory_timeline_figure(graph)
         if figure is not None:
-            st.markdown(f"**Memory plan, graph {graph.get('index', 0)}**")
-            st.plotly_chart(figure, key=f"profile_memory_{graph.get('index', 0)}", width="stretch")
+            st.markdown(f"**Memory plan, graph {graph.index}**")
+            st.plotly_chart(figure, key=f"profile_memory_{graph.index}", width="stretch")
     left, right = st.columns(2)
-    name = record.get("model") or "model"
-    left.download_button("Download the report (offline HTML)", html_report.report_html(record),
+    name = record.model or "model"
+    # the report renders the JSON document, as `python -m engine report record.json` does with a saved one
+    left.download_button("Download the report (offline HTML)", html_report.report_html(record.to_json()),
                          file_name=f"{name}-glassbox.html", mime="text/html", key="download_report")
     right.download_button("Download the record (JSON)", record.dumps(indent=1), file_name=f"{name}.json",
                           mime="application/json", key="download_json")

@@ -59,7 +59,9 @@ class TemplateLaunch:
         self.template: Template = kernel.template
         self.position = {name: i for i, name in enumerate(kernel.args)}
         self.tune = tune
-        self.choice: Callable | None = None if tune else self._template_run(backend.configs()[0])
+        self.epilogue_config = backend.configs()[0]  # the tiles of the epilogue-only mode
+        self.library_call: Callable | None = None
+        self.choice: Callable | None = None if tune else self._template_run(self.epilogue_config)
 
     def __call__(self, *tensors):
         if self.choice is None:
@@ -71,17 +73,27 @@ class TemplateLaunch:
         return lambda tensors: self.backend.run(tensors, config, None)
 
     def _library_run(self, tensors) -> None:
-        def view(arg):
-            if not isinstance(arg, TensorArg):
-                return arg
-            tensor = tensors[self.position[arg.name]]
-            return tensor.as_strided([int(s) for s in arg.size], [int(s) for s in arg.stride],
-                                     tensor.storage_offset() + int(arg.offset))
+        if self.library_call is None:
+            self.library_call = self._bind_library_call()
+        self.backend.run(tensors, self.epilogue_config, self.library_call(tensors).contiguous())
 
-        args, kwargs = torch.utils._pytree.tree_map(view, (self.template.args, self.template.kwargs),
-                                                    is_leaf=lambda a: isinstance(a, TensorArg))
-        result = self.template.target(*args, **kwargs).contiguous()
-        self.backend.run(tensors, self.backend.configs()[0], result)
+    def _bind_library_call(self) -> Callable:
+        """The library call on a call's tensors: its arguments' views worked out once (a per-call pytree walk
+        is Python work a GPU launch waits for)."""
+        leaves, tree = torch.utils._pytree.tree_flatten((self.template.args, self.template.kwargs),
+                                                        is_leaf=lambda a: isinstance(a, TensorArg))
+        views = {i: (self.position[a.name], [int(s) for s in a.size], [int(s) for s in a.stride], int(a.offset))
+                 for i, a in enumerate(leaves) if isinstance(a, TensorArg)}
+        target = self.template.target
+
+        def call(tensors):
+            values = list(leaves)
+            for i, (position, size, stride, offset) in views.items():
+                tensor = tensors[position]
+                values[i] = tensor.as_strided(size, stride, tensor.storage_offset() + offset)
+            args, kwargs = torch.utils._pytree.tree_unflatten(values, tree)
+            return target(*args, **kwargs)
+        return call
 
     # -- max-autotune --------------------------------------------------------------------------------------
     def _autotune(self, tensors) -> Callable:

@@ -5,8 +5,9 @@ the output tile — is written by the same TritonPrinter the pointwise kernels u
 as the value of the matmul's buffer (Note [Template epilogue loads] in schedule/templates.py).
 
 Note [Triton GEMM template]
-  programs   one per (BLOCK_M x BLOCK_N output tile, batch); program ids walk tiles in groups of GROUP_M
-             rows of tiles, so consecutive programs share B columns and A rows in L2
+  programs   one per (BLOCK_M x BLOCK_N output tile, batch), on one grid axis (batch-major); program ids
+             walk tiles in groups of GROUP_M rows of tiles, so consecutive programs share B columns and A
+             rows in L2
   K loop     A and B tiles loaded at rows `rm % M`, columns `rn % N` (always in bounds, so only K needs a mask,
              and only when BLOCK_K does not divide K: EVEN_K), multiplied with tl.dot into a float32 tile
   epilogue   alpha/beta and the bias of addmm/baddbmm, the rounding to the output dtype that eager's
@@ -58,7 +59,7 @@ class TritonTemplateKernel(TemplateKernel):
     def grid(self, config: GemmConfig) -> tuple:
         spec = self.spec
         tiles = -(-spec.m // config.BLOCK_M) * -(-spec.n // config.BLOCK_N)
-        return (tiles, spec.batch, 1)
+        return (tiles * spec.batch, 1, 1)
 
     def record_fields(self) -> dict:
         config = self.configs()[0]
@@ -113,10 +114,15 @@ def _gemm_lines(spec: GemmSpec, int64: bool) -> list[str]:
     # tl.full, not tl.zeros/tl.cdiv: those are jit functions, which the interpreter cannot call (Note
     # [Reductions without Triton's standard library] in the prelude)
     lines = [
-        "pid = tl.program_id(0)",
-        f"pid_b = tl.program_id(1){index}",
         f"num_pid_m = ({spec.m} + BLOCK_M - 1) // BLOCK_M",
         f"num_pid_n = ({spec.n} + BLOCK_N - 1) // BLOCK_N",
+    ]
+    if spec.batch == 1:
+        lines += ["pid = tl.program_id(0)", "pid_b = 0"]
+    else:  # one grid axis for tiles and batch: the bound launch has a one-dimensional grid
+        lines += ["pid = tl.program_id(0) % (num_pid_m * num_pid_n)",
+                  f"pid_b = (tl.program_id(0) // (num_pid_m * num_pid_n)){index}"]
+    lines += [
         "group_width = GROUP_M * num_pid_n",
         "first_m = (pid // group_width) * GROUP_M",
         "group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)",
@@ -197,19 +203,38 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
 
 
 class TritonTemplateRunner:
-    """gemm_launch's backend for one Triton template kernel."""
+    """gemm_launch's backend for one Triton template kernel. Each (config, mode) is a bound launch
+    (Note [Bound Triton launches] in triton_build.py): after its first call, a launch is Triton's compiled
+    launcher called directly, not JITFunction.run, whose per-call Python work (tens of microseconds) showed
+    in the GPU time of a 0.3 ms GEMM once it outlasted the queued work before it."""
 
     def __init__(self, kernel: TritonTemplateKernel, function):
         import triton
 
         self.kernel, self.function, self.version = kernel, function, triton.__version__
+        self.launches: dict = {}
 
     def configs(self) -> list[dict]:
         return [c.kwargs() for c in self.kernel.configs()]
 
+    def _launch(self, config: dict, from_memory: bool):
+        from engine.codegen.triton_build import TritonLaunch
+
+        key = (tuple(config.items()), from_memory)
+        if key not in self.launches:
+            tiles = GemmConfig(**config)
+            constexprs = self.kernel.display_constants(tiles)
+            constexprs["ACC_FROM_MEMORY"] = from_memory
+            launch = TritonLaunch(self.function, constexprs, {"num_warps": tiles.num_warps,
+                                                              "num_stages": tiles.num_stages},
+                                  tuple(range(len(self.kernel.args) + 1)), self.kernel.interpreter)
+            self.launches[key] = (launch, self.kernel.grid(tiles)[0])
+        return self.launches[key]
+
     def run(self, tensors, config: dict, acc) -> None:
-        config = GemmConfig(**config)
-        constexprs = self.kernel.display_constants(config)
-        constexprs["ACC_FROM_MEMORY"] = acc is not None
-        self.function.run(*tensors, tensors[0] if acc is None else acc, grid=self.kernel.grid(config),
-                          warmup=False, num_warps=config.num_warps, num_stages=config.num_stages, **constexprs)
+        from engine.codegen.wrapper import raw_stream
+
+        launch, grid_x = self._launch(config, acc is not None)
+        device = tensors[0].device
+        stream = raw_stream(device.index or 0) if device.type == "cuda" else None
+        launch(grid_x, stream, *tensors, tensors[0] if acc is None else acc)

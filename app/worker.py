@@ -233,8 +233,19 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
         shown = record if failure.kind == "fallback" else None  # a fallback's record is whole: show it
         return Outcome(record=shown, inputs=inputs, problem=structured_problem(failure, finished),
                        seconds=finished.seconds)
+    if record is not None and finished.returncode == EXIT_FAILED and finished.completed:
+        # explore's other failure (engine/__main__.py): the outputs differ from eager, which verify says
+        return Outcome(record=record, inputs=inputs, problem=mismatch_problem(record.verify, finished),
+                       seconds=finished.seconds)
     return Outcome(record=record, inputs=inputs, problem=diagnose(finished, record, model_name=name),
                    seconds=finished.seconds)
+
+
+def mismatch_problem(verify: dict, finished: Finished) -> Problem:
+    return Problem("Glassbox's output differs from eager PyTorch",
+                   verify.get("problem") or "Verification failed: see the run stage for the errors per output.",
+                   hints=["This is a compiler bug, not yours: the run stage shows which output differs."],
+                   log=finished.stderr.strip()[-4000:])
 
 
 def failed_with(errors: list[ErrorRecord], finished: Finished) -> ErrorRecord | None:
@@ -339,14 +350,13 @@ def user_line(message: str) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
-def diagnose(finished: Finished, record: Exploration | dict | None = None, stderr: str | None = None,
-             model_name: str = "") -> Problem:
-    """The Problem for a job that did not end well: the sandbox's words for limits and signals (one wording
-    for the app, the CLI and the hostile suite), the CLI's own paragraph for everything else. `stderr` replaces
-    the worker's (to add an error a job reported in a file); `model_name` is the model's file name, to find the
-    user's line in the stack a stopped or crashed worker printed."""
+def diagnose(finished: Finished, record: Exploration | dict | None = None, model_name: str = "") -> Problem:
+    """The Problem for a job that did not end well and left no error as data: the sandbox's words for limits
+    and signals (one wording for the app, the CLI and the hostile suite), the CLI's own paragraph for everything
+    else. `model_name` is the model's file name, to find the user's line in the stack a stopped or crashed
+    worker printed."""
     result = finished.result
-    stderr = finished.stderr if stderr is None else stderr
+    stderr = finished.stderr
     tail = stderr.strip()[-4000:]
     if result.limit_hit or result.signal is not None:
         title, hints = STOPPED.get(result.limit_hit or "", STOPPED["signal"])

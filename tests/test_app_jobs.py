@@ -104,3 +104,17 @@ def test_the_profile_job_draws_its_typed_record():
     assert not at.error, [e.value for e in at.error]
     assert any("Memory plan, graph 0" in m.value for m in at.markdown)
     assert len(at.get("plotly_chart")) >= 2
+
+
+def test_outputs_that_differ_are_told_from_the_records_verify():
+    from engine.tools.sandbox import SandboxResult
+
+    record = {"model": "m", "backend": "cpp", "device": "cpu",
+              "verify": {"ok": False, "problem": "output 0 differs by 3.0 (atol 1e-05)"}}
+    finished = worker.Finished(SandboxResult(returncode=worker.EXIT_FAILED, stdout="", wall_s=1.0, peak_rss_mb=1.0,
+                                             stderr="something the model printed\n\nan unrelated last paragraph"),
+                               {"record.json": json.dumps(record)}, completed=True, workdir="/nowhere")
+    outcome = worker.explore_outcome(finished, "m.py")
+    assert outcome.record is not None and outcome.record.verify["ok"] is False
+    assert outcome.problem.title == "Glassbox's output differs from eager PyTorch"
+    assert outcome.problem.message == "output 0 differs by 3.0 (atol 1e-05)"  # the record's words, not stderr's

@@ -89,8 +89,8 @@ def test_cross_entropy_over_long_rows(backend):
 
 
 def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
-    """The GPU configs of the new forms (2D tiles, column tiles, long looped rows, half types) compile for an
-    H200's target here, so scripts/gpu_check.py's tiling cases will not fail on the generated source."""
+    """The GPU configs of the new forms (2D tiles, column tiles, long looped rows, online softmax, half types)
+    compile for an H200's target here, so scripts/gpu_check.py's tiling cases will not fail on the generated source."""
     from engine.codegen import triton_build
     if not triton_build.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
@@ -101,6 +101,10 @@ def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
         (lambda a: torch.log_softmax(a, -1), (torch.randn(2, 50257),)),
         (lambda a, b: a.permute(0, 2, 3, 1) + b, (torch.randn(2, 16, 8, 8).half(), torch.randn(2, 8, 8, 16).half())),
         (torch.nn.LayerNorm(320).to(torch.bfloat16), (torch.randn(4, 320, dtype=torch.bfloat16),)),
+        # online softmax (tests/test_online_softmax.py): its helpers, eviction hints and GPU config
+        (lambda a: torch.softmax(a, -1), (torch.randn(2, 32000),)),
+        (lambda a, b: torch.nn.functional.cross_entropy(a, b), (torch.randn(2, 32000), torch.randint(0, 32000, (2,)))),
+        (lambda a: torch.softmax(a, -1), (torch.randn(2, 8193, dtype=torch.bfloat16),)),
     ]
     for fn, inputs in cases:
         torch._dynamo.reset()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import sympy
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, _Source, emit_stores, finish_kernel, parallel_clause
+from engine.codegen.cpp_printer import CppKernel, CppPrinter, emit_stores, finish_kernel, parallel_clause
+from engine.codegen.kernel_core import Source
 from engine.codegen.cpp_reduction import reduction_kernel
 from engine.ir.indexing import c_index
 from engine.ir.ops import use_handler
@@ -62,7 +63,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     with use_handler(printer):
         stores, store_tags = emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
     hoisted, hoisted_tags = printer.take_hoisted()
-    body = _Source()
+    body = Source()
     with body.block():
         with body.block(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo)", parallel_clause(outer * inner)):
             body.extend(hoisted, hoisted_tags)
@@ -90,7 +91,7 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
     hoisted, hoisted_tags = printer.take_hoisted()
     Y, X = c_index(tiling.y), c_index(tiling.x)
     pragma = parallel_clause(tiling.y * tiling.x)
-    body = _Source()
+    body = Source()
     with body.block():
         with body.block(f"for (int64_t yo = 0; yo < {Y}; yo += {TILE})", pragma and pragma + " collapse(2)"):
             with body.block(f"for (int64_t xo = 0; xo < {X}; xo += {TILE})"):

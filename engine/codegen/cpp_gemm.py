@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.codegen.cpp_printer import STORAGE_TYPES, CppPrinter, _Source
+from engine.codegen.cpp_printer import STORAGE_TYPES, CppPrinter
+from engine.codegen.kernel_core import Source
 from engine.codegen.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
@@ -80,7 +81,7 @@ def _load(dtype, text: str) -> str:
     return LOAD[dtype].format(text)
 
 
-def _dot_block(spec: GemmSpec, out: _Source, rows: int, cols: int):
+def _dot_block(spec: GemmSpec, out: Source, rows: int, cols: int):
     """rows x cols dot products at once: rows*cols independent accumulators, each A and B element loaded once
     per block (the register blocking that keeps the vector units busy instead of waiting on one add chain)."""
     a, b, dt = spec.a, spec.b, spec.dtype
@@ -97,7 +98,7 @@ def _dot_block(spec: GemmSpec, out: _Source, rows: int, cols: int):
         out.add(" ".join(f"acc[i + {r}][j + {c}] = s{r}_{c};" for c in range(cols)))
 
 
-def _dot_loop(spec: GemmSpec, out: _Source):
+def _dot_loop(spec: GemmSpec, out: Source):
     """Note [C++ GEMM template]'s dot form: 2x4 blocks of the tile, then the ragged rows and columns."""
     out.add("int64_t i = 0;")
     for rows, condition in ((2, "i + 2 <= mb"), (1, "i < mb")):
@@ -108,7 +109,7 @@ def _dot_loop(spec: GemmSpec, out: _Source):
                     _dot_block(spec, out, rows, cols)
 
 
-def _axpy_loop(spec: GemmSpec, out: _Source):
+def _axpy_loop(spec: GemmSpec, out: Source):
     a, b, dt = spec.a, spec.b, spec.dtype
     out.add("for (int64_t i = 0; i < mb; ++i) for (int64_t j = 0; j < nb; ++j) acc[i][j] = 0.0f;")
     with out.block(f"for (int64_t k = 0; k < {spec.k}; ++k)"):
@@ -141,7 +142,7 @@ def generate_template(kernel: Kernel, buffers: dict) -> CppTemplateKernel:
     params += [f"const {STORAGE_TYPES[spec.dtype]}* __restrict__ acc_in", "const int64_t acc_from_memory",
                "const int64_t tile_m", "const int64_t tile_n"]
     tag = LineTag(template.name)
-    out = _Source()
+    out = Source()
     out.add(f'extern "C" void {kernel.name}({", ".join(params)})', tag)
     with out.block():
         out.add(f"// GEMM template: {spec.op} {spec.shape_text()}, {inner_form(spec)} inner loop, epilogue: "
@@ -174,7 +175,7 @@ def generate_template(kernel: Kernel, buffers: dict) -> CppTemplateKernel:
                              out.tags)
 
 
-def _scale_and_bias(spec: GemmSpec, out: _Source):
+def _scale_and_bias(spec: GemmSpec, out: Source):
     if spec.alpha == 1.0 and spec.bias is None:
         return
     value = "acc[i][j]" if spec.alpha == 1.0 else f"{spec.alpha!r}f * acc[i][j]"

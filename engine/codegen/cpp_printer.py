@@ -2,13 +2,13 @@
 assembled from: the provenance-tagged source, stores, the signature (arguments found in the body)."""
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 
+from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
@@ -272,50 +272,16 @@ def emit_stores(nodes: list[Buffer], plan: KernelPlan, printer: CppPrinter) -> t
     return [line for line, _ in printer.stores], [tag for _, tag in printer.stores]
 
 
-class _Source:
-    """Lines with indentation and one provenance tag each."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.tags: list = []
-        self.depth = 0
-
-    def add(self, line: str, tag=None):
-        self.lines.append("    " * self.depth + line)
-        self.tags.append(tag)
-
-    def extend(self, lines, tags):
-        for line, tag in zip(lines, tags):
-            self.add(line, tag)
-
-    @contextlib.contextmanager
-    def block(self, header: str = "", pragma: str = ""):
-        """`pragma`, `header {`, the indented body, `}`."""
-        if pragma:
-            self.add(pragma)
-        self.add(f"{header} {{".lstrip())
-        self.depth += 1
-        yield
-        self.depth -= 1
-        self.add("}")
-
-
 def _signature(kernel: Kernel, buffers: dict, body_text: str, size_symbols) -> tuple[str, list[str], list[str]]:
-    params, names = [], []
-    for name in kernel.reads:
-        if f"{name}[" in body_text:
-            params.append(f"const {STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
-            names.append(name)
-    for name in kernel.stored:
-        params.append(f"{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}")
-        names.append(name)
-    sizes = [str(s) for s in size_symbols if str(s) in body_text.replace("(", " ").replace(")", " ")
-             .replace("*", " ").replace("+", " ").replace(";", " ").replace("<", " ").replace(",", " ").split()]
+    names = buffer_arguments(kernel, lambda name: f"{name}[" in body_text)
+    params = [f"{'' if name in kernel.stored else 'const '}{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}"
+              for name in names]
+    sizes = size_arguments(size_symbols, body_text)
     params += [f"const int64_t {s}" for s in sizes]
     return f'extern "C" void {kernel.name}({", ".join(params)})', names, sizes
 
 
-def finish_kernel(kernel, buffers, body: _Source, size_symbols, tiling: Tiling) -> CppKernel:
+def finish_kernel(kernel, buffers, body: Source, size_symbols, tiling: Tiling) -> CppKernel:
     text = "\n".join(body.lines)
     header, names, sizes = _signature(kernel, buffers, text, size_symbols)
     lines = [header] + body.lines

@@ -7,15 +7,16 @@ from dataclasses import dataclass
 
 import sympy
 
-from engine.codegen.cpp_printer import (CppKernel, CppPrinter, _Source, c_constant, c_type, emit_stores,
+from engine.codegen.cpp_printer import (CppKernel, CppPrinter, c_constant, c_type, emit_stores,
                                         finish_kernel, parallel_clause)
+from engine.codegen.kernel_core import Source, run_pass, stores_by_role
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import c_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import Inliner, KernelPlan, reduce_node, reduction_passes, store_row_value
+from engine.schedule.kernel_plan import Inliner, KernelPlan, reduction_passes, store_row_value
 from engine.schedule.online_softmax import online_passes
 from engine.schedule.tiling import Tiling
 
@@ -49,7 +50,7 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
     printer.index_ranges = {x_symbol: plan.rows, r_symbol: plan.red}
     printer.varying_symbols = {r_symbol}
     printer.inner_var = printer.row_cache_index = r_symbol
-    body = _Source()
+    body = Source()
     rows_pragma = "" if printer.split else parallel_clause(plan.rows * plan.red)
     with body.block(), body.block(f"for (int64_t x0 = 0; x0 < {c_index(plan.rows)}; ++x0)", rows_pragma):
         for name in _row_cache_nodes(kernel, plan, buffers, passes):
@@ -63,16 +64,15 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
     return finish_kernel(kernel, buffers, body, size_symbols, tiling)
 
 
-def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, body: _Source) -> None:
+def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, body: Source) -> None:
     """After the passes: store per-row values, then one more loop over the row for full-size outputs."""
-    for node in kernel.nodes:
-        if node.name in kernel.stored and plan.role(node) != "full":
-            printer.tag = LineTag(node.name)
-            printer.stores = []
-            store_row_value(plan, node, printer.accumulators)
-            body.extend(*printer.take_hoisted())
-            body.extend([line for line, _ in printer.stores], [tag for _, tag in printer.stores])
-    stored_full = [n for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"]
+    stored_rows, stored_full = stores_by_role(kernel, plan)
+    for node in stored_rows:
+        printer.tag = LineTag(node.name)
+        printer.stores = []
+        store_row_value(plan, node, printer.accumulators)
+        body.extend(*printer.take_hoisted())
+        body.extend([line for line, _ in printer.stores], [tag for _, tag in printer.stores])
     if stored_full:
         printer.start_inner_loop()
         stores, store_tags = emit_stores(stored_full, plan, printer)
@@ -169,16 +169,12 @@ class _Accumulator:
     value: str
 
 
-def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: _Source):
+def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, body: Source):
     printer.start_inner_loop()
     updates, update_tags, clauses, finals = [], [], [], []
     accumulators: list[_Accumulator] = []
     vectorizable = True
-    printer.pass_reductions = []
-    for node in group:
-        printer.tag = LineTag(node.name)
-        printer.accumulators[node.name] = reduce_node(plan, node)
-    for name, dtype, src_dtype, kind, value in printer.pass_reductions:
+    for name, dtype, src_dtype, kind, value in run_pass(printer, plan, group):
         acc = f"acc_{name}"
         dtype = dtype if kind not in ("argmax", "argmin") else src_dtype
         ctype = "int" if kind in ("any", "all") else c_type(dtype)
@@ -234,7 +230,7 @@ CASCADE_CHUNK = 4096
 # the rows loop runs on one thread and each pass's chunk loop runs on all of them (`omp parallel for` with a reduction clause per accumulator: each thread sums its chunks, OpenMP adds
 # the thread totals), as do the row's elementwise stores after the passes.
 def _emit_split_loop(accumulators: list[_Accumulator], updates, update_tags, clauses, row: str,
-                     printer: CppPrinter, body: _Source, parallel: bool) -> None:
+                     printer: CppPrinter, body: Source, parallel: bool) -> None:
     """One pass with ACCUMULATOR_LANES partial accumulators per reduction, restarted every chunk
     (Note [Split accumulators], Note [Cascade sums])."""
     lanes, chunk = ACCUMULATOR_LANES, CASCADE_CHUNK
@@ -295,16 +291,13 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
     printer.varying_symbols = {x0}
     tile, chunk = COLUMN_TILE, CASCADE_CHUNK
     rows, red = c_index(plan.rows), c_index(plan.red)
-    body = _Source()
+    body = Source()
     with use_handler(printer):
-        printer.pass_reductions = []
-        for node in group:
-            printer.tag = LineTag(node.name)
-            reduce_node(plan, node)
+        reductions = run_pass(printer, plan, group)
         pass_lines, pass_tags = printer.lines, printer.line_tags
         hoisted, hoisted_tags = printer.take_hoisted()
         accumulators = []
-        for name, dtype, _, kind, value in printer.pass_reductions:
+        for name, dtype, _, kind, value in reductions:
             ctype = "int" if kind in ("any", "all") else c_type(dtype)
             identity = c_constant(reduction_identity(kind, dtype), dtype) if ctype != "int" else str(int(kind == "all"))
             nan = kind in ("max", "min") and dtype.is_floating_point

@@ -12,12 +12,12 @@ follow the same Inliner rule. float16/bfloat16 are loaded into float32, computed
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 
+from engine.codegen.kernel_core import PythonSource, buffer_arguments, run_pass, size_arguments, stores_by_role
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
@@ -29,7 +29,7 @@ from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
 from engine.schedule.split import is_split_stage, split_refusal
 from engine.schedule.tiling import Tiling, choose_tiling
-from engine.schedule.kernel_plan import (KernelPlan, reduce_node, reduction_passes, store_node,
+from engine.schedule.kernel_plan import (KernelPlan, reduction_passes, store_node,
                                          store_row_value)
 
 SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display extras)
@@ -102,21 +102,6 @@ class TritonKernel:
             "autotune": self.tuning}, "tiling": self.tiling.record()}
 
 
-class _Source:
-    def __init__(self, depth: int = 1):
-        self.lines: list[str] = []
-        self.tags: list = []
-        self.depth = depth
-
-    def add(self, line: str, tag=None):
-        self.lines.append("    " * self.depth + line)
-        self.tags.append(tag)
-
-    def extend(self, pair):
-        for line, tag in zip(*pair):
-            self.add(line, tag)
-
-
 def kernel_form(kernel: Kernel, tiling: Tiling) -> str:
     if kernel.kind != "reduction":
         return "tiled" if tiling.choice == "2d" else "pointwise"
@@ -165,7 +150,7 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
     config = choose_config(form, plan.rows, plan.red, interpreter)
     masks = _masks(form, plan, config)
     printer = TritonPrinter(plan, buffers, "x" if form == "pointwise" else "r", masks)
-    body = _Source()
+    body = PythonSource(depth=1)  # the kernel's body, inside its def
     online = None
     with use_handler(printer):
         if form == "pointwise":
@@ -214,7 +199,7 @@ def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
     return masks
 
 
-def _rows_header(body: _Source, plan: KernelPlan, masks: dict, int64: bool, two_d: bool):
+def _rows_header(body: PythonSource, plan: KernelPlan, masks: dict, int64: bool, two_d: bool):
     pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
     body.add(f"xoffset = {pid} * XBLOCK")
     body.add(f"x0 = xoffset + tl.arange(0, XBLOCK){'[:, None]' if two_d else ''}")
@@ -222,7 +207,7 @@ def _rows_header(body: _Source, plan: KernelPlan, masks: dict, int64: bool, two_
         body.add(f"xmask = x0 < {triton_index(plan.rows)}")
 
 
-def _r_header(body: _Source, plan: KernelPlan, masks: dict, int64: bool, start: str):
+def _r_header(body: PythonSource, plan: KernelPlan, masks: dict, int64: bool, start: str):
     r = f"{start}tl.arange(0, RBLOCK)[None, :]"
     body.add(f"r0 = ({r}).to(tl.int64)" if int64 else f"r0 = {r}")
     if masks["r"]:
@@ -242,7 +227,7 @@ def _store_every_output(kernel, plan, printer, body, dims, shape):
     for node in [n for n in kernel.nodes if n.name in kernel.stored]:
         printer.tag = LineTag(node.name)
         store_node(plan, node)
-    body.extend(printer.take())
+    body.extend(*printer.take())
     for line, tag in _take_stores(printer):
         body.add(line, tag)
 
@@ -340,13 +325,8 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, online: Onl
             printer.start_inner_loop()
             printer.eviction = _eviction(number, loops) if form == "looped" else None
         updates, finals, inits = [], [], []
-        printer.pass_reductions = []
-        for node in group:
-            if node.name in online.pairs:  # computed with its max (Note [Online softmax])
-                continue
-            printer.tag = LineTag(node.name)
-            printer.accumulators[node.name] = reduce_node(plan, node)
-        for name, out_dtype, src_dtype, reduction_type, value in printer.pass_reductions:
+        # a sum paired with its max is computed with it (Note [Online softmax])
+        for name, out_dtype, src_dtype, reduction_type, value in run_pass(printer, plan, group, online.pairs):
             printer.tag = tag = LineTag(name)
             kind = _kind(reduction_type, out_dtype)
             tile, dtype, identity = _tile(printer, kind, out_dtype, src_dtype, value)
@@ -370,9 +350,9 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, online: Onl
                     updates.append((f"{acc} = {step}", tag))
                 finals.append((f"{row} = {_row_value(kind, acc, f'{acc}_index' if arg else None)}", tag))
         if form == "persistent":
-            body.extend(printer.take())
+            body.extend(*printer.take())
         else:
-            body.extend(printer.take_hoisted())
+            body.extend(*printer.take_hoisted())
             for line, tag in inits:
                 body.add(line, tag)
             _r_loop(body, plan, masks, int64, printer, updates)
@@ -393,7 +373,7 @@ def _online_pair(printer, plan, maximum, total, tile, dtype, inits, updates, fin
 
 def _full_stores(kernel: Kernel, plan: KernelPlan) -> bool:
     """Does the kernel store a full-size output (one more loop over each row after the passes)?"""
-    return plan.is_reduction and any(plan.role(n) == "full" for n in kernel.nodes if n.name in kernel.stored)
+    return plan.is_reduction and bool(stores_by_role(kernel, plan)[1])
 
 
 def _eviction(number: int, loops: int) -> str:
@@ -412,32 +392,29 @@ def _r_loop(body, plan, masks, int64, printer, tail):
     symbolic = static_int(plan.red) is None
     if symbolic:  # older Triton interpreters cannot take a tensor (a size argument) as range()'s bound
         body.add("roffset = 0")
-        body.add(f"while roffset < {triton_index(plan.red)}:")
+        header = f"while roffset < {triton_index(plan.red)}"
     else:
-        body.add(f"for roffset in range(0, {triton_index(plan.red)}, RBLOCK):")
-    body.depth += 1
-    _r_header(body, plan, masks, int64, "roffset + ")
-    body.extend((printer.lines, printer.line_tags))
-    for line, tag in tail:
-        body.add(line, tag)
-    if symbolic:
-        body.add("roffset += RBLOCK")
-    body.depth -= 1
+        header = f"for roffset in range(0, {triton_index(plan.red)}, RBLOCK)"
+    with body.block(header):
+        _r_header(body, plan, masks, int64, "roffset + ")
+        body.extend(printer.lines, printer.line_tags)
+        for line, tag in tail:
+            body.add(line, tag)
+        if symbolic:
+            body.add("roffset += RBLOCK")
     printer.lines, printer.line_tags = [], []
 
 
 def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
-    stored = [n for n in kernel.nodes if n.name in kernel.stored]
-    rows = [n for n in stored if plan.role(n) != "full"]
-    full = [n for n in stored if plan.role(n) == "full"]
+    rows, full = stores_by_role(kernel, plan)
     printer.store_dims, printer.store_shape = X, "[XBLOCK, 1]"
     for node in rows:
         printer.tag = LineTag(node.name)
         store_row_value(plan, node, printer.accumulators)
     stores = _take_stores(printer)
-    body.extend(printer.take_hoisted())
+    body.extend(*printer.take_hoisted())
     if form == "persistent":
-        body.extend((printer.lines, printer.line_tags))
+        body.extend(printer.lines, printer.line_tags)
         printer.lines, printer.line_tags = [], []
     for line, tag in stores:
         body.add(line, tag)
@@ -451,23 +428,18 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
         printer.tag = LineTag(node.name)
         store_node(plan, node)
     stores = _take_stores(printer)
-    body.extend(printer.take_hoisted())
+    body.extend(*printer.take_hoisted())
     if form == "persistent":
-        body.extend(printer.take())
+        body.extend(*printer.take())
         for line, tag in stores:
             body.add(line, tag)
     else:
         _r_loop(body, plan, masks, int64, printer, stores)
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:
-    text = "\n".join(body.lines)
-    used = set(_IDENTIFIER.findall(text))
-    args = [n for n in kernel.reads if n in printer.loaded] + list(kernel.stored)
-    sizes = [str(s) for s in size_symbols if str(s) in used]
+    args = buffer_arguments(kernel, lambda name: name in printer.loaded)
+    sizes = size_arguments(size_symbols, "\n".join(body.lines))
     constexprs = ["XBLOCK"] + ({"pointwise": [], "tiled": ["YBLOCK"]}.get(form, ["RBLOCK"]))
     params = args + sizes + [f"{c}: tl.constexpr" for c in constexprs]
     header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):"]

@@ -1,0 +1,100 @@
+"""The kernel structure both code generators share (Note [One kernel skeleton]); each backend keeps only its
+spelling (printer tables) and the loop templates of its forms.
+
+Note [One kernel skeleton]
+Every generated kernel is built from the same pieces, whatever the language:
+  source      lines with indentation and one provenance tag each, in the language's block syntax (`Source`)
+  passes      a reduction kernel's passes over each row, each reduction's loop body run through the printer
+              at (row, r), the pass's ops.reduction calls collected for the backend to accumulate
+              (`run_pass`, Note [Kernel body] in engine/schedule/kernel_plan.py)
+  stores      per-row values stored once per row after the passes, full-size values in one more loop over
+              the row (`stores_by_role`)
+  signature   the buffers it reads (those the body really loads) then those it stores, then the size
+              symbols the body names (`buffer_arguments`, `size_arguments`)
+C++ (engine/codegen/cpp*.py) and Triton (engine/codegen/triton.py) put these into their own loop shapes:
+OpenMP loops with simd accumulators, or blocks of a program with masks.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Callable
+
+from engine.codegen.provenance import LineTag
+from engine.ir.nodes import Buffer, Reduction
+from engine.schedule.fusion import Kernel
+from engine.schedule.kernel_plan import KernelPlan, reduce_node
+
+
+class Source:
+    """Lines with indentation and one provenance tag each. `block` opens a scope in the language's syntax:
+    C++ `header {` ... `}` (the default), Python `header:` and an indented suite (PYTHON)."""
+
+    OPEN, CLOSE = " {", "}"
+
+    def __init__(self, depth: int = 0):
+        self.lines: list[str] = []
+        self.tags: list = []
+        self.depth = depth
+
+    def add(self, line: str, tag=None):
+        self.lines.append("    " * self.depth + line)
+        self.tags.append(tag)
+
+    def extend(self, lines, tags):
+        for line, tag in zip(lines, tags):
+            self.add(line, tag)
+
+    @contextlib.contextmanager
+    def block(self, header: str = "", pragma: str = ""):
+        """`pragma`, the header opening the scope, the indented body, the closing line (if the language has one)."""
+        if pragma:
+            self.add(pragma)
+        self.add(f"{header}{self.OPEN}".lstrip())
+        self.depth += 1
+        yield
+        self.depth -= 1
+        if self.CLOSE:
+            self.add(self.CLOSE)
+
+
+class PythonSource(Source):
+    OPEN, CLOSE = ":", None
+
+
+def run_pass(printer, plan: KernelPlan, group: list[Reduction], skip=frozenset()) -> list[tuple]:
+    """One reduction pass through `printer`: each node's loop body at (row, r), then ops.reduction, whose
+    row value becomes the node's accumulator for later passes and the epilogue. Returns the pass's
+    reductions as the printer declared them: (node name, dtype, src_dtype, reduction type, value). Nodes in
+    `skip` are computed with another one (Note [Online softmax])."""
+    printer.pass_reductions = []
+    for node in group:
+        if node.name in skip:
+            continue
+        printer.tag = LineTag(node.name)
+        printer.accumulators[node.name] = reduce_node(plan, node)
+    return printer.pass_reductions
+
+
+def stores_by_role(kernel: Kernel, plan: KernelPlan) -> tuple[list[Buffer], list[Buffer]]:
+    """The kernel's stored nodes as (per-row values, full-size values) (Note [Fused loop shape])."""
+    stored = [n for n in kernel.nodes if n.name in kernel.stored]
+    return [n for n in stored if plan.role(n) != "full"], [n for n in stored if plan.role(n) == "full"]
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def identifiers(text: str) -> set[str]:
+    return set(_IDENTIFIER.findall(text))
+
+
+def buffer_arguments(kernel: Kernel, loaded: Callable[[str], bool]) -> list[str]:
+    """Pointer arguments in signature order: the buffers the body loads, then the ones it stores."""
+    return [name for name in kernel.reads if loaded(name)] + list(kernel.stored)
+
+
+def size_arguments(size_symbols, text: str) -> list[str]:
+    """The graph's size symbols the kernel's text names, in the graph's order."""
+    used = identifiers(text)
+    return [str(s) for s in size_symbols if str(s) in used]

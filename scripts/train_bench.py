@@ -125,15 +125,18 @@ def main(argv=None) -> int:
     parser.add_argument("--small", action="store_true", help="tiny shapes: checks the script, times mean nothing")
     parser.add_argument("--modes", default=None, help="comma-separated; default: default (CPU), "
                                                       "default,reduce-overhead (CUDA)")
-    parser.add_argument("--min-time", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--min-time", type=float, default=None, metavar="SECONDS",
+                        help="timing per compiler and case: default 1.0 on the CPU (taking turns), 0.3 on a GPU "
+                             "(do_bench's rep: hundreds of steps; the GPU run shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="also write the reports as JSON here")
     args = parser.parse_args(argv)
     small, device = args.small, args.device
+    min_time = args.min_time if args.min_time is not None else (0.3 if device == "cuda" else 1.0)
     if device == "cpu":
         set_threads(args.threads)
     modes = (args.modes or ("default,reduce-overhead" if device == "cuda" else "default")).split(",")
-    measure = gpu_timer(args.min_time) if device == "cuda" else None
+    measure = gpu_timer(min_time) if device == "cuda" else None
     reports = []
     for spec in cases(device, small):
         for mode in modes:
@@ -141,7 +144,7 @@ def main(argv=None) -> int:
             try:
                 reports.append(bench_train(spec, backend="triton" if device == "cuda" else "cpp", device=device,
                                            mode=mode, with_inductor=not args.no_inductor,
-                                           min_run_time=args.min_time, measure=measure))
+                                           min_run_time=min_time, measure=measure))
             except Exception as error:  # noqa: BLE001 - one failing case must not hide the others
                 import traceback
                 traceback.print_exc()

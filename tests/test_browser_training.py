@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, new_page, server, shot  # noqa: F401 - server fixture
+from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: F401 - fixtures
 
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
 
 BENCH_TIMEOUT_MS = 480_000  # Inductor's cold compile of a forward and a backward graph, on 2 loaded cores
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield chromium
-        chromium.close()
 
 
 def chart(page, text: str):

@@ -43,6 +43,7 @@ KEEP_AS_LIBRARY = [
     aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_flash_attention.default,
     aten.addmm.default, aten.mm.default, aten.bmm.default,
+    aten.embedding_dense_backward.default,  # Note [Embedding backward as a library call] in lowering/backward.py
 ]
 
 

@@ -84,6 +84,22 @@ def test_recomputation_changes_the_saved_set():
     assert {"sin", "cos"} <= set(partition["saved_all"])
 
 
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_embedding_backward_is_a_library_call_not_a_search(backend):
+    """Note [Embedding backward as a library call]: the weight gradient scatters each token's gradient into its
+    row (ATen's kernel), instead of every row searching all the tokens; repeated ids add up."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 4))
+    exploration = _train(model, (torch.tensor([[1, 7, 7, 49], [0, 1, 1, 1]]),), backend=backend)
+    _check_step(exploration)
+    backward = next(g for g in exploration.graphs if g.phase == "backward")
+    ops = {k["kind"]: [] for k in backward.kernels}
+    for kernel in backward.kernels:
+        ops[kernel["kind"]] += kernel["ops"]
+    assert "aten::embedding_dense_backward" in ops["extern"]
+    assert not any("index_put" in op for op in sum(ops.values(), [])), ops
+
+
 def test_matmul_outputs_are_saved_not_recomputed():
     def matmul_then_tanh(x, w):
         return (x @ w).tanh()

@@ -6,17 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import engine
-
-
-class SwiGLU(torch.nn.Module):
-    def __init__(self, d=63, hidden=96):
-        super().__init__()
-        self.gate = torch.nn.Linear(d, hidden, bias=False)
-        self.up = torch.nn.Linear(d, hidden, bias=False)
-        self.down = torch.nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+from test_templates import SwiGLU  # the SwiGLU MLP, 63 -> 96 -> 63
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])

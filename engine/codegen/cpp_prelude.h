@@ -21,36 +21,35 @@ GB_SIMD_DECLARE(erfcf)
 #endif
 
 // Half types live in memory as 16-bit patterns and are computed in float.
+// Note [Branch-free half conversions]: every fp16 load and store of a kernel goes through these two, so they
+// must vectorize: each computes all of its cases (normal, subnormal, inf/NaN) and selects one, without a loop
+// or an early return, which gcc turns into vector compares and blends (gcc 12 does not vectorize _Float16 or
+// F16C conversions by itself). Subnormals are rounded by float arithmetic: adding 0.5f (or subtracting 2^-14)
+// lines the half's mantissa up with the float's, so the FPU rounds to nearest even. Checked bit for bit
+// against the straightforward conversions over every half and every float bit pattern.
+static inline float gb_bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t gb_float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
 static inline float gb_half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
-    if (exponent == 0x1fu) {
-        bits = sign | 0x7f800000u | (mantissa << 13);
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    } else if (mantissa == 0) {
-        bits = sign;
-    } else {  // subnormal half: normalize
-        int shift = 0;
-        while ((mantissa & 0x400u) == 0) { mantissa <<= 1; ++shift; }
-        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    const uint32_t shifted = (uint32_t)(h & 0x7fffu) << 13;  // exponent and mantissa in float position
+    const uint32_t exponent = shifted & 0x0f800000u;
+    const uint32_t normal = shifted + 0x38000000u;  // rebias the exponent: (127 - 15) << 23
+    const uint32_t special = normal + 0x38000000u;  // inf and NaN: exponent 255
+    const float subnormal = gb_bits_float(normal + 0x00800000u) - gb_bits_float(0x38800000u);  // m * 2^-24
+    const uint32_t magnitude = exponent == 0x0f800000u ? special
+                               : exponent == 0 ? gb_float_bits(subnormal) : normal;
+    return gb_bits_float(magnitude | ((uint32_t)(h & 0x8000u) << 16));
 }
 
 static inline uint16_t gb_float_to_half(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
-    if (magnitude >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0));
-    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to infinity
-    if (magnitude < 0x38800000u) {  // subnormal or zero half: let float arithmetic round it
-        float scaled = std::fabs(f) * 16777216.0f;  // 2^24
-        return (uint16_t)(sign | (uint32_t)std::nearbyint(scaled));
-    }
-    uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);  // round to nearest even
-    return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
+    const uint32_t bits = gb_float_bits(f);
+    const uint32_t magnitude = bits & 0x7fffffffu, sign = (bits >> 16) & 0x8000u;
+    const uint32_t special = magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN stays quiet, else infinity
+    const uint32_t subnormal = gb_float_bits(gb_bits_float(magnitude) + 0.5f) - 0x3f000000u;
+    // rebias, then round to nearest even at bit 13 (a carry into the exponent is the right result, up to inf)
+    const uint32_t normal = (magnitude - 0x38000000u + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
+    const uint32_t result = magnitude >= 0x47800000u ? special : magnitude < 0x38800000u ? subnormal : normal;
+    return (uint16_t)(result | sign);
 }
 
 static inline float gb_bf16_to_float(uint16_t h) {

@@ -12,7 +12,7 @@ from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
-from engine.ir.indexing import c_index, simplify_index
+from engine.ir.indexing import FloorDiv, ModIndex, c_index, simplify_index
 from engine.ir.nodes import Buffer
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan, store_node
@@ -178,7 +178,23 @@ class CppPrinter(KernelPrinter):
 
     def index(self, expr) -> tuple[str, bool]:
         expr = simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
-        return c_index(expr), bool(expr.free_symbols & self.varying_symbols)
+        varying = bool(expr.free_symbols & self.varying_symbols)
+        if varying and isinstance(expr, sympy.Add):
+            expr = self._hoist_invariant_divisions(expr)
+        return c_index(expr), varying
+
+    # Note [Hoisted index divisions]
+    # An index that mixes an affine part along the inner loop with divisions and remainders of the outer
+    # variables (a permute's read, 3136*x + 200704*(y / 3136) + y % 56 + ..., or a broadcast over NCHW) stops
+    # gcc from vectorizing the inner loop ("evolution of base is not affine"), even though the divisions do not
+    # change along it. Their sum is computed once above the inner loop instead, as a named offset, and the
+    # inner loop's index becomes that offset plus an affine expression.
+    def _hoist_invariant_divisions(self, expr: sympy.Add) -> sympy.Expr:
+        invariant = [t for t in expr.args if not t.free_symbols & self.varying_symbols]
+        if not any(t.has(FloorDiv, ModIndex) for t in invariant):
+            return expr
+        offset = self.emit(c_index(sympy.Add(*invariant)), torch.int64, False)
+        return sympy.Add(*[t for t in expr.args if t not in invariant]) + sympy.Symbol(str(offset), integer=True)
 
     def _load_memory(self, name, index):
         buffer = self.buffers[name]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sympy
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, emit_stores, finish_kernel, parallel_clause
+from engine.codegen.cpp_printer import CppKernel, CppPrinter, Staging, emit_stores, finish_kernel, parallel_clause
 from engine.codegen.kernel_core import Source
 from engine.codegen.cpp_reduction import reduction_kernel
 from engine.ir.indexing import c_index
@@ -86,6 +86,7 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
     printer = CppPrinter(plan, buffers, x, {y: tiling.y, x: tiling.x})
     printer.substitution = {plan.x: y * tiling.x + x}
     printer.varying_symbols = {x}
+    printer.staging = Staging(y, x, TILE)  # Note [Staged reads]
     with use_handler(printer):
         stores, store_tags = emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
     hoisted, hoisted_tags = printer.take_hoisted()
@@ -95,10 +96,12 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
     with body.block():
         with body.block(f"for (int64_t yo = 0; yo < {Y}; yo += {TILE})", pragma and pragma + " collapse(2)"):
             with body.block(f"for (int64_t xo = 0; xo < {X}; xo += {TILE})"):
-                with body.block(f"for (int64_t y = yo; y < std::min<int64_t>(yo + {TILE}, {Y}); ++y)"):
+                body.add(f"const int64_t ye = std::min<int64_t>(yo + {TILE}, {Y}), "
+                         f"xe = std::min<int64_t>(xo + {TILE}, {X});")
+                printer.staging.emit(body)
+                with body.block("for (int64_t y = yo; y < ye; ++y)"):
                     body.extend(hoisted, hoisted_tags)
-                    with body.block(f"for (int64_t x = xo; x < std::min<int64_t>(xo + {TILE}, {X}); ++x)",
-                                    "#pragma omp simd"):
+                    with body.block("for (int64_t x = xo; x < xe; ++x)", "#pragma omp simd"):
                         body.extend(printer.lines, printer.line_tags)
                         body.extend(stores, store_tags)
     return finish_kernel(kernel, buffers, body, size_symbols, tiling)

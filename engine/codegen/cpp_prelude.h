@@ -22,9 +22,9 @@ GB_SIMD_DECLARE(erfcf)
 
 // Half types live in memory as 16-bit patterns and are computed in float.
 // Note [Branch-free half conversions]: every fp16 load and store of a kernel goes through these two, so they
-// must vectorize: each computes all of its cases (normal, subnormal, inf/NaN) and selects one, without a loop
-// or an early return, which gcc turns into vector compares and blends (gcc 12 does not vectorize _Float16 or
-// F16C conversions by itself). Subnormals are rounded by float arithmetic: adding 0.5f (or subtracting 2^-14)
+// must vectorize: each computes all of its cases (normal, subnormal, inf/NaN) and selects one with bit masks,
+// without a loop, an early return or a ternary (gcc 12 left loops with nested ternaries of mixed widths scalar,
+// and it does not vectorize _Float16 or F16C conversions by itself). Subnormals are rounded by float arithmetic: adding 0.5f (or subtracting 2^-14)
 // lines the half's mantissa up with the float's, so the FPU rounds to nearest even. Checked bit for bit
 // against the straightforward conversions over every half and every float bit pattern.
 static inline float gb_bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -36,19 +36,22 @@ static inline float gb_half_to_float(uint16_t h) {
     const uint32_t normal = shifted + 0x38000000u;  // rebias the exponent: (127 - 15) << 23
     const uint32_t special = normal + 0x38000000u;  // inf and NaN: exponent 255
     const float subnormal = gb_bits_float(normal + 0x00800000u) - gb_bits_float(0x38800000u);  // m * 2^-24
-    const uint32_t magnitude = exponent == 0x0f800000u ? special
-                               : exponent == 0 ? gb_float_bits(subnormal) : normal;
+    const uint32_t is_special = 0u - (uint32_t)(exponent == 0x0f800000u), is_subnormal = 0u - (uint32_t)(exponent == 0);
+    const uint32_t magnitude = (special & is_special) | (gb_float_bits(subnormal) & is_subnormal)
+                               | (normal & ~(is_special | is_subnormal));
     return gb_bits_float(magnitude | ((uint32_t)(h & 0x8000u) << 16));
 }
 
 static inline uint16_t gb_float_to_half(float f) {
     const uint32_t bits = gb_float_bits(f);
     const uint32_t magnitude = bits & 0x7fffffffu, sign = (bits >> 16) & 0x8000u;
-    const uint32_t special = magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN stays quiet, else infinity
+    const uint32_t special = 0x7c00u | (0x200u & (0u - (uint32_t)(magnitude > 0x7f800000u)));  // NaN stays quiet
     const uint32_t subnormal = gb_float_bits(gb_bits_float(magnitude) + 0.5f) - 0x3f000000u;
     // rebias, then round to nearest even at bit 13 (a carry into the exponent is the right result, up to inf)
     const uint32_t normal = (magnitude - 0x38000000u + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
-    const uint32_t result = magnitude >= 0x47800000u ? special : magnitude < 0x38800000u ? subnormal : normal;
+    const uint32_t is_special = 0u - (uint32_t)(magnitude >= 0x47800000u);
+    const uint32_t is_subnormal = 0u - (uint32_t)(magnitude < 0x38800000u);
+    const uint32_t result = (special & is_special) | (subnormal & is_subnormal) | (normal & ~(is_special | is_subnormal));
     return (uint16_t)(result | sign);
 }
 

@@ -145,6 +145,7 @@ class CppPrinter(KernelPrinter):
         self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
         self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
         self.split = False  # a split reduction's chunk loops run on all threads (Note [Split reductions in C++])
+        self.staging: Staging | None = None  # 2D tiles: transposed reads go through a tile (Note [Staged reads])
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -176,8 +177,11 @@ class CppPrinter(KernelPrinter):
     def declare(self, var, text):
         return f"const {c_type(var.dtype)} {var} = {text};"
 
+    def _simplified(self, expr) -> sympy.Expr:
+        return simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
+
     def index(self, expr) -> tuple[str, bool]:
-        expr = simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
+        expr = self._simplified(expr)
         varying = bool(expr.free_symbols & self.varying_symbols)
         if varying and isinstance(expr, sympy.Add):
             expr = self._hoist_invariant_divisions(expr)
@@ -198,8 +202,10 @@ class CppPrinter(KernelPrinter):
 
     def _load_memory(self, name, index):
         buffer = self.buffers[name]
-        text, varying = self.index(buffer.storage_offset(index))
-        access = f"{name}[{text}]"
+        offset = buffer.storage_offset(index)
+        stage = self.staging and self.staging.stage(name, buffer, self._simplified(offset))
+        text, varying = (stage, True) if stage else self.index(offset)
+        access = stage or f"{name}[{text}]"
         if buffer.dtype == torch.float16:
             access = f"gb_half_to_float({access})"
         elif buffer.dtype == torch.bfloat16:
@@ -247,6 +253,55 @@ class CppPrinter(KernelPrinter):
         self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
         name = f"acc_{node}_index" if reduction_type in ("argmax", "argmin") else f"acc_{node}"
         return Var(name, torch.int64 if reduction_type in ("argmax", "argmin") else dtype, False)
+
+
+# Note [Staged reads]
+# In a 2D tile (Note [Blocked loops in C++]) the inner loop runs along X, the output's contiguous axis, so a
+# read that is contiguous along Y instead (x.t(), a permute's input) strides by a row per element: gcc turns it
+# into a gather (float) or leaves the whole loop scalar (16-bit types have no gather). Such a read is staged:
+# before the tile's rows are walked, a copy loop walks the tile along the read's own contiguous axis into a
+# small array laid out like the output (stage[(y - yo) * TILE + (x - xo)]), and the vectorized inner loop
+# reads the array contiguously. The copy keeps the storage type (a half read stays 16-bit until computed).
+STAGE_MIN_STRIDE = 16  # a smaller stride along X is a few cache lines per tile row: read it directly
+
+
+@dataclass
+class Staging:
+    y: sympy.Symbol
+    x: sympy.Symbol
+    tile: int
+    stages: dict = field(default_factory=dict)  # source (name, offset) -> (stage name, storage type)
+
+    def stage(self, name: str, buffer: Buffer, offset: sympy.Expr) -> str | None:
+        """The staged read of buffer `name` at `offset` (an index over y and x), or None to read it directly."""
+        step = sympy.simplify(offset.subs(self.x, self.x + 1) - offset)
+        if not (step.is_Integer and abs(int(step)) >= STAGE_MIN_STRIDE) or self.y not in offset.free_symbols:
+            return None
+        key = (name, offset)
+        if key not in self.stages:
+            self.stages[key] = (f"stage{len(self.stages)}", STORAGE_TYPES[buffer.dtype])
+        return f"{self.stages[key][0]}[({self.y} - {self.y}o) * {self.tile} + ({self.x} - {self.x}o)]"
+
+    def emit(self, body, tag=None) -> None:
+        """Declare and fill every stage of the current tile (inside the tile loops, above its rows). A read that
+        is affine along y (x.t()) is copied along y, contiguous in memory; any other (a permute's, with
+        divisions and remainders of y) walks the tile's rows, with the y-only part of its index computed once per
+        row, and reads a fixed stride along x."""
+        y, x, tile = self.y, self.x, self.tile
+        for stage, storage in self.stages.values():
+            body.add(f"alignas(64) {storage} {stage}[{tile * tile}];", tag)
+        target = f"[({y} - {y}o) * {tile} + ({x} - {x}o)]"
+        for (name, offset), (stage, _) in self.stages.items():
+            if sympy.simplify(offset.subs(y, y + 1) - offset) == 1:
+                with body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; ++{x})"), \
+                        body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; ++{y})"):
+                    body.add(f"{stage}{target} = {name}[{c_index(offset)}];", tag)
+                continue
+            row = sympy.Add(*[t for t in sympy.Add.make_args(offset) if x not in t.free_symbols])
+            with body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; ++{y})"):
+                body.add(f"const int64_t {stage}_row = {c_index(row)};", tag)
+                with body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; ++{x})"):
+                    body.add(f"{stage}{target} = {name}[{stage}_row + {c_index(offset - row)}];", tag)
 
 
 @dataclass

@@ -37,6 +37,7 @@ from torch import nn  # noqa: E402
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 E2E_CASES = ("hf_llama_prefill", "tv_resnet50")
+CANDIDATES_SHOWN_UP_TO = 4  # templates per case whose every autotune candidate is printed
 
 
 class LinearSiLU(nn.Module):
@@ -219,10 +220,13 @@ def autotune_choices(model, inputs, device: str, run_device: str) -> list[dict]:
 def choices_text(reports: list[dict]) -> str:
     lines = []
     for r in reports:
-        for choice in r.get("gb_autotune_choices") or []:
+        choices = r.get("gb_autotune_choices") or []
+        for choice in choices:
             spec = choice.get("gemm") or {}
             lines.append(f"{r['name']} {choice.get('kernel', '?')} {spec.get('M')}x{spec.get('N')}x{spec.get('K')}: "
                          f"winner {choice.get('winner', choice.get('error', '-'))}")
+            if len(choices) > CANDIDATES_SHOWN_UP_TO:  # a whole model: its winners only (the JSON has the rest)
+                continue
             for c in sorted(choice.get("candidates") or [], key=lambda c: c.get("ms") or float("inf")):
                 ms = f"{c['ms']:.4f} ms" if c.get("ms") is not None else f"error {c.get('error', '')[:120]}"
                 lines.append(f"    {c['candidate']:60s} {ms}")

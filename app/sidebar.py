@@ -38,7 +38,7 @@ def render() -> None:
         if applied["label"] == state.PASTED:
             st.caption("Exploring **your code** from the Model code page (pick a sample to switch back).")
         description = state.description_of(state.sample_file_text(st.session_state.sample))
-        if description:
+        if description and applied["label"] != state.PASTED:  # the sample's note is not about pasted code
             with st.expander("About this sample", expanded=False):
                 st.markdown(description_markdown(description))
         st.radio("Backend", list(state.BACKENDS), key="backend", format_func=state.BACKENDS.get, horizontal=True)

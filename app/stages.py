@@ -54,6 +54,7 @@ def _graph_stage(record: Exploration, graph_index: int, key: str, which: str) ->
                                                  value=which == "fx", key=f"{key}_{which}_all")
     graph = _graph(record, graph_index)
     options = ui.collapse_controls(graph, which, f"{key}_{which}_{graph_index}")
+    ui.select_node(options, graph, which)
     # small FX graphs name the kernel(s) each node ended up in: the link from Python to generated code
     options.show_kernel_in_label = which == "fx" and not graphs.big(graph, which)
     kinds = set()
@@ -63,9 +64,9 @@ def _graph_stage(record: Exploration, graph_index: int, key: str, which: str) ->
         kinds.add("module")
     ui.legend(kinds)
     if show_all:
-        ui.show_graph(graphs.record_dot(record, which, options))
+        ui.show_graph(graphs.record_dot(record, which, options), sum(len(getattr(g, which)) for g in all_graphs))
     else:
-        ui.show_graph(graphs.graph_dot(graph, which, options))
+        ui.show_graph(graphs.graph_dot(graph, which, options), len(getattr(graph, which)))
     nodes = getattr(graph, which)
     computing = [n for n in nodes if n.op not in ("placeholder", "output", "get_attr")]
     st.caption(f"graph {graph.index}: {len(computing)} ops, {sum(1 for n in nodes if n.op == 'placeholder')} inputs")
@@ -119,15 +120,29 @@ def fusion_stage(record: Exploration, graph_index: int, key: str) -> None:
     ui.legend(kinds)
     options = ui.collapse_controls(graph, "aten", f"{key}_fusion_{graph_index}")
     options.kernels_as_clusters = True
-    ui.show_graph(graphs.graph_dot(graph, "aten", options))
+    # the decisions table is drawn below the graph, but the row picked in it (kept in session state) is
+    # drawn on the graph now: the producer's ops blue, the consumer's red
+    refused_only = bool(st.session_state.get(f"{key}_refused"))
+    rows = tables.decision_rows(graph, only_refused=refused_only)
+    picked = ui.picked_row(f"{key}_decisions_{graph_index}_{refused_only}", len(rows))
+    if picked is not None:
+        decision = tables.decisions(graph, only_refused=refused_only)[picked]
+        options.highlight_other = frozenset(teaching.decision_ops(graph, decision.producer)["aten"])
+        options.highlight = frozenset(teaching.decision_ops(graph, decision.consumer)["aten"])
+        st.caption(f"Decision {picked + 1}: :blue[producer {md_text(rows[picked]['producer ops'])}] and "
+                   f":red[consumer {md_text(rows[picked]['consumer ops'])}] — "
+                   f"{'fused' if decision.fused else 'not fused'}: {md_text(decision.reason or '')}")
+    else:
+        ui.select_node(options, graph, "aten")
+    ui.show_graph(graphs.graph_dot(graph, "aten", options), len(graph.aten))
     st.markdown("**Kernels** — each with the ops it fused and the bytes it moves")
     st.dataframe(tables.kernel_rows(graph), hide_index=True, width="stretch",
                  column_config={"bytes moved": st.column_config.NumberColumn(format="%d")})
-    refused_only = st.toggle("Only refusals (why not fused)", value=False, key=f"{key}_refused")
-    rows = tables.decision_rows(graph, only_refused=refused_only)
-    st.markdown(f"**Fusion decisions** ({len(rows)})")
+    st.toggle("Only refusals (why not fused)", value=False, key=f"{key}_refused")
+    st.markdown(f"**Fusion decisions** ({len(rows)}) — pick one to see both sides on the graph")
     if rows:
-        st.dataframe(rows, hide_index=True, width="stretch",
+        st.dataframe(rows, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                     key=f"{key}_decisions_{graph_index}_{refused_only}",
                      column_config={"why": st.column_config.TextColumn(width="large")})
 
 

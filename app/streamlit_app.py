@@ -13,7 +13,7 @@ import streamlit as st  # noqa: E402
 
 from app import host_check, sidebar, state  # noqa: E402
 
-st.set_page_config(page_title="Glassbox", page_icon=":material/blur_on:", layout="wide")
+st.set_page_config(page_title="Glassbox", page_icon="🔬", layout="wide")
 host_check.enforce()  # Note [Host check]: a foreign Host header (DNS rebinding) gets nothing
 state.init()
 # less empty space above the page title than Streamlit's default

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
+from app.components import graph_view
 from app.worker import Problem
 from engine.record import Exploration, GraphRecord
 from visualizers import code as code_html
@@ -34,9 +35,11 @@ def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, captio
                                      max_height=max_height))
 
 
-def show_graph(dot: str) -> None:
-    # natural size: stretching would blow a three-node graph up to the pane's width
-    st.graphviz_chart(dot, width="content")
+def show_graph(dot: str, node_count: int = 0) -> None:
+    """Small graphs with st.graphviz_chart; big ones (node_count) in the zoomable viewer (Note [Big graph view])."""
+    if not graph_view.show(dot, node_count):
+        # natural size: stretching would blow a three-node graph up to the pane's width
+        st.graphviz_chart(dot, width="content")
 
 
 def legend(kinds) -> None:
@@ -104,3 +107,54 @@ def collapse_controls(graph: GraphRecord, which: str, key: str) -> graphs.DrawOp
 def bytes_text(count) -> str:
     from visualizers.tables import human_bytes
     return human_bytes(count)
+
+
+def picked_row(key: str, count: int) -> int | None:
+    """The row picked in the st.dataframe under `key` (on_select), read before the table is drawn again."""
+    event = st.session_state.get(key)
+    try:
+        rows = list(event["selection"]["rows"])
+    except (KeyError, TypeError):
+        return None
+    return rows[0] if rows and 0 <= rows[0] < count else None
+
+
+def selected_names(graph: GraphRecord, which: str, node: str | None) -> frozenset:
+    """The drawn nodes for the selected node: itself, or the ATen nodes an FX node became (and back)."""
+    if not node:
+        return frozenset()
+    nodes = getattr(graph, which)
+    if any(n.name == node for n in nodes):
+        return frozenset([node])
+    if which == "aten":
+        return frozenset(n.name for n in nodes if node in n.fx_origins)
+    return frozenset(o for n in graph.aten if n.name == node for o in n.fx_origins)
+
+
+def select_node(options: graphs.DrawOptions, graph: GraphRecord, which: str) -> None:
+    """Highlight the selected node (session "node", in the URL) and unfold the module it is folded into."""
+    chosen = selected_names(graph, which, st.session_state.get("node"))
+    if not chosen:
+        return
+    options.highlight = chosen
+    paths = graphs.module_paths(graph, which)
+    unfold = {graphs.group_of(paths.get(name, ""), options.collapse_depth) for name in chosen}
+    options.expanded = options.expanded | frozenset(g for g in unfold if g)
+
+
+def node_finder(record: Exploration, graph_index: int) -> None:
+    """Search the graph's nodes by name (type to filter); the pick is highlighted on every graph pane."""
+    if not record.graphs:
+        return
+    graph = record.graphs[min(graph_index, len(record.graphs) - 1)]
+    names = sorted({n.name for nodes in (graph.fx, graph.aten) for n in nodes if n.op != "output"})
+    current = st.session_state.get("node")
+    if st.session_state.get("node_finder") != current:
+        st.session_state.node_finder = current if current in names else None
+
+    def picked() -> None:
+        st.session_state.node = st.session_state.node_finder
+
+    st.selectbox("Find a node", names, key="node_finder", on_change=picked, placeholder=f"search {len(names)} nodes",
+                 help="Type part of a node's name: it is highlighted on the graphs (and unfolded if its module "
+                      "is folded); the link in the address bar keeps it.")

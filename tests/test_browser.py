@@ -262,6 +262,7 @@ def test_hostile_code_shows_a_clear_message_and_the_next_sample_explores(server,
     defaults = {label: page.get_by_label(label, exact=True).input_value() for label in limits} if limits else {}
     set_limits(page, limits)
     wait_idle(page)
+    page.get_by_text("Plain text box").click()  # the code editor is tested in test_browser_explorer.py
     page.locator(".st-key-editor textarea").fill(code)
     start = time.perf_counter()
     page.get_by_role("button", name="Explore", exact=True).click()

@@ -31,6 +31,16 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromi
 SHIFTED = "\r\n\r\n\r\n" + (Path(__file__).resolve().parents[1] / "samples" / "graph_break.py").read_text().replace("\n", "\r\n")
 
 
+EDITOR_FRAME = "iframe[title*=streamlit_ace]"
+
+
+def editor_frame(page):
+    """The code editor's frame, once the page shows one editor (it is remounted when its marks change, and the
+    old frame lingers for a moment)."""
+    page.wait_for_function(f"document.querySelectorAll({EDITOR_FRAME!r}).length == 1", timeout=60_000)
+    return page.frame_locator(EDITOR_FRAME)
+
+
 def shot(page, name: str) -> None:
     folder = os.environ.get("GLASSBOX_SHOTS")
     if folder:
@@ -161,9 +171,9 @@ def test_a_shared_link_opens_the_pasted_model_and_a_dead_link_says_so(browser, s
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{server}/model?code={key}")
     page.get_by_text("your code").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    editor = page.locator("textarea").first
+    editor = editor_frame(page).locator(".ace_content")
     editor.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    assert "torch.tanh(x) * 3.0" in editor.input_value()
+    assert "torch.tanh(x) * 3.0" in editor.inner_text()
     assert f"code={key}" in page.url
     shot(page, "shared_link")
     page.goto(f"{server}/?code={'0' * 24}")
@@ -193,4 +203,146 @@ def test_graph_breaks_page_shows_dynamos_hint_and_the_rewrite(browser, server): 
     assert page.get_by_text("Hint: Use `torch.cond`").count() or page.get_by_text("torch.cond").count()
     assert page.get_by_text("z = torch.where(flag.sum() > 0, torch.relu(y), torch.sigmoid(y))").count()
     shot(page, "breaks_hint")
+    page.close()
+
+
+def localhost_page(browser, server):  # noqa: F811
+    """A page of the app that may reach the app's server and nothing else (the app must work offline)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    fetched: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url.startswith(server) or url.startswith(("data:", "blob:")):
+            request_route.continue_()
+        else:
+            fetched.append(url)
+            request_route.abort()
+    context.route("**/*", route)
+    return context.new_page(), fetched
+
+
+def test_the_code_editor_highlights_numbers_lines_indents_and_marks_lines_offline(browser, server):  # noqa: F811
+    page, fetched = localhost_page(browser, server)
+    page.goto(f"{server}/model?sample=graph_break")
+    page.get_by_text("Explored").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    frame = editor_frame(page)
+    frame.locator(".ace_gutter-cell.ace_warning").first.wait_for(timeout=30_000)
+    source = (Path(__file__).resolve().parents[1] / "samples" / "graph_break.py").read_text()
+    assert frame.locator(".ace_gutter-cell").count() >= len(source.splitlines())  # line numbers
+    assert frame.locator(".ace_keyword").count() > 3  # Python highlighted: def, if, return, ...
+    warned = [int(t) for t in frame.locator(".ace_gutter-cell.ace_warning").all_inner_texts()]
+    breaks = [i for i, line in enumerate(source.splitlines(), 1) if "graph break" in line and "#" in line]
+    assert warned == breaks  # the two graph-break lines, marked in the gutter
+    shot(page, "editor_graph_breaks")
+    frame.locator(".ace_content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text("import torch\n\ndef model(x):\n")
+    page.keyboard.press("Tab")  # indents (4 spaces), not a focus change
+    page.keyboard.insert_text("return torch.relu(x) +* 2\n\nexample_inputs = (torch.randn(4),)\n")
+    assert "    return torch.relu(x)" in frame.locator(".ace_content").inner_text()
+    page.wait_for_timeout(1500)  # the editor sends its text after 200 ms of quiet
+    page.get_by_role("button", name="Explore", exact=True).click()
+    page.get_by_text("There is a problem in the model code").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    frame = editor_frame(page)
+    frame.locator(".ace_gutter-cell.ace_error").first.wait_for(timeout=30_000)
+    assert frame.locator(".ace_gutter-cell.ace_error").all_inner_texts() == ["4"]  # the SyntaxError's line
+    assert frame.locator(".ace_error-marker").count() == 1
+    shot(page, "editor_error_line")
+    page.get_by_role("link", name="Explorer").click()  # an edit survives a visit to another page
+    page.get_by_role("link", name="Model code").click()
+    frame = editor_frame(page)
+    frame.get_by_text("example_inputs").first.wait_for(timeout=30_000)
+    assert "+* 2" in frame.locator(".ace_content").inner_text()
+    assert fetched == []  # nothing but the app's own server: the editor works offline
+    page.close()
+
+
+BIG_MODEL = '''import torch
+from torch import nn
+
+description = "2000 FX nodes: 200 blocks of 10 pointwise ops"
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        x = x * 1.01
+        x = x + 0.1
+        x = torch.tanh(x)
+        x = x - 0.05
+        x = x * 0.99
+        x = torch.sigmoid(x)
+        x = x + 0.2
+        x = x * 1.5
+        x = torch.relu(x)
+        return x - 0.3
+
+
+model = nn.Sequential(*[Block() for _ in range(200)])
+example_inputs = (torch.randn(16, 32),)
+'''
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _time_for_a_big_model():
+    """This module's app server may take long over a 2000-node model (Dynamo alone takes a minute on 2 cores)."""
+    before = os.environ.get("GLASSBOX_APP_TIMEOUT")
+    os.environ["GLASSBOX_APP_TIMEOUT"] = "900"
+    yield
+    if before is None:
+        os.environ.pop("GLASSBOX_APP_TIMEOUT", None)
+    else:
+        os.environ["GLASSBOX_APP_TIMEOUT"] = before
+
+
+def test_a_2000_node_model_side_by_side_zooms_folds_and_finds_a_node(browser, server):  # noqa: F811
+    key = share.store_code(BIG_MODEL)
+    page, fetched = localhost_page(browser, server)
+    page.goto(f"{server}/?code={key}&stage=capture&side=ATen")
+    viewers = page.locator("iframe[srcdoc]")
+    viewers.nth(1).wait_for(timeout=900_000)
+    assert viewers.count() == 2  # FX and ATen graphs side by side, each in the zoomable viewer
+    left = page.frame_locator("iframe[srcdoc] >> nth=0")
+    assert "2002 nodes" in left.locator("#bar").inner_text()  # 2000 ops, the input and the output
+    assert 150 < left.locator("g.node").count() < 400  # folded: one box per block, not 2000
+    assert left.get_by_text("kernel").count() >= 1  # kernels named on the folded boxes
+    before = left.locator("svg").get_attribute("viewBox")
+    left.locator("#zin").click()
+    assert left.locator("svg").get_attribute("viewBox") != before  # zoomed
+    finder = page.get_by_role("combobox", name="Find a node")
+    finder.click()
+    finder.fill("x_1234")
+    page.get_by_role("option", name="x_1234", exact=True).click()
+    page.wait_for_function("document.querySelectorAll('iframe[srcdoc]').length == 2", timeout=60_000)
+    page.wait_for_timeout(2000)
+    left = page.frame_locator("iframe[srcdoc] >> nth=0")
+    left.locator("g.node.gb-selected").first.wait_for(timeout=120_000)  # its module unfolded, the node marked
+    assert "x_1234" in left.locator("g.node.gb-selected").first.inner_text()
+    right = page.frame_locator("iframe[srcdoc] >> nth=1")
+    right.locator("g.node.gb-selected").first.wait_for(timeout=60_000)  # the ATen op it became, on the right
+    assert "node=x_1234" in page.url
+    left.locator("#q").fill("x_1234")
+    assert left.locator("#hits").inner_text() == "1 match"
+    shot(page, "big_graph_side_by_side")
+    assert fetched == []
+    page.close()
+
+
+def test_picking_a_fusion_decision_marks_both_sides_on_the_graph(browser, server):  # noqa: F811
+    page, fetched = localhost_page(browser, server)
+    page.goto(f"{server}/?sample=layernorm&stage=fusion&side=none")
+    page.get_by_text("pick one to see both sides").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    table = page.locator("[data-testid=stDataFrame]").last
+    table.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    box = table.bounding_box()
+    page.mouse.click(box["x"] + 14, box["y"] + 35 + 17)  # the first row's selection marker
+    page.get_by_text("Decision 1:").first.wait_for(timeout=60_000)
+    graph = page.locator(".stGraphVizChart svg").first
+    graph.scroll_into_view_if_needed()
+    strokes = graph.locator("g.node polygon, g.node path").evaluate_all(
+        "nodes => nodes.map(n => n.getAttribute('stroke'))")
+    assert "#2563eb" in strokes and "#dc2626" in strokes  # producer blue, consumer red
+    shot(page, "fusion_decision_picked")
+    assert fetched == []
     page.close()

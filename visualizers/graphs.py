@@ -1,4 +1,4 @@
-"""Record graphs -> Graphviz DOT: FX and ATen graphs with op kinds coloured, kernels as clusters, fallbacks
+"""Record graphs -> Graphviz DOT (built with the graphviz package): FX and ATen graphs with op kinds coloured, kernels as clusters, fallbacks
 marked, graph breaks drawn between subgraphs, and big graphs collapsed by nn.Module path.
 
 A graph here is one entry of record["graphs"]: {"fx": [node], "aten": [node], "ir": {"nodes"}, "kernels": [...]}
@@ -7,7 +7,9 @@ with nodes {name, op, target, args, shape, dtype, source, module_path, (aten) fx
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import graphviz
 
 # kind -> (fill colour, border colour, legend text)
 KIND_STYLE = {
@@ -25,6 +27,7 @@ KIND_STYLE = {
 }
 KIND_PRIORITY = ["fallback", "extern", "template", "reduction", "pointwise", "view"]
 HIGHLIGHT = "#dc2626"
+OTHER_SIDE = "#2563eb"
 FADED = "#9ca3af"
 
 VIEW_WORDS = ("view", "reshape", "permute", "transpose", "expand", "squeeze", "unsqueeze", "slice", "select",
@@ -206,18 +209,21 @@ def big(graph: dict, which: str, limit: int = 30) -> bool:
 # --- DOT --------------------------------------------------------------------------------------------------------
 
 
-def quote(text: str) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+def dot_text(value) -> graphviz.quoting.NoHtml:
+    """Record text as a DOT string: graphviz quotes it; backslashes stay literal, newlines become line breaks,
+    and <...> is never taken for an HTML label (record text may be the user's source)."""
+    return graphviz.nohtml(str(value).replace("\\", "\\\\").replace("\n", "\\n"))
 
 
-def _attrs(**attrs) -> str:
-    return "[" + ", ".join(f"{k}={quote(v)}" for k, v in attrs.items() if v is not None) + "]"
+def _attrs(**attrs) -> dict:
+    return {key: dot_text(value) for key, value in attrs.items() if value is not None}
 
 
 @dataclass
 class DrawOptions:
     kernels_as_clusters: bool = False
-    highlight: frozenset = frozenset()
+    highlight: frozenset = frozenset()  # drawn red, the rest faded
+    highlight_other: frozenset = frozenset()  # drawn blue: the other side of a fusion decision
     collapse_depth: int = 0
     expanded: frozenset = frozenset()  # group keys drawn node by node (as a labelled cluster)
     show_kernel_in_label: bool = False
@@ -226,7 +232,6 @@ class DrawOptions:
 
 @dataclass
 class _Drawn:
-    lines: list[str] = field(default_factory=list)
     first: str | None = None  # where an incoming break edge should land
     last: str | None = None  # where an outgoing break edge should leave
 
@@ -251,6 +256,10 @@ def _node_label(node: dict, kind: str, kernels: list[str], options: DrawOptions)
     return "\n".join(lines)
 
 
+def _few(names: list[str], count: int = 3) -> str:
+    return ", ".join(names[:count]) + (f" +{len(names) - count}" if len(names) > count else "")
+
+
 def _tooltip(node: dict, kernels: list[str], path: str) -> str:
     parts = [f"{node.get('name')}: {node.get('target')}"]
     source = node.get("source")
@@ -263,14 +272,14 @@ def _tooltip(node: dict, kernels: list[str], path: str) -> str:
     return "\n".join(parts)
 
 
-def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, indent: str = "  ") -> _Drawn:
+def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out: graphviz.Digraph) -> _Drawn:
+    """Draw one record graph into `out` (a graph, or a cluster of the record's drawing)."""
     nodes = graph.get(which) or []
     kinds = node_kinds(graph, which)
     kernels = node_kernels(graph, which)
     paths = module_paths(graph, which)
     kernel_kind = {k["name"]: k.get("kind", "") for k in graph.get("kernels") or []}
     drawn = _Drawn()
-    out = drawn.lines
 
     if options.hide_params:
         hidden = param_names(graph, which)
@@ -288,7 +297,7 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, inde
     for node in nodes:
         visible.setdefault(node["name"], f"{prefix}{node['name']}")
 
-    def node_line(node: dict, pad: str = indent) -> str:
+    def draw_node(node: dict, into: graphviz.Digraph) -> None:
         name = node["name"]
         kind = kinds.get(name, "other")
         fill, border, _ = KIND_STYLE.get(kind, KIND_STYLE["other"])
@@ -300,12 +309,14 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, inde
             attrs["shape"] = "oval"
         if kind == "fallback":
             attrs["penwidth"] = "2"
-        if options.highlight:
-            if name in options.highlight:
-                attrs.update(color=HIGHLIGHT, penwidth="3", fontcolor="#000000")
+        if options.highlight or options.highlight_other:
+            if name in options.highlight:  # class: an SVG viewer can find it (app/components/graph_view.py)
+                attrs.update(color=HIGHLIGHT, penwidth="3", fontcolor="#000000", **{"class": "gb-selected"})
+            elif name in options.highlight_other:
+                attrs.update(color=OTHER_SIDE, penwidth="3", fontcolor="#000000")
             else:
                 attrs.update(fontcolor=FADED, color=FADED)
-        return f"{pad}{quote(visible[name])} {_attrs(**attrs)};"
+        into.node(dot_text(visible[name]), **_attrs(**attrs))
 
     individual = [n for n in nodes if visible[n["name"]] == f"{prefix}{n['name']}"]
     # clusters: kernels (fusion groups) when asked, otherwise the expanded modules
@@ -330,28 +341,31 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, inde
                 cluster_attrs[group] = dict(label=group, color="#4338ca", fontcolor="#4338ca", style="rounded,dotted")
     in_cluster = set()
     for number, (key, members) in enumerate(clusters.items()):
-        out.append(f"{indent}subgraph {quote(f'cluster_{prefix}c{number}')} {{")
-        out.append(f"{indent}  " + "; ".join(f"{k}={quote(v)}" for k, v in cluster_attrs[key].items()) + ";")
-        for node in members:
-            out.append(node_line(node, indent + "  "))
-            in_cluster.add(node["name"])
-        out.append(f"{indent}}}")
+        with out.subgraph(name=f"cluster_{prefix}c{number}") as cluster:  # dot boxes subgraphs named cluster*
+            cluster.attr(**_attrs(**cluster_attrs[key]))
+            for node in members:
+                draw_node(node, cluster)
+                in_cluster.add(node["name"])
     for node in individual:
         if node["name"] not in in_cluster:
-            out.append(node_line(node))
+            draw_node(node, out)
     for group, group_nodes in collapsed.items():
         fill, border, _ = KIND_STYLE["module"]
         counts = Counter(kinds.get(n["name"], "other") for n in group_nodes)
         summary = ", ".join(f"{c} {k}" for k, c in counts.most_common(3))
         highlighted = any(n["name"] in options.highlight for n in group_nodes)
-        attrs = dict(label=f"{group}\n{len(group_nodes)} ops: {summary}", shape="box3d", style="filled",
-                     fillcolor=fill, color=HIGHLIGHT if highlighted else border,
+        other = any(n["name"] in options.highlight_other for n in group_nodes)
+        # Note [Kernels when folded]: a folded module still names the kernels its ops run in
+        inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n["name"], [])))
+        ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
+        attrs = dict(label=f"{group}\n{len(group_nodes)} ops: {summary}{ran}", shape="box3d", style="filled",
+                     fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
                      tooltip=f"module {group}: {len(group_nodes)} nodes (expand it to see them)")
-        if highlighted:
+        if highlighted or other:
             attrs["penwidth"] = "3"
-        elif options.highlight:
+        elif options.highlight or options.highlight_other:
             attrs["fontcolor"] = FADED
-        out.append(f"{indent}{quote(group_ids[group])} {_attrs(**attrs)};")
+        out.node(dot_text(group_ids[group]), **_attrs(**attrs))
 
     edges = []
     for node in nodes:
@@ -362,7 +376,7 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, inde
             if edge[0] != edge[1] and edge not in edges:
                 edges.append(edge)
     for source, target in edges:
-        out.append(f"{indent}{quote(source)} -> {quote(target)};")
+        out.edge(dot_text(source), dot_text(target))
 
     inputs = [n for n in nodes if n.get("op") == "placeholder"]
     outputs = [n for n in nodes if n.get("op") == "output"]
@@ -372,27 +386,27 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, inde
     return drawn
 
 
-def _header(title: str | None, direction: str) -> list[str]:
-    lines = ["digraph G {",
-             f"  rankdir={direction}; nodesep=0.25; ranksep=0.35; bgcolor=\"transparent\";",
-             '  node [shape=box, fontname="Helvetica", fontsize=10, margin="0.12,0.05", height=0.3];',
-             '  edge [color="#6b7280", arrowsize=0.6];']
+def _digraph(title: str | None, direction: str) -> graphviz.Digraph:
+    dot = graphviz.Digraph("G", graph_attr=dict(rankdir=direction, nodesep="0.25", ranksep="0.35", bgcolor="transparent"),
+                           node_attr=dict(shape="box", fontname="Helvetica", fontsize="10", margin="0.12,0.05",
+                                          height="0.3"),
+                           edge_attr=dict(color="#6b7280", arrowsize="0.6"))
     if title:
-        lines.append(f"  label={quote(title)}; labelloc=t; fontname=\"Helvetica\"; fontsize=12;")
-    return lines
+        dot.attr(label=dot_text(title), labelloc="t", fontname="Helvetica", fontsize="12")
+    return dot
 
 
 def graph_dot(graph: dict, which: str = "fx", options: DrawOptions | None = None, title: str | None = None,
               direction: str = "TB") -> str:
     """One graph (FX or ATen) as DOT."""
-    options = options or DrawOptions()
-    drawn = _draw_graph(graph, which, f"g{graph.get('index', 0)}_", options)
-    return "\n".join(_header(title, direction) + drawn.lines + ["}"])
+    dot = _digraph(title, direction)
+    _draw_graph(graph, which, f"g{graph.get('index', 0)}_", options or DrawOptions(), dot)
+    return dot.source
 
 
-def wrap(text: str, width: int) -> list[str]:
+def wrap(words: str, width: int) -> list[str]:
     lines, current = [], ""
-    for word in text.split():
+    for word in words.split():
         if current and len(current) + 1 + len(word) > width:
             lines.append(current)
             current = word
@@ -419,30 +433,26 @@ def record_dot(record: dict, which: str = "fx", options: DrawOptions | None = No
     options = options or DrawOptions()
     graphs = record.get("graphs") or []
     breaks = record.get("graph_breaks") or []
-    lines = _header(None, direction)
+    dot = _digraph(None, direction)
     drawn = []
     for graph in graphs:
         index = graph.get("index", len(drawn))
-        part = _draw_graph(graph, which, f"g{index}_", options, indent="    ")
-        lines.append(f"  subgraph {quote(f'cluster_graph{index}')} {{")
-        lines.append(f"    label={quote(f'graph {index}')}; style=\"rounded\"; color=\"#2563eb\"; "
-                     f"fontcolor=\"#2563eb\"; penwidth=1.5;")
-        lines += part.lines
-        lines.append("  }")
-        drawn.append(part)
+        with dot.subgraph(name=f"cluster_graph{index}") as cluster:
+            cluster.attr(label=f"graph {index}", style="rounded", color="#2563eb", fontcolor="#2563eb",
+                         penwidth="1.5")
+            drawn.append(_draw_graph(graph, which, f"g{index}_", options, cluster))
     for number, graph_break in enumerate(breaks):
         marker = f"break{number}"
-        attrs = _attrs(label=break_label(graph_break), shape="octagon", style="filled", fillcolor="#fee2e2",
-                       color="#dc2626", fontcolor="#991b1b", tooltip=str(graph_break.get("reason", "")))
-        lines.append(f"  {quote(marker)} {attrs};")
+        dot.node(marker, **_attrs(label=break_label(graph_break), shape="octagon", style="filled",
+                                  fillcolor="#fee2e2", color="#dc2626", fontcolor="#991b1b",
+                                  tooltip=str(graph_break.get("reason", ""))))
         before = drawn[number] if number < len(drawn) else None
         after = drawn[number + 1] if number + 1 < len(drawn) else None
         if before is not None and before.last:
-            lines.append(f"  {quote(before.last)} -> {quote(marker)} [style=dashed, color=\"#dc2626\"];")
+            dot.edge(dot_text(before.last), marker, style="dashed", color="#dc2626")
         if after is not None and after.first:
-            lines.append(f"  {quote(marker)} -> {quote(after.first)} [style=dashed, color=\"#dc2626\"];")
-    lines.append("}")
-    return "\n".join(lines)
+            dot.edge(marker, dot_text(after.first), style="dashed", color="#dc2626")
+    return dot.source
 
 
 def legend_html(kinds) -> str:
@@ -455,3 +465,22 @@ def legend_html(kinds) -> str:
                      f'border:1.5px solid {border};border-radius:3px;vertical-align:-0.1em;margin-right:4px">'
                      f'</span>{text}</span>')
     return '<div class="gb-legend">' + "".join(chips) + "</div>"
+
+
+# --- fusion decisions on the graph ----------------------------------------------------------------------------
+
+
+def decision_buffers(graph: dict, side: str) -> list[str]:
+    """The IR buffers one side of a fusion decision names. Long groups are written "buf3+...+buf11 (9 nodes)"
+    (engine/schedule); the elided middle is the run of the kernel (or, failing that, the IR list) between the
+    first and last names."""
+    names = [part.strip() for part in str(side or "").split(" (")[0].split("+")]
+    if "..." not in names:
+        return [n for n in names if n]
+    first, last = names[0], names[-1]
+    for order in [k.get("ir_nodes") or [] for k in graph.get("kernels") or []] + [
+            [n.get("name") for n in (graph.get("ir") or {}).get("nodes") or []]]:
+        if first in order and last in order and order.index(first) <= order.index(last):
+            return order[order.index(first):order.index(last) + 1]
+    return [first, last]
+

@@ -4,7 +4,8 @@ They read the typed record (engine/record.py) by attribute; only the record's fr
 `triton` and `template` reports, `verify`) are plain dicts."""
 from __future__ import annotations
 
-from engine.record import Exploration, GraphRecord
+from engine.record import Exploration, FusionDecision, GraphRecord
+from visualizers import teaching
 
 
 def kernel_rows(graph: GraphRecord) -> list[dict]:
@@ -68,10 +69,15 @@ def autotune_rows(graph: GraphRecord) -> list[dict]:
     return rows
 
 
+def decisions(graph: GraphRecord, only_refused: bool = False) -> list[FusionDecision]:
+    return [d for d in (graph.fusion.decisions if graph.fusion else []) if not (only_refused and d.fused)]
+
+
 def decision_rows(graph: GraphRecord, only_refused: bool = False) -> list[dict]:
-    decisions = graph.fusion.decisions if graph.fusion else []
-    return [{"fused": d.fused, "producer": d.producer, "consumer": d.consumer, "kind": d.kind, "why": d.reason}
-            for d in decisions if not (only_refused and d.fused)]
+    # named by the ops the graph draws (and their FX nodes), then by the IR buffers the scheduler names
+    return [{"fused": d.fused, "producer ops": teaching.describe_group(graph, d.producer),
+             "consumer ops": teaching.describe_group(graph, d.consumer), "kind": d.kind, "why": d.reason,
+             "producer": d.producer, "consumer": d.consumer} for d in decisions(graph, only_refused)]
 
 
 def numerics_rows(verify: dict) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.record import Exploration, GraphRecord, IRNode
+from visualizers import graphs
 
 GENERATED = ("pointwise", "reduction", "template")  # kernel kinds whose code we generate; the rest call a library
 
@@ -30,7 +31,7 @@ def _plural(count: int, word: str) -> str:
 def decision_ops(graph: GraphRecord, label: str) -> dict:
     """A fusion group label ("buf3+buf4") -> {"ir": [...], "aten": [...], "ops": [...], "fx": [...]}."""
     ir_nodes, aten = _ir_nodes(graph), {n.name: n for n in graph.aten}
-    names = [part for part in str(label).split("+") if part]
+    names = graphs.decision_buffers(graph, label)
     aten_names = list(dict.fromkeys(a for n in names if n in ir_nodes for a in ir_nodes[n].aten_origins))
     ops = list(dict.fromkeys(_short(aten[a].target) for a in aten_names if a in aten))
     fx = list(dict.fromkeys(f for a in aten_names if a in aten for f in aten[a].fx_origins))

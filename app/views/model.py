@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import inputs as input_specs
 from app import state, ui
+from app.components import code_editor
 from app.safe_text import description_markdown
 
 
@@ -25,20 +26,24 @@ def _prefill_inputs() -> None:
         st.session_state.inputs_prefill = current
 
 
+def _marked_lines() -> tuple[int | None, tuple[int, ...]]:
+    """The explored code's problem line and graph-break lines, while the editor still holds that code."""
+    outcome = state.cached("explore")
+    if outcome is None or state.user_source() != (st.session_state.editor or ""):
+        return None, ()
+    problem_line = outcome.problem.lineno if outcome.problem is not None else None
+    breaks = outcome.record.graph_breaks if outcome.record is not None else []
+    return problem_line, tuple(b.lineno for b in breaks if isinstance(b.lineno, int))
+
+
 def render() -> None:
     st.markdown("### Model code")
     st.caption("A model file defines `model` (an nn.Module instance or a function) and `example_inputs` (a tuple "
                "of tensors); optionally `description`, `dynamic_inputs` and `tolerance`. Edit a sample or paste "
                "your own, then Explore. It runs in a separate worker process with a time limit.")
     _prefill_inputs()
-    edit, view = st.columns(2, gap="medium")
-    st.html("<style>.st-key-editor textarea{font-family:'Source Code Pro',ui-monospace,monospace;"
-            "font-size:13px;line-height:1.45;white-space:pre;tab-size:4}</style>")
-    with edit:
-        st.text_area("Edit or paste Python", key="editor", height=520,
-                     help="Ctrl+Enter applies the edit to the preview; Explore runs it.")
-    with view:
-        ui.show_code(st.session_state.editor or "", "python", caption="preview with line numbers", max_height=540)
+    marked = _marked_lines()
+    code_editor.editor(*marked)
     shapes, dtype_help = st.columns([3, 2], vertical_alignment="bottom")
     shapes.text_input("Example input shapes and dtypes", key="inputs_text",
                       placeholder="e.g. float32[64, 256], int64[8]",
@@ -51,9 +56,10 @@ def render() -> None:
     if st.session_state.get("input_error"):
         st.error(st.session_state.input_error)
     description = state.description_of(st.session_state.editor or "")
+    state.exploration()  # explore now (or fetch), so that a fresh result's lines are marked before it is shown
+    if _inputs_to_prefill() is not None or _marked_lines() != marked:
+        st.rerun()  # the first exploration of this code just told us its input shapes or its lines to mark
     record = ui.explored()
-    if _inputs_to_prefill() is not None:
-        st.rerun()  # the first exploration of this code just told us its input shapes: show them
     if record is None:
         return
     breaks = record.get("graph_breaks") or []

@@ -155,6 +155,7 @@ def node_finder(record: Exploration, graph_index: int) -> None:
     def picked() -> None:
         st.session_state.node = st.session_state.node_finder
 
-    st.selectbox("Find a node", names, key="node_finder", on_change=picked, placeholder=f"search {len(names)} nodes",
+    st.selectbox("Find a node", names, index=None, key="node_finder", on_change=picked,
+                 placeholder=f"search {len(names)} nodes",
                  help="Type part of a node's name: it is highlighted on the graphs (and unfolded if its module "
                       "is folded); the link in the address bar keeps it.")

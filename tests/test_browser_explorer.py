@@ -317,7 +317,7 @@ def test_a_2000_node_model_side_by_side_zooms_folds_and_finds_a_node(browser, se
     page.wait_for_timeout(2000)
     left = page.frame_locator("iframe[srcdoc] >> nth=0")
     left.locator("g.node.gb-selected").first.wait_for(timeout=120_000)  # its module unfolded, the node marked
-    assert "x_1234" in left.locator("g.node.gb-selected").first.inner_text()
+    assert "x_1234" in left.locator("g.node.gb-selected").first.text_content()
     right = page.frame_locator("iframe[srcdoc] >> nth=1")
     right.locator("g.node.gb-selected").first.wait_for(timeout=60_000)  # the ATen op it became, on the right
     assert "node=x_1234" in page.url
@@ -332,7 +332,7 @@ def test_picking_a_fusion_decision_marks_both_sides_on_the_graph(browser, server
     page, fetched = localhost_page(browser, server)
     page.goto(f"{server}/?sample=layernorm&stage=fusion&side=none")
     page.get_by_text("pick one to see both sides").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    table = page.locator("[data-testid=stDataFrame]").last
+    table = page.locator("[data-testid=stDataFrameResizable]").last
     table.scroll_into_view_if_needed()
     page.wait_for_timeout(1000)
     box = table.bounding_box()

@@ -63,7 +63,8 @@ def render() -> None:
                              help="Step through the compiler: each stage's artifact, from your code to timed kernels")
         st.button("▶", key="stage_next", on_click=_step, args=(1,), help="next stage")
     compare.selectbox("Side by side with", ["none"] + stages.STAGES, key="stage_right")
-    ui.node_finder(record, graph_index)
+    with st.columns([2, 5])[0]:
+        ui.node_finder(record, graph_index)
     left_stage = st.session_state.stage_left or "capture"
     right_stage = st.session_state.stage_right
     if right_stage and right_stage != "none":

@@ -38,6 +38,10 @@ def render() -> None:
     _show_trace(record, graph, trace, source)
 
 
+def _select_fx() -> None:
+    st.session_state.node = st.session_state.prov_fx
+
+
 def _pick_trace(graph: dict, start: str, source_lines: list[str]) -> provenance.Trace | None:
     if start == "FX node":
         nodes = provenance.compute_nodes(graph)
@@ -45,8 +49,10 @@ def _pick_trace(graph: dict, start: str, source_lines: list[str]) -> provenance.
             st.info("This graph has no computing node.")
             return None
         names = [n["name"] for n in nodes]
-        chosen = st.selectbox("FX node", names, key="prov_fx", index=_first_compiled(graph, names, provenance.from_fx),
-                              format_func=lambda name: _fx_label(graph, name))
+        selected = st.session_state.get("node")  # the node found on the Explorer page (and in the URL)
+        index = names.index(selected) if selected in names else _first_compiled(graph, names, provenance.from_fx)
+        chosen = st.selectbox("FX node", names, key="prov_fx", index=index,
+                              format_func=lambda name: _fx_label(graph, name), on_change=_select_fx)
         return provenance.from_fx(graph, [chosen])
     if start == "your source line":
         lines = provenance.user_lines_with_nodes(graph)

@@ -108,6 +108,7 @@ def cuda_available() -> bool:
 def init() -> None:
     warm_worker()
     state = st.session_state
+    state.runs = state.get("runs", 0) + 1  # script runs of this session (the code editor tells a page revisit)
     if "sample" not in state:
         # ?sample=NAME links straight to a sample (handy for teaching material); the rest of a shared view is
         # restored by sidebar.restore_from_url

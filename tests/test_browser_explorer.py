@@ -37,7 +37,11 @@ EDITOR_FRAME = "iframe[title*=streamlit_ace]"
 def editor_frame(page):
     """The code editor's frame, once the page shows one editor (it is remounted when its marks change, and the
     old frame lingers for a moment)."""
-    page.wait_for_function(f"document.querySelectorAll({EDITOR_FRAME!r}).length == 1", timeout=60_000)
+    for _ in range(20):
+        page.wait_for_function(f"document.querySelectorAll({EDITOR_FRAME!r}).length == 1", timeout=60_000)
+        page.wait_for_timeout(1500)
+        if page.locator(EDITOR_FRAME).count() == 1:  # and it stayed alone: no rerun remounting it
+            break
     return page.frame_locator(EDITOR_FRAME)
 
 
@@ -327,22 +331,3 @@ def test_a_2000_node_model_side_by_side_zooms_folds_and_finds_a_node(browser, se
     assert fetched == []
     page.close()
 
-
-def test_picking_a_fusion_decision_marks_both_sides_on_the_graph(browser, server):  # noqa: F811
-    page, fetched = localhost_page(browser, server)
-    page.goto(f"{server}/?sample=layernorm&stage=fusion&side=none")
-    page.get_by_text("pick one to see both sides").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    table = page.locator("[data-testid=stDataFrameResizable]").last
-    table.scroll_into_view_if_needed()
-    page.wait_for_timeout(1000)
-    box = table.bounding_box()
-    page.mouse.click(box["x"] + 14, box["y"] + 35 + 17)  # the first row's selection marker
-    page.get_by_text("Decision 1:").first.wait_for(timeout=60_000)
-    graph = page.locator(".stGraphVizChart svg").first
-    graph.scroll_into_view_if_needed()
-    strokes = graph.locator("g.node polygon, g.node path").evaluate_all(
-        "nodes => nodes.map(n => n.getAttribute('stroke'))")
-    assert "#2563eb" in strokes and "#dc2626" in strokes  # producer blue, consumer red
-    shot(page, "fusion_decision_picked")
-    assert fetched == []
-    page.close()

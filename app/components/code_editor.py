@@ -9,8 +9,8 @@ server must not do; Monaco components load Monaco from a CDN. The component is a
 text, so the app's copy (session key "editor", shared with the plain text box) is the source of truth:
 - the editor is seeded with that text and remounted (a fresh key) whenever the text changed outside it (a
   sample picked, Reset, a shared link, the plain box), whenever the marks change (after an Explore), and when
-  Streamlit dropped its state (after visiting another page); a remount starts from the app's current text, so
-  no edit is lost;
+  the previous script run drew no editor (another page was shown: Streamlit dropped its state; state.init
+  counts the runs); a remount starts from the app's current text, so no edit is lost;
 - between remounts its seed stays fixed: passing each returned text back in would race the user's typing.
 AppTest cannot drive an iframe component, and a user may prefer a plain box (screen readers, huge pastes):
 the "Plain text box" toggle shows st.text_area on the same key.
@@ -57,10 +57,12 @@ def editor(problem_line: int | None = None, break_lines: tuple[int, ...] = (), h
     text = state.editor = state.editor or ""  # re-set: a key the plain box last owned would be dropped
     wanted = marks(problem_line, list(break_lines), len(text.splitlines()))
     key = state.get("editor_key")
-    if key is None or key not in state or state.get("editor_seen") != text or state.get("editor_marks") != wanted:
+    revisit = state.get("editor_drawn_in") != state.get("runs", 0) - 1  # the last run drew no editor
+    if key is None or revisit or state.get("editor_seen") != text or state.get("editor_marks") != wanted:
         state.editor_mounts = state.get("editor_mounts", 0) + 1
         key = state.editor_key = f"code_editor_{state.editor_mounts}"
         state.editor_seed, state.editor_marks, state.editor_seen = text, wanted, text
+    state.editor_drawn_in = state.get("runs", 0)
     annotations, markers = state.editor_marks
     value = st_ace(value=state.editor_seed, language="python", theme="chrome", keybinding="vscode",
                    height=height, font_size=13, tab_size=4, show_gutter=True, wrap=False,

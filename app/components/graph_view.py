@@ -53,7 +53,7 @@ top();var picked=svg.querySelector('g.node.gb-selected');if(picked)center(picked
 
 _STYLE = """
 body{margin:0;font-family:system-ui,sans-serif;font-size:13px}
-#bar{display:flex;gap:6px;align-items:center;margin-bottom:4px} #bar input{width:240px}
+#bar{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin-bottom:4px} #bar input{width:170px}
 #view{height:%dpx;border:1px solid #e5e7eb;border-radius:6px;overflow:hidden;cursor:grab;user-select:none}
 g.node.hit polygon,g.node.hit ellipse,g.node.hit path{stroke:#dc2626;stroke-width:5px}
 #hits{color:#6b7280}
@@ -83,6 +83,6 @@ def show(dot: str, node_count: int) -> bool:
     if svg is None:
         st.caption(problem)
         return False
-    components.html(viewer_html(svg, node_count), height=HEIGHT + 40)
+    components.html(viewer_html(svg, node_count), height=HEIGHT + 70)  # the bar may wrap to two lines
     return True
 

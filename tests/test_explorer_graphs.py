@@ -1,0 +1,73 @@
+"""The explorer's graph logic without a browser: a fusion decision's two sides drawn in two colours, elided
+groups read back, folded modules naming their kernels, the selected node unfolded and marked, the big-graph
+viewer's page. (The browser tests in test_browser_explorer.py drive the same views in Chromium.)"""
+from __future__ import annotations
+
+import pytest
+
+import engine
+from app import ui
+from app.components import graph_view
+from engine.record import Exploration, GraphRecord
+from visualizers import graphs, tables, teaching
+
+
+@pytest.fixture(scope="module")
+def layernorm() -> Exploration:
+    import torch
+
+    model = torch.nn.LayerNorm(64)
+    return Exploration.from_json(engine.explore(model, (torch.randn(8, 64),), name="layernorm").to_json())
+
+
+def test_elided_groups_are_read_back_to_their_buffers(layernorm):
+    graph = layernorm.graphs[0]
+    kernel = graph.kernels[0]
+    first, last = kernel.ir_nodes[0], kernel.ir_nodes[-1]
+    label = f"{first}+...+{last} ({len(kernel.ir_nodes)} nodes)"
+    assert graphs.decision_buffers(graph, label) == kernel.ir_nodes
+    assert graphs.decision_buffers(graph, f"{first}+{last}") == [first, last]
+
+
+def test_decisions_name_ops_and_their_sides_are_drawn_in_two_colours(layernorm):
+    graph = layernorm.graphs[0]
+    rows = tables.decision_rows(graph)
+    assert rows and all(not row["producer ops"].startswith("buf") for row in rows)
+    decision = next(d for d in tables.decisions(graph)
+                    if set(teaching.decision_ops(graph, d.consumer)["aten"])
+                    - set(teaching.decision_ops(graph, d.producer)["aten"]))
+    options = graphs.DrawOptions(kernels_as_clusters=True,
+                                 highlight_other=frozenset(teaching.decision_ops(graph, decision.producer)["aten"]),
+                                 highlight=frozenset(teaching.decision_ops(graph, decision.consumer)["aten"]))
+    dot = graphs.graph_dot(graph, "aten", options)
+    assert graphs.OTHER_SIDE in dot and graphs.HIGHLIGHT in dot and graphs.FADED in dot
+
+
+def _chain(blocks: int, per_block: int) -> GraphRecord:
+    fx = [{"name": "x", "op": "placeholder", "target": "x", "args": [], "shape": ["8"], "dtype": "float32"}]
+    for i in range(blocks * per_block):
+        fx.append({"name": f"op{i}", "op": "call_function", "target": "add", "args": [fx[-1]["name"]],
+                   "shape": ["8"], "dtype": "float32", "module_path": str(i // per_block)})
+    fx.append({"name": "output", "op": "output", "target": "output", "args": [fx[-1]["name"]]})
+    kernels = [{"name": f"kernel_{b}", "kind": "pointwise", "fx_origins": [f"op{b * per_block + j}"
+                                                                           for j in range(per_block)]}
+               for b in range(blocks)]
+    return GraphRecord.from_json({"index": 0, "fx": fx, "aten": [], "kernels": kernels})
+
+
+def test_folded_modules_name_their_kernels_and_the_selected_node_is_unfolded():
+    graph = _chain(200, 10)  # 2000 nodes
+    depth = graphs.auto_depth(graph, "fx")
+    folded = graphs.graph_dot(graph, "fx", graphs.DrawOptions(collapse_depth=depth))
+    assert folded.count("box3d") == 200 and "1 kernel: kernel_123" in folded
+    options = graphs.DrawOptions(collapse_depth=depth)
+    options.highlight = ui.selected_names(graph, "fx", "op1234")
+    paths = graphs.module_paths(graph, "fx")
+    options.expanded = frozenset([graphs.group_of(paths["op1234"], depth)])
+    dot = graphs.graph_dot(graph, "fx", options)
+    assert "gb-selected" in dot and "op1234 = add" in dot and dot.count("box3d") == 199
+
+
+def test_the_big_graph_viewer_is_one_offline_page():
+    page = graph_view.viewer_html("<svg viewBox='0 0 10 10'><g class='node'><title>a</title></g></svg>", 2002)
+    assert "2002 nodes" in page and "<svg" in page and "src=" not in page and "href=" not in page

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import sympy
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, Staging, emit_stores, finish_kernel, parallel_clause
-from engine.codegen.kernel_core import Source
+from engine.codegen.cpp_printer import CppKernel, CppPrinter, Staging, finish_kernel, parallel_clause
+from engine.codegen.kernel_core import Source, emit_stores
 from engine.codegen.cpp_reduction import reduction_kernel
 from engine.ir.indexing import c_index
 from engine.ir.ops import use_handler
@@ -61,7 +61,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     printer = CppPrinter(plan, buffers, xi, {xo: outer, xi: inner})
     printer.substitution = {plan.x: xo * inner + xi}
     with use_handler(printer):
-        stores, store_tags = emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
+        stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
     hoisted, hoisted_tags = printer.take_hoisted()
     body = Source()
     with body.block():
@@ -88,7 +88,7 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
     printer.varying_symbols = {x}
     printer.staging = Staging(y, x, TILE)  # Note [Staged reads]
     with use_handler(printer):
-        stores, store_tags = emit_stores([n for n in kernel.nodes if n.name in kernel.stored], plan, printer)
+        stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
     hoisted, hoisted_tags = printer.take_hoisted()
     Y, X = c_index(tiling.y), c_index(tiling.x)
     pragma = parallel_clause(tiling.y * tiling.x)

@@ -10,12 +10,11 @@ import torch
 
 from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
 from engine.codegen.kernel_printer import KernelPrinter
-from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import FloorDiv, ModIndex, c_index, simplify_index
 from engine.ir.nodes import Buffer
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import KernelPlan, store_node
+from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.tiling import Tiling
 
 C_TYPES = {
@@ -332,15 +331,6 @@ def _store_text(node: Buffer, index_text: str, value: Var) -> str:
     else:
         value_text = f"{value}"
     return f"{node.name}[{index_text}] = {value_text};"
-
-
-def emit_stores(nodes: list[Buffer], plan: KernelPlan, printer: CppPrinter) -> tuple[list[str], list]:
-    """Compute each node at the index the kernel stores it (its body lines go to the printer)."""
-    printer.stores = []
-    for node in nodes:
-        printer.tag = LineTag(node.name)
-        store_node(plan, node)
-    return [line for line, _ in printer.stores], [tag for _, tag in printer.stores]
 
 
 def _signature(kernel: Kernel, buffers: dict, body_text: str, size_symbols) -> tuple[str, list[str], list[str]]:

@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 import sympy
 
-from engine.codegen.cpp_printer import (CppKernel, CppPrinter, c_constant, c_type, emit_stores,
-                                        finish_kernel, parallel_clause)
-from engine.codegen.kernel_core import Source, run_pass, stores_by_role
+from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
+from engine.codegen.kernel_core import Source, emit_stores, run_pass, stores_by_role
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import c_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import Inliner, KernelPlan, reduction_passes, store_row_value
+from engine.schedule.kernel_plan import Inliner, KernelPlan, reduction_passes
 from engine.schedule.online_softmax import online_passes
 from engine.schedule.tiling import Tiling
 
@@ -67,15 +66,12 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
 def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, body: Source) -> None:
     """After the passes: store per-row values, then one more loop over the row for full-size outputs."""
     stored_rows, stored_full = stores_by_role(kernel, plan)
-    for node in stored_rows:
-        printer.tag = LineTag(node.name)
-        printer.stores = []
-        store_row_value(plan, node, printer.accumulators)
-        body.extend(*printer.take_hoisted())
-        body.extend([line for line, _ in printer.stores], [tag for _, tag in printer.stores])
+    stores, store_tags = emit_stores(printer, plan, stored_rows, per_row=True)
+    body.extend(*printer.take_hoisted())
+    body.extend(stores, store_tags)
     if stored_full:
         printer.start_inner_loop()
-        stores, store_tags = emit_stores(stored_full, plan, printer)
+        stores, store_tags = emit_stores(printer, plan, stored_full)
         body.extend(*printer.take_hoisted())
         pragma = "#pragma omp parallel for simd" if printer.split else "#pragma omp simd"
         with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
@@ -333,13 +329,10 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             # the per-output stores, in a fresh scope: nothing computed in the loops above is visible here
             printer.start_inner_loop()
             printer._cache, printer._indirect_cache, printer.inliner.memo = {}, {}, {}
-            printer.stores = []
-            for node in kernel.nodes:
-                if node.name in kernel.stored:
-                    printer.tag = LineTag(node.name)
-                    store_row_value(plan, node, printer.accumulators)
+            stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored],
+                                             per_row=True)
             body.extend(*printer.take_hoisted())
             with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)", "#pragma omp simd"):
                 body.extend(printer.lines, printer.line_tags)
-                body.extend([line for line, _ in printer.stores], [tag for _, tag in printer.stores])
+                body.extend(stores, store_tags)
     return finish_kernel(kernel, buffers, body, size_symbols, tiling)

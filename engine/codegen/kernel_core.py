@@ -7,8 +7,8 @@ Every generated kernel is built from the same pieces, whatever the language:
   passes      a reduction kernel's passes over each row, each reduction's loop body run through the printer
               at (row, r), the pass's ops.reduction calls collected for the backend to accumulate
               (`run_pass`, Note [Kernel body] in engine/schedule/kernel_plan.py)
-  stores      per-row values stored once per row after the passes, full-size values in one more loop over
-              the row (`stores_by_role`)
+  stores      each stored node's body at its index, then ops.store (`emit_stores`): per-row values once per
+              row after the passes, full-size values in one more loop over the row (`stores_by_role`)
   signature   the buffers it reads (those the body really loads) then those it stores, then the size
               symbols the body names (`buffer_arguments`, `size_arguments`)
 C++ (engine/codegen/cpp*.py) and Triton (engine/codegen/triton.py) put these into their own loop shapes:
@@ -23,7 +23,7 @@ from typing import Callable
 from engine.codegen.provenance import LineTag
 from engine.ir.nodes import Buffer, Reduction
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import KernelPlan, reduce_node
+from engine.schedule.kernel_plan import KernelPlan, reduce_node, store_node, store_row_value
 
 
 class Source:
@@ -74,6 +74,21 @@ def run_pass(printer, plan: KernelPlan, group: list[Reduction], skip=frozenset()
         printer.tag = LineTag(node.name)
         printer.accumulators[node.name] = reduce_node(plan, node)
     return printer.pass_reductions
+
+
+def emit_stores(printer, plan: KernelPlan, nodes: list[Buffer], per_row: bool = False) -> tuple[list[str], list]:
+    """Each node computed where the kernel stores it, then ops.store (`per_row`: once per row, a reduction's
+    row value or a per-row node). The bodies' lines stay in the printer (its loop and hoisted scopes); the
+    store lines and their tags are returned, to go after them."""
+    printer.stores = []
+    for node in nodes:
+        printer.tag = LineTag(node.name)
+        if per_row:
+            store_row_value(plan, node, printer.accumulators)
+        else:
+            store_node(plan, node)
+    stores, printer.stores = printer.stores, []
+    return [line for line, _ in stores], [tag for _, tag in stores]
 
 
 def stores_by_role(kernel: Kernel, plan: KernelPlan) -> tuple[list[Buffer], list[Buffer]]:

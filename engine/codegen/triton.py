@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from engine.codegen.kernel_core import PythonSource, buffer_arguments, run_pass, size_arguments, stores_by_role
+from engine.codegen.kernel_core import (PythonSource, buffer_arguments, emit_stores, run_pass, size_arguments,
+                                        stores_by_role)
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
@@ -29,8 +30,7 @@ from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
 from engine.schedule.split import is_split_stage, split_refusal
 from engine.schedule.tiling import Tiling, choose_tiling
-from engine.schedule.kernel_plan import (KernelPlan, reduction_passes, store_node,
-                                         store_row_value)
+from engine.schedule.kernel_plan import KernelPlan, reduction_passes
 
 SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display extras)
     torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
@@ -216,20 +216,12 @@ def _r_header(body: PythonSource, plan: KernelPlan, masks: dict, int64: bool, st
         body.add("xrmask = xmask & rmask")
 
 
-def _take_stores(printer: TritonPrinter) -> list[tuple[str, LineTag]]:
-    stores, printer.stores = printer.stores, []
-    return stores
-
-
 def _store_every_output(kernel, plan, printer, body, dims, shape):
     """A pointwise kernel's body: each stored node computed at its index and stored over the block."""
     printer.store_dims, printer.store_shape = dims, shape
-    for node in [n for n in kernel.nodes if n.name in kernel.stored]:
-        printer.tag = LineTag(node.name)
-        store_node(plan, node)
+    stores = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
     body.extend(*printer.take())
-    for line, tag in _take_stores(printer):
-        body.add(line, tag)
+    body.extend(*stores)
 
 
 def _pointwise_body(kernel, plan, printer, body, masks, int64):
@@ -408,33 +400,25 @@ def _r_loop(body, plan, masks, int64, printer, tail):
 def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
     rows, full = stores_by_role(kernel, plan)
     printer.store_dims, printer.store_shape = X, "[XBLOCK, 1]"
-    for node in rows:
-        printer.tag = LineTag(node.name)
-        store_row_value(plan, node, printer.accumulators)
-    stores = _take_stores(printer)
+    stores = emit_stores(printer, plan, rows, per_row=True)
     body.extend(*printer.take_hoisted())
     if form == "persistent":
         body.extend(printer.lines, printer.line_tags)
         printer.lines, printer.line_tags = [], []
-    for line, tag in stores:
-        body.add(line, tag)
+    body.extend(*stores)
     if not full:
         return
     if form != "persistent":
         printer.start_inner_loop()
         printer.eviction = _eviction(0, 1) if form == "looped" else None
     printer.store_dims, printer.store_shape = XR, "[XBLOCK, RBLOCK]"
-    for node in full:
-        printer.tag = LineTag(node.name)
-        store_node(plan, node)
-    stores = _take_stores(printer)
+    stores = emit_stores(printer, plan, full)
     body.extend(*printer.take_hoisted())
     if form == "persistent":
         body.extend(*printer.take())
-        for line, tag in stores:
-            body.add(line, tag)
+        body.extend(*stores)
     else:
-        _r_loop(body, plan, masks, int64, printer, stores)
+        _r_loop(body, plan, masks, int64, printer, list(zip(*stores)))
 
 
 def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:

@@ -144,6 +144,7 @@ class CppPrinter(KernelPrinter):
         self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
         self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
         self.split = False  # a split reduction's chunk loops run on all threads (Note [Split reductions in C++])
+        self.rounded: dict[str, tuple] = {}  # a to_dtype(half) value -> (its dtype, the value before rounding)
         self.staging: Staging | None = None  # 2D tiles: transposed reads go through a tile (Note [Staged reads])
 
     def _compute(self, node, index):
@@ -221,10 +222,11 @@ class CppPrinter(KernelPrinter):
     def to_dtype(self, x, dtype):
         if dtype == torch.bool:
             return self.emit(f"({x} != 0)", dtype, x.varying)
-        if dtype == torch.float16:
-            return self.emit(f"gb_round_half(static_cast<float>({x}))", dtype, x.varying)
-        if dtype == torch.bfloat16:
-            return self.emit(f"gb_round_bf16(static_cast<float>({x}))", dtype, x.varying)
+        if dtype in (torch.float16, torch.bfloat16):
+            rounding = "gb_round_half" if dtype == torch.float16 else "gb_round_bf16"
+            rounded = self.emit(f"{rounding}(static_cast<float>({x}))", dtype, x.varying)
+            self.rounded[str(rounded)] = (dtype, x)
+            return rounded
         return self.emit(f"static_cast<{c_type(dtype)}>({x})", dtype, x.varying)
 
     def where(self, cond, a, b):
@@ -241,6 +243,9 @@ class CppPrinter(KernelPrinter):
     # -- kernel structure (Note [Kernel structure ops]) -----------------------------------------------------
     def store(self, name, index, value):
         index_text, _ = self.index(self.buffers[name].storage_offset(index))
+        dtype, unrounded = self.rounded.get(str(value), (None, None))
+        if dtype == self.buffers[name].dtype:  # the store rounds to that type itself: round once, not twice
+            value = unrounded
         self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
 
     def store_reduction(self, name, index, value):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import sympy
 
 PERSISTENT_LIMIT = 8192
+GPU_SMS = 132  # an H200's streaming multiprocessors: the column form wants at least a program for each
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
 
 
@@ -62,8 +63,13 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
         if interpreter:
             xblock = min(most_rows, 1024)
             return LaunchConfig(xblock, max(1, min(most_red, INTERPRETER_TILE // xblock)), 4)
-        # many outputs a program (one 128-byte line or two per reduction step), enough programs to fill the SMs
-        return LaunchConfig(min(32 if rows is not None and rows < 16384 else 64, most_rows), 64, 8)
+        # many outputs a program (one 128-byte line or two per reduction step), enough programs to fill the SMs:
+        # few outputs (a batch-8 squeeze-excitation mean over 128 channels has 1024) take fewer a program, down
+        # to one 32-byte sector of float32, so that there is a program for each SM
+        xblock = min(32 if rows is not None and rows < 16384 else 64, most_rows)
+        while rows is not None and xblock > 8 and -(-rows // xblock) < GPU_SMS:
+            xblock //= 2
+        return LaunchConfig(xblock, 64, 8 if xblock >= 32 else 4)
     if form == "pointwise":
         xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
         return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))

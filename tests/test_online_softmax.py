@@ -54,6 +54,8 @@ SPECIAL_ROWS = {
     "masked": lambda x: x.masked_fill(torch.arange(x.shape[1]) % 3 == 0, float("-inf")),
     "all_masked_row": lambda x: x.index_fill(0, torch.tensor([1]), float("-inf")),
     "nan": lambda x: x.index_put((torch.tensor([0]), torch.tensor([5000])), torch.tensor(float("nan"))),
+    "positive_infinity": lambda x: x.index_put((torch.tensor([2, 2, 0]), torch.tensor([77, 6000, 8192])),
+                                               torch.tensor(float("inf"))),  # eager: NaN rows, not finite sums
     "large": lambda x: x * 1000,  # exp overflows without the max taken out first
     "growing": lambda x: x + torch.arange(x.shape[1]) * 0.01,  # the max grows all along: many rescales
 }

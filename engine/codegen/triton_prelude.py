@@ -223,12 +223,13 @@ def gb_argmin_row(values, indices, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
 
 # Online softmax (Note [Online softmax] in engine/schedule/online_softmax.py): a running max m and a sum s of
 # exp(v - m), rescaled when the max grows. Masked-off lanes hold -inf (the max's identity) and leave s alone;
-# NaN propagates into both as in the two-pass form.
+# NaN propagates into both as in the two-pass form. A new max v adds exp(v - v): 1, except for v = +inf, where
+# the two-pass form adds exp(inf - inf) = NaN and eager's row becomes NaN; so does this one.
 @triton.jit
 def gb_online_softmax_combine(m, s, v):
     bigger = v > m
     scale = tl.exp(tl.where(bigger, m - v, v - m))
-    grown = tl.where(bigger, s * scale + 1.0, s + scale)
+    grown = tl.where(bigger, s * scale + tl.where(v == float("inf"), float("nan"), 1.0), s + scale)
     return gb_maximum(m, v), tl.where(v == float("-inf"), s, grown)
 
 

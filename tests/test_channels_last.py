@@ -114,11 +114,25 @@ def _grouped(x, weight):
 def test_cuda_heuristic_weighs_the_convolutions_flops():
     """On CUDA, inference graphs go channels-last unless grouped convolutions (more than one input channel per
     group: slower in NHWC) carry the FLOPs; training graphs keep eager's strides."""
-    inputs = [torch.randn(2, 3, 6, 7), torch.randn(16, 3, 3, 3), torch.randn(16, 1, 3, 3), torch.randn(24, 16, 1, 1)]
+    half = dict(dtype=torch.float16)
+    inputs = [torch.randn(2, 3, 6, 7, **half), torch.randn(16, 3, 3, 3, **half), torch.randn(16, 1, 3, 3, **half),
+              torch.randn(24, 16, 1, 1, **half)]
     gm = make_fx(_convnet, tracing_mode="fake")(*inputs)
     on = layout.decide_layout(gm, "cuda", "inference")
     assert on.channels_last and "small" in on.reason and on.preferred, on
     assert not layout.decide_layout(gm, "cuda", "forward").channels_last
-    grouped = make_fx(_grouped, tracing_mode="fake")(torch.randn(2, 16, 8, 8), torch.randn(16, 8, 3, 3))
+    grouped = make_fx(_grouped, tracing_mode="fake")(torch.randn(2, 16, 8, 8, **half), torch.randn(16, 8, 3, 3, **half))
     off = layout.decide_layout(grouped, "cuda", "inference")
     assert not off.channels_last and "grouped" in off.reason, off
+
+
+def test_float32_convolutions_stay_nchw_while_cudnn_may_use_tf32(monkeypatch):
+    """Note [Channels-last and TF32]: cuDNN's NHWC float32 kernels compute in TF32, eager's NCHW ones did not."""
+    inputs = [torch.randn(2, 3, 6, 7), torch.randn(16, 3, 3, 3), torch.randn(16, 1, 3, 3), torch.randn(24, 16, 1, 1)]
+    gm = make_fx(_convnet, tracing_mode="fake")(*inputs)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    kept = layout.decide_layout(gm, "cuda", "inference")
+    assert not kept.channels_last and "TF32" in kept.reason, kept
+    assert layout.decide_layout(gm, "cuda", "inference", "channels_last").channels_last  # forcing still works
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert layout.decide_layout(gm, "cuda", "inference").channels_last

@@ -448,7 +448,8 @@ def run_cases(case_list: list[dict], device: str, measure, args, label: str) -> 
             traceback.print_exc()
             reports.append({"name": case["name"], "mode": case.get("mode", "default"),
                             "error": f"{type(error).__name__}: {str(error)[:300]}"})
-        if device == "cuda":
+        print(table(reports[-1:]).splitlines()[2], flush=True)  # each row as it is measured: a run stopped
+        if device == "cuda":                                     # by a time limit keeps what it measured
             torch.cuda.empty_cache()
     print(table(reports), flush=True)
     return reports

@@ -68,6 +68,7 @@ def test_a_failing_bench_job_shows_its_structured_error_in_the_app(monkeypatch):
     at = AppTest.from_file(APP, default_timeout=420)
     at.run()
     at.switch_page("views/model.py").run()
+    at.toggle(key="plain_editor").set_value(True).run()  # AppTest cannot type into the code editor
     at.text_area(key="editor").input(TIRED_CODE)
     at.button(key="explore_button").click().run()
     assert not at.exception, at.exception

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from engine.tools.zoo import LogitsOnly  # noqa: E402
 from tiling_cases import column_sum, cross_entropy, log_softmax, permute_add, softmax, sum_dim1, transposed_add  # noqa: E402,E501
 
 
@@ -43,17 +44,8 @@ def qwen3_model(dtype: torch.dtype, hidden: int = 256, layers: int = 2, heads: i
                                           num_hidden_layers=layers, num_attention_heads=heads,
                                           num_key_value_heads=heads // 2, head_dim=hidden // heads,
                                           max_position_embeddings=4 * seq)
-        model = _Logits(transformers.Qwen3ForCausalLM(config).to(dtype).eval())
+        model = LogitsOnly(transformers.Qwen3ForCausalLM(config).to(dtype).eval())
         return model, (torch.randint(0, vocab, (1, seq)),)
-
-
-class _Logits(nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids):
-        return self.model(input_ids=ids, use_cache=False).logits
 
 
 def _layernorm_bf16(width: int) -> nn.Module:

@@ -329,25 +329,29 @@ def _first_call(runner, inputs, device, start) -> float:
 # --- reporting -----------------------------------------------------------------------------------------------
 
 
-def table(reports: list[dict]) -> str:
-    header = (f"{'case':32s} {'eager ms':>9s} {'glassbox':>9s} {'inductor':>9s} {'eager GB/s':>10s} "
-              f"{'gb GB/s':>9s} {'ind GB/s':>9s} {'eager/gb':>8s} {'ind/gb':>7s}  notes")
-    lines = [header, "-" * len(header)]
+TABLE_HEADER = (f"{'case':32s} {'eager ms':>9s} {'glassbox':>9s} {'inductor':>9s} {'eager GB/s':>10s} "
+                f"{'gb GB/s':>9s} {'ind GB/s':>9s} {'eager/gb':>8s} {'ind/gb':>7s}  notes")
 
-    def fmt(value, spec):
-        return format(value, spec) if isinstance(value, (int, float)) and not math.isnan(value) else "-"
 
-    for r in reports:
-        notes = r.get("error", "")
-        for name in ("glassbox", "inductor"):
-            if r.get(f"{name}_ok") is False:
-                notes += f" {name} WRONG (max abs err {r.get(f'{name}_max_abs_err'):.3g})"
-        lines.append(
-            f"{r['name']:32s} {fmt(r.get('eager_ms'), '9.4f')} {fmt(r.get('glassbox_ms'), '9.4f')} "
-            f"{fmt(r.get('inductor_ms'), '9.4f')} {fmt(r.get('eager_gbps'), '10.0f')} "
-            f"{fmt(r.get('glassbox_gbps'), '9.0f')} {fmt(r.get('inductor_gbps'), '9.0f')} "
-            f"{fmt(r.get('eager_over_glassbox'), '8.2f')} {fmt(r.get('inductor_over_glassbox'), '7.2f')}  "
+def _fmt(value, spec):
+    return format(value, spec) if isinstance(value, (int, float)) and not math.isnan(value) else "-"
+
+
+def table_row(r: dict) -> str:
+    """One case's line of the table."""
+    notes = r.get("error", "")
+    for name in ("glassbox", "inductor"):
+        if r.get(f"{name}_ok") is False:
+            notes += f" {name} WRONG (max abs err {r.get(f'{name}_max_abs_err'):.3g})"
+    return (f"{r['name']:32s} {_fmt(r.get('eager_ms'), '9.4f')} {_fmt(r.get('glassbox_ms'), '9.4f')} "
+            f"{_fmt(r.get('inductor_ms'), '9.4f')} {_fmt(r.get('eager_gbps'), '10.0f')} "
+            f"{_fmt(r.get('glassbox_gbps'), '9.0f')} {_fmt(r.get('inductor_gbps'), '9.0f')} "
+            f"{_fmt(r.get('eager_over_glassbox'), '8.2f')} {_fmt(r.get('inductor_over_glassbox'), '7.2f')}  "
             f"{notes.strip()}")
+
+
+def table(reports: list[dict]) -> str:
+    lines = [TABLE_HEADER, "-" * len(TABLE_HEADER), *map(table_row, reports)]
     lines.append("eager/gb and ind/gb above 1 mean Glassbox is faster; GB/s = (distinct input bytes + output bytes) "
                  "/ time.")
     return "\n".join(lines)
@@ -448,8 +452,8 @@ def run_cases(case_list: list[dict], device: str, measure, args, label: str) -> 
             traceback.print_exc()
             reports.append({"name": case["name"], "mode": case.get("mode", "default"),
                             "error": f"{type(error).__name__}: {str(error)[:300]}"})
-        print(table(reports[-1:]).splitlines()[2], flush=True)  # each row as it is measured: a run stopped
-        if device == "cuda":                                     # by a time limit keeps what it measured
+        print(table_row(reports[-1]), flush=True)  # each row as it is measured: a run stopped by a time
+        if device == "cuda":                         # limit keeps what it measured
             torch.cuda.empty_cache()
     print(table(reports), flush=True)
     return reports

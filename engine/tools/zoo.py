@@ -54,10 +54,10 @@ def _transformers_lm(kind: str, small: bool, batch: int, tokens: int):
                                          n_positions=1024)
         model = transformers.GPT2LMHeadModel(config)
     ids = torch.randint(0, vocab, (batch, tokens))
-    return _LogitsOnly(model.eval()), (ids,)
+    return LogitsOnly(model.eval()), (ids,)
 
 
-class _LogitsOnly(torch.nn.Module):
+class LogitsOnly(torch.nn.Module):
     """A causal LM called without a cache, returning its logits (the tensor a benchmark compares)."""
 
     def __init__(self, model):

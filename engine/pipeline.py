@@ -197,7 +197,7 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
     call = load_wrapper(generated.wrapper, namespace)
     if options.mode == "reduce-overhead":
-        call = CudaGraphCall(call)
+        call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()))
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

@@ -427,50 +427,73 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 # warm up), records the second call into a torch.cuda.CUDAGraph, and from then on copies the inputs into the
 # recorded input buffers and replays: one launch for the whole graph.
 # Inputs that arrive at the same address on both of the first two calls (parameters, buffers) are recorded in
-# place and not copied; if one of them later moves, or any shape/dtype changes, the graph is recorded again.
+# place and not copied; if one of them later moves, the graph is recorded again.
 # Aliasing: the returned outputs are the graph's own output tensors, overwritten by the next replay (as in
 # torch.compile's mode="reduce-overhead"). Clone an output to keep it across calls.
+#
+# Note [Cheap replay checks]
+# A replay must cost little on the host, and a real model passes every parameter and buffer as an input
+# (MobileNetV3-Small: 245 tensors): a key of every input's shape, strides, dtype and device took ~0.9 ms a
+# call on the CPU, more than the GPU's whole replay (~0.45 ms on the H200), and reduce-overhead ran at twice
+# Inductor's time. What a replay checks is what can change between calls of one compiled graph: Dynamo's
+# guards hold its inputs' dtypes, devices, strides and static sizes to those it was compiled for, so only the
+# values of the graph's size symbols (dynamic shapes) key the recordings, read from the inputs exactly as the
+# wrapper reads them; and the recorded-in-place inputs' data pointers are compared in one C++ call
+# (torch._C._tensors_data_ptrs_at_indices_equal, the check Inductor's CUDA graph trees use; a Python loop
+# where a torch lacks it). The copied inputs (usually the one activation) go in with one foreach copy.
+
+
+def _pointers_equal_python(tensors, pointers, indices) -> bool:
+    return all(tensors[i].data_ptr() == pointers[i] for i in indices)
+
+
+pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None) or _pointers_equal_python
 
 
 class CudaGraphCall:
-    def __init__(self, call: Callable, warmup_calls: int = 1):
+    """`call`, replayed as a CUDA graph (Note [CUDA graph replay]); `sizes` are the graph's size symbols as
+    (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
+
+    def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1):
         self.call = call
+        self.sizes = tuple(sizes)
         self.warmup_calls = warmup_calls
         self.graphs: dict[tuple, dict] = {}
-        self.seen: dict[tuple, list] = {}  # signature -> data pointers of the warm-up calls
+        self.seen: dict[tuple, list] = {}  # key -> data pointers of the warm-up calls
         self._boxed_call = True
 
-    @staticmethod
-    def _signature(args) -> tuple:
-        return tuple((tuple(a.shape), a.stride(), a.dtype, str(a.device)) if isinstance(a, torch.Tensor)
-                     else ("value", a) for a in args)
+    def _key(self, args) -> tuple:
+        return tuple(args[p] if d is None else args[p].size(d) for p, d in self.sizes)
 
     def __call__(self, boxed: list):
         args = list(boxed)
         boxed.clear()  # the boxed calling convention: the caller's list no longer holds the inputs
-        signature = self._signature(args)
-        entry = self.graphs.get(signature)
-        if entry is not None and all(args[i].data_ptr() == ptr for i, ptr in entry["fixed"].items()):
-            for i, static in entry["copied"].items():
-                static.copy_(args[i])
+        key = self._key(args) if self.sizes else ()
+        entry = self.graphs.get(key)
+        if entry is not None and pointers_equal(args, entry["pointers"], entry["fixed"]):
+            if entry["copied"]:
+                torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
             entry["graph"].replay()
             return list(entry["outputs"])
         pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
-        history = self.seen.setdefault(signature, [])
+        history = self.seen.setdefault(key, [])
         history.append(pointers)
         if len(history) <= self.warmup_calls:
             return self.call(list(args))
-        return self._record(signature, args, history)
+        return self._record(key, args, history)
 
-    def _record(self, signature, args, history):
-        fixed = {i: p for i, p in enumerate(history[-1]) if p is not None and all(h[i] == p for h in history)}
-        copied = {i: a.clone() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in fixed}
-        static_args = [copied.get(i, a) for i, a in enumerate(args)]
+    def _record(self, key, args, history):
+        fixed = [i for i, p in enumerate(history[-1]) if p is not None and all(h[i] == p for h in history)]
+        copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]
+        statics = [args[i].clone() for i in copied]
+        static_args = list(args)
+        for i, static in zip(copied, statics):
+            static_args[i] = static
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             outputs = self.call(list(static_args))
-        self.graphs[signature] = {"graph": graph, "fixed": fixed, "copied": copied, "outputs": outputs,
-                                  "inputs": static_args}
+        self.graphs[key] = {"graph": graph, "fixed": fixed, "pointers": history[-1], "copied": copied,
+                            "statics": statics, "outputs": outputs, "inputs": static_args}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)

@@ -1,0 +1,121 @@
+"""CudaGraphCall's replay logic (Note [CUDA graph replay], Note [Cheap replay checks]) on the CPU.
+
+torch.cuda's graph capture is replaced by a stand-in that behaves like one for these calls: while a graph is
+being captured, the test's compiled call records its work (closures over the tensors it was given) instead
+of running it, and replay runs that work again on the very same tensors, as a CUDA graph replays its kernels
+on the recorded addresses. The real CUDA path runs in the GPU tests (test_triton.py, scripts/gpu_check.py).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from engine.codegen import triton_build
+from engine.codegen.triton_build import CudaGraphCall
+
+
+class FakeGraph:
+    capturing = None  # the graph being captured, if any
+
+    def __init__(self):
+        self.work = []
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        for step in self.work:
+            step()
+
+
+@contextlib.contextmanager
+def fake_capture(graph):
+    FakeGraph.capturing = graph
+    try:
+        yield
+    finally:
+        FakeGraph.capturing = None
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", fake_capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+
+def affine(args: list):
+    """A compiled graph's call: out = x * weight + bias, its output allocated by the call (as a wrapper does)."""
+    x, weight, bias = args
+    args.clear()
+    out = torch.empty_like(x)
+
+    def work():
+        torch.add(torch.mul(x, weight), bias, out=out)
+
+    if FakeGraph.capturing is not None:
+        FakeGraph.capturing.work.append(work)
+    else:
+        work()
+    return [out]
+
+
+def test_replays_copy_the_activation_and_read_parameters_in_place(fake_cuda):
+    weight, bias = torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine)
+    for step in range(5):
+        x = torch.randn(8)
+        if step == 3:
+            weight.mul_(2)  # a parameter updated in place keeps its address: the replay sees the new value
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    (entry,) = call.graphs.values()
+    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
+    assert entry["graph"].replays == 4  # calls 2-5: recorded at the second call, which replays once
+
+
+def test_a_parameter_that_moves_is_recorded_again_and_copied_from_then_on(fake_cuda):
+    weight, bias = torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine)
+    for _ in range(3):
+        call([torch.randn(8), weight, bias])
+    first = call.graphs[()]["graph"]
+    weight = torch.randn(8)  # a new tensor: another address
+    for _ in range(2):
+        x = torch.randn(8)
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    entry = call.graphs[()]
+    assert entry["graph"] is not first and entry["copied"] == [0, 1]
+
+
+def test_size_symbols_key_the_recordings(fake_cuda):
+    bias = torch.randn(1)
+    call = CudaGraphCall(affine, sizes=[(0, 0)])  # the graph's one size symbol: dim 0 of input 0
+    for n in (4, 4, 6, 6, 4, 6):
+        x, weight = torch.randn(n), torch.randn(n)
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    assert set(call.graphs) == {(4,), (6,)}
+
+
+def test_the_python_pointer_check_agrees_with_torchs():
+    tensors = [torch.randn(2), 3, torch.randn(2)]
+    pointers = [tensors[0].data_ptr(), None, tensors[2].data_ptr()]
+    assert triton_build._pointers_equal_python(tensors, pointers, [0, 2])
+    assert not triton_build._pointers_equal_python(tensors, [pointers[0], None, 1], [0, 2])
+    assert triton_build.pointers_equal(tensors, pointers, [0, 2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_reduce_overhead_with_dynamic_shapes_replays_each_size():
+    import engine
+
+    fn = lambda t, w: torch.relu(t * w + 1).sum(-1)  # noqa: E731
+    compiled = engine.compile(fn, backend="triton", device="cuda", mode="reduce-overhead", dynamic=True)
+    w = torch.randn(64, device="cuda")
+    for rows in (8, 8, 8, 24, 24, 24, 8):
+        x = torch.randn(rows, 64, device="cuda")
+        torch.testing.assert_close(compiled(x, w).clone(), fn(x, w), atol=1e-5, rtol=1e-5)

@@ -5,6 +5,9 @@
     python scripts/train_bench.py --device cuda         # H200: bf16 transformer block (B=8, T=1024, D=1024) and a
                                                         # small Llama-style model, default and reduce-overhead modes
     python scripts/train_bench.py --device cpu --small  # tiny shapes (checks the script; times mean nothing)
+    python scripts/train_bench.py --device cuda --cases llama --modes default --profile $OUT/train_profile
+                                                        # also where the time goes: torch.profiler summaries and
+                                                        # tables of ours and Inductor (Note [Training-step profile])
 
 Each case goes through engine/tools/train_bench.py's bench_train, as `python -m engine bench SAMPLE --train`
 does (Note [Training-step bench]: what a step is, how gradients are checked, how activation memory is counted,
@@ -31,6 +34,7 @@ from torch import nn  # noqa: E402
 from engine.tools.bench import set_threads  # noqa: E402
 from engine.tools.model_file import ModelSpec, load_model_file  # noqa: E402
 from engine.tools.train_bench import bench_train  # noqa: E402
+from engine.tools import train_profile  # noqa: E402
 
 
 def _sample_namespace(sample: str) -> dict:
@@ -97,6 +101,54 @@ def gpu_timer(min_time: float):
     return measure
 
 
+def profiler_hook(folder: Path, spec: ModelSpec, mode: str, device: str, dump_code: bool):
+    """bench_train's `profile` hook for --profile: each compiled step's profile (Note [Training-step profile]),
+    Inductor's generated code (its cache directory exists while the hook runs) and, with `dump_code`, ours
+    (an exploration of the same training step: every graph's wrapper and kernels)."""
+    stem = f"{spec.name.split()[0]}.{mode}"
+    profiles: dict[str, dict] = {}
+
+    def hook(who: str, step) -> None:
+        profiles[who] = train_profile.profile_step(step, device)
+        if who == "inductor" and dump_code:
+            _copy_inductor_code(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]), folder / f"{stem}.inductor")
+
+    def finish() -> None:
+        text = train_profile.summary_text(spec.name, mode, profiles)
+        print(text, flush=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{stem}.summary.txt").write_text(text + "\n")
+        train_profile.write_tables(folder, stem, profiles)
+        if dump_code:
+            _dump_our_code(spec, mode, device, folder / f"{stem}.ours")
+
+    return hook, finish
+
+
+def _copy_inductor_code(cache: Path, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, path in enumerate(sorted(cache.rglob("*.py"))):
+        text = path.read_text(errors="replace")
+        if "def call(" in text:  # an output code module (the kernels' own files repeat what it holds)
+            (folder / f"graph{number}.py").write_text(text)
+
+
+def _dump_our_code(spec: ModelSpec, mode: str, device: str, folder: Path) -> None:
+    import engine
+
+    torch._dynamo.reset()
+    model = spec.model.to(device)
+    inputs = tuple(x.to(device) for x in spec.example_inputs)
+    exploration = engine.explore(model, inputs, backend="triton" if device == "cuda" else "cpp", device=device,
+                                 mode=mode, train=True, name=spec.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    for graph in exploration.graphs:
+        if graph.code is not None:
+            kinds = ", ".join(f"{k.name}:{k.kind}" for k in graph.kernels)
+            (folder / f"graph{graph.index}.{graph.phase}.py").write_text(
+                f"# kernels: {kinds}\n\n# --- wrapper\n{graph.code.wrapper}\n\n# --- module\n{graph.code.source}")
+
+
 def table(reports: list[dict]) -> str:
     lines = [f"{'case':<62} {'mode':<16} {'eager ms':>9} {'ours ms':>9} {'ind. ms':>9} {'ours/ind':>8} "
              f"{'saved ours':>11} {'saved ind.':>11} {'saved eager':>11} {'grad err':>9}"]
@@ -130,6 +182,13 @@ def main(argv=None) -> int:
                              "(do_bench's rep: hundreds of steps; the GPU run shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="also write the reports as JSON here")
+    parser.add_argument("--cases", default=None, help="comma-separated words; only the cases whose name has one "
+                                                      "(e.g. llama, transformer)")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="GPU: after timing, profile a few steps of ours and Inductor (torch.profiler); a "
+                             "summary per case is printed, it and the full tables are written to DIR")
+    parser.add_argument("--dump-code", action="store_true",
+                        help="with --profile: also write ours (an exploration of the step) and Inductor's code")
     args = parser.parse_args(argv)
     small, device = args.small, args.device
     min_time = args.min_time if args.min_time is not None else (0.3 if device == "cuda" else 1.0)
@@ -138,13 +197,19 @@ def main(argv=None) -> int:
     modes = (args.modes or ("default,reduce-overhead" if device == "cuda" else "default")).split(",")
     measure = gpu_timer(min_time) if device == "cuda" else None
     reports = []
-    for spec in cases(device, small):
+    chosen = [spec for spec in cases(device, small)
+              if args.cases is None or any(word in spec.name for word in args.cases.split(","))]
+    for spec in chosen:
         for mode in modes:
             print(f"[train bench] {spec.name} {mode}", flush=True)
+            hook, finish = profiler_hook(Path(args.profile), spec, mode, device, args.dump_code) if args.profile \
+                else (None, None)
             try:
                 reports.append(bench_train(spec, backend="triton" if device == "cuda" else "cpp", device=device,
                                            mode=mode, with_inductor=not args.no_inductor,
-                                           min_run_time=min_time, measure=measure))
+                                           min_run_time=min_time, measure=measure, profile=hook))
+                if finish is not None:
+                    finish()
             except Exception as error:  # noqa: BLE001 - one failing case must not hide the others
                 import traceback
                 traceback.print_exc()

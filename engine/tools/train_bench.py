@@ -131,14 +131,16 @@ def interleaved_ms(steps: dict[str, Callable[[], Any]], min_run_time: float, dev
 def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
                 with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
                 progress: Callable[[str], None] | None = None, mode: str = "default",
-                measure: Measure | None = None, templates: str = "auto") -> dict:
+                measure: Measure | None = None, templates: str = "auto",
+                profile: Callable[[str, Callable[[], Any]], None] | None = None) -> dict:
     """Time a training step of `spec`'s model under eager, Glassbox and Inductor. The report has bench()'s keys
     (eager_ms, glassbox_ms, inductor_ms and their *_iqr_ms, speedup_vs_eager = eager_ms / glassbox_ms,
     ratio_vs_inductor = glassbox_ms / inductor_ms, compile_s and inductor_compile_s: the first step's seconds,
     verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
     Steps are timed taking turns (interleaved_ms), or each by `measure(step) -> (median ms, iqr ms)` if given
-    (scripts/train_bench.py passes triton's do_bench on a GPU)."""
+    (scripts/train_bench.py passes triton's do_bench on a GPU). After timing, `profile(who, step)` is called
+    for each compiled step, while Inductor's cache directory still exists (scripts/train_bench.py --profile)."""
     import torch._inductor.config as inductor_config
 
     say = progress or (lambda message: None)
@@ -183,6 +185,9 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
         for who, (median, spread) in timed.items():
             report[f"{who}_ms"], report[f"{who}_iqr_ms"] = median, spread
             report["saved_bytes"][who] = steps[who][1]()
+        for who, (fn, _) in steps.items():
+            if profile is not None and who != "eager":
+                profile(who, fn)
     torch._dynamo.reset()
     report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
     if report.get("inductor_ms"):

@@ -1,0 +1,104 @@
+"""Where a training step's time goes: torch.profiler over a few steps of each compiler, as tables and as a short
+summary a reader can compare at a glance (scripts/train_bench.py --profile).
+
+Note [Training-step profile]
+A ratio says that a step is slower; the profile says which part. For each compiled step (after bench_train has
+checked its gradients) a few steps run under torch.profiler, and the summary gives, per step:
+- `wall_ms`: the host's time for a step, synchronized: what the bench measures;
+- `device_ms`: the sum of the device's kernel times (kernels, copies, memsets): what the GPU had to do. A step
+  whose wall time is well above its device time is held up by the host (launches, Python, re-recording a CUDA
+  graph), one whose device time is high by its kernels;
+- `kernels`: device activities a step launches, and that time split by kind: library GEMMs, attention, generated
+  kernels (Triton's, ours or Inductor's), copies and memsets, other ATen kernels;
+- host events that should be rare in a steady step (CUDA-graph capture and instantiation, device
+  synchronizations, tensor copies) with their counts per step.
+The full tables (device time per kernel name, host time per op) go to files beside the summary.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+import re
+import time
+from typing import Any, Callable
+
+import torch
+
+# kernel name patterns, first match wins; the rest are ATen's own kernels ("void at::native::...")
+KINDS = (
+    ("copy/memset", re.compile(r"Memcpy|Memset|copy_kernel|CatArrayBatched", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|cudnn_generated_fort_native_sdpa", re.I)),
+    ("library GEMM", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|sm\d\d_", re.I)),
+    ("generated", re.compile(r"^(?!void )[A-Za-z_][A-Za-z0-9_]*$")),  # a Triton kernel is a plain function name
+)
+HOST_EVENTS = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaGraphLaunch", "cudaDeviceSynchronize",
+               "cudaStreamSynchronize", "aten::copy_", "aten::clone", "aten::empty_strided", "cudaLaunchKernel",
+               "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KINDS if pattern.search(name)), "other ATen")
+
+
+def _device_us(event) -> float:
+    return float(getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0))
+
+
+def profile_step(step: Callable[[], Any], device: str = "cuda", steps: int = 5, warmup: int = 3) -> dict:
+    """Note [Training-step profile]: the summary of `steps` profiled steps and the two tables as text. On the
+    CPU (a dry run of the script) there are host events only."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = time.perf_counter() - start
+    averages = prof.key_averages()
+    device = [e for e in averages if _device_us(e) > 0 and e.device_type == torch.autograd.DeviceType.CUDA
+              and not getattr(e, "is_user_annotation", False)]  # an annotation spans kernels: not one
+    by_kind: dict[str, float] = {}
+    for event in device:
+        kind = kernel_kind(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + _device_us(event) / steps / 1e3
+    host = {e.key: e.count / steps for e in averages if e.key in HOST_EVENTS}
+    sort = "self_device_time_total" if hasattr(averages[0], "self_device_time_total") else "self_cuda_time_total"
+    if not cuda:
+        sort = "self_cpu_time_total"
+    return {
+        "wall_ms": wall / steps * 1e3,
+        "device_ms": sum(_device_us(e) for e in device) / steps / 1e3,
+        "kernels": sum(e.count for e in device) / steps,
+        "device_ms_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        "host_events_per_step": host,
+        "device_table": averages.table(sort_by=sort, row_limit=60, max_name_column_width=110),
+        "host_table": averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=80),
+    }
+
+
+def summary_text(name: str, mode: str, profiles: dict[str, dict]) -> str:
+    """The compilers' summaries side by side, one line each."""
+    lines = [f"profile of {name}, {mode} (per step)"]
+    for who, p in profiles.items():
+        kinds = ", ".join(f"{kind} {ms:.3f}" for kind, ms in p["device_ms_by_kind"].items())
+        host = ", ".join(f"{key} {count:g}" for key, count in sorted(p["host_events_per_step"].items()))
+        lines.append(f"  {who:<9} wall {p['wall_ms']:.3f} ms, device {p['device_ms']:.3f} ms in "
+                     f"{p['kernels']:g} kernels ({kinds})")
+        lines.append(f"  {'':<9} host: {host}")
+    return "\n".join(lines)
+
+
+def write_tables(folder: Path, stem: str, profiles: dict[str, dict]) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for who, p in profiles.items():
+        path = folder / f"{stem}.{who}.profile.txt"
+        path.write_text(f"DEVICE (self time per kernel, {who})\n{p['device_table']}\n\n"
+                        f"HOST (self CPU time per op, {who})\n{p['host_table']}\n")
+        written.append(path)
+    return written

@@ -15,7 +15,7 @@ from engine.ir.indexing import c_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
-from engine.schedule.kernel_plan import Inliner, KernelPlan, reduction_passes
+from engine.schedule.kernel_plan import Inliner, KernelPlan
 from engine.schedule.online_softmax import online_passes
 from engine.schedule.tiling import Tiling
 
@@ -29,8 +29,7 @@ SIMD_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|", 
 
 
 def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling) -> CppKernel:
-    from engine.schedule.fusion import node_reads
-    passes = reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers))
+    passes = kernel.passes
     if tiling.choice == "column" and _column_tiles_fit(kernel, plan, passes):
         return _column_kernel(kernel, plan, buffers, size_symbols, tiling, passes[0])
     if tiling.choice == "column":

@@ -25,12 +25,12 @@ from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, reduction_identity, use_handler
-from engine.schedule.fusion import Kernel, node_reads
+from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
 from engine.schedule.split import is_split_stage, split_refusal
 from engine.schedule.tiling import Tiling, choose_tiling
-from engine.schedule.kernel_plan import KernelPlan, reduction_passes
+from engine.schedule.kernel_plan import KernelPlan
 
 SIGNATURE_TYPES = {  # triton.compile's names for pointer arguments (display extras)
     torch.float32: "*fp32", torch.float64: "*fp64", torch.float16: "*fp16", torch.bfloat16: "*bf16",
@@ -160,7 +160,7 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
         else:
             online = _passes(kernel, plan, buffers, form)
             _reduction_body(kernel, plan, printer, body, masks, int64, form, online)
-    refusal = split_refusal(kernel, buffers) if tiling.choice == "split" and not is_split_stage(kernel.nodes) else None
+    refusal = split_refusal(kernel) if tiling.choice == "split" and not is_split_stage(kernel.nodes) else None
     tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan), refusal)
     return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling)
 
@@ -169,10 +169,9 @@ def _passes(kernel: Kernel, plan: KernelPlan, buffers: dict, form: str) -> Onlin
     """The kernel's reduction passes; the looped form merges max + sum(exp(x - max)) pairs (Note [Online
     softmax]): each pass it saves is one read of every row less. The persistent form reads the row once
     whatever the passes, so it keeps them as they are."""
-    passes = kernel.passes or reduction_passes(kernel.nodes, lambda node: node_reads(node, buffers))
     if form != "looped":
-        return OnlinePasses(passes, {})
-    return online_passes(plan, passes, {name: b.dtype for name, b in buffers.items()})
+        return OnlinePasses(kernel.passes, {})
+    return online_passes(plan, kernel.passes, {name: b.dtype for name, b in buffers.items()})
 
 
 def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:

@@ -52,6 +52,13 @@ class FusionDecision:
     rule: str  # the policy rule (policy.py) or the legality check that decided
 
 
+# Note [Reads on the kernel]
+# Which buffers a node reads is found once, by the scheduler (one run of its loop body, `node_reads`), and
+# travels with the kernel (`node_reads`, per node), and so do its reduction passes (derived from those reads
+# when the kernel is made): code generation and split reductions read them there instead of running loop
+# bodies again to find them.
+
+
 @dataclass
 class Kernel:
     name: str
@@ -59,9 +66,13 @@ class Kernel:
     nodes: list[Buffer]
     stored: list[str]  # buffers this kernel writes to memory
     reads: list[str]  # buffers it reads from memory
+    node_reads: dict[str, tuple[str, ...]]  # each node's reads, kernel's own nodes included (Note [Reads on the kernel])
     rows: sympy.Expr = sympy.Integer(1)
     red: sympy.Expr = sympy.Integer(1)
-    passes: list[list[Reduction]] = field(default_factory=list)  # Note [Reduction passes]
+    passes: list[list[Reduction]] = field(init=False)  # Note [Reduction passes]
+
+    def __post_init__(self):
+        self.passes = reduction_passes(self.nodes, lambda node: self.node_reads[node.name])
 
     @property
     def plan(self) -> KernelPlan:
@@ -106,7 +117,8 @@ def _find_reads(node: Buffer, buffers: dict) -> list[str]:
 # A kernel's reductions run in passes over each row: a reduction that reads another of the same kernel (the
 # variance reads the mean) needs the earlier one's result, so it runs in a later pass. A node's depth is the
 # longest chain of reductions of its kernel that feed it, itself included; pass k holds the reductions of
-# depth k. The scheduler keeps depths while it fuses and hands the passes to code generation on the Kernel.
+# depth k. The scheduler keeps depths while it fuses; the Kernel groups its passes once, from the reads it
+# carries (Note [Reads on the kernel]), for code generation and split reductions.
 
 
 # Note [Unused nodes]
@@ -415,14 +427,16 @@ class Scheduler:
                 kind = "fallback" if isinstance(head, Fallback) or (
                     isinstance(head, MultiOutput) and isinstance(self.buffers[head.parent], Fallback)) else "extern"
                 kernels.append(Kernel(f"{kind}_{index}", kind, nodes, [n.name for n in nodes],
-                                      [r for n in nodes for r in self.reads[n.name]]))
+                                      [r for n in nodes for r in self.reads[n.name]], self._reads_of(nodes)))
                 continue
             rows, red = group.shape
             kind = "reduction" if group.has_reduction else "pointwise"
             reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name] if r not in group.names))
-            passes = reduction_passes(nodes, lambda node: self.reads[node.name])
-            kernels.append(Kernel(f"kernel_{index}", kind, nodes, stored, reads, rows, red, passes))
+            kernels.append(Kernel(f"kernel_{index}", kind, nodes, stored, reads, self._reads_of(nodes), rows, red))
         return kernels
+
+    def _reads_of(self, nodes: list[Buffer]) -> dict[str, tuple[str, ...]]:
+        return {n.name: tuple(self.reads[n.name]) for n in nodes}
 
     def _template_kernel(self, nodes: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
         template, epilogue = nodes[0], nodes[1:]
@@ -437,8 +451,8 @@ class Scheduler:
         names = {n.name for n in nodes}
         reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name] if r not in names))
         spec = template.spec
-        return Kernel(f"template_{index}", "template", nodes, stored, reads, sympy.Integer(spec.rows),
-                      sympy.Integer(spec.n))
+        return Kernel(f"template_{index}", "template", nodes, stored, reads, self._reads_of(nodes),
+                      sympy.Integer(spec.rows), sympy.Integer(spec.n))
 
 
 def schedule(graph: LoweredGraph, knobs: policy.FusionKnobs = policy.FusionKnobs(),

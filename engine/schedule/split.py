@@ -27,7 +27,7 @@ from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
 from engine.ir.ops import compute_dtype, ops, reduction_identity
-from engine.schedule.fusion import Kernel, Schedule, node_reads
+from engine.schedule.fusion import Kernel, Schedule
 
 SPLIT_MAX_OUTPUTS = 16
 SPLIT_MIN_REDUCTION = 1 << 16
@@ -69,8 +69,8 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
     kernels, workspace = [], {}
     for kernel in schedule.kernels:
         if kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red) and \
-                split_refusal(kernel, graph.buffers) is None:
-            first, second = _split(kernel, graph.buffers)
+                split_refusal(kernel) is None:
+            first, second = _split(kernel)
             kernels += [first, second]
             workspace.update({n.name: n for n in first.nodes if isinstance(n, SplitPartials)})
         else:
@@ -81,27 +81,27 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
             dataclasses.replace(graph, buffers={**graph.buffers, **workspace}))
 
 
-def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
+def split_refusal(kernel: Kernel) -> str | None:
     """Why this few-outputs kernel is not split, or None when it can be."""
     if len(kernel.passes) != 1:
         return f"{len(kernel.passes)} passes over each output (a reduction reads another)"
     kinds = sorted({n.reduction_type for n in kernel.passes[0]} - set(COMBINABLE))
     if kinds:
         return f"an {kinds[0]} (partial results would need their indices)"
-    prologue, epilogue = _prologue_and_epilogue(kernel, buffers)
+    prologue, epilogue = _prologue_and_epilogue(kernel)
     if any(n.name in kernel.stored for n in prologue):
         return "it stores a value of the reduction's input (a full-size output)"
     prologue_names = {n.name for n in prologue}
-    if any(set(node_reads(n, buffers)) & prologue_names for n in epilogue):
+    if any(set(kernel.node_reads[n.name]) & prologue_names for n in epilogue):
         return "its epilogue reads the reduction's input"
     return None
 
 
-def _prologue_and_epilogue(kernel: Kernel, buffers: dict) -> tuple[list[Buffer], list[Buffer]]:
+def _prologue_and_epilogue(kernel: Kernel) -> tuple[list[Buffer], list[Buffer]]:
     """Pointwise nodes before the reductions (what they read) and after them (reading a reduction)."""
     after: set[str] = set()
     for node in kernel.nodes:  # program order: producers first
-        if isinstance(node, Reduction) or set(node_reads(node, buffers)) & after:
+        if isinstance(node, Reduction) or set(kernel.node_reads[node.name]) & after:
             after.add(node.name)
     pointwise = [n for n in kernel.nodes if isinstance(n, Pointwise)]
     return [n for n in pointwise if n.name not in after], [n for n in pointwise if n.name in after]
@@ -117,27 +117,34 @@ def split_parts(red: int, outputs: int) -> tuple[int, int]:
     return target, -(-red // target)
 
 
-def _split(kernel: Kernel, buffers: dict) -> tuple[Kernel, Kernel]:
-    prologue, epilogue = _prologue_and_epilogue(kernel, buffers)
+def _split(kernel: Kernel) -> tuple[Kernel, Kernel]:
+    prologue, epilogue = _prologue_and_epilogue(kernel)
     outputs, red = int(kernel.rows), int(kernel.red)
     parts, chunk = split_parts(red, outputs)
     partials = [_partials(node, parts, chunk) for node in kernel.passes[0]]
     combined = [_combined(node, part) for node, part in zip(kernel.passes[0], partials)]
+    # a part reads what its reduction read, a combine reads its partial results (Note [Reads on the kernel])
+    node_reads = {**kernel.node_reads, **{p.name: kernel.node_reads[p.split_of] for p in partials},
+                  **{c.name: (p.name,) for c, p in zip(combined, partials)}}
     first_nodes = prologue + partials
     second_nodes = combined + epilogue
     first = Kernel(f"{kernel.name}_partials", "reduction", first_nodes, [p.name for p in partials],
-                   _external_reads(first_nodes, buffers), sympy.Integer(outputs * parts), sympy.Integer(chunk),
-                   [partials])
-    reads = [p.name for p in partials] + [r for r in _external_reads(epilogue, buffers)
+                   _external_reads(first_nodes, node_reads), _reads_of(first_nodes, node_reads),
+                   sympy.Integer(outputs * parts), sympy.Integer(chunk))
+    reads = [p.name for p in partials] + [r for r in _external_reads(epilogue, node_reads)
                                           if r not in {c.name for c in combined}]
     second = Kernel(kernel.name, "reduction", second_nodes, list(kernel.stored), list(dict.fromkeys(reads)),
-                    kernel.rows, sympy.Integer(parts), [combined])
+                    _reads_of(second_nodes, node_reads), kernel.rows, sympy.Integer(parts))
     return first, second
 
 
-def _external_reads(nodes: list[Buffer], buffers: dict) -> list[str]:
+def _reads_of(nodes: list[Buffer], node_reads: dict) -> dict[str, tuple[str, ...]]:
+    return {n.name: node_reads[n.name] for n in nodes}
+
+
+def _external_reads(nodes: list[Buffer], node_reads: dict) -> list[str]:
     inside = {n.name for n in nodes}
-    return list(dict.fromkeys(r for n in nodes for r in node_reads(n, buffers) if r not in inside))
+    return list(dict.fromkeys(r for n in nodes for r in node_reads[n.name] if r not in inside))
 
 
 def _partials(node: Reduction, parts: int, chunk: int) -> SplitPartials:

@@ -10,6 +10,7 @@ in the printer), so a row's mean or a broadcast bias is computed once per row, n
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,18 +84,24 @@ TILE = 32
 
 def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling) -> CppKernel:
     y, x = sympy.Symbol("y", integer=True, nonnegative=True), sympy.Symbol("x", integer=True, nonnegative=True)
-    printer = CppPrinter(plan, buffers, x, {y: tiling.y, x: tiling.x})
-    printer.substitution = {plan.x: y * tiling.x + x}
+    ya = sympy.Symbol("ya", integer=True, nonnegative=True)
+    run = tiling.y if tiling.run is None else tiling.run  # Y as runs, y = ya*run + y (Note [Runs of an axis])
+    runs = sympy.cancel(tiling.y / run)
+    printer = CppPrinter(plan, buffers, x, {ya: runs, y: run, x: tiling.x})
+    printer.substitution = {plan.x: ((ya * run if tiling.run is not None else 0) + y) * tiling.x + x}
     printer.varying_symbols = {x}
     printer.staging = Staging(y, x, TILE)  # Note [Staged reads]
     with use_handler(printer):
         stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
     hoisted, hoisted_tags = printer.take_hoisted()
-    Y, X = c_index(tiling.y), c_index(tiling.x)
+    Y, X = c_index(run), c_index(tiling.x)
     pragma = parallel_clause(tiling.y * tiling.x)
     body = Source()
     with body.block():
-        with body.block(f"for (int64_t yo = 0; yo < {Y}; yo += {TILE})", pragma and pragma + " collapse(2)"):
+        runs_loop = body.block(f"for (int64_t ya = 0; ya < {c_index(runs)}; ++ya)",
+                               pragma and pragma + " collapse(3)") if tiling.run is not None else contextlib.nullcontext()
+        with runs_loop, body.block(f"for (int64_t yo = 0; yo < {Y}; yo += {TILE})",
+                                   "" if tiling.run is not None else pragma and pragma + " collapse(2)"):
             with body.block(f"for (int64_t xo = 0; xo < {X}; xo += {TILE})"):
                 body.add(f"const int64_t ye = std::min<int64_t>(yo + {TILE}, {Y}), "
                          f"xe = std::min<int64_t>(xo + {TILE}, {X});")

@@ -11,7 +11,7 @@ from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type
 from engine.codegen.kernel_core import Source, emit_stores, run_pass, stores_by_role
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
-from engine.ir.indexing import c_index
+from engine.ir.indexing import FloorDiv, c_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
@@ -34,7 +34,7 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
         return _column_kernel(kernel, plan, buffers, size_symbols, tiling, passes[0])
     if tiling.choice == "column":
         tiling = Tiling("column", tiling.reason + "; C++: not tiled (several passes, an argmax or a full-size "
-                                                  "epilogue), a thread per output walks the reduction")
+                                                  "epilogue), a thread per output walks the reduction, runs unused")
     if online_passes(plan, passes, {name: b.dtype for name, b in buffers.items()}).pairs:
         tiling = Tiling(tiling.choice, tiling.reason + "; C++: no online softmax, the max and the sum of "
                         "exp(x - max) stay two passes: a thread's second pass re-reads its row from its own "
@@ -281,11 +281,15 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                    group: list[Reduction]) -> CppKernel:
     x0 = sympy.Symbol("x0", integer=True, nonnegative=True)
     r0 = sympy.Symbol("r0", integer=True, nonnegative=True)
-    printer = CppPrinter(plan, buffers, x0, {x0: plan.rows, r0: plan.red})
-    printer.substitution = {plan.x: x0, plan.r: r0}
+    xa = sympy.Symbol("xa", integer=True, nonnegative=True)
+    # the outputs as runs of `run` (Note [Runs of an axis]): x = xa*run + x0, a tile never crosses a run
+    run = plan.rows if tiling.run is None else tiling.run
+    runs = sympy.cancel(plan.rows / run)
+    printer = CppPrinter(plan, buffers, x0, {xa: runs, x0: run, r0: plan.red})
+    printer.substitution = {plan.x: xa * run + x0 if tiling.run is not None else x0, plan.r: r0}
     printer.varying_symbols = {x0}
     tile, chunk = COLUMN_TILE, CASCADE_CHUNK
-    rows, red = c_index(plan.rows), c_index(plan.red)
+    run_text, red = c_index(run), c_index(plan.red)
     body = Source()
     with use_handler(printer):
         reductions = run_pass(printer, plan, group)
@@ -298,9 +302,17 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             nan = kind in ("max", "min") and dtype.is_floating_point
             accumulators.append((name, f"acc_{name}", kind, ctype, identity, str(value), nan))
             printer.accumulators[name] = Var(f"acc_{name}[x0 - xo]", dtype, True)
-        with body.block(), body.block(f"for (int64_t xo = 0; xo < {rows}; xo += {tile})",
-                                      parallel_clause(plan.rows * plan.red)):
-            body.add(f"const int64_t xe = std::min<int64_t>(xo + {tile}, {rows});")
+        if tiling.run is None:
+            tiles = body.block(f"for (int64_t xo = 0; xo < {run_text}; xo += {tile})",
+                               parallel_clause(plan.rows * plan.red))
+        else:  # one loop over every tile of every run, so that the threads share all of them
+            per_run = FloorDiv(run + tile - 1, tile)
+            tiles = body.block(f"for (int64_t t = 0; t < {c_index(runs * per_run)}; ++t)",
+                               parallel_clause(plan.rows * plan.red))
+        with body.block(), tiles:
+            if tiling.run is not None:
+                body.add(f"const int64_t xa = t / {c_index(per_run)}, xo = t % {c_index(per_run)} * {tile};")
+            body.add(f"const int64_t xe = std::min<int64_t>(xo + {tile}, {run_text});")
             for name, acc, kind, ctype, identity, value, nan in accumulators:
                 body.add(f"{ctype} {acc}[{tile}];", LineTag(name))
                 body.add(f"for (int64_t j = 0; j < {tile}; ++j) {acc}[j] = {identity};", LineTag(name))

@@ -12,7 +12,7 @@ follow the same Inliner rule. float16/bfloat16 are loaded into float32, computed
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 import torch
@@ -134,7 +134,7 @@ def _tiling_note(tiling: Tiling, form: str, online: OnlinePasses | None, rows, r
             reason += "; " + online.describe()
     if reason == tiling.reason:
         return tiling
-    return Tiling(tiling.choice, reason, tiling.y, tiling.x)
+    return replace(tiling, reason=reason)
 
 
 def _needs_int64(kernel: Kernel, buffers: dict) -> bool:

@@ -19,6 +19,15 @@ reduction  "row"     the reduction runs along stride 1 (a softmax row): a progra
                      is split so that all threads take part (Triton: two kernels, Note [Split reductions on
                      the GPU]; C++: one kernel over the threads, Note [Split reductions in C++]).
 A backend that has no form for a choice records what it does instead, and why.
+
+Note [Runs of an axis]
+A flat loop variable over several dims (the outputs of x.sum(1) over NCHW are n*H*W + h*W + w) reaches memory
+through divisions and remainders: 200704*(x / 3136) + 56*((x / 56) % 56) + x % 56. Inside a loop that
+vectorizes along x, those stop the vectorizer (the C++ column kernel of that sum gathered every element and
+ran 66x slower than Inductor's). Written x = a*E + i for E a product of the innermost dims (here E = H*W =
+3136), the same offset is 200704*a + i: affine along i. `contiguous_run` finds the longest such E for every
+access of a kernel; the loops then walk the axis as runs of E (a tile never crosses a run), with the divisions
+of a done once per run. E is the whole axis when the offsets are affine already or when no shorter run helps.
 """
 from __future__ import annotations
 
@@ -27,7 +36,7 @@ from dataclasses import dataclass
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.indexing import contiguous_strides, product
+from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, product, simplify_index
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import use_handler
 from engine.schedule.kernel_plan import Inliner, KernelPlan
@@ -42,11 +51,14 @@ class Tiling:
     reason: str
     y: sympy.Expr = sympy.Integer(1)  # 2d: the Y extent (dims 0..d of the output, flattened) ...
     x: sympy.Expr = sympy.Integer(1)  # ... and the X extent (dims d+1..)
+    run: sympy.Expr | None = None  # 2d: along Y, column: along the outputs (Note [Runs of an axis]); None: whole
 
     def record(self) -> dict:
         entry = {"choice": self.choice, "reason": self.reason}
         if self.choice == "2d":
             entry["tile"] = {"y": str(self.y), "x": str(self.x)}
+        if self.run is not None:
+            entry["run"] = str(self.run)
         return entry
 
 
@@ -89,6 +101,40 @@ def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> in
     return int(moved) if moved.is_Integer else None
 
 
+def _affine_in(expr: sympy.Expr, variable: sympy.Symbol) -> bool:
+    return not any(variable in atom.free_symbols for atom in expr.atoms(FloorDiv, ModIndex))
+
+
+def contiguous_run(offsets: list[sympy.Expr], variable: sympy.Symbol, sizes, others: dict) -> sympy.Expr | None:
+    """The longest run E (a product of the innermost of `sizes`, the dims `variable` walks flattened, outermost
+    first) such that every offset is affine in i when variable = a*E + i (Note [Runs of an axis]); None when
+    the offsets are affine in `variable` already, or when no run of at least TILE_MIN elements makes them so.
+    `others`: the ranges of the offsets' other loop variables."""
+    if all(_affine_in(offset, variable) for offset in offsets):
+        return None
+    sizes = [sympy.sympify(s) for s in sizes if _static(s) != 1]
+    total = product(sizes)
+    run_index = sympy.Symbol("run_index", integer=True, nonnegative=True)
+    within = sympy.Symbol("within_run", integer=True, nonnegative=True)
+    for k in range(1, len(sizes)):
+        run = product(sizes[k:])
+        if _static(run) is not None and _static(run) < TILE_MIN:
+            break
+        ranges = {**others, run_index: sympy.cancel(total / run), within: run}
+        moved = [simplify_index(sympy.expand(offset.subs(variable, run_index * run + within)), ranges)
+                 for offset in offsets]
+        if all(_affine_in(offset, within) for offset in moved):
+            return run
+    return None
+
+
+def _run_note(run: sympy.Expr | None, axis: str) -> str:
+    if run is None:
+        return ""
+    return (f"; {axis} form runs of {run} inside which every index is affine (Note [Runs of an axis]); the C++ "
+            f"loops walk the runs, with no division or remainder in the inner loop")
+
+
 def _static(expr) -> int | None:
     expr = sympy.sympify(expr)
     return int(expr) if expr.is_Integer else None
@@ -122,11 +168,21 @@ def _pointwise_tiling(plan: KernelPlan, nodes, stored, accesses: list[Access]) -
                 if small:
                     return Tiling("1d", f"{access.name} is contiguous along dim {d}, not the last, but a tile side "
                                         f"would be {small[0]} (< {TILE_MIN}): blocks along the output")
+                run = _tile_run(plan, accesses, size[:d + 1], x_extent)
                 return Tiling("2d", f"{access.name} is contiguous along dim {d} of the output but strided "
                                     f"({along_last}) along the last dim, which the output is written along: the "
                                     f"output is walked as Y={y_extent} x X={x_extent} in 2D tiles, coalesced "
-                                    f"along Y for the read and along X for the write", y_extent, x_extent)
+                                    f"along Y for the read and along X for the write" + _run_note(run, "the rows of Y"),
+                              y_extent, x_extent, run)
     return Tiling("1d", "every access is contiguous (or broadcast) along the output's last dim")
+
+
+def _tile_run(plan: KernelPlan, accesses: list[Access], y_sizes, x_extent) -> sympy.Expr | None:
+    """The run along Y of a 2D tile whose flat index is y*X + x (Note [Runs of an axis])."""
+    y = sympy.Symbol("tile_y", integer=True, nonnegative=True)
+    x = sympy.Symbol("tile_x", integer=True, nonnegative=True)
+    offsets = [sympy.expand(a.offset.subs(plan.x, y * x_extent + x)) for a in accesses]
+    return contiguous_run(offsets, y, y_sizes, {x: x_extent, plan.r: plan.red})
 
 
 def _split_stage(nodes: list[Buffer]) -> Tiling | None:
@@ -151,8 +207,10 @@ def _reduction_tiling(plan: KernelPlan, accesses: list[Access]) -> Tiling:
         along_r = probe_stride(access.offset, plan.r, 1, [plan.x])
         along_x = probe_stride(access.offset, plan.x, 1, [plan.r])
         if along_x == 1 and along_r not in (0, 1, None):
+            output_sizes = next(n.size for n in plan.nodes if isinstance(n, Reduction))
+            run = contiguous_run([a.offset for a in accesses], plan.x, output_sizes, {plan.r: plan.red})
             return Tiling("column", f"{access.name} is contiguous along the outputs and strided ({along_r}) "
                                     f"along the reduction: tiles of many outputs x a few reduction steps read "
-                                    f"it coalesced")
+                                    f"it coalesced" + _run_note(run, "the outputs"), run=run)
     return Tiling("row", "the reduction runs along stride 1 (or its reads are broadcast): rows of it per "
                          "program or thread")

@@ -276,15 +276,15 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @pytest.mark.gpu
 @GPU
 @pytest.mark.parametrize("mode", ["default", "max-autotune"])
-@pytest.mark.parametrize("name,dtype", [("linear_relu", torch.bfloat16), ("swiglu", torch.float16),
-                                        ("bmm", torch.float32), ("conv1x1", torch.bfloat16)])
-def test_gpu_template_matches_eager(name, dtype, mode):
+@pytest.mark.parametrize("name,dtype,layout", [
+    ("linear_relu", torch.bfloat16, "auto"), ("swiglu", torch.float16, "auto"), ("bmm", torch.float32, "auto"),
+    ("conv1x1", torch.bfloat16, "contiguous"), ("conv1x1", torch.bfloat16, "auto")])
+def test_gpu_template_matches_eager(name, dtype, layout, mode):
+    """conv1x1 in both frames (Note [1x1 convolutions as GEMMs]): NCHW per image, and the channels-last graph
+    a bf16 convolution gets on CUDA (Note [Channels-last convolutions])."""
     model, inputs = _case(name, dtype)
     model = model.cuda() if isinstance(model, torch.nn.Module) else model
     inputs = tuple(x.cuda() for x in inputs)
-    # the conv1x1 template reads NCHW: keep the layout that makes it one GEMM per image (on CUDA a bf16 conv
-    # graph goes channels-last, Note [Channels-last convolutions], and its 1x1 convolutions stay NHWC library calls)
-    layout = "contiguous" if name == "conv1x1" else "auto"
     exploration = engine.explore(model, inputs, backend="triton", device="cuda", templates="on", mode=mode,
                                  tolerance=TOLERANCE[dtype], layout=layout)
     _assert_fused(exploration, name)

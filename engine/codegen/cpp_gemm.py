@@ -187,6 +187,7 @@ def _scale_and_bias(spec: GemmSpec, out: Source):
 
 class CppTemplateRunner:
     """gemm_launch's backend for one C++ template kernel (a ctypes function)."""
+    name = "cpp"
 
     def __init__(self, kernel: CppTemplateKernel, function):
         from engine.build import compiler

@@ -8,23 +8,46 @@ blocks), or it reads the tile from a buffer the library call (cuBLAS, the CPU BL
 plan. In max-autotune both are timed on the real arguments at the first launch, with a few tile configs
 for the template, and the fastest wins. Tuning happens at the first launch, not at compile time, because
 compiling runs under Dynamo's fake tensors, which hold no memory to run a kernel on. Results are cached on
-disk by kernel source (which spells the shape, strides and dtype), candidate list and device.
+disk by kernel source (which spells the shape, strides and dtype; the kernel's and its buffers' names left
+out, so the same GEMM in every layer of a model is timed once), candidate list and device.
+
+Note [Autotune against the default's pick]
+max-autotune must never choose worse than default mode would, so its candidates include default's plan for
+the same GEMM (templates.default_takes_template): the heuristic's tile config (the first), or the library
+call — followed by the epilogue-only kernel when the template has an epilogue, or alone, writing the output
+buffer through the op's out= overload, when it has none (default mode gives such a template back to the
+library call; "library + epilogue" would add a copy pass that plan does not have). Every candidate is timed
+the same way: a first call (compiling), then a median of repeated calls with the epilogue included, with
+one warmup and repetition budget (do_bench on the GPU). A challenger replaces the default's pick only when
+it is faster by MIN_GAIN: a difference within the timing noise is no reason to leave the plan default mode
+runs, and measured end to end that plan is what max-autotune is compared with.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import statistics
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from engine.build import cache_dir
 from engine.ir.nodes import TensorArg, Template
+from engine.schedule.templates import default_takes_template
 
-CPU_TIMING_SECONDS = 0.05  # per candidate: enough repeats of a skinny GEMM for a stable median
+# Note [CPU autotune timing]
+# On a shared CPU a thread descheduled inside a parallel call stalls the whole call: a library GEMM that
+# runs on torch's thread pool measured 30-50 ms instead of 0.01 ms while the compile's background work (g++,
+# Inductor's compile workers starting) held the cores, and a median of calls in a row then measures the other
+# tenants, and only for the candidates timed while they ran. The candidates are called in turn, one call
+# each per round, and each keeps its fastest call: the run the machine did not disturb, taken at the same
+# moments for every candidate (as scripts/gemm_bench.py measures).
+CPU_TIMING_SECONDS = 0.05  # per candidate
+CPU_MIN_ROUNDS, CPU_MAX_ROUNDS = 5, 200
+GPU_WARMUP_MS, GPU_REP_MS = 25, 100  # do_bench's budget, the same for every candidate
+MIN_GAIN = 0.02  # Note [Autotune against the default's pick]
 
 
 @dataclass
@@ -52,7 +75,8 @@ class TemplateLaunch:
     """The wrapper calls this with the kernel's tensor arguments (in `kernel.args` order).
 
     `backend.run(tensors, config, acc)` launches the generated kernel (acc: the library result, or None to
-    compute the tile); `backend.configs()` lists tile configs, the heuristic's first."""
+    compute the tile); `backend.configs()` lists tile configs, the heuristic's first; `backend.name` is
+    "cpp" or "triton"."""
 
     def __init__(self, kernel, backend, device: str, tune: bool):
         self.kernel, self.backend, self.device = kernel, backend, device
@@ -68,23 +92,40 @@ class TemplateLaunch:
             self.choice = self._autotune(tensors)
         self.choice(tensors)
 
-    # -- the two modes -------------------------------------------------------------------------------------
+    # -- the modes -----------------------------------------------------------------------------------------
     def _template_run(self, config: dict) -> Callable:
         return lambda tensors: self.backend.run(tensors, config, None)
 
     def _library_run(self, tensors) -> None:
+        """The library call, then the kernel as the epilogue only."""
         if self.library_call is None:
-            self.library_call = self._bind_library_call()
-        self.backend.run(tensors, self.epilogue_config, self.library_call(tensors).contiguous())
+            self.library_call = self._bind_library_call(into_output=False)
+        self.backend.run(tensors, self.epilogue_config, self._in_output_layout(self.library_call(tensors)))
 
-    def _bind_library_call(self) -> Callable:
+    def _in_output_layout(self, result: torch.Tensor) -> torch.Tensor:
+        """The library's result in the storage order the kernel reads it in: the template output's (row-major
+        in the GEMM's frame; a channels-last convolution's NHWC, Note [1x1 convolutions as GEMMs])."""
+        strides = [int(s) for s in self.template.out_stride]
+        if all(size == 1 or a == b for size, a, b in zip(result.shape, result.stride(), strides)):
+            return result
+        return torch.empty_strided(result.shape, strides, dtype=result.dtype, device=result.device).copy_(result)
+
+    def _library_alone_run(self, tensors) -> None:
+        """The library call writing the template's output buffer: a template with no epilogue."""
+        if self.library_call is None:
+            self.library_call = self._bind_library_call(into_output=True)
+        self.library_call(tensors)
+
+    def _bind_library_call(self, into_output: bool) -> Callable:
         """The library call on a call's tensors: its arguments' views worked out once (a per-call pytree walk
-        is Python work a GPU launch waits for)."""
+        is Python work a GPU launch waits for); into_output: through the op's out= overload, into the
+        template's output buffer."""
         leaves, tree = torch.utils._pytree.tree_flatten((self.template.args, self.template.kwargs),
                                                         is_leaf=lambda a: isinstance(a, TensorArg))
         views = {i: (self.position[a.name], [int(s) for s in a.size], [int(s) for s in a.stride], int(a.offset))
                  for i, a in enumerate(leaves) if isinstance(a, TensorArg)}
-        target = self.template.target
+        target = self.template.target.overloadpacket.out if into_output else self.template.target
+        output = self.position[self.template.name] if into_output else None
 
         def call(tensors):
             values = list(leaves)
@@ -92,57 +133,107 @@ class TemplateLaunch:
                 tensor = tensors[position]
                 values[i] = tensor.as_strided(size, stride, tensor.storage_offset() + offset)
             args, kwargs = torch.utils._pytree.tree_unflatten(values, tree)
+            if output is not None:
+                kwargs = {**kwargs, "out": tensors[output]}
             return target(*args, **kwargs)
         return call
 
     # -- max-autotune --------------------------------------------------------------------------------------
+    def candidates(self) -> list[tuple[str, Callable, dict | None]]:
+        """(name, run, tile config or None for the library) for every candidate, the template's first config
+        first (Note [Autotune against the default's pick])."""
+        found = [(f"template {_config_text(c)}", self._template_run(c), c) for c in self.backend.configs()]
+        if self.kernel.epilogue:
+            found.append(("library + epilogue", self._library_run, None))
+        elif self.template.name in self.position:
+            found.append(("library", self._library_alone_run, None))
+        return found
+
+    def default_pick(self) -> str:
+        """The candidate default mode would run for this GEMM."""
+        candidates = self.candidates()
+        library = [name for name, _, config in candidates if config is None]
+        takes = default_takes_template(self.template.spec, bool(self.kernel.epilogue), self.backend.name,
+                                       str(self.device))
+        return candidates[0][0] if takes or not library else library[0]
+
     def _autotune(self, tensors) -> Callable:
-        configs = self.backend.configs()
-        key = hashlib.sha256(json.dumps([self.kernel.source, configs, _device_name(self.device),
+        candidates = self.candidates()
+        source = _anonymous_source(self.kernel)
+        key = hashlib.sha256(json.dumps([source, [(n, c) for n, _, c in candidates], _device_name(self.device),
                                          self.backend.version]).encode()).hexdigest()[:24]
         path = cache_dir() / "templates" / f"{key}.json"
         cached = path.exists()
         if cached:
             results = json.loads(path.read_text())
         else:
-            results = [self._time(f"template {_config_text(c)}", lambda t, c=c: self.backend.run(t, c, None),
-                                  tensors, config=c) for c in configs]
-            results.append(self._time("library + epilogue", self._library_run, tensors, config=None))
+            results = measure(candidates, tensors, self.device)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(results))
-        timed = [r for r in results if r.get("ms") is not None]
-        best = min(timed, key=lambda r: r["ms"]) if timed else results[0]
-        self.kernel.tuning.update(candidates=results, winner=best["candidate"], cached=cached,
-                                  device=_device_name(self.device))
-        if best["config"] is None:
-            return self._library_run
-        return self._template_run(best["config"])
+        incumbent = self.default_pick()
+        winner, why = pick_winner(results, incumbent)
+        self.kernel.tuning.update(candidates=results, winner=winner, default_pick=incumbent, why=why,
+                                  cached=cached, device=_device_name(self.device))
+        return {name: run for name, run, _ in candidates}[winner]
 
-    def _time(self, name: str, run: Callable, tensors, config) -> dict:
-        try:
-            run(tensors)
-            milliseconds = _median_ms(lambda: run(tensors), self.device)
-        except Exception as error:  # noqa: BLE001 - a config that does not compile (registers) is skipped
-            return {"candidate": name, "config": config, "ms": None, "error": str(error)[:200]}
-        return {"candidate": name, "config": config, "ms": milliseconds}
+def pick_winner(results: list[dict], incumbent: str) -> tuple[str, str]:
+    """The candidate to run and why: the fastest, unless it beats the default's pick by less than MIN_GAIN
+    (Note [Autotune against the default's pick])."""
+    timed = {r["candidate"]: r["ms"] for r in results if r.get("ms") is not None}
+    if not timed:
+        return incumbent, "no candidate ran; the default's pick"
+    best = min(timed, key=timed.get)
+    if incumbent not in timed or best == incumbent:
+        return best, "the fastest"
+    if timed[best] <= timed[incumbent] * (1 - MIN_GAIN):
+        return best, f"the fastest, {1 - timed[best] / timed[incumbent]:.1%} faster than the default's pick"
+    return incumbent, (f"the default's pick: {best} is faster by {1 - timed[best] / timed[incumbent]:.1%}, "
+                       f"less than {MIN_GAIN:.0%} (within the timing noise)")
 
 
 def _config_text(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
+def _anonymous_source(kernel: TemplateKernel) -> str:
+    """The kernel's source with its name and its arguments' names replaced by their positions: the same GEMM
+    and epilogue on other buffers (the next layer's weights) is the same key."""
+    names = {kernel.name: "KERNEL", **{name: f"ARG{i}" for i, name in enumerate(kernel.args)}}
+    return re.sub(r"\b\w+\b", lambda word: names.get(word.group(0), word.group(0)), kernel.source)
+
+
 def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
 
 
-def _median_ms(fn: Callable[[], Any], device: str) -> float:
+def measure(candidates: list[tuple[str, Callable, dict | None]], tensors, device: str) -> list[dict]:
+    """Each candidate's time on the call's tensors, measured the same way for all (Note [Autotune against the
+    default's pick]): a first call that compiles (a candidate that fails there, e.g. out of registers, is
+    skipped with its error), then on the GPU a do_bench median; on the CPU the fastest of interleaved calls
+    (Note [CPU autotune timing])."""
+    results, runnable = [], []
+    for name, run, config in candidates:
+        try:
+            run(tensors)
+        except Exception as error:  # noqa: BLE001 - a config that does not compile is skipped, with the reason
+            results.append({"candidate": name, "config": config, "ms": None, "error": str(error)[:200]})
+            continue
+        results.append({"candidate": name, "config": config, "ms": None})
+        runnable.append((results[-1], run))
     if str(device).startswith("cuda"):
         from triton.testing import do_bench
-        return float(do_bench(fn, return_mode="median"))
-    times = []
-    deadline = time.perf_counter() + CPU_TIMING_SECONDS
-    while len(times) < 5 or time.perf_counter() < deadline and len(times) < 200:
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for result, run in runnable:
+            result["ms"] = float(do_bench(lambda run=run: run(tensors), warmup=GPU_WARMUP_MS, rep=GPU_REP_MS,
+                                          return_mode="median"))
+        return results
+    best = [float("inf")] * len(runnable)
+    deadline, rounds = time.perf_counter() + CPU_TIMING_SECONDS * len(runnable), 0
+    while rounds < CPU_MIN_ROUNDS or time.perf_counter() < deadline and rounds < CPU_MAX_ROUNDS:
+        for i, (_, run) in enumerate(runnable):
+            start = time.perf_counter()
+            run(tensors)
+            best[i] = min(best[i], time.perf_counter() - start)
+        rounds += 1
+    for (result, _), seconds in zip(runnable, best):
+        result["ms"] = seconds * 1e3
+    return results

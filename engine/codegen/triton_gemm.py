@@ -207,6 +207,7 @@ class TritonTemplateRunner:
     (Note [Bound Triton launches] in triton_build.py): after its first call, a launch is Triton's compiled
     launcher called directly, not JITFunction.run, whose per-call Python work (tens of microseconds) showed
     in the GPU time of a 0.3 ms GEMM once it outlasted the queued work before it."""
+    name = "triton"
 
     def __init__(self, kernel: TritonTemplateKernel, function):
         import triton

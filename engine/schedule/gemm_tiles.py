@@ -67,6 +67,10 @@ TENSOR_CORE_CONFIGS = [
     GemmConfig(32, 64, 64, 4, 3), GemmConfig(16, 32, 64, 4, 3)]
 FP32_IEEE_CONFIGS = [GemmConfig(64, 64, 32, 4, 3), GemmConfig(32, 32, 32, 4, 2), GemmConfig(64, 32, 32, 4, 2),
                      GemmConfig(32, 64, 32, 4, 2), GemmConfig(16, 64, 32, 4, 2), GemmConfig(16, 32, 16, 2, 2)]
+# max-autotune compiles every config it times (about a second each on the H200's host): a ResNet-50 has some
+# twenty distinct 1x1-convolution GEMMs, so the table's first eight suited configs (its order puts the ones
+# that won on LLM and convolution shapes first) keep a model's tuning within a couple of minutes.
+MAX_CONFIGS = 8
 INTERPRETER_CONFIG = GemmConfig(64, 64, 32, 4, 1)  # the interpreter wants few, large programs
 
 
@@ -93,12 +97,12 @@ def fits(config: GemmConfig, m: int, n: int, k: int, element_size: int) -> GemmC
 
 
 def gpu_configs(m: int, n: int, k: int, dtype: torch.dtype) -> list[GemmConfig]:
-    """The configs that suit an MxNxK GEMM of `dtype`, the heuristic's first; never empty."""
+    """The configs that suit an MxNxK GEMM of `dtype`, the heuristic's first, at most MAX_CONFIGS; never empty."""
     size = torch.empty((), dtype=dtype).element_size()
     table = FP32_IEEE_CONFIGS if ieee_fp32(dtype) else TENSOR_CORE_CONFIGS
     suited = list(dict.fromkeys(c for c in (fits(config, m, n, k, size) for config in table) if c is not None))
     if suited:
-        return suited
+        return suited[:MAX_CONFIGS]
     cap = 32 if table is FP32_IEEE_CONFIGS else 64
     block_k = 1 << ((-(-k // 16) * 16).bit_length() - 1)  # the largest power of two within K rounded up to 16
     return [GemmConfig(min(max(16, next_power_of_2(m)), cap), min(max(16, next_power_of_2(n)), cap),

@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.indexing import contiguous_strides, unflatten
+from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, unflatten
 from engine.ir.nodes import Buffer, Extern, Pointwise, TensorArg, Template
 from engine.ir.ops import use_handler
 from engine.schedule import gemm_tiles
@@ -136,7 +136,7 @@ def gemm_spec(node: Extern) -> GemmSpec:
     target, args, kwargs = node.target, node.args, node.kwargs
     if node.dtype not in TEMPLATE_DTYPES:
         raise NotATemplate(f"{str(node.dtype).replace('torch.', '')} has no tiled tl.dot path here")
-    bias, alpha, beta = None, 1.0, 1.0
+    bias, alpha, beta, pixel_frame = None, 1.0, 1.0, False
     if target in MATMULS:
         op, ndim = MATMULS[target]
         if op in ("addmm", "baddbmm"):  # (bias, a, b, *, beta, alpha)
@@ -149,7 +149,7 @@ def gemm_spec(node: Extern) -> GemmSpec:
         dims = (0, 1, 2) if ndim == 3 else (None, 0, 1)
         spec_a, spec_b = _operand(a, dims), _operand(b, dims)
     elif target == aten.convolution.default:
-        spec_a, spec_b, bias, batch, m, n, k = _conv1x1(node)
+        spec_a, spec_b, bias, batch, m, n, k, pixel_frame = _conv1x1(node)
         op = "conv1x1"
     else:
         raise NotATemplate(f"{target} is not a matmul")
@@ -157,14 +157,30 @@ def gemm_spec(node: Extern) -> GemmSpec:
         raise NotATemplate(f"empty GEMM {batch}x{m}x{n}x{k}: nothing to tile (the library call handles it)")
     out = _ints(node.size, "size")
     expected = contiguous_strides([sympy.Integer(s) for s in out])
+    if op == "conv1x1" and pixel_frame:  # the output is (N, H*W, Cout) row-major: channels-last
+        expected = (out[2] * out[3] * out[1], 1, out[3] * out[1], out[1])
     if any(s != 1 and int(st) != int(ex) for s, st, ex in zip(out, _ints(node.out_stride, "stride"), expected)):
-        raise NotATemplate(f"output strides {list(_ints(node.out_stride, 'stride'))} are not row-major")
+        raise NotATemplate(f"output strides {list(_ints(node.out_stride, 'stride'))} are not the GEMM's "
+                           f"row-major output")
     return GemmSpec(op, batch, m, n, k, spec_a, spec_b, bias, alpha, beta, node.dtype)
 
 
+# Note [1x1 convolutions as GEMMs]
+# A 1x1, stride-1, unpadded, ungrouped convolution is a GEMM in one of two frames, picked by the output's layout:
+#   pixel frame    a channels-last output (NHWC, Note [Channels-last convolutions] in lowering/layout.py), or
+#                  any when H*W is 1: out[(n, h, w), co] = sum_ci X[(n, h, w), ci] * W[co, ci]; the rows are
+#                  the pixels, the columns the output channels, and the output is exactly the channels-last
+#                  tensor, with the bias along the columns (as a Linear's); one GEMM over all N*H*W pixels
+#                  when they flatten into one axis (an NHWC-dense input), else one per image (an NCHW input
+#                  feeding a channels-last graph: the A tile is read along M)
+#   image frame    NCHW: per image, W[Cout, Cin] @ X[Cin, H*W], a batched GEMM with the bias along the rows
+# The epilogue's lanes follow the output's storage (Note [Template epilogue loads]): a channels-last consumer
+# (its loop over N, H, W, C) reads the lane's element in both frames.
+
+
 def _conv1x1(node: Extern):
-    """A 1x1, stride-1, unpadded, ungrouped 2D convolution is a batched GEMM: per image, W[Cout, Cin] @
-    X[Cin, H*W] (+ bias[Cout] along the rows)."""
+    """The 1x1 convolution's GEMM (Note [1x1 convolutions as GEMMs]): a, b, bias, batch, m, n, k and whether
+    it is the pixel frame."""
     x, w, bias = node.args[0], node.args[1], node.args[2]
     stride, padding, _, transposed, _, groups = node.args[3:9]
     if len(w.size) != 4 or _ints(w.size[2:], "size") != (1, 1):
@@ -173,19 +189,45 @@ def _conv1x1(node: Extern):
         raise NotATemplate("a 1x1 convolution with stride, padding, groups or transposition is not one GEMM")
     nb, cin, h, wd = _ints(x.size, "size")
     xs = _ints(x.stride, "stride")
-    if h > 1 and wd > 1 and xs[2] != wd * xs[3]:
-        raise NotATemplate("the input's H and W do not flatten into one axis (not NCHW-contiguous)")
-    hw_stride = xs[3] if wd > 1 else xs[2]
     cout = _ints(w.size, "size")[0]
     ws = _ints(w.stride, "stride")
-    a = Operand(w.name, _ints([w.offset], "offset")[0], (0, ws[0] if cout > 1 else 0, ws[1] if cin > 1 else 0))
-    b = Operand(x.name, _ints([x.offset], "offset")[0],
-                (xs[0] if nb > 1 else 0, xs[1] if cin > 1 else 0, hw_stride if h * wd > 1 else 0))
-    spec_bias = None
-    if isinstance(bias, TensorArg):
-        bs = _ints(bias.stride, "stride")
-        spec_bias = Operand(bias.name, _ints([bias.offset], "offset")[0], (0, bs[0] if cout > 1 else 0, 0))
-    return a, b, spec_bias, nb, cout, h * wd, cin
+    x_offset, w_offset = _ints([x.offset], "offset")[0], _ints([w.offset], "offset")[0]
+    bs = _ints(bias.stride, "stride") if isinstance(bias, TensorArg) else None
+    bias_offset = _ints([bias.offset], "offset")[0] if bs else 0
+    out = _ints(node.out_stride, "stride")
+    if h * wd == 1 or out[1] == 1:  # the pixel frame
+        b = Operand(w.name, w_offset, (0, ws[1] if cin > 1 else 0, ws[0] if cout > 1 else 0))
+        spec_bias = Operand(bias.name, bias_offset, (0, 0, bs[0] if cout > 1 else 0)) if bs else None
+        pixel_stride = _pixel_stride((nb, h, wd), (xs[0], xs[2], xs[3]))
+        if pixel_stride is not None:  # all N*H*W pixels along one stride (NHWC-dense): one GEMM
+            a = Operand(x.name, x_offset, (0, pixel_stride, xs[1] if cin > 1 else 0))
+            return a, b, spec_bias, 1, nb * h * wd, cout, cin, True
+        pixel_stride = _pixel_stride((h, wd), (xs[2], xs[3]))
+        if pixel_stride is None:
+            raise NotATemplate("the input's H and W do not flatten into one axis")
+        a = Operand(x.name, x_offset, (xs[0] if nb > 1 else 0, pixel_stride, xs[1] if cin > 1 else 0))
+        return a, b, spec_bias, nb, h * wd, cout, cin, True  # an NCHW input: one GEMM per image
+    if h > 1 and wd > 1 and xs[2] != wd * xs[3]:
+        raise NotATemplate("the input's H and W do not flatten into one axis (neither NCHW- nor NHWC-dense)")
+    hw_stride = xs[3] if wd > 1 else xs[2]
+    a = Operand(w.name, w_offset, (0, ws[0] if cout > 1 else 0, ws[1] if cin > 1 else 0))
+    b = Operand(x.name, x_offset, (xs[0] if nb > 1 else 0, xs[1] if cin > 1 else 0, hw_stride if h * wd > 1 else 0))
+    spec_bias = Operand(bias.name, bias_offset, (0, bs[0] if cout > 1 else 0, 0)) if bs else None
+    return a, b, spec_bias, nb, cout, h * wd, cin, False
+
+
+def _pixel_stride(sizes: tuple, strides: tuple) -> int | None:
+    """The one stride that walks the pixels (n, h, w) in order, when they flatten into one axis; else None."""
+    step, found = None, 1
+    for size, stride in reversed(list(zip(sizes, strides))):
+        if size == 1:
+            continue
+        if step is None:
+            step = stride
+        elif stride != found:
+            return None
+        found = stride * size
+    return step if step is not None else 1
 
 
 # --- the choice ----------------------------------------------------------------------------------------------
@@ -219,11 +261,8 @@ def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str
                       f"(tl.dot wants {TENSOR_CORE_MIN}x{TENSOR_CORE_MIN}x{TENSOR_CORE_MIN})")
     elif options.mode == "max-autotune":
         reason = "max-autotune: tile configs are timed against the library call at the first launch"
-    elif options.cuda and (refusal := cuda_refusal(spec)):
+    elif refusal := heuristic_refusal(spec, options):
         return None, f"library call: {refusal}"
-    elif options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
-        return None, (f"library call: {spec.rows} rows; the CPU BLAS beats a generated GEMM beyond "
-                      f"{CPU_SKINNY_ROWS} rows (the C++ template is for skinny, batch 1-32 shapes)")
     else:
         reason = (f"{spec.shape_text()} fits a tiled template; kept if an epilogue fuses into it "
                   f"(then the output is written once instead of written and read again)")
@@ -234,6 +273,24 @@ def choose(node: Extern, options: TemplateOptions) -> tuple[Template | None, str
                        f"{config.num_stages} stages (Note [Sane GEMM tiles])")
     fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(Extern)}
     return Template(**fields, spec=spec, reason=reason), reason
+
+
+def heuristic_refusal(spec: GemmSpec, options: TemplateOptions) -> str | None:
+    """Why default mode keeps the library call for a GEMM that fits the template, or None."""
+    if options.cuda:
+        return cuda_refusal(spec)
+    if options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
+        return (f"{spec.rows} rows; the CPU BLAS beats a generated GEMM beyond {CPU_SKINNY_ROWS} rows (the "
+                f"C++ template is for skinny, batch 1-32 shapes)")
+    return None
+
+
+def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, device: str) -> bool:
+    """Would default mode run this GEMM as the template (not the library call)? max-autotune's incumbent
+    (Note [Autotune against the default's pick] in codegen/gemm_launch.py)."""
+    options = TemplateOptions("auto", backend, "default", device)
+    small = backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN
+    return has_epilogue and not small and heuristic_refusal(spec, options) is None
 
 
 def _element_size(spec: GemmSpec) -> int:
@@ -317,23 +374,45 @@ def gemm_pair(template: Template, epilogue: list[Buffer], reads: dict, buffers: 
 # --- the epilogue --------------------------------------------------------------------------------------------
 
 
+@dataclass
 class TemplatePlan(KernelPlan):
     """The epilogue's loop shape: rows x = b*M + m, columns r = n; every epilogue node is `full` (one value
-    per output element), at index unflatten(x*N + r, its size)."""
+    per output element). The lane (x, r) holds the output element at storage offset x*N + r; a node of the
+    template's shape is computed at that element (its index read off the output's strides), any other at
+    unflatten(x*N + r, its size) (a channels-last node runs over N, H, W, C: the same element)."""
+
+    template: Template | None = None
 
     def role(self, node: Buffer) -> str:
         return "full"
 
     def index(self, node: Buffer) -> list:
-        return [self.simplify(e) for e in unflatten(self.x * self.red + self.r, node.size)]
+        linear = self.x * self.red + self.r
+        if self.template is not None and tuple(node.size) == tuple(self.template.size):
+            return [self.simplify(e) for e in strided_unflatten(linear, self.template.size, self.template.out_stride)]
+        return [self.simplify(e) for e in unflatten(linear, node.size)]
 
     def output_offset(self) -> sympy.Expr:
         return self.simplify(self.x * self.red + self.r)
 
 
+def strided_unflatten(linear, sizes, strides) -> list:
+    """The index of the element at storage offset `linear` of a dense tensor of these sizes and strides."""
+    kept = [d for d, size in enumerate(sizes) if sympy.sympify(size) != 1]
+    outer = max(kept, key=lambda d: int(strides[d])) if kept else None
+    index = []
+    for d, (size, stride) in enumerate(zip(sizes, strides)):
+        if sympy.sympify(size) == 1:
+            index.append(sympy.Integer(0))
+            continue
+        value = FloorDiv(linear, stride)
+        index.append(value if d == outer else ModIndex(value, size))
+    return index
+
+
 def epilogue_plan(template: Template, epilogue: list[Buffer]) -> TemplatePlan:
     spec = template.spec
-    return TemplatePlan(list(epilogue), sympy.Integer(spec.rows), sympy.Integer(spec.n))
+    return TemplatePlan(list(epilogue), sympy.Integer(spec.rows), sympy.Integer(spec.n), template=template)
 
 
 # Note [Template epilogue loads]

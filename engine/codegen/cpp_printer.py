@@ -11,7 +11,7 @@ import torch
 from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.ir.handlers import Var
-from engine.ir.indexing import FloorDiv, ModIndex, c_index, simplify_index
+from engine.ir.indexing import FloorDiv, ModIndex, c_index
 from engine.ir.nodes import Buffer
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
@@ -133,16 +133,12 @@ class CppPrinter(KernelPrinter):
     SPELLINGS = CPP_SPELLINGS
 
     def __init__(self, plan: KernelPlan, buffers: dict, inner_var: sympy.Symbol, index_ranges: dict):
-        super().__init__(plan, buffers, compute=self._compute)
+        super().__init__(plan, buffers, compute=self._compute, index_ranges=index_ranges)
         self.inner_var = inner_var
-        self.index_ranges = index_ranges
-        self.substitution: dict = {}
         self.varying_symbols: set = {inner_var}
         self.row_cache: dict[str, bool] = {}  # node -> written by an earlier pass (Note [Row cache])
         self.row_cache_index: sympy.Symbol | None = None
         self.cache_written_now: set[str] = set()
-        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
-        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
         self.split = False  # a split reduction's chunk loops run on all threads (Note [Split reductions in C++])
         self.rounded: dict[str, tuple] = {}  # a to_dtype(half) value -> (its dtype, the value before rounding)
         self.staging: Staging | None = None  # 2D tiles: transposed reads go through a tile (Note [Staged reads])
@@ -164,24 +160,22 @@ class CppPrinter(KernelPrinter):
             self.row_cache[name] = True
         self.cache_written_now = set()
 
-    def emit(self, text, dtype, varying=True):
-        key = (text, dtype)
-        if key in self._cache:
-            return self._cache[key]
-        var = Var(next(self._names), dtype, varying)
-        self.add_line(self.declare(var, text), varying)
-        self._cache[key] = var
-        return var
+    # -- hooks (KernelPrinter) ------------------------------------------------------------------------------
+    def new_var(self, name, dtype, varying=True):
+        return Var(name, dtype, varying)
 
-    # -- ops -------------------------------------------------------------------------------------------------
     def declare(self, var, text):
         return f"const {c_type(var.dtype)} {var} = {text};"
 
-    def _simplified(self, expr) -> sympy.Expr:
-        return simplify_index(sympy.expand(sympy.sympify(expr).subs(self.substitution)), self.index_ranges)
+    def row_value(self, node, dtype, reduction_type):
+        """The accumulator _emit_pass declares for the reduction (its index, for argmax/argmin)."""
+        if reduction_type in ("argmax", "argmin"):
+            return Var(f"acc_{node}_index", torch.int64, False)
+        return Var(f"acc_{node}", dtype, False)
 
+    # -- ops -------------------------------------------------------------------------------------------------
     def index(self, expr) -> tuple[str, bool]:
-        expr = self._simplified(expr)
+        expr = self.simplified(expr)
         varying = bool(expr.free_symbols & self.varying_symbols)
         if varying and isinstance(expr, sympy.Add):
             expr = self._hoist_invariant_divisions(expr)
@@ -203,7 +197,7 @@ class CppPrinter(KernelPrinter):
     def _load_memory(self, name, index):
         buffer = self.buffers[name]
         offset = buffer.storage_offset(index)
-        stage = self.staging and self.staging.stage(name, buffer, self._simplified(offset))
+        stage = self.staging and self.staging.stage(name, buffer, self.simplified(offset))
         text, varying = (stage, True) if stage else self.index(offset)
         access = stage or f"{name}[{text}]"
         if buffer.dtype == torch.float16:
@@ -247,16 +241,6 @@ class CppPrinter(KernelPrinter):
         if dtype == self.buffers[name].dtype:  # the store rounds to that type itself: round once, not twice
             value = unrounded
         self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
-
-    def store_reduction(self, name, index, value):
-        self.store(name, index, value)
-
-    def reduction(self, dtype, src_dtype, reduction_type, value):
-        """Declares the accumulator of the current pass (emitted by _emit_pass); its name is the row's value."""
-        node = self.tag.ir_node
-        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
-        name = f"acc_{node}_index" if reduction_type in ("argmax", "argmin") else f"acc_{node}"
-        return Var(name, torch.int64 if reduction_type in ("argmax", "argmin") else dtype, False)
 
 
 # Note [Staged reads]

@@ -1,11 +1,16 @@
 """What every kernel printer shares: two scopes (the innermost loop and the code hoisted above it),
-provenance tags per line, and the inlining rule of Note [Fused loop shape]."""
+provenance tags per line, one temporary per distinct expression, index simplification, the structure ops'
+bookkeeping (stores, a pass's reductions) and the inlining rule of Note [Fused loop shape]. A backend's
+printer adds its spelling table and hooks: `new_var`, `declare`, `row_value`, the index text, loads, stores."""
 from __future__ import annotations
 
 from typing import Callable
 
+import sympy
+
 from engine.codegen.provenance import LineTag
-from engine.ir.handlers import TextHandler
+from engine.ir.handlers import TextHandler, Var
+from engine.ir.indexing import simplify_index
 from engine.ir.nodes import Buffer
 from engine.schedule.kernel_plan import Inliner, KernelPlan
 
@@ -14,21 +19,62 @@ class KernelPrinter(TextHandler):
     """Lines that vary along the innermost loop go to `lines`; the rest to `hoisted`, emitted above the loop
     (loop-invariant code motion). Loads of the kernel's own nodes go through `self.inliner`."""
 
-    def __init__(self, plan: KernelPlan, buffers: dict, compute: Callable | None = None):
+    def __init__(self, plan: KernelPlan, buffers: dict, compute: Callable | None = None,
+                 index_ranges: dict | None = None):
         super().__init__()
         self.plan = plan
         self.buffers = buffers
         self.hoisted: list[str] = []
         self.hoisted_tags: list = []
         self.accumulators: dict = {}
+        self.substitution: dict = {}  # plan variable -> the kernel's own loop expression (C++'s loops)
+        self.index_ranges = plan.ranges if index_ranges is None else index_ranges  # loop variable -> extent
+        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
+        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
         self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
                                on_inline=self._enter_node, compute=compute)
 
+    # -- hooks ----------------------------------------------------------------------------------------------
     def _load_memory(self, name, index):
         raise NotImplementedError
 
+    def new_var(self, name: str, dtype, where) -> Var:
+        """A value named `name`; `where` is the backend's description of what it varies along."""
+        raise NotImplementedError
+
+    def row_value(self, node: str, dtype, reduction_type: str) -> Var:
+        """The value a reduction of the current pass has once its row is reduced."""
+        raise NotImplementedError
+
+    # -- shared -------------------------------------------------------------------------------------------
     def load(self, name, index):
         return self.inliner.load(name, index)
+
+    def emit(self, text, dtype, *where):
+        """One temporary per distinct (text, dtype): an expression computed twice is read from the first."""
+        key = (text, dtype)
+        if key in self._cache:
+            return self._cache[key]
+        var = self.new_var(next(self._names), dtype, *where)
+        self.add_line(self.declare(var, text), var.varying)
+        self._cache[key] = var
+        return var
+
+    def simplified(self, expr) -> sympy.Expr:
+        """An index over the kernel's loop variables, simplified for their ranges."""
+        expr = sympy.sympify(expr)
+        if self.substitution:
+            expr = expr.subs(self.substitution)
+        return simplify_index(sympy.expand(expr), self.index_ranges)
+
+    def store_reduction(self, name, index, value):
+        self.store(name, index, value)
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        """Declares a reduction of the current pass; the backend emits its accumulator (run_pass's caller)."""
+        node = self.tag.ir_node
+        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
+        return self.row_value(node, dtype, reduction_type)
 
     def add_line(self, line: str, varying: bool) -> None:
         (self.lines if varying else self.hoisted).append(line)

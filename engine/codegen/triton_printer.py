@@ -17,7 +17,7 @@ import torch
 
 from engine.codegen.kernel_printer import KernelPrinter
 from engine.ir.handlers import Var
-from engine.ir.indexing import PythonIndexPrinter, simplify_index
+from engine.ir.indexing import PythonIndexPrinter
 from engine.ir.ops import compute_dtype, result_dtype
 from engine.schedule.kernel_plan import KernelPlan
 
@@ -186,23 +186,21 @@ class TritonPrinter(KernelPrinter):
         super().__init__(plan, buffers)
         self.inner = inner
         self.masks = masks  # {"x": "xmask" or None, "r": "rmask" or None, "xr": ...}
-        self.ranges = {plan.x: plan.rows, plan.r: plan.red}
         self.symbol_dims: dict = {plan.x: X, plan.r: R}
         self.loaded: set[str] = set()  # buffers read from memory (the kernel's pointer arguments)
-        self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
         self.store_dims, self.store_shape = X, "[XBLOCK]"
-        self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
         self.eviction: str | None = None  # looped rows: the cache hint of loads along r (Note [Eviction in looped rows])
 
-    def emit(self, text, dtype, dims=frozenset()):
-        key = (text, dtype)
-        if key in self._cache:
-            return self._cache[key]
-        varying = self.inner in dims
-        var = TVar(next(self._names), dtype, varying, frozenset(dims))
-        self.add_line(f"{var} = {text}", varying)
-        self._cache[key] = var
-        return var
+    # -- hooks (KernelPrinter) ------------------------------------------------------------------------------
+    def new_var(self, name, dtype, dims=frozenset()):
+        return TVar(name, dtype, self.inner in dims, frozenset(dims))
+
+    def declare(self, var, text):
+        return f"{var} = {text}"
+
+    def row_value(self, node, dtype, reduction_type):
+        """The [XBLOCK, 1] row value triton.py assigns after the reduction (row_<node>)."""
+        return TVar(f"row_{node}", dtype, False, X)
 
     def take(self) -> tuple[list[str], list]:
         """Hoisted lines, then the loop's lines; both emptied."""
@@ -220,7 +218,7 @@ class TritonPrinter(KernelPrinter):
         return f"tl.full([], {v}, {tl_type(compute_dtype(v.dtype))})" if v.literal else str(v)
 
     def index(self, expr) -> tuple[str, frozenset]:
-        expr = simplify_index(sympy.expand(sympy.sympify(expr)), self.ranges)
+        expr = self.simplified(expr)
         dims = frozenset().union(*[self.symbol_dims.get(s, frozenset()) for s in expr.free_symbols])
         return triton_index(expr), dims
 
@@ -299,15 +297,6 @@ class TritonPrinter(KernelPrinter):
             text = f"{value}.to({tl_type(node.dtype)})"
         mask = self.mask(dims)
         self.stores.append((f"tl.store({name} + ({offset}), {text}{f', mask={mask}' if mask else ''})", self.tag))
-
-    def store_reduction(self, name, index, value):
-        self.store(name, index, value)
-
-    def reduction(self, dtype, src_dtype, reduction_type, value):
-        """Declares a reduction of the current pass (triton.py emits its tile, accumulator and row value)."""
-        node = self.tag.ir_node
-        self.pass_reductions.append((node, dtype, src_dtype, reduction_type, value))
-        return TVar(f"row_{node}", dtype, False, X)
 
     # -- arithmetic ----------------------------------------------------------------------------------------
     def arithmetic(self, op: str, args: list[TVar]) -> TVar:

@@ -197,7 +197,8 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
     call = load_wrapper(generated.wrapper, namespace)
     if options.mode == "reduce-overhead":
-        call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()))
+        call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
+                             keep_live_outputs=scheduled.lowered.aten.phase != "inference")
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import weakref
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -441,6 +442,25 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 # wrapper reads them; and the recorded-in-place inputs' data pointers are compared in one C++ call
 # (torch._C._tensors_data_ptrs_at_indices_equal, the check Inductor's CUDA graph trees use; a Python loop
 # where a torch lacks it). The copied inputs (usually the one activation) go in with one foreach copy.
+#
+# Note [Training under CUDA graphs]
+# In training, AOTAutograd calls a forward graph, keeps some of its outputs for the backward (the saved
+# activations), and later calls the backward graph with them and the incoming gradients. Two rules make that
+# fast and correct:
+# - A recorded graph's outputs stay where the recording put them (the graph's own memory), so an input that is
+#   one of them, as every saved activation is when the forward was replayed, is read in place, not copied:
+#   `_record` treats it like an input that kept its address through the warm-up. If it later arrives from
+#   elsewhere (the forward ran plainly, below), its pointer check fails and the graph is recorded again with
+#   that input copied, as for any input that moved.
+# - A replay overwrites the previous replay's outputs. A training graph (`keep_live_outputs`) therefore replays
+#   only when nothing but this object holds them any more (each output's use count is back to what it was
+#   right after recording); else the call runs plainly, into fresh memory. In a forward, autograd keeps the
+#   last replay's saved activations until that step's backward has run (two forwards before one backward:
+#   gradient accumulation, or a graph kept with retain_graph). In a backward, autograd holds a gradient
+#   output until every contribution to that tensor has arrived and been added (two forwards' backwards add up
+#   before .grad is set), and then copies it into .grad, so in an ordinary step the next replay finds its
+#   outputs free. Outputs that are views of in-place inputs (a transposed weight saved for the backward) live
+#   in the input's memory, which no replay writes: they need no such care.
 
 
 def _pointers_equal_python(tensors, pointers, indices) -> bool:
@@ -454,13 +474,18 @@ class CudaGraphCall:
     """`call`, replayed as a CUDA graph (Note [CUDA graph replay]); `sizes` are the graph's size symbols as
     (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
 
-    def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1):
+    def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1,
+                 keep_live_outputs: bool = False):
         self.call = call
         self.sizes = tuple(sizes)
         self.warmup_calls = warmup_calls
+        self.keep_live_outputs = keep_live_outputs  # Note [Training under CUDA graphs]
         self.graphs: dict[tuple, dict] = {}
         self.seen: dict[tuple, list] = {}  # key -> data pointers of the warm-up calls
+        self.output_pointers: set[int] = set()  # of every recording's outputs (Note [Training under CUDA graphs])
+        self.plain_calls = 0  # calls run without the graph because the last replay's outputs were still in use
         self._boxed_call = True
+        _recorders.add(self)
 
     def _key(self, args) -> tuple:
         return tuple(args[p] if d is None else args[p].size(d) for p, d in self.sizes)
@@ -471,6 +496,9 @@ class CudaGraphCall:
         key = self._key(args) if self.sizes else ()
         entry = self.graphs.get(key)
         if entry is not None and pointers_equal(args, entry["pointers"], entry["fixed"]):
+            if any(t._use_count() > count for t, count in entry["guarded"]):  # Note [Training under CUDA graphs]
+                self.plain_calls += 1
+                return self.call(list(args))
             if entry["copied"]:
                 torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
             entry["graph"].replay()
@@ -483,7 +511,8 @@ class CudaGraphCall:
         return self._record(key, args, history)
 
     def _record(self, key, args, history):
-        fixed = [i for i, p in enumerate(history[-1]) if p is not None and all(h[i] == p for h in history)]
+        fixed = [i for i, p in enumerate(history[-1]) if p is not None and
+                 (all(h[i] == p for h in history) or _is_graph_output(p))]
         copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]
         statics = [args[i].clone() for i in copied]
         static_args = list(args)
@@ -493,7 +522,19 @@ class CudaGraphCall:
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             outputs = self.call(list(static_args))
+        self.output_pointers.update(t.data_ptr() for t in outputs if isinstance(t, torch.Tensor))
+        in_place = {args[i].untyped_storage().data_ptr() for i in fixed}
+        guarded = [(t, t._use_count()) for t in outputs if self.keep_live_outputs and isinstance(t, torch.Tensor)
+                   and t.untyped_storage().data_ptr() not in in_place]
         self.graphs[key] = {"graph": graph, "fixed": fixed, "pointers": history[-1], "copied": copied,
-                            "statics": statics, "outputs": outputs, "inputs": static_args}
+                            "statics": statics, "outputs": outputs, "inputs": static_args, "guarded": guarded}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)
+
+
+_recorders: weakref.WeakSet = weakref.WeakSet()  # every live CudaGraphCall
+
+
+def _is_graph_output(pointer: int) -> bool:
+    """Whether `pointer` is where a live recording keeps one of its outputs (Note [Training under CUDA graphs])."""
+    return any(pointer in recorder.output_pointers for recorder in _recorders)

@@ -40,7 +40,7 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symb
 
 def _pointwise_split(plan: KernelPlan, kernel: Kernel) -> tuple[sympy.Expr, sympy.Expr]:
     """(outer, inner) trip counts: the inner loop walks the last dim(s) so that it vectorizes."""
-    sizes = max((n.size for n in kernel.nodes if n.name in kernel.stored), key=len, default=())
+    sizes = max((n.size for n in kernel.stored_nodes), key=len, default=())
     inner = sympy.Integer(1)
     for size in reversed(sizes):
         if inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer):
@@ -62,7 +62,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     printer = CppPrinter(plan, buffers, xi, {xo: outer, xi: inner})
     printer.substitution = {plan.x: xo * inner + xi}
     with use_handler(printer):
-        stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
+        stores, store_tags = emit_stores(printer, plan, kernel.stored_nodes)
     hoisted, hoisted_tags = printer.take_hoisted()
     body = Source()
     with body.block():
@@ -92,7 +92,7 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
     printer.varying_symbols = {x}
     printer.staging = Staging(y, x, TILE)  # Note [Staged reads]
     with use_handler(printer):
-        stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
+        stores, store_tags = emit_stores(printer, plan, kernel.stored_nodes)
     hoisted, hoisted_tags = printer.take_hoisted()
     Y, X = c_index(run), c_index(tiling.x)
     pragma = parallel_clause(tiling.y * tiling.x)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import sympy
 
 from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
-from engine.codegen.kernel_core import Source, emit_stores, run_pass, stores_by_role
+from engine.codegen.kernel_core import Source, emit_epilogue, emit_stores, run_pass
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import FloorDiv, c_index
@@ -58,24 +58,16 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
             for group in passes:
                 _emit_pass(group, plan, printer, body)
                 printer.finish_pass()
-            _emit_row_epilogue(kernel, plan, printer, body)
+            emit_epilogue(printer, kernel, plan, body, lambda per_row: per_row or printer.start_inner_loop(),
+                          lambda body, lines, tags: _row_loop(plan, printer, body, lines, tags))
     return finish_kernel(kernel, buffers, body, size_symbols, tiling)
 
 
-def _emit_row_epilogue(kernel: Kernel, plan: KernelPlan, printer: CppPrinter, body: Source) -> None:
-    """After the passes: store per-row values, then one more loop over the row for full-size outputs."""
-    stored_rows, stored_full = stores_by_role(kernel, plan)
-    stores, store_tags = emit_stores(printer, plan, stored_rows, per_row=True)
-    body.extend(*printer.take_hoisted())
-    body.extend(stores, store_tags)
-    if stored_full:
-        printer.start_inner_loop()
-        stores, store_tags = emit_stores(printer, plan, stored_full)
-        body.extend(*printer.take_hoisted())
-        pragma = "#pragma omp parallel for simd" if printer.split else "#pragma omp simd"
-        with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
-            body.extend(printer.lines, printer.line_tags)
-            body.extend(stores, store_tags)
+def _row_loop(plan: KernelPlan, printer: CppPrinter, body: Source, lines: list, tags: list) -> None:
+    """The epilogue's walk of a row (on all threads for a split reduction: Note [Split reductions in C++])."""
+    pragma = "#pragma omp parallel for simd" if printer.split else "#pragma omp simd"
+    with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
+        body.extend(lines, tags)
 
 
 # Note [Row cache]
@@ -94,7 +86,7 @@ def _row_cache_nodes(kernel: Kernel, plan: KernelPlan, buffers, passes) -> list[
     from engine.ir.handlers import AccessRecorder
 
     phases = [[(n, True) for n in group] for group in passes]
-    phases.append([(n, False) for n in kernel.nodes if n.name in kernel.stored and plan.role(n) == "full"])
+    phases.append([(n, False) for n in kernel.stored_nodes if plan.role(n) == "full"])
     seen_in: dict[str, int] = {}
     for phase in phases:
         evaluated: set[str] = set()
@@ -274,7 +266,7 @@ COLUMN_TILE = 64
 
 def _column_tiles_fit(kernel: Kernel, plan: KernelPlan, passes) -> bool:
     return len(passes) == 1 and all(n.reduction_type in SIMD_CLAUSE for n in passes[0]) and all(
-        plan.role(n) != "full" for n in kernel.nodes if n.name in kernel.stored)
+        plan.role(n) != "full" for n in kernel.stored_nodes)
 
 
 def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling,
@@ -340,8 +332,7 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             # the per-output stores, in a fresh scope: nothing computed in the loops above is visible here
             printer.start_inner_loop()
             printer._cache, printer._indirect_cache, printer.inliner.memo = {}, {}, {}
-            stores, store_tags = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored],
-                                             per_row=True)
+            stores, store_tags = emit_stores(printer, plan, kernel.stored_nodes, per_row=True)
             body.extend(*printer.take_hoisted())
             with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)", "#pragma omp simd"):
                 body.extend(printer.lines, printer.line_tags)

@@ -8,7 +8,8 @@ Every generated kernel is built from the same pieces, whatever the language:
               at (row, r), the pass's ops.reduction calls collected for the backend to accumulate
               (`run_pass`, Note [Kernel body] in engine/schedule/kernel_plan.py)
   stores      each stored node's body at its index, then ops.store (`emit_stores`): per-row values once per
-              row after the passes, full-size values in one more loop over the row (`stores_by_role`)
+              row after the passes, full-size values in one more loop over the row (`stores_by_role`,
+              `emit_epilogue`, the row loop a backend's template)
   signature   the buffers it reads (those the body really loads) then those it stores, then the size
               symbols the body names (`buffer_arguments`, `size_arguments`)
 C++ (engine/codegen/cpp*.py) and Triton (engine/codegen/triton.py) put these into their own loop shapes:
@@ -93,8 +94,28 @@ def emit_stores(printer, plan: KernelPlan, nodes: list[Buffer], per_row: bool = 
 
 def stores_by_role(kernel: Kernel, plan: KernelPlan) -> tuple[list[Buffer], list[Buffer]]:
     """The kernel's stored nodes as (per-row values, full-size values) (Note [Fused loop shape])."""
-    stored = [n for n in kernel.nodes if n.name in kernel.stored]
+    stored = kernel.stored_nodes
     return [n for n in stored if plan.role(n) != "full"], [n for n in stored if plan.role(n) == "full"]
+
+
+def emit_epilogue(printer, kernel: Kernel, plan: KernelPlan, body: Source, begin: Callable[[bool], None],
+                  row_loop: Callable[[Source, list, list], None]) -> None:
+    """What a reduction kernel does after its passes: the per-row values stored once per row, then the
+    full-size outputs in one more walk of the row. `begin(per_row)` readies the printer for each of the two
+    (the store's block, a fresh inner loop); `row_loop(body, lines, tags)` is the backend's loop over r
+    around the walk's lines: the body computed along the row, then its stores."""
+    per_row, full = stores_by_role(kernel, plan)
+    begin(True)
+    stores = emit_stores(printer, plan, per_row, per_row=True)
+    body.extend(*printer.take_hoisted())  # a per-row value does not move along the row
+    body.extend(*stores)
+    if not full:
+        return
+    begin(False)
+    stores = emit_stores(printer, plan, full)
+    body.extend(*printer.take_hoisted())
+    row_loop(body, printer.lines + stores[0], printer.line_tags + stores[1])
+    printer.lines, printer.line_tags = [], []
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

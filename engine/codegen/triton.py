@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 import sympy
 import torch
 
-from engine.codegen.kernel_core import (PythonSource, buffer_arguments, emit_stores, run_pass, size_arguments,
-                                        stores_by_role)
+from engine.codegen.kernel_core import (PythonSource, buffer_arguments, emit_epilogue, emit_stores, run_pass,
+                                        size_arguments, stores_by_role)
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
@@ -218,7 +218,7 @@ def _r_header(body: PythonSource, plan: KernelPlan, masks: dict, int64: bool, st
 def _store_every_output(kernel, plan, printer, body, dims, shape):
     """A pointwise kernel's body: each stored node computed at its index and stored over the block."""
     printer.store_dims, printer.store_shape = dims, shape
-    stores = emit_stores(printer, plan, [n for n in kernel.nodes if n.name in kernel.stored])
+    stores = emit_stores(printer, plan, kernel.stored_nodes)
     body.extend(*printer.take())
     body.extend(*stores)
 
@@ -346,7 +346,9 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, online: Onl
             body.extend(*printer.take_hoisted())
             for line, tag in inits:
                 body.add(line, tag)
-            _r_loop(body, plan, masks, int64, printer, updates)
+            _r_loop(body, plan, masks, int64, printer.lines + [line for line, _ in updates],
+                    printer.line_tags + [tag for _, tag in updates])
+            printer.lines, printer.line_tags = [], []
         for line, tag in finals:
             body.add(line, tag)
     _reduction_stores(kernel, plan, printer, body, masks, int64, form)
@@ -379,7 +381,8 @@ def _eviction(number: int, loops: int) -> str:
 # (per-row values, broadcasts) keep the default.
 
 
-def _r_loop(body, plan, masks, int64, printer, tail):
+def _r_loop(body, plan, masks, int64, lines, tags):
+    """One walk of the row in steps of RBLOCK around `lines` (a looped kernel's pass or its stores)."""
     symbolic = static_int(plan.red) is None
     if symbolic:  # older Triton interpreters cannot take a tensor (a size argument) as range()'s bound
         body.add("roffset = 0")
@@ -388,36 +391,27 @@ def _r_loop(body, plan, masks, int64, printer, tail):
         header = f"for roffset in range(0, {triton_index(plan.red)}, RBLOCK)"
     with body.block(header):
         _r_header(body, plan, masks, int64, "roffset + ")
-        body.extend(printer.lines, printer.line_tags)
-        for line, tag in tail:
-            body.add(line, tag)
+        body.extend(lines, tags)
         if symbolic:
             body.add("roffset += RBLOCK")
-    printer.lines, printer.line_tags = [], []
 
 
 def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
-    rows, full = stores_by_role(kernel, plan)
-    printer.store_dims, printer.store_shape = X, "[XBLOCK, 1]"
-    stores = emit_stores(printer, plan, rows, per_row=True)
-    body.extend(*printer.take_hoisted())
-    if form == "persistent":
-        body.extend(printer.lines, printer.line_tags)
-        printer.lines, printer.line_tags = [], []
-    body.extend(*stores)
-    if not full:
-        return
-    if form != "persistent":
-        printer.start_inner_loop()
-        printer.eviction = _eviction(0, 1) if form == "looped" else None
-    printer.store_dims, printer.store_shape = XR, "[XBLOCK, RBLOCK]"
-    stores = emit_stores(printer, plan, full)
-    body.extend(*printer.take_hoisted())
-    if form == "persistent":
-        body.extend(*printer.take())
-        body.extend(*stores)
-    else:
-        _r_loop(body, plan, masks, int64, printer, list(zip(*stores)))
+    """The epilogue (kernel_core.emit_epilogue): per-row values as [XBLOCK, 1] blocks, then the full-size
+    outputs over the row: in the tile already in registers (persistent), or in one more walk of it."""
+    def begin(per_row: bool):
+        if not per_row and form != "persistent":
+            printer.start_inner_loop()
+            printer.eviction = _eviction(0, 1) if form == "looped" else None
+        printer.store_dims, printer.store_shape = (X, "[XBLOCK, 1]") if per_row else (XR, "[XBLOCK, RBLOCK]")
+
+    def row_loop(body, lines, tags):
+        if form == "persistent":
+            body.extend(lines, tags)
+        else:
+            _r_loop(body, plan, masks, int64, lines, tags)
+
+    emit_epilogue(printer, kernel, plan, body, begin, row_loop)
 
 
 def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:

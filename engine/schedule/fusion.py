@@ -75,6 +75,12 @@ class Kernel:
         self.passes = reduction_passes(self.nodes, lambda node: self.node_reads[node.name])
 
     @property
+    def stored_nodes(self) -> list[Buffer]:
+        """The nodes it writes to memory, in the kernel's order."""
+        stored = set(self.stored)
+        return [n for n in self.nodes if n.name in stored]
+
+    @property
     def plan(self) -> KernelPlan:
         return KernelPlan(self.nodes, self.rows, self.red)
 

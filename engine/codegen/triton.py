@@ -28,7 +28,7 @@ from engine.ir.ops import compute_dtype, reduction_identity, use_handler
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
-from engine.schedule.split import is_split_stage, split_refusal
+from engine.schedule.split import is_split_stage, split_refusal, wants_column_split
 from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import KernelPlan
 
@@ -105,7 +105,7 @@ class TritonKernel:
 def kernel_form(kernel: Kernel, tiling: Tiling) -> str:
     if kernel.kind != "reduction":
         return "tiled" if tiling.choice == "2d" else "pointwise"
-    if tiling.choice == "column":
+    if tiling.choice == "column" or tiling.columns:  # a split stage that reads columns (Note [Column splits])
         return "column"
     red = static_int(kernel.red)
     return "persistent" if red is not None and red <= PERSISTENT_LIMIT else "looped"
@@ -123,8 +123,9 @@ def _tiling_note(tiling: Tiling, form: str, online: OnlinePasses | None, rows, r
                  refusal: str | None) -> Tiling:
     """What this backend does with the choice: the form, the passes over each row, and where it differs."""
     reason = tiling.reason
-    if tiling.choice == "split" and refusal:
-        reason += f"; Triton: not split ({refusal}), one program per output ({form})"
+    if refusal:
+        walk = "column tiles of outputs" if form == "column" else "one program per output"
+        reason += f"; Triton: not split ({refusal}), {walk} ({form})"
     if form == "looped":
         gpu = choose_config(form, rows, red, interpreter=False)
         reads = len(online.passes) + int(full_stores)
@@ -160,7 +161,8 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
         else:
             online = _passes(kernel, plan, buffers, form)
             _reduction_body(kernel, plan, printer, body, masks, int64, form, online)
-    refusal = split_refusal(kernel) if tiling.choice == "split" and not is_split_stage(kernel.nodes) else None
+    wanted = tiling.choice == "split" or tiling.choice == "column" and wants_column_split(kernel.rows, kernel.red)
+    refusal = split_refusal(kernel, buffers) if wanted and not is_split_stage(kernel.nodes) else None
     tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan), refusal)
     return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling)
 

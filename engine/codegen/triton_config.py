@@ -18,6 +18,7 @@ import sympy
 PERSISTENT_LIMIT = 8192
 GPU_SMS = 132  # an H200's streaming multiprocessors: the column form wants at least a program for each
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
+COLUMN_TILE = 2048  # values a step of a column program: 32 outputs x 64 steps (8 outputs x 256 steps)
 
 
 def next_power_of_2(n: int) -> int:
@@ -69,7 +70,9 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
         xblock = min(32 if rows is not None and rows < 16384 else 64, most_rows)
         while rows is not None and xblock > 8 and -(-rows // xblock) < GPU_SMS:
             xblock //= 2
-        return LaunchConfig(xblock, 64, 8 if xblock >= 32 else 4)
+        # a narrower tile walks more reduction steps at once (at least COLUMN_TILE values a step): a program that
+        # loops over a long column is bound by the latency of each step's loads, not by their width
+        return LaunchConfig(xblock, min(most_red, max(64, COLUMN_TILE // xblock)), 8 if xblock >= 32 else 4)
     if form == "pointwise":
         xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
         return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))

@@ -11,9 +11,23 @@ IR, so code generation, the memory plan and the wrapper need nothing new:
   stage 2  the original kernel with each reduction replaced by one over its `parts` partial results (the same
            kind: a sum of sums, a max of maxima), followed by the kernel's epilogue and stores.
 The partials are a workspace buffer the schedule adds to the graph (in the reduction's compute dtype: a
-half-precision sum keeps its float32 partials). C++ splits inside one kernel over its threads instead
-(Note [Split reductions in C++]). A kernel with several passes (a reduction reading another), an
-argmax/argmin, or a full-size store is not split; the tiling reason says why.
+half-precision sum keeps its float32 partials), laid out part-major, (parts, *outputs): partial p of every
+output is contiguous, as the input's rows are in a column reduction (Note [Column splits]). C++ splits inside
+one kernel over its threads instead (Note [Split reductions in C++]). A kernel with several passes (a
+reduction reading another), an argmax/argmin, or an epilogue reading the reduction's input is not split; the
+tiling reason says why.
+
+Note [Column splits]
+A reduction over a non-innermost axis with few outputs (x.sum(0) of a 2^22 x 8 tensor; after channels-last
+convolutions, a squeeze-excitation mean of batch 8 x 128 channels over H*W) reads its input as rows of
+`outputs` contiguous values. Stage 1 then numbers its programs part-major, x = part * outputs + output, so a
+tile of consecutive x reads whole rows of one part's chunk, coalesced (output-major partials put consecutive
+lanes a chunk apart: the 2^22 x 8 sum ran 3x slower than Inductor's), and the stage is a column kernel (Triton's
+column form). Such kernels also split below SPLIT_MIN_REDUCTION when the column form would leave most SMs idle
+(fewer than COLUMN_SPLIT_MAX_ROWS outputs, 8 a program) while each output reduces a long column. A full-size
+output computed from the reduction's input (the batch-norm output stored beside its mean) rides along in stage
+1 when the parts divide the reduction exactly: stage 1 then covers every element once, x * chunk + r, and
+stores it there.
 """
 from __future__ import annotations
 
@@ -28,11 +42,19 @@ from engine.ir.indexing import unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
 from engine.ir.ops import compute_dtype, ops, reduction_identity
 from engine.schedule.fusion import Kernel, Schedule
+from engine.schedule.strides import column_access, kernel_accesses
 
 SPLIT_MAX_OUTPUTS = 16
 SPLIT_MIN_REDUCTION = 1 << 16
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
 MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
+# Note [Column splits]: stage 1 is a column kernel of about COLUMN_PARTIALS outputs (tiles of 32 of them: 256
+# programs, as a column sum of 8192 columns, which matches Inductor's), each part at least COLUMN_MIN_CHUNK rows
+COLUMN_PARTIALS = 8192
+COLUMN_MIN_CHUNK = 256
+COLUMN_SPLIT_MAX_ROWS = 1024  # below 8 outputs a program for each of 132 SMs
+COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
+COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction
 
 
@@ -61,16 +83,31 @@ def is_split_stage(nodes: list[Buffer]) -> bool:
     return any(isinstance(n, (SplitPartials, SplitCombine)) for n in nodes)
 
 
+def wants_column_split(rows, red) -> bool:
+    """A column reduction that the column form would run on too few programs (Note [Column splits])."""
+    rows, red = sympy.sympify(rows), sympy.sympify(red)
+    return bool(rows.is_Integer and red.is_Integer and int(rows) < COLUMN_SPLIT_MAX_ROWS
+                and int(red) >= COLUMN_SPLIT_MIN_REDUCTION and int(rows) * int(red) >= COLUMN_SPLIT_MIN_ELEMENTS)
+
+
+def reads_columns(kernel: Kernel, buffers: dict) -> bool:
+    """Does the kernel read along the outputs, strided along the reduction (Note [Column splits])?"""
+    plan = kernel.plan
+    return column_access(plan, kernel_accesses(kernel.nodes, plan, buffers, kernel.stored)) is not None
+
+
 def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> tuple[Schedule, LoweredGraph]:
     """Triton: each reduction kernel with few outputs and a long reduction as two kernels (Note [Split
-    reductions on the GPU]); the graph gains the workspace buffers. Other backends: both unchanged."""
+    reductions on the GPU], Note [Column splits]); the graph gains the workspace buffers. Other backends: both
+    unchanged."""
     if backend != "triton":
         return schedule, graph
     kernels, workspace = [], {}
     for kernel in schedule.kernels:
-        if kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red) and \
-                split_refusal(kernel) is None:
-            first, second = _split(kernel)
+        splits = kernel.kind == "reduction" and (wants_split(kernel.rows, kernel.red) or wants_column_split(
+            kernel.rows, kernel.red) and reads_columns(kernel, graph.buffers))
+        if splits and split_refusal(kernel, graph.buffers) is None:
+            first, second = _split(kernel, reads_columns(kernel, graph.buffers))
             kernels += [first, second]
             workspace.update({n.name: n for n in first.nodes if isinstance(n, SplitPartials)})
         else:
@@ -81,7 +118,7 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
             dataclasses.replace(graph, buffers={**graph.buffers, **workspace}))
 
 
-def split_refusal(kernel: Kernel) -> str | None:
+def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
     """Why this few-outputs kernel is not split, or None when it can be."""
     if len(kernel.passes) != 1:
         return f"{len(kernel.passes)} passes over each output (a reduction reads another)"
@@ -89,8 +126,14 @@ def split_refusal(kernel: Kernel) -> str | None:
     if kinds:
         return f"an {kinds[0]} (partial results would need their indices)"
     prologue, epilogue = _prologue_and_epilogue(kernel)
-    if any(n.name in kernel.stored for n in prologue):
-        return "it stores a value of the reduction's input (a full-size output)"
+    stored = [n for n in prologue if n.name in kernel.stored]
+    if any(kernel.plan.role(n) != "full" for n in stored):
+        return "it stores a per-output value computed before the reduction"
+    if stored:
+        parts, chunk = split_parts(int(kernel.red), int(kernel.rows), reads_columns(kernel, buffers))
+        if parts * chunk != int(kernel.red):
+            return (f"it stores a full-size value of the reduction's input, which stage 1 can store only when "
+                    f"the parts divide the reduction ({parts} parts of {chunk} do not divide {kernel.red})")
     prologue_names = {n.name for n in prologue}
     if any(set(kernel.node_reads[n.name]) & prologue_names for n in epilogue):
         return "its epilogue reads the reduction's input"
@@ -107,20 +150,23 @@ def _prologue_and_epilogue(kernel: Kernel) -> tuple[list[Buffer], list[Buffer]]:
     return [n for n in pointwise if n.name not in after], [n for n in pointwise if n.name in after]
 
 
-def split_parts(red: int, outputs: int) -> tuple[int, int]:
-    """(parts, chunk): about PARTIALS partial results in all, each of at least MIN_CHUNK elements; a number of
-    parts that divides the reduction when there is one close by (no lane past the end, no clamp)."""
-    target = max(2, min(PARTIALS // outputs, red // MIN_CHUNK))
+def split_parts(red: int, outputs: int, columns: bool) -> tuple[int, int]:
+    """(parts, chunk): about PARTIALS partial results in all, each of at least MIN_CHUNK elements (column
+    reads: COLUMN_PARTIALS and COLUMN_MIN_CHUNK, Note [Column splits]); a number of parts that divides the
+    reduction when there is one close by (no lane past the end, no clamp)."""
+    total, least = (COLUMN_PARTIALS, COLUMN_MIN_CHUNK) if columns else (PARTIALS, MIN_CHUNK)
+    target = max(2, min(total // outputs, red // least))
     for parts in range(target, max(1, target // 2), -1):
         if red % parts == 0:
             return parts, red // parts
     return target, -(-red // target)
 
 
-def _split(kernel: Kernel) -> tuple[Kernel, Kernel]:
+def _split(kernel: Kernel, columns: bool) -> tuple[Kernel, Kernel]:
     prologue, epilogue = _prologue_and_epilogue(kernel)
     outputs, red = int(kernel.rows), int(kernel.red)
-    parts, chunk = split_parts(red, outputs)
+    parts, chunk = split_parts(red, outputs, columns)
+    full = [n.name for n in prologue if n.name in kernel.stored]  # stored by stage 1 (Note [Column splits])
     partials = [_partials(node, parts, chunk) for node in kernel.passes[0]]
     combined = [_combined(node, part) for node, part in zip(kernel.passes[0], partials)]
     # a part reads what its reduction read, a combine reads its partial results (Note [Reads on the kernel])
@@ -128,13 +174,14 @@ def _split(kernel: Kernel) -> tuple[Kernel, Kernel]:
                   **{c.name: (p.name,) for c, p in zip(combined, partials)}}
     first_nodes = prologue + partials
     second_nodes = combined + epilogue
-    first = Kernel(f"{kernel.name}_partials", "reduction", first_nodes, [p.name for p in partials],
+    first = Kernel(f"{kernel.name}_partials", "reduction", first_nodes, [p.name for p in partials] + full,
                    _external_reads(first_nodes, node_reads), _reads_of(first_nodes, node_reads),
                    sympy.Integer(outputs * parts), sympy.Integer(chunk))
     reads = [p.name for p in partials] + [r for r in _external_reads(epilogue, node_reads)
                                           if r not in {c.name for c in combined}]
-    second = Kernel(kernel.name, "reduction", second_nodes, list(kernel.stored), list(dict.fromkeys(reads)),
-                    _reads_of(second_nodes, node_reads), kernel.rows, sympy.Integer(parts))
+    second = Kernel(kernel.name, "reduction", second_nodes, [n for n in kernel.stored if n not in full],
+                    list(dict.fromkeys(reads)), _reads_of(second_nodes, node_reads), kernel.rows,
+                    sympy.Integer(parts))
     return first, second
 
 
@@ -153,7 +200,7 @@ def _partials(node: Reduction, parts: int, chunk: int) -> SplitPartials:
     identity = _typed(reduction_identity(node.reduction_type, node.src_dtype), node.src_dtype)
 
     def inner_fn(index, rindex):
-        *outputs, part = index
+        part, *outputs = index  # part-major (Note [Column splits])
         linear = part * chunk + rindex[0]
         position = linear if exact else sympy.Min(linear, red - 1)
         value = node.inner_fn(list(outputs), unflatten(position, node.reduction_size))
@@ -162,14 +209,14 @@ def _partials(node: Reduction, parts: int, chunk: int) -> SplitPartials:
         inside = ops.lt(ops.index_expr(linear, torch.int64), ops.constant(red, torch.int64))
         return ops.where(inside, value, ops.constant(identity, node.src_dtype))
 
-    return SplitPartials(f"{node.name}_partials", tuple(node.size) + (sympy.Integer(parts),),
+    return SplitPartials(f"{node.name}_partials", (sympy.Integer(parts),) + tuple(node.size),
                          compute_dtype(node.dtype), node.device, node.origins, (sympy.Integer(chunk),),
                          node.reduction_type, node.src_dtype, inner_fn, split_of=node.name, parts=parts, chunk=chunk)
 
 
 def _combined(node: Reduction, partials: SplitPartials) -> SplitCombine:
     def inner_fn(index, rindex):
-        return ops.load(partials.name, list(index) + [rindex[0]])
+        return ops.load(partials.name, [rindex[0]] + list(index))
 
     return SplitCombine(node.name, node.size, node.dtype, node.device, node.origins, (sympy.Integer(partials.parts),),
                         node.reduction_type, partials.dtype, inner_fn, split_of=node.name, parts=partials.parts)

@@ -35,12 +35,11 @@ from dataclasses import dataclass
 
 import sympy
 
-from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, product, simplify_index
 from engine.ir.nodes import Buffer, Reduction
-from engine.ir.ops import use_handler
-from engine.schedule.kernel_plan import Inliner, KernelPlan
+from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.split import SplitCombine, SplitPartials, wants_split
+from engine.schedule.strides import Access, column_access, kernel_accesses, probe_stride
 
 TILE_MIN = 16  # a side shorter than this does not pay for a second tile axis
 
@@ -52,6 +51,7 @@ class Tiling:
     y: sympy.Expr = sympy.Integer(1)  # 2d: the Y extent (dims 0..d of the output, flattened) ...
     x: sympy.Expr = sympy.Integer(1)  # ... and the X extent (dims d+1..)
     run: sympy.Expr | None = None  # 2d: along Y, column: along the outputs (Note [Runs of an axis]); None: whole
+    columns: bool = False  # split: the stage reads along its outputs, walked as column tiles (Note [Column splits])
 
     def record(self) -> dict:
         entry = {"choice": self.choice, "reason": self.reason}
@@ -59,46 +59,9 @@ class Tiling:
             entry["tile"] = {"y": str(self.y), "x": str(self.x)}
         if self.run is not None:
             entry["run"] = str(self.run)
+        if self.columns:
+            entry["columns"] = True
         return entry
-
-
-@dataclass(frozen=True)
-class Access:
-    name: str
-    offset: sympy.Expr
-
-
-def _accesses(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored: list[str]) -> list[Access]:
-    """Every load from memory (in-kernel producers inlined) and every store, as offsets over x and r."""
-    inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
-                      accumulator=lambda name: Var("acc", buffers[name].dtype))
-    recorder = AccessRecorder(buffers, on_load=inliner.load)
-    with use_handler(recorder):
-        for node in nodes:
-            if isinstance(node, Reduction):
-                node.inner_fn(plan.index(node), plan.rindex(node))
-            elif node.name in stored:
-                node.inner_fn(plan.index(node))
-    loads = [(name, index) for name, index in recorder.loads if name not in plan.by_name]
-    stores = [(node.name, tuple(plan.index(node))) for node in nodes if node.name in stored]
-    result = []
-    for name, index in loads + stores:
-        try:
-            result.append(Access(name, sympy.expand(buffers[name].storage_offset(index))))
-        except (TypeError, ValueError):  # a data-dependent index (gather): no stride to read
-            continue
-    return result
-
-
-def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> int | None:
-    """offset(variable = step) - offset(variable = 0), the other loop variables at 0; None if not a number."""
-    origin = {v: 0 for v in others}
-    try:
-        moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})
-    except (TypeError, ValueError):
-        return None
-    moved = sympy.simplify(moved)
-    return int(moved) if moved.is_Integer else None
 
 
 def _affine_in(expr: sympy.Expr, variable: sympy.Symbol) -> bool:
@@ -142,9 +105,9 @@ def _static(expr) -> int | None:
 
 def choose_tiling(kind: str, nodes: list[Buffer], rows, red, buffers: dict, stored: list[str]) -> Tiling:
     plan = KernelPlan(nodes, rows, red)
-    accesses = _accesses(nodes, plan, buffers, stored)
+    accesses = kernel_accesses(nodes, plan, buffers, stored)
     if kind == "reduction":
-        return _split_stage(nodes) or _reduction_tiling(plan, accesses)
+        return _split_stage(nodes, plan, accesses) or _reduction_tiling(plan, accesses)
     return _pointwise_tiling(plan, nodes, stored, accesses)
 
 
@@ -185,16 +148,21 @@ def _tile_run(plan: KernelPlan, accesses: list[Access], y_sizes, x_extent) -> sy
     return contiguous_run(offsets, y, y_sizes, {x: x_extent, plan.r: plan.red})
 
 
-def _split_stage(nodes: list[Buffer]) -> Tiling | None:
-    """A stage of a split reduction (Note [Split reductions on the GPU])."""
+def _split_stage(nodes: list[Buffer], plan: KernelPlan, accesses: list[Access]) -> Tiling | None:
+    """A stage of a split reduction (Note [Split reductions on the GPU], Note [Column splits])."""
+    column = column_access(plan, accesses)
+    walk = "" if column is None else (f"; {column[0].name} is contiguous along the stage's outputs and strided "
+                                      f"({column[1]}) along its reduction: column tiles")
     for node in nodes:
         if isinstance(node, SplitPartials):
             return Tiling("split", f"stage 1 of 2 of {node.split_of}'s split reduction: {node.parts} partial results "
                                    f"per output, each reducing {node.chunk} elements, into the workspace "
-                                   f"{node.name}, so that the GPU is filled")
+                                   f"{node.name} (part-major), so that the GPU is filled" + walk,
+                          columns=column is not None)
         if isinstance(node, SplitCombine):
             return Tiling("split", f"stage 2 of 2 of {node.split_of}'s split reduction: each output combines its "
-                                   f"{node.parts} partial results, then the epilogue")
+                                   f"{node.parts} partial results, then the epilogue" + walk,
+                          columns=column is not None)
     return None
 
 
@@ -203,14 +171,12 @@ def _reduction_tiling(plan: KernelPlan, accesses: list[Access]) -> Tiling:
     if wants_split(plan.rows, plan.red):
         return Tiling("split", f"{rows} output(s), each reducing {red} elements: a split reduction, so that "
                                f"every thread takes part")
-    for access in accesses:
-        along_r = probe_stride(access.offset, plan.r, 1, [plan.x])
-        along_x = probe_stride(access.offset, plan.x, 1, [plan.r])
-        if along_x == 1 and along_r not in (0, 1, None):
-            output_sizes = next(n.size for n in plan.nodes if isinstance(n, Reduction))
-            run = contiguous_run([a.offset for a in accesses], plan.x, output_sizes, {plan.r: plan.red})
-            return Tiling("column", f"{access.name} is contiguous along the outputs and strided ({along_r}) "
-                                    f"along the reduction: tiles of many outputs x a few reduction steps read "
-                                    f"it coalesced" + _run_note(run, "the outputs"), run=run)
+    column = column_access(plan, accesses)
+    if column is not None:
+        (access, along_r), output_sizes = column, next(n.size for n in plan.nodes if isinstance(n, Reduction))
+        run = contiguous_run([a.offset for a in accesses], plan.x, output_sizes, {plan.r: plan.red})
+        return Tiling("column", f"{access.name} is contiguous along the outputs and strided ({along_r}) "
+                                f"along the reduction: tiles of many outputs x a few reduction steps read "
+                                f"it coalesced" + _run_note(run, "the outputs"), run=run)
     return Tiling("row", "the reduction runs along stride 1 (or its reads are broadcast): rows of it per "
                          "program or thread")

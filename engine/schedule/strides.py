@@ -1,0 +1,62 @@
+"""A kernel's memory accesses as offsets over its loop variables, and their strides (Note [Tiling from strides]
+in tiling.py): what the tiling and the split of reductions decide from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from engine.ir.handlers import AccessRecorder, Var
+from engine.ir.nodes import Buffer, Reduction
+from engine.ir.ops import use_handler
+from engine.schedule.kernel_plan import Inliner, KernelPlan
+
+
+@dataclass(frozen=True)
+class Access:
+    name: str
+    offset: sympy.Expr
+
+
+def kernel_accesses(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored: list[str]) -> list[Access]:
+    """Every load from memory (in-kernel producers inlined) and every store, as offsets over x and r."""
+    inliner = Inliner(plan, external=lambda name, index: Var("load", buffers[name].dtype),
+                      accumulator=lambda name: Var("acc", buffers[name].dtype))
+    recorder = AccessRecorder(buffers, on_load=inliner.load)
+    with use_handler(recorder):
+        for node in nodes:
+            if isinstance(node, Reduction):
+                node.inner_fn(plan.index(node), plan.rindex(node))
+            elif node.name in stored:
+                node.inner_fn(plan.index(node))
+    loads = [(name, index) for name, index in recorder.loads if name not in plan.by_name]
+    stores = [(node.name, tuple(plan.index(node))) for node in nodes if node.name in stored]
+    result = []
+    for name, index in loads + stores:
+        try:
+            result.append(Access(name, sympy.expand(buffers[name].storage_offset(index))))
+        except (TypeError, ValueError):  # a data-dependent index (gather): no stride to read
+            continue
+    return result
+
+
+def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> int | None:
+    """offset(variable = step) - offset(variable = 0), the other loop variables at 0; None if not a number."""
+    origin = {v: 0 for v in others}
+    try:
+        moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})
+    except (TypeError, ValueError):
+        return None
+    moved = sympy.simplify(moved)
+    return int(moved) if moved.is_Integer else None
+
+
+def column_access(plan: KernelPlan, accesses: list[Access]) -> tuple[Access, int] | None:
+    """The first access contiguous along the outputs and strided along the reduction (a reduction over a
+    non-innermost axis), with its stride along the reduction; None when there is none."""
+    for access in accesses:
+        along_r = probe_stride(access.offset, plan.r, 1, [plan.x])
+        along_x = probe_stride(access.offset, plan.x, 1, [plan.r])
+        if along_x == 1 and along_r not in (0, 1, None):
+            return access, along_r
+    return None

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Where a call's host time goes, ours beside Inductor's, for zoo models (engine/tools/zoo.py) in one mode.
+
+    python scripts/launch_profile.py tv_mobilenet_v3_small,timm_efficientnet_b0 [--mode reduce-overhead]
+    python scripts/launch_profile.py tv_mobilenet_v3_small --dry-run      # the CPU, tiny configs
+
+Small models on a GPU are host bound: the GPU waits while Python, the dispatcher and the driver start its
+kernels. Per model and compiler this prints the host microseconds per call (calls queued without waiting
+for the GPU, so the figure is what the host spends), the GPU kernels launched per call, and the profiler's
+table of host time by op, so a gap to Inductor can be read as "more launches" or "dearer launches" and
+traced to the ops that cost it. With $OUT set, the tables and our generated wrapper go to $OUT/launch/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+CALLS = 20
+
+
+def host_us(fn, inputs, device: str) -> float:
+    """Median over rounds of the host time per call, calls queued without synchronizing in between."""
+    rounds = []
+    with torch.no_grad():
+        for _ in range(5):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                fn(*inputs)
+            rounds.append((time.perf_counter() - start) / CALLS * 1e6)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    return sorted(rounds)[len(rounds) // 2]
+
+
+def profile(fn, inputs, device: str) -> tuple[str, float]:
+    """(the profiler's table by host time, GPU kernels per call)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.no_grad(), torch_profile(activities=activities) as prof:
+        for _ in range(CALLS):
+            fn(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    kernels = sum(e.count for e in events if getattr(e, "device_type", None) is not None
+                  and str(e.device_type).endswith("CUDA"))
+    table = events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70)
+    return table, kernels / CALLS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("names", help="comma-separated zoo case names")
+    parser.add_argument("--mode", default="default")
+    parser.add_argument("--dry-run", action="store_true", help="the CPU with tiny configs (no Inductor)")
+    args = parser.parse_args()
+    import engine
+    from engine.tools.zoo import zoo_specs
+
+    device = "cpu" if args.dry_run else "cuda"
+    out = Path(os.environ["OUT"], "launch") if os.environ.get("OUT") else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    specs, skipped = zoo_specs(device, set(args.names.split(",")))
+    for case in skipped:
+        print(f"skipping {case['name']}: {case['skipped']}")
+    mode = None if args.mode == "default" else args.mode
+    for spec in specs:
+        compilers = {"glassbox": lambda m: engine.compile(m, backend="triton", device=device, mode=args.mode)}
+        if not args.dry_run:
+            compilers["inductor"] = lambda m: torch.compile(m, mode=mode)
+        for name, make in compilers.items():
+            torch._dynamo.reset()
+            fn = make(spec.model)
+            with torch.no_grad():
+                for _ in range(3):
+                    fn(*spec.example_inputs)
+            host = host_us(fn, spec.example_inputs, device)
+            table, kernels = profile(fn, spec.example_inputs, device)
+            print(f"== {spec.name} {args.mode} {name}: host {host:.1f} us per call, {kernels:.1f} GPU kernels "
+                  "per call", flush=True)
+            print(table, flush=True)
+            if out is not None:
+                (out / f"{spec.name}.{args.mode}.{name}.txt").write_text(table)
+        if out is not None:
+            torch._dynamo.reset()
+            record = engine.explore(spec.model, spec.example_inputs, backend="triton", device=device,
+                                    mode=args.mode, name=spec.name, tolerance=spec.tolerance)
+            (out / f"{spec.name}.{args.mode}.wrapper.py").write_text(
+                "\n\n".join(g.code.get("wrapper", "") for g in record.graphs if g.code))
+            print(f"{spec.name}: wrapper overhead per graph",
+                  [g.code.get("overhead") for g in record.graphs if g.code], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,7 +99,7 @@ class TemplateLaunch:
     def _library_run(self, tensors) -> None:
         """The library call, then the kernel as the epilogue only."""
         if self.library_call is None:
-            self.library_call = self._bind_library_call(into_output=False)
+            self.library_call = self._bind_library_call(tensors, into_output=False)
         self.backend.run(tensors, self.epilogue_config, self._in_output_layout(self.library_call(tensors)))
 
     def _in_output_layout(self, result: torch.Tensor) -> torch.Tensor:
@@ -113,29 +113,34 @@ class TemplateLaunch:
     def _library_alone_run(self, tensors) -> None:
         """The library call writing the template's output buffer: a template with no epilogue."""
         if self.library_call is None:
-            self.library_call = self._bind_library_call(into_output=True)
+            self.library_call = self._bind_library_call(tensors, into_output=True)
         self.library_call(tensors)
 
-    def _bind_library_call(self, into_output: bool) -> Callable:
-        """The library call on a call's tensors: its arguments' views worked out once (a per-call pytree walk
-        is Python work a GPU launch waits for); into_output: through the op's out= overload, into the
-        template's output buffer."""
-        leaves, tree = torch.utils._pytree.tree_flatten((self.template.args, self.template.kwargs),
-                                                        is_leaf=lambda a: isinstance(a, TensorArg))
-        views = {i: (self.position[a.name], [int(s) for s in a.size], [int(s) for s in a.stride], int(a.offset))
-                 for i, a in enumerate(leaves) if isinstance(a, TensorArg)}
+    def _bind_library_call(self, tensors, into_output: bool) -> Callable:
+        """The library call on a call's tensors, its arguments worked out once from the first call's (a
+        per-call pytree walk or view is Python work a GPU launch waits for): a tensor argument that is its whole
+        buffer is passed as it is, any other as its view. into_output: through the op's out= overload, into
+        the template's output buffer. (The GEMM ops' tensors are top-level arguments: templates.gemm_spec.)"""
+        values, slots = list(self.template.args), []
+        for i, arg in enumerate(values):
+            if isinstance(arg, TensorArg):
+                position, tensor = self.position[arg.name], tensors[self.position[arg.name]]
+                view = ([int(s) for s in arg.size], [int(s) for s in arg.stride], int(arg.offset))
+                whole = list(tensor.shape) == view[0] and list(tensor.stride()) == view[1] and view[2] == 0
+                slots.append((i, position, None if whole else view))
+        kwargs = dict(self.template.kwargs)
         target = self.template.target.overloadpacket.out if into_output else self.template.target
         output = self.position[self.template.name] if into_output else None
 
         def call(tensors):
-            values = list(leaves)
-            for i, (position, size, stride, offset) in views.items():
+            args = list(values)
+            for i, position, view in slots:
                 tensor = tensors[position]
-                values[i] = tensor.as_strided(size, stride, tensor.storage_offset() + offset)
-            args, kwargs = torch.utils._pytree.tree_unflatten(values, tree)
-            if output is not None:
-                kwargs = {**kwargs, "out": tensors[output]}
-            return target(*args, **kwargs)
+                args[i] = tensor if view is None else tensor.as_strided(view[0], view[1],
+                                                                          tensor.storage_offset() + view[2])
+            if output is None:
+                return target(*args, **kwargs)
+            return target(*args, **kwargs, out=tensors[output])
         return call
 
     # -- max-autotune --------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import sympy
 
 from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
-from engine.codegen.kernel_core import Source, emit_epilogue, emit_stores, run_pass
+from engine.codegen.kernel_core import FLAG_REDUCTIONS, Source, accumulator_type, emit_epilogue, emit_stores, run_pass
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import FloorDiv, c_index
 from engine.ir.nodes import Buffer, Reduction
-from engine.ir.ops import reduction_identity, use_handler
+from engine.ir.ops import use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import Inliner, KernelPlan
 from engine.schedule.online_softmax import online_passes
@@ -136,6 +136,14 @@ ACCUMULATOR_LANES = 32  # 4 AVX2 or 2 AVX-512 registers of float32
 SPLIT_MIN_ROW = 4 * ACCUMULATOR_LANES
 
 
+def _accumulator(kind: str, dtype, src_dtype) -> tuple:
+    """(dtype, C type, identity) of an accumulator (kernel_core.accumulator_type; flags in a plain int)."""
+    dtype, identity = accumulator_type(kind, dtype, src_dtype)
+    if kind in FLAG_REDUCTIONS:
+        return dtype, "int", str(identity)
+    return dtype, c_type(dtype), c_constant(identity, dtype)
+
+
 def _update_text(kind: str, target: str, value: str) -> str:
     """Fold `value` into `target` for a sum/prod/max/min/any/all reduction."""
     if kind in ("sum", "prod"):
@@ -163,9 +171,7 @@ def _emit_pass(group: list[Reduction], plan: KernelPlan, printer: CppPrinter, bo
     vectorizable = True
     for name, dtype, src_dtype, kind, value in run_pass(printer, plan, group):
         acc = f"acc_{name}"
-        dtype = dtype if kind not in ("argmax", "argmin") else src_dtype
-        ctype = "int" if kind in ("any", "all") else c_type(dtype)
-        identity = c_constant(reduction_identity(kind, dtype), dtype) if ctype != "int" else str(int(kind == "all"))
+        dtype, ctype, identity = _accumulator(kind, dtype, src_dtype)
         body.add(f"{ctype} {acc} = {identity};", LineTag(name))
         if kind in ("argmax", "argmin"):
             vectorizable = False
@@ -288,9 +294,8 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
         pass_lines, pass_tags = printer.lines, printer.line_tags
         hoisted, hoisted_tags = printer.take_hoisted()
         accumulators = []
-        for name, dtype, _, kind, value in reductions:
-            ctype = "int" if kind in ("any", "all") else c_type(dtype)
-            identity = c_constant(reduction_identity(kind, dtype), dtype) if ctype != "int" else str(int(kind == "all"))
+        for name, dtype, src_dtype, kind, value in reductions:
+            _, ctype, identity = _accumulator(kind, dtype, src_dtype)
             nan = kind in ("max", "min") and dtype.is_floating_point
             accumulators.append((name, f"acc_{name}", kind, ctype, identity, str(value), nan))
             printer.accumulators[name] = Var(f"acc_{name}[x0 - xo]", dtype, True)

@@ -21,8 +21,11 @@ import contextlib
 import re
 from typing import Callable
 
+import torch
+
 from engine.codegen.provenance import LineTag
 from engine.ir.nodes import Buffer, Reduction
+from engine.ir.ops import compute_dtype, reduction_identity
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan, reduce_node, store_node, store_row_value
 
@@ -75,6 +78,21 @@ def run_pass(printer, plan: KernelPlan, group: list[Reduction], skip=frozenset()
         printer.tag = LineTag(node.name)
         printer.accumulators[node.name] = reduce_node(plan, node)
     return printer.pass_reductions
+
+
+FLAG_REDUCTIONS = ("any", "all")
+
+
+def accumulator_type(kind: str, dtype: torch.dtype, src_dtype: torch.dtype) -> tuple[torch.dtype, object]:
+    """(dtype, identity value) of a reduction's accumulator, for both backends: flags (any/all) count 0/1 in
+    an int32 (a bool accumulator keeps C++ loops from vectorizing, Note [Reductions in C++]; Triton's
+    reductions of int1 are not portable), argmax/argmin keep the best value in the source's compute type,
+    the others accumulate in the result's compute type (half precision in float32)."""
+    if kind in FLAG_REDUCTIONS:
+        return torch.int32, int(kind == "all")
+    if kind in ("argmax", "argmin"):
+        return compute_dtype(src_dtype), reduction_identity(kind, src_dtype)
+    return compute_dtype(dtype), reduction_identity(kind, dtype)
 
 
 def emit_stores(printer, plan: KernelPlan, nodes: list[Buffer], per_row: bool = False) -> tuple[list[str], list]:

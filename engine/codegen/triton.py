@@ -17,14 +17,14 @@ from dataclasses import dataclass, field, replace
 import sympy
 import torch
 
-from engine.codegen.kernel_core import (PythonSource, buffer_arguments, emit_epilogue, emit_stores, run_pass,
-                                        size_arguments, stores_by_role)
+from engine.codegen.kernel_core import (FLAG_REDUCTIONS, PythonSource, accumulator_type, buffer_arguments,
+                                        emit_epilogue, emit_stores, run_pass, size_arguments, stores_by_role)
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
-from engine.ir.ops import compute_dtype, reduction_identity, use_handler
+from engine.ir.ops import compute_dtype, use_handler
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
@@ -272,20 +272,10 @@ def _kind(reduction_type: str, dtype: torch.dtype) -> str:
     return reduction_type
 
 
-def _accumulator_dtype(kind: str, dtype: torch.dtype, src_dtype: torch.dtype) -> torch.dtype:
-    if kind in ("any", "all"):
-        return torch.int32  # flags: tl.reduce on int1 is not portable
-    if kind in ("argmax", "argmin"):
-        return compute_dtype(src_dtype)
-    return compute_dtype(dtype)
-
-
 def _tile(printer: TritonPrinter, kind: str, dtype: torch.dtype, src_dtype: torch.dtype,
           value: TVar) -> tuple[TVar, torch.dtype, str]:
-    dtype = _accumulator_dtype(kind, dtype, src_dtype)
-    identity = int(kind == "all") if kind in ("any", "all") else \
-        reduction_identity(kind, src_dtype if kind in ("argmax", "argmin") else dtype)
-    if kind in ("any", "all"):
+    dtype, identity = accumulator_type(kind, dtype, src_dtype)
+    if kind in FLAG_REDUCTIONS:
         value = printer.emit(f"({printer.tensor(value)} != 0).to(tl.int32)", torch.int32, value.dims)
     elif value.literal or compute_dtype(value.dtype) != dtype:
         value = printer.emit(f"{printer.tensor(value)}.to({tl_type(dtype)})", dtype, value.dims)

@@ -17,8 +17,9 @@ the same GEMM (templates.default_takes_template): the heuristic's tile config (t
 call — followed by the epilogue-only kernel when the template has an epilogue, or alone, writing the output
 buffer through the op's out= overload, when it has none (default mode gives such a template back to the
 library call; "library + epilogue" would add a copy pass that plan does not have). Every candidate is timed
-the same way: a first call (compiling), then a median of repeated calls with the epilogue included, with
-one warmup and repetition budget (do_bench on the GPU). A challenger replaces the default's pick only when
+the same way, its epilogue included: a first call (compiling), then on the GPU a do_bench median with one
+warmup and repetition budget for all, on the CPU the fastest of interleaved calls (Note [CPU autotune
+timing]). A challenger replaces the default's pick only when
 it is faster by MIN_GAIN: a difference within the timing noise is no reason to leave the plan default mode
 runs, and measured end to end that plan is what max-autotune is compared with.
 """
@@ -38,10 +39,10 @@ from engine.ir.nodes import TensorArg, Template
 from engine.schedule.templates import default_takes_template
 
 # Note [CPU autotune timing]
-# On a shared CPU a thread descheduled inside a parallel call stalls the whole call: a library GEMM that
-# runs on torch's thread pool measured 30-50 ms instead of 0.01 ms while the compile's background work (g++,
-# Inductor's compile workers starting) held the cores, and a median of calls in a row then measures the other
-# tenants, and only for the candidates timed while they ran. The candidates are called in turn, one call
+# On a shared CPU a thread descheduled inside a parallel call stalls the whole call: a 4x63x20 torch.mm on
+# torch's 2-thread pool measured 30-50 ms per call, not 0.01 ms, in bursts while other processes held the
+# cores (load averages of 5-18 on 2 cores), and a median of calls in a row then measures the other tenants,
+# and only for the candidates timed while they ran. The candidates are called in turn, one call
 # each per round, and each keeps its fastest call: the run the machine did not disturb, taken at the same
 # moments for every candidate (as scripts/gemm_bench.py measures).
 CPU_TIMING_SECONDS = 0.05  # per candidate
@@ -150,17 +151,16 @@ class TemplateLaunch:
         found = [(f"template {_config_text(c)}", self._template_run(c), c) for c in self.backend.configs()]
         if self.kernel.epilogue:
             found.append(("library + epilogue", self._library_run, None))
-        elif self.template.name in self.position:
+        else:  # nothing fused: the kernel's one output is the GEMM's
             found.append(("library", self._library_alone_run, None))
         return found
 
     def default_pick(self) -> str:
         """The candidate default mode would run for this GEMM."""
         candidates = self.candidates()
-        library = [name for name, _, config in candidates if config is None]
         takes = default_takes_template(self.template.spec, bool(self.kernel.epilogue), self.backend.name,
                                        str(self.device))
-        return candidates[0][0] if takes or not library else library[0]
+        return candidates[0][0] if takes else candidates[-1][0]
 
     def _autotune(self, tensors) -> Callable:
         candidates = self.candidates()

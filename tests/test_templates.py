@@ -133,7 +133,9 @@ def test_record_carries_template_config_fused_ops_and_autotune(tmp_path, monkeyp
     from visualizers import tables  # what the app's code view shows with the kernel
     (row,) = tables.template_rows(exploration.graphs[0])
     assert row["epilogue"] == "relu" and row["GEMM (MxNxK)"] == "127x255x63" and row["winner"]
-    assert sum(r["winner"] for r in tables.autotune_rows(exploration.graphs[0])) == 1
+    rows = tables.autotune_rows(exploration.graphs[0])
+    assert sum(r["winner"] for r in rows) == 1 and sum(r["default's pick"] for r in rows) == 1
+    assert next(r for r in rows if r["winner"])["why"]
     choices = record["graphs"][0]["fusion"]["templates"]
     assert choices and choices[0]["template"] and choices[0]["reason"]
     again = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")

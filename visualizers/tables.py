@@ -58,14 +58,17 @@ def template_rows(graph: GraphRecord) -> list[dict]:
 
 
 def autotune_rows(graph: GraphRecord) -> list[dict]:
-    """max-autotune's measured candidates of each template kernel (tile configs and the library call)."""
+    """max-autotune's measured candidates of each template kernel (tile configs and the library call), which
+    one default mode would run, and why the winner won (Note [Autotune against the default's pick])."""
     rows = []
     for kernel in graph.kernels:
         tuning = (kernel.template or {}).get("autotune") or {}
         for candidate in tuning.get("candidates") or []:
+            winner = candidate.get("candidate") == tuning.get("winner")
             rows.append({"kernel": kernel.name, "candidate": candidate.get("candidate"),
-                         "ms": candidate.get("ms"), "winner": candidate.get("candidate") == tuning.get("winner"),
-                         "error": candidate.get("error") or ""})
+                         "ms": candidate.get("ms"), "winner": winner,
+                         "default's pick": candidate.get("candidate") == tuning.get("default_pick"),
+                         "why": (tuning.get("why") or "") if winner else "", "error": candidate.get("error") or ""})
     return rows
 
 

@@ -9,7 +9,7 @@ import sympy
 import torch
 
 from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
-from engine.codegen.kernel_printer import KernelPrinter
+from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
 from engine.ir.indexing import FloorDiv, ModIndex, c_index
 from engine.ir.nodes import Buffer
@@ -39,9 +39,9 @@ def _math_call(op: str, dtype: torch.dtype) -> str:
     if name.startswith("gb_"):
         return name
     return f"{name}f" if c_type(dtype) == "float" else f"std::{name}"
-INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
-         "ge": ">=", "logical_and": "&&", "logical_or": "||", "bitwise_and": "&", "bitwise_or": "|",
-         "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>"}
+
+
+C_INFIX = {**INFIX, "logical_and": "&&", "logical_or": "||"}
 
 
 def c_type(dtype: torch.dtype) -> str:
@@ -79,10 +79,6 @@ def _float_call(op: str):
     return spell
 
 
-def _infix(symbol: str):
-    return lambda p, a, b: f"{a} {symbol} {b}"
-
-
 def _one(a) -> str:
     return c_constant(1, a.dtype)
 
@@ -101,7 +97,7 @@ def _by_kind(floating: str, integer: str):
 
 CPP_SPELLINGS = {  # Note [Spelling tables]
     **{op: _float_call(op) for op in UNARY_FLOAT_CALLS},
-    **{op: _infix(symbol) for op, symbol in INFIX.items()},
+    **{op: infix(symbol) for op, symbol in C_INFIX.items()},
     "neg": lambda p, a: f"-{a}",
     "abs": lambda p, a: f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
     "rsqrt": lambda p, a: f"{_one(a)} / {_math_call('sqrt', a.dtype)}({a})",

@@ -15,6 +15,17 @@ from engine.ir.nodes import Buffer
 from engine.schedule.kernel_plan import Inliner, KernelPlan
 
 
+# Arithmetic that C++ and Triton (Python) spell as the same infix operator; each printer's spelling table
+# takes these and adds its own (Note [Spelling tables]).
+INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+         "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
+         "right_shift": ">>"}
+
+
+def infix(symbol: str):
+    return lambda p, a, b: f"{a} {symbol} {b}"
+
+
 class KernelPrinter(TextHandler):
     """Lines that vary along the innermost loop go to `lines`; the rest to `hoisted`, emitted above the loop
     (loop-invariant code motion). Loads of the kernel's own nodes go through `self.inliner`."""

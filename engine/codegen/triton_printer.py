@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from engine.codegen.kernel_printer import KernelPrinter
+from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
 from engine.ir.indexing import PythonIndexPrinter
 from engine.ir.ops import compute_dtype, result_dtype
@@ -83,9 +83,6 @@ def literal(value, dtype: torch.dtype) -> str:
     return f"({value})" if value < 0 else str(value)
 
 
-INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
-         "ge": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
-         "right_shift": ">>"}
 # on bools (Note [No & and | on conditions] in the prelude): or, and, xor
 BOOL_OPS = {"add": "tl.where({a}, True, {b})", "maximum": "tl.where({a}, True, {b})",
             "mul": "tl.where({a}, {b}, False)", "minimum": "tl.where({a}, {b}, False)", "sub": "{a} != {b}",
@@ -113,10 +110,6 @@ def _math(op: str):
             return f"{fn}({p.tensor(a)})"
         return f"{fn}({p.tensor(a)}.to(tl.float64)).to({tl_type(a.dtype)})"
     return spell
-
-
-def _infix(symbol: str):
-    return lambda p, a, b: f"{a} {symbol} {b}"
 
 
 def _on_bools(op: str, otherwise):
@@ -161,8 +154,8 @@ TRITON_SPELLINGS = {  # Note [Spelling tables]
     "isinf": lambda p, a: f"tl.abs({a}) == float(\"inf\")" if a.dtype.is_floating_point else f"{a} != {a}",
     "signbit": lambda p, a: f"gb_signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
     "sign": lambda p, a: f"{a}" if a.dtype == torch.bool else f"gb_sign({a})",
-    **{op: _infix(symbol) for op, symbol in INFIX.items()},
-    **{op: _on_bools(op, _infix(INFIX[op])) for op in ("add", "sub", "mul")},
+    **{op: infix(symbol) for op, symbol in INFIX.items()},
+    **{op: _on_bools(op, infix(INFIX[op])) for op in ("add", "sub", "mul")},
     **{op: _logical(op) for op in ("logical_and", "logical_or", "logical_xor")},
     "maximum": _on_bools("maximum", _extremum("maximum")),
     "minimum": _on_bools("minimum", _extremum("minimum")),

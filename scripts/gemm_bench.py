@@ -16,7 +16,10 @@ Runners, side by side in one process on the same inputs (every output checked ag
                   ResNet-50 takes minutes, more than a measurement call has)
 Times: triton.testing.do_bench medians on the GPU; on the CPU (shared, loaded machines) the fastest of many
 single calls, the runners interleaved call by call (cpu_best_of); the load average before and after is
-printed with the table.
+printed with the table. On a shared, oversubscribed CPU run it with OMP_WAIT_POLICY=passive: OpenMP workers
+that spin at a barrier lose their timeslices to the other tenants, and every parallel region (ours, Inductor's,
+torch's) then waits for one (measured: SwiGLU at batch 1 took 15.7 ms per call with spinning workers, 3.2 ms
+with passive ones, eager 3.2 ms, load average 16 on 2 cores).
 --dry-run runs the GPU cases with tiny shapes on the CPU (the Triton backend under the interpreter, Inductor
 in default mode): it checks the script end to end where there is no GPU; its times mean nothing.
 """

@@ -38,6 +38,9 @@ CASES = {
     "se_mean_with_full_store": (_bn_relu_and_mean, lambda: (_channels_last(4, 32, 64, 64), torch.randn(1, 32, 1, 1),
                                                             torch.randn(1, 32, 1, 1)), True),
     "avgpool_half": (lambda t: t.mean((2, 3)), lambda: (_channels_last(2, 64, 48, 48).half(),), True),
+    # a layernorm weight gradient's shape: 1024 channels summed over 2048 tokens (the column form: 128 programs)
+    "weight_gradient": (lambda g, xhat: (g * xhat).sum(0), lambda: (torch.randn(2048, 1024), torch.randn(2048, 1024)),
+                        True),
 }
 
 

@@ -52,7 +52,8 @@ MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps
 # programs, as a column sum of 8192 columns, which matches Inductor's), each part at least COLUMN_MIN_CHUNK rows
 COLUMN_PARTIALS = 8192
 COLUMN_MIN_CHUNK = 256
-COLUMN_SPLIT_MAX_ROWS = 1024  # below 8 outputs a program for each of 132 SMs
+COLUMN_SPLIT_MAX_ROWS = 2048  # the column form: 8 outputs a program, below 2 programs for each of 132 SMs (a
+#                              layernorm's weight gradient over 1024 channels and 8192 rows ran 128 programs)
 COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
 COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction

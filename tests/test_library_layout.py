@@ -17,3 +17,28 @@ def test_a_layout_that_moves_addresses_is_copied_into_the_promised_one():
     out = with_layout(nchw, (2, 3, 4, 5), channels_last)
     assert out.stride() == channels_last
     torch.testing.assert_close(out, nchw)
+
+
+def test_library_calls_go_through_torchs_binding_where_it_is_the_same_overload():
+    """Note [Library calls through torch's bindings]."""
+    from engine.codegen.wrapper import LibraryCall, public_binding
+
+    aten = torch.ops.aten
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    assert public_binding(aten.mm.default, (a, b), {}) is torch.mm  # mm.dtype and mm.out need more arguments
+    assert public_binding(aten.var.default, (a,), {}) is None  # var.correction could take (a,) too
+    assert public_binding(aten.add.Tensor, (a, a), {}) is None  # not a default overload
+    call = LibraryCall(aten.mm.default, torch.mm)
+    torch.testing.assert_close(call(a, b), a @ b)
+
+
+def test_a_binding_that_refuses_the_arguments_leaves_the_overload():
+    from engine.codegen.wrapper import LibraryCall
+
+    def refuses(*args):
+        raise TypeError("mm(): argument 'input' must be Tensor")
+
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    call = LibraryCall(torch.ops.aten.mm.default, refuses)
+    torch.testing.assert_close(call(a, b), a @ b)
+    assert call.call is torch.ops.aten.mm.default

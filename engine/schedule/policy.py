@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import sympy
+
 from engine.ir.nodes import Buffer, Fallback
-from engine.schedule.groups import Group, same_size
+from engine.schedule.groups import Group, canonical, same_size
 from engine.schedule.kernel_plan import describe_size
 from engine.schedule.templates import epilogue_verdict
 
@@ -169,6 +171,46 @@ def _fit_around_reduction(c: Candidate, reduction_first: bool):
     return None if fit is None else (fit, describe_size(pointwise.last_visible.size), *reduction.shape)
 
 
+# Note [Stored prologues of column reductions]
+# An elementwise producer fused before a reduction is computed inside the reduction's loop at the elements the
+# reduction reads. If the producer must also be stored (a library call or another kernel reads it too: the
+# gradient of a bias is summed over the rows of a tensor that the weight's GEMM also reads), its stores run in
+# a pass of their own over its elements in its own order (Note [Fused loop shape]: a full node's index is
+# unflatten(x*red + r)). When the reduction walks the producer in that same order (it reduces the trailing dims:
+# a softmax row), the pass is one more walk along the rows. When it reduces leading dims instead (a column
+# reduction: x.sum(0) over the rows of a (tokens, features) tensor), each program of the kernel owns a few
+# columns, the reduction's reads stride along memory, and the producer is computed twice, once per pass, at
+# twice the reads. On an H200 the qkv gradient of a transformer block (the concatenation of dq, dk and dv,
+# 8192 x 3072) fused with its bias gradient that way took 0.97 ms of a 2.6 ms training step. Apart, the
+# producer is an elementwise kernel over all its elements and the reduction reads the stored result, a plain
+# strided column: both coalesced, and the same bytes as the fused kernel's two passes.
+
+
+def _trailing_reduction(reduction, node: Buffer) -> bool:
+    """Does `reduction` reduce the trailing dims of `node`'s shape (its outputs, then its reduced dims, are
+    node's dims in order)? Dims of size 1 do not count."""
+    def dims(sizes):
+        return [canonical(sympy.sympify(s)) for s in sizes if not same_size(sympy.sympify(s), sympy.Integer(1))]
+    return dims(reduction.ranges) + dims(reduction.reduction_size) == dims(node.size)
+
+
+def stored_prologue_of_column(c: Candidate) -> Verdict | None:
+    """A producer that is also stored stays out of a reduction over its leading dims (Note [Stored prologues
+    of column reductions])."""
+    if c.kind != "vertical" or c.first_only_feeds_second or c.first.has_reduction or not c.second.has_reduction:
+        return None
+    found = _fit_around_reduction(c, reduction_first=False)
+    if found is None or found[0] != "full":
+        return None
+    crossing = [n for n in c.visible(c.first) if not _trailing_reduction(c.second.reduction, n)]
+    if not crossing:
+        return None
+    return Verdict(False, f"{crossing[0].name} is stored for other readers and {c.second.reduction.name} reduces "
+                          f"its leading dims: fused, its stores would be a second pass over it in another order; "
+                          f"apart, both kernels read coalesced (Note [Stored prologues of column reductions])",
+                   "stored_prologue_of_column")
+
+
 def reduction_prologue(c: Candidate) -> Verdict | None:
     """Elementwise work before a reduction runs inside the reduction's loop."""
     found = _fit_around_reduction(c, reduction_first=False)
@@ -216,7 +258,7 @@ def different_iteration_space(c: Candidate) -> Verdict | None:
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
     fusion_knobs, template_epilogue, library_call, too_many_passes, two_reductions, elementwise, horizontal_siblings,
-    reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
+    stored_prologue_of_column, reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
 ]
 
 

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,6 +7,33 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Note [Parallel test workers]
+# CI runs the suite on two pytest-xdist workers (.ci/run: `-n 2 --dist loadgroup`): most tests compile in one
+# thread or wait on one subprocess, so a second worker uses the second core. Two rules keep that safe and cheap:
+# - Each worker has its own compile cache, a folder of the run's GLASSBOX_CACHE_DIR named after the worker.
+#   Some tests look at the whole cache (tests/test_cache_trust.py lists its libraries before and after a job,
+#   and rewrites the toolchain record); the other worker's builds landing in it meanwhile would be noise. The
+#   cost is that a kernel both workers need is built twice, well under a second of g++ each.
+# - Tests of a module that uses a module-scoped fixture (a Streamlit server and a browser, the hostile suite's
+#   outcomes, a traced 2000-op graph) stay on one worker, so the fixture is made once, as in a serial run; every
+#   other test is sent on its own, to whichever worker is free.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:
+    _base = os.environ.get("GLASSBOX_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "glassbox")
+    os.environ["GLASSBOX_CACHE_DIR"] = os.path.join(_base, f"xdist-{_worker}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = any(defs[-1].scope in ("class", "module", "package") for defs in info.name2fixturedefs.values())
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(autouse=True)

@@ -23,14 +23,14 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-CALLS = 20
+CALLS = 20  # per measurement on a GPU; --dry-run makes one (the interpreter takes seconds a call)
 
 
 def host_us(fn, inputs, device: str) -> float:
     """Median over rounds of the host time per call, calls queued without synchronizing in between."""
     rounds = []
     with torch.no_grad():
-        for _ in range(5):
+        for _ in range(5 if device == "cuda" else 1):
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
@@ -48,15 +48,16 @@ def profile(fn, inputs, device: str) -> tuple[str, float]:
     from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with torch.no_grad(), torch_profile(activities=activities) as prof:
+    with torch.no_grad(), torch_profile(activities=activities, record_shapes=True) as prof:
         for _ in range(CALLS):
             fn(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    events = prof.key_averages()
+    events = prof.key_averages(group_by_input_shape=True)  # which tensors a copy_ moved
     kernels = sum(e.count for e in events if getattr(e, "device_type", None) is not None
                   and str(e.device_type).endswith("CUDA"))
-    table = events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70)
+    table = events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70,
+                         max_shapes_column_width=80)
     return table, kernels / CALLS
 
 
@@ -70,6 +71,9 @@ def main() -> int:
     from engine.tools.zoo import zoo_specs
 
     device = "cpu" if args.dry_run else "cuda"
+    if args.dry_run:
+        global CALLS
+        CALLS = 1
     out = Path(os.environ["OUT"], "launch") if os.environ.get("OUT") else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -85,7 +89,7 @@ def main() -> int:
             torch._dynamo.reset()
             fn = make(spec.model)
             with torch.no_grad():
-                for _ in range(3):
+                for _ in range(3 if device == "cuda" else 1):
                     fn(*spec.example_inputs)
             host = host_us(fn, spec.example_inputs, device)
             table, kernels = profile(fn, spec.example_inputs, device)

@@ -9,38 +9,15 @@ overwrites too, and eager PyTorch checks the loss and every gradient after each 
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import pytest
 import torch
-from torch import nn
 
 import engine.pipeline as pipeline
 from engine.codegen import triton_build
 from engine.tools.model_file import load_model_file
-
-
-class FakeGraph:
-    capturing = None  # the graph being captured, if any
-
-    def __init__(self):
-        self.work = []
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-        for work in self.work:
-            work()
-
-
-@contextlib.contextmanager
-def fake_capture(graph, **kwargs):
-    FakeGraph.capturing = graph
-    try:
-        yield
-    finally:
-        FakeGraph.capturing = None
+from test_cuda_graph_replay import FakeGraph, fake_capture  # the stand-in capture of CudaGraphCall's own tests
 
 
 def capturable(call):

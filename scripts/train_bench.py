@@ -181,6 +181,8 @@ def main(argv=None) -> int:
                         help="timing per compiler and case: default 1.0 on the CPU (taking turns), 0.3 on a GPU "
                              "(do_bench's rep: hundreds of steps; the GPU run shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
+                        help="our GEMM templates (Note [GEMM templates]): auto (the heuristic), on, off (library calls)")
     parser.add_argument("--json", metavar="PATH", help="also write the reports as JSON here")
     parser.add_argument("--cases", default=None, help="comma-separated words; only the cases whose name has one "
                                                       "(e.g. llama, transformer)")
@@ -207,7 +209,8 @@ def main(argv=None) -> int:
             try:
                 reports.append(bench_train(spec, backend="triton" if device == "cuda" else "cpp", device=device,
                                            mode=mode, with_inductor=not args.no_inductor,
-                                           min_run_time=min_time, measure=measure, profile=hook))
+                                           min_run_time=min_time, measure=measure, profile=hook,
+                                           templates=args.templates))
                 if finish is not None:
                     finish()
             except Exception as error:  # noqa: BLE001 - one failing case must not hide the others

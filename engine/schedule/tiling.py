@@ -149,7 +149,10 @@ def _tile_run(plan: KernelPlan, accesses: list[Access], y_sizes, x_extent) -> sy
 
 
 def _split_stage(nodes: list[Buffer], plan: KernelPlan, accesses: list[Access]) -> Tiling | None:
-    """A stage of a split reduction (Note [Split reductions on the GPU], Note [Column splits])."""
+    """A stage of a split reduction (Note [Split reductions on the GPU], Note [Column splits]); None for any
+    other kernel, before its accesses are probed (most reductions are not split stages)."""
+    if not any(isinstance(node, (SplitPartials, SplitCombine)) for node in nodes):
+        return None
     column = column_access(plan, accesses)
     walk = "" if column is None else (f"; {column[0].name} is contiguous along the stage's outputs and strided "
                                       f"({column[1]}) along its reduction: column tiles")

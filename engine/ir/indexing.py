@@ -37,37 +37,23 @@ def size_symbol(i: int) -> sympy.Symbol:
 # gives the answer sympy.cancel would, without building a rational function. A model of 187 kernels
 # (Hugging Face MobileViT) spent 7.3 s of its 16.4 s codegen in cancel. Anything else (symbolic divisors,
 # rational coefficients, a monomial with a denominator) still goes through cancel.
-def _integer_quotient(term: Expr, divisor: Expr) -> tuple[bool, Expr | None] | None:
-    """(divisible, term / divisor) by integer arithmetic when divisor is a positive number and term an integer
-    times a monomial; None when that fast path does not apply."""
-    if not (divisor.is_Integer and divisor > 0):
-        return None
-    coefficient, monomial = term.as_coeff_Mul()
-    if not coefficient.is_Integer or sympy.fraction(monomial)[1] != 1:
-        return None
-    if coefficient % divisor:
-        return False, None
-    return True, (coefficient // divisor) * monomial
-
-
-def _divides(term: Expr, divisor: Expr) -> bool:
-    """True when term / divisor is a polynomial (no denominator left)."""
-    if divisor == 1:
-        return True
-    fast = _integer_quotient(term, divisor)
-    if fast is not None:
-        return fast[0]
+def _exact_quotient(term: Expr, divisor: Expr) -> Expr | None:
+    """term / divisor when it is a polynomial (no denominator left), else None."""
+    if divisor.is_Integer and divisor > 0:
+        coefficient, monomial = term.as_coeff_Mul()
+        if coefficient.is_Integer and sympy.fraction(monomial)[1] == 1:
+            return None if coefficient % divisor else (coefficient // divisor) * monomial
     quotient = sympy.cancel(term / divisor)
-    return sympy.fraction(quotient)[1] == 1
+    return quotient if divisor == 1 or sympy.fraction(quotient)[1] == 1 else None
 
 
 def _split_divisible(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     """a = b * quotient + rest, with every term of b*quotient divisible by b."""
     quotient, rest = sympy.Integer(0), sympy.Integer(0)
     for term in sympy.Add.make_args(sympy.expand(a)):
-        if _divides(term, b):
-            fast = _integer_quotient(term, b)
-            quotient += fast[1] if fast is not None else sympy.cancel(term / b)
+        exact = _exact_quotient(term, b)
+        if exact is not None:
+            quotient += exact
         else:
             rest += term
     return quotient, rest

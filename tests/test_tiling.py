@@ -6,15 +6,9 @@ import pytest
 import torch
 
 import engine
+from explored_kernels import explored_kernels
 
 BACKENDS = ["cpp", "triton"]
-
-
-def _explore(fn, inputs, backend):
-    torch._dynamo.reset()
-    exploration = engine.explore(fn, inputs, backend=backend, name="tiling")
-    assert exploration.verify["ok"], exploration.verify
-    return [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -28,7 +22,7 @@ def test_transposed_and_permuted_pointwise_are_2d_tiles(backend, case):
         "odd_transpose": (lambda a: (a.t() + 1).sin(), (torch.randn(37, 53),)),
         "wide_transpose": (lambda a: a.t() * 3, (torch.randn(1100, 20),)),  # several X blocks a Y block
     }[case]
-    (kernel,) = _explore(fn, inputs, backend)
+    (kernel,) = explored_kernels(fn, inputs, backend)
     assert kernel["tiling"]["choice"] == "2d" and "contiguous along dim" in kernel["tiling"]["reason"]
     if backend == "triton":
         assert kernel["triton"]["form"] == "tiled" and "YBLOCK" in kernel["source"]
@@ -36,7 +30,7 @@ def test_transposed_and_permuted_pointwise_are_2d_tiles(backend, case):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_contiguous_pointwise_stays_1d(backend):
-    (kernel,) = _explore(lambda a: a * 2 + 1, (torch.randn(32, 64),), backend)
+    (kernel,) = explored_kernels(lambda a: a * 2 + 1, (torch.randn(32, 64),), backend)
     assert kernel["tiling"]["choice"] == "1d" and kernel["tiling"]["reason"]
 
 
@@ -53,20 +47,20 @@ def test_reductions_over_every_axis(backend, shape):
     def fn(t):
         return [t.sum(c) for c in combos] + [t.amax(dims[0]), t.mean(dims[-1], keepdim=True)]
 
-    kernels = _explore(fn, (x,), backend)
+    kernels = explored_kernels(fn, (x,), backend)
     choices = {k["tiling"]["choice"] for k in kernels}
     assert "column" in choices and "row" in choices, choices
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_column_reduction_with_an_epilogue(backend):
-    kernels = _explore(lambda t: t - t.mean(0), (torch.randn(40, 33),), backend)
+    kernels = explored_kernels(lambda t: t - t.mean(0), (torch.randn(40, 33),), backend)
     assert kernels[0]["tiling"]["choice"] == "column"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_split_reduction_is_recorded(backend):
-    kernels = _explore(lambda t: t.sum(), (torch.randn(1 << 16),), backend)
+    kernels = explored_kernels(lambda t: t.sum(), (torch.randn(1 << 16),), backend)
     assert len(kernels) == (2 if backend == "triton" else 1)  # Triton: two stages (tests/test_split_reductions.py)
     assert all(k["tiling"]["choice"] == "split" for k in kernels)
 
@@ -76,7 +70,7 @@ def test_split_reduction_is_recorded(backend):
 def test_long_rows_softmax_and_log_softmax(backend, row):
     """Rows beyond the persistent limit (8192): looped multi-pass reductions."""
     x = torch.randn(3, row)
-    kernels = _explore(lambda t: (t.softmax(-1), t.log_softmax(-1)), (x,), backend)
+    kernels = explored_kernels(lambda t: (t.softmax(-1), t.log_softmax(-1)), (x,), backend)
     assert all(k["tiling"]["choice"] == "row" for k in kernels)
     if backend == "triton":
         assert {k["triton"]["form"] for k in kernels} == {"looped"}
@@ -85,7 +79,7 @@ def test_long_rows_softmax_and_log_softmax(backend, row):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cross_entropy_over_long_rows(backend):
     logits, target = torch.randn(4, 8193), torch.randint(0, 8193, (4,))
-    _explore(lambda a, b: torch.nn.functional.cross_entropy(a, b), (logits, target), backend)
+    explored_kernels(lambda a, b: torch.nn.functional.cross_entropy(a, b), (logits, target), backend)
 
 
 def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():

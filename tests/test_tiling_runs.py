@@ -4,16 +4,9 @@ both backends (Triton under the interpreter) and records the run; the C++ inner 
 import pytest
 import torch
 
-import engine
+from explored_kernels import explored_kernels
 
 BACKENDS = ["cpp", "triton"]
-
-
-def _kernels(fn, inputs, backend):
-    torch._dynamo.reset()
-    exploration = engine.explore(fn, inputs, backend=backend, name="runs")
-    assert exploration.verify["ok"], exploration.verify
-    return [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
 
 
 def _inner_reads_are_affine(source: str) -> bool:
@@ -39,7 +32,7 @@ COLUMN_CASES = {
 @pytest.mark.parametrize("case", list(COLUMN_CASES))
 def test_column_reductions_walk_runs(backend, case):
     fn, inputs, run = COLUMN_CASES[case]
-    kernels = _kernels(fn, inputs, backend)
+    kernels = explored_kernels(fn, inputs, backend)
     column = [k for k in kernels if k["tiling"]["choice"] == "column"]
     assert column, [k["tiling"] for k in kernels]
     assert column[0]["tiling"].get("run") == run, column[0]["tiling"]
@@ -51,7 +44,7 @@ def test_column_reductions_walk_runs(backend, case):
 
 def test_no_run_when_the_inner_dims_are_too_short():
     """H*W = 15 (< TILE_MIN): runs would be shorter than a vector's worth of tiles; the flat walk stays."""
-    (kernel,) = _kernels(lambda a: a.sum(1), (torch.randn(2, 32, 3, 5),), "cpp")
+    (kernel,) = explored_kernels(lambda a: a.sum(1), (torch.randn(2, 32, 3, 5),), "cpp")
     assert kernel["tiling"]["choice"] == "column" and "run" not in kernel["tiling"]
 
 
@@ -66,7 +59,7 @@ PERMUTE_CASES = {
 @pytest.mark.parametrize("case", list(PERMUTE_CASES))
 def test_2d_tiles_walk_runs_of_y(backend, case):
     fn, inputs = PERMUTE_CASES[case]
-    (kernel,) = _kernels(fn, inputs, backend)
+    (kernel,) = explored_kernels(fn, inputs, backend)
     tiling = kernel["tiling"]
     assert tiling["choice"] == "2d" and tiling["run"] == str(inputs[0].shape[2] * inputs[0].shape[3]), tiling
     if backend == "cpp":

@@ -78,6 +78,19 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable,
                                  **extra)
 
 
+def static_inputs(phase: str) -> frozenset[int] | None:
+    """Positions of the graph's inputs that stay put from call to call (parameters and buffers), as AOTAutograd
+    marks them while it compiles a forward or inference graph; None outside AOTAutograd's compile. A backward's
+    inputs are saved activations and incoming gradients: none of them is a parameter (those it needs arrive as
+    saved forward outputs), so the answer is the empty set (Note [Which inputs a CUDA graph reads in place])."""
+    from torch._guards import TracingContext
+    if phase == "backward":
+        return frozenset()
+    context = TracingContext.try_get()
+    indices = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None)
+    return frozenset(indices) if indices is not None else None
+
+
 def split_joint(joint_gm: torch.fx.GraphModule, saved_values: list, saved_sym_nodes: list,
                 num_fwd_outputs: int) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The forward and backward graphs of a joint graph, given the values to save (partition.py decides

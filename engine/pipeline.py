@@ -34,7 +34,7 @@ from engine import capture, codegen, report
 from engine import run as run_module
 from engine.codegen.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
-from engine.decompose import aot_compile
+from engine.decompose import aot_compile, static_inputs
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
 from engine.lowering.layout import LAYOUTS
@@ -111,6 +111,7 @@ class AtenGraph:
     gm: torch.fx.GraphModule
     example_inputs: list
     phase: str = "inference"  # inference | forward | backward
+    static_inputs: frozenset[int] | None = None  # parameters and buffers (decompose.static_inputs)
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,9 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
     call = load_wrapper(generated.wrapper, namespace)
     if options.mode == "reduce-overhead":
+        aten = scheduled.lowered.aten
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
-                             keep_live_outputs=scheduled.lowered.aten.phase != "inference")
+                             keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs)
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 
@@ -325,7 +327,7 @@ class Compilation:
             self._graph = outer
 
     def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str) -> Callable:
-        artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase)
+        artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase))
         stage_name = GRAPH_STAGES[0]
         try:
             for stage_name in GRAPH_STAGES:

@@ -90,6 +90,31 @@ def test_a_parameter_that_moves_is_recorded_again_and_copied_from_then_on(fake_c
     assert entry["graph"] is not first and entry["copied"] == [0, 1]
 
 
+def test_an_activation_that_kept_its_address_by_chance_is_still_copied(fake_cuda):
+    """Note [Which inputs a CUDA graph reads in place]: the warm-up and the recording see the activation at one
+    address (as an allocator may hand out the same block twice); with the parameters named static it is copied
+    all the same, so the next activation, elsewhere, replays the one recording."""
+    weight, bias = torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}))
+    x = torch.randn(8)
+    for step in range(5):
+        if step >= 2:
+            x = torch.randn(8)  # a new address from here on
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    (entry,) = call.graphs.values()
+    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
+    assert entry["graph"].replays == 4
+
+
+def test_without_static_inputs_an_address_kept_through_the_warm_up_counts_as_static(fake_cuda):
+    weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine)
+    for _ in range(2):
+        call([x, weight, bias])
+    assert call.graphs[()]["fixed"] == [0, 1, 2] and call.graphs[()]["copied"] == []
+
+
 def test_size_symbols_key_the_recordings(fake_cuda):
     bias = torch.randn(1)
     call = CudaGraphCall(affine, sizes=[(0, 0)])  # the graph's one size symbol: dim 0 of input 0

@@ -427,10 +427,21 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 # running them. CudaGraphCall runs the compiled graph eagerly once (Triton compiles its kernels, libraries
 # warm up), records the second call into a torch.cuda.CUDAGraph, and from then on copies the inputs into the
 # recorded input buffers and replays: one launch for the whole graph.
-# Inputs that arrive at the same address on both of the first two calls (parameters, buffers) are recorded in
-# place and not copied; if one of them later moves, the graph is recorded again.
+# Parameters and buffers are recorded in place, not copied (Note [Which inputs a CUDA graph reads in place]);
+# if one of them later moves, the graph is recorded again.
 # Aliasing: the returned outputs are the graph's own output tensors, overwritten by the next replay (as in
 # torch.compile's mode="reduce-overhead"). Clone an output to keep it across calls.
+#
+# Note [Which inputs a CUDA graph reads in place]
+# A recorded graph reads each input either in place, from the address it had when recorded (the pointer check
+# guards that it is still there), or from a static copy that every replay refills. In place is right for what
+# stays put by nature: parameters and buffers, which AOTAutograd marks while it compiles (static_inputs), and
+# the outputs of a recording, which live in the graph's own memory. An activation or an incoming gradient can
+# land at the same address on the warm-up and recording calls by the allocator's chance, and move on the next
+# call: read in place, it would make the graph record again (and a test's replay count depend on the
+# allocator). So it is copied, as torch.compile's CUDA graph trees copy every input that is not static.
+# Where AOTAutograd says nothing (static_inputs None: a CudaGraphCall built by hand), an input that kept its
+# address through the warm-up counts as static.
 #
 # Note [Cheap replay checks]
 # A replay must cost little on the host, and a real model passes every parameter and buffer as an input
@@ -475,8 +486,9 @@ class CudaGraphCall:
     (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
 
     def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1,
-                 keep_live_outputs: bool = False):
+                 keep_live_outputs: bool = False, static_inputs: frozenset[int] | None = None):
         self.call = call
+        self.static_inputs = static_inputs  # Note [Which inputs a CUDA graph reads in place]
         self.sizes = tuple(sizes)
         self.warmup_calls = warmup_calls
         self.keep_live_outputs = keep_live_outputs  # Note [Training under CUDA graphs]
@@ -511,8 +523,8 @@ class CudaGraphCall:
         return self._record(key, args, history)
 
     def _record(self, key, args, history):
-        fixed = [i for i, p in enumerate(history[-1]) if p is not None and
-                 (all(h[i] == p for h in history) or _is_graph_output(p))]
+        fixed = [i for i, p in enumerate(history[-1]) if p is not None and (_is_graph_output(p) or (
+                 all(h[i] == p for h in history) and (self.static_inputs is None or i in self.static_inputs)))]
         copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]
         statics = [args[i].clone() for i in copied]
         static_args = list(args)

@@ -28,3 +28,21 @@ def test_profile_step_on_cpu(tmp_path):
     assert "glassbox" in text and "wall" in text
     written = train_profile.write_tables(tmp_path, "mlp.default", {"glassbox": profile})
     assert [p.name for p in written] == ["mlp.default.glassbox.profile.txt"]
+
+
+def test_copies_are_attributed_to_their_caller():
+    """A gradient that something else still holds is cloned by AccumulateGrad: the profile says who copied."""
+    weight = torch.randn(16, 16, requires_grad=True)
+    x = torch.randn(8, 16)
+    held = []
+    weight.register_hook(held.append)  # keeps a reference: AccumulateGrad cannot take the gradient over
+
+    def step():
+        weight.grad = None
+        held.clear()
+        (x @ weight).relu().sum().backward()
+
+    profile = train_profile.profile_step(step, device="cpu", steps=2, warmup=1)
+    rows = [r for r in profile["copies"] if "AccumulateGrad" in r["caller"]]
+    assert rows and rows[0]["per_step"] == 1 and rows[0]["shape"] == "[16, 16]"
+    assert "AccumulateGrad" in train_profile.summary_text("mlp", "default", {"glassbox": profile})

@@ -11,7 +11,12 @@ checked its gradients) a few steps run under torch.profiler, and the summary giv
 - `kernels`: device activities a step launches, and that time split by kind: library GEMMs, attention, generated
   kernels (Triton's, ours or Inductor's), copies and memsets, other ATen kernels;
 - host events that should be rare in a steady step (CUDA-graph capture and instantiation, device
-  synchronizations, tensor copies) with their counts per step.
+  synchronizations, tensor copies) with their counts per step;
+- `copies`: each tensor copy of a step (aten::copy_ and the foreach copy) by who asked for it and what it
+  moved: the nearest enclosing event that is not an ATen op (torch::autograd::AccumulateGrad cloning a
+  gradient it could not take over, CompiledFunctionBackward making a tangent contiguous, a replay copying an
+  input into its recording) and the shapes, counted per step. Counts alone ("30 aten::copy_ a step") do not
+  say which of these to remove.
 The full tables (device time per kernel name, host time per op) go to files beside the summary.
 """
 from __future__ import annotations
@@ -53,7 +58,8 @@ def profile_step(step: Callable[[], Any], device: str = "cuda", steps: int = 5, 
     for _ in range(warmup):
         step()
     sync()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+                 record_shapes=True) as prof:
         start = time.perf_counter()
         for _ in range(steps):
             step()
@@ -76,9 +82,37 @@ def profile_step(step: Callable[[], Any], device: str = "cuda", steps: int = 5, 
         "kernels": sum(e.count for e in device) / steps,
         "device_ms_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         "host_events_per_step": host,
+        "copies": copies_per_step(prof.events(), steps),
         "device_table": averages.table(sort_by=sort, row_limit=60, max_name_column_width=110),
         "host_table": averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=80),
     }
+
+
+COPY_OPS = ("aten::copy_", "aten::_foreach_copy_")
+
+
+def copies_per_step(events, steps: int) -> list[dict]:
+    """Note [Training-step profile]: copies grouped by (caller, op, shapes), most frequent first. A copy inside
+    another copy (the foreach copy's own copy_ calls) counts once, as the outer one."""
+    counts: dict[tuple, int] = {}
+    for event in events:
+        if event.name not in COPY_OPS:
+            continue
+        parent, caller = event.cpu_parent, None
+        while parent is not None and caller is None:
+            if parent.name in COPY_OPS:
+                break  # counted as its outer copy
+            if not parent.name.startswith("aten::"):
+                caller = parent.name
+            parent = parent.cpu_parent
+        if parent is not None and caller is None:
+            continue
+        shapes = "x".join(str(list(s)) for s in (event.input_shapes or [])[:1])
+        key = (caller or "(top level)", event.name, shapes)
+        counts[key] = counts.get(key, 0) + 1
+    rows = [{"caller": caller, "op": op, "shape": shape, "per_step": count / steps}
+            for (caller, op, shape), count in counts.items()]
+    return sorted(rows, key=lambda row: (-row["per_step"], row["caller"]))
 
 
 def summary_text(name: str, mode: str, profiles: dict[str, dict]) -> str:
@@ -90,6 +124,8 @@ def summary_text(name: str, mode: str, profiles: dict[str, dict]) -> str:
         lines.append(f"  {who:<9} wall {p['wall_ms']:.3f} ms, device {p['device_ms']:.3f} ms in "
                      f"{p['kernels']:g} kernels ({kinds})")
         lines.append(f"  {'':<9} host: {host}")
+        for row in p.get("copies", []):
+            lines.append(f"  {'':<9} copy {row['per_step']:g}/step {row['op']} {row['shape']} by {row['caller']}")
     return "\n".join(lines)
 
 

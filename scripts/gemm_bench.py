@@ -63,6 +63,28 @@ class LinearBiasReLU(nn.Module):
         return F.relu(self.fc(x))
 
 
+class LinearBiasGELU(nn.Module):
+    """A GELU MLP's up-projection (the transformer block's fc1): x @ W.T with the weight [hidden, d] (K-major)."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.fc = nn.Linear(d, hidden)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x))
+
+
+class MatmulGELU(nn.Module):
+    """The same GEMM and GELU with the weight stored [d, hidden] (N-major), as a backward pass's x @ W reads it."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d, hidden) / d ** 0.5)
+
+    def forward(self, x):
+        return F.gelu(x @ self.weight)
+
+
 class SwiGLU(nn.Module):
     def __init__(self, d, hidden):
         super().__init__()
@@ -95,19 +117,25 @@ class LinearGeluResidual(nn.Module):
         return residual + F.gelu(self.fc(x))
 
 
-MODELS = {"linear_silu": LinearSiLU, "linear_bias_relu": LinearBiasReLU, "swiglu": SwiGLU,
+MODELS = {"linear_silu": LinearSiLU, "linear_bias_relu": LinearBiasReLU, "linear_bias_gelu": LinearBiasGELU,
+          "matmul_gelu": MatmulGELU, "swiglu": SwiGLU,
           "proj_residual": ProjectionResidual, "linear_gelu_residual": LinearGeluResidual}
 # name -> the widths of its inputs, as functions of (d, hidden)
 INPUT_WIDTHS = {"proj_residual": lambda d, h: (d, d), "linear_gelu_residual": lambda d, h: (d, h)}
 
 
-def cases(device: str, sizes: list[int], dry_run: bool) -> list[dict]:
+def cases(device: str, sizes: list[int], dry_run: bool, width: tuple | None = None,
+          wanted: set | None = None) -> list[dict]:
     if device == "cuda":
         d, hidden, dtype = (64, 176, torch.bfloat16) if dry_run else (4096, 11008, torch.bfloat16)
         names = ["linear_silu", "swiglu", "proj_residual"]
     else:  # a 1024-wide layer with a 4x up-projection (SwiGLU: Llama's 8/3 ratio, 2816)
         d, hidden, dtype = 1024, 4096, torch.float32
         names = ["linear_gelu_residual", "linear_bias_relu", "swiglu"]
+    if width and not dry_run:
+        d, hidden = width
+    if wanted:  # --only may name any model, in its order
+        names = [name for name in MODELS if name in wanted]
     result = []
     for name in names:
         width = hidden * 11 // 16 if name == "swiglu" and device == "cpu" else hidden
@@ -274,7 +302,9 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", help="comma-separated M values (default: 1,8,32 on the CPU, 512,2048,8192 on a GPU)")
-    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--only", help=f"comma-separated model names ({', '.join(MODELS)})")
+    parser.add_argument("--width", help="D,HIDDEN: the layer's widths instead of the device's default (e.g. 1024,4096: "
+                                        "the training transformer block's MLP)")
     parser.add_argument("--runners", help="comma-separated runner names (eager always runs)")
     parser.add_argument("--e2e", action="store_true",
                         help=f"end to end instead: {', '.join(E2E_CASES)} from the zoo (skipped when missing)")
@@ -297,7 +327,8 @@ def main(argv=None) -> int:
         if args.device == "cuda" and not args.dry_run:  # the zoo's GPU cases run in half precision
             only_runners = only_runners or {"gb_template", "gb_autotune", "inductor"}
     else:
-        selected, reports = cases(args.device, sizes, args.dry_run), []
+        width = tuple(int(v) for v in args.width.split(",")) if args.width else None
+        selected, reports = cases(args.device, sizes, args.dry_run, width, wanted), []
     selected = [case for case in selected if not wanted or case["name"].split(" ")[0] in wanted]
     if selected and args.device == "cpu":
         # the first case of a process runs beside background work its compiles start (Inductor's compile

@@ -30,9 +30,11 @@ EXTRA_DECOMPOSITIONS = [
     aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
     aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
     # found by the OpInfo sweep: torch has a decomposition into ops we lower (scripts/opinfo_sweep.py)
-    aten.addmv, aten.ldexp, aten.as_strided_copy, aten.max_pool2d_with_indices,
+    aten.addmv, aten.ldexp, aten.as_strided_copy,
     aten.grid_sampler_2d, aten.i0, aten._native_batch_norm_legit_functional, aten.max_pool2d_with_indices_backward,
 ]
+# Not decomposed: aten.max_pool2d_with_indices, lowered whole (Note [Max pooling as our kernel] in
+# lowering/pooling.py; its backward is decomposed above).
 # Not decomposed: aten.native_dropout. Its decomposition draws the mask with rand_like, eager's kernel with
 # bernoulli_: kept whole (a visible Fallback) it draws the very mask eager draws from the same RNG state, so a
 # training step with dropout can be checked against eager (engine/train_verify.py).

@@ -107,11 +107,10 @@ class GraphLowering(torch.fx.Interpreter):
             result = lowering(*args, **kwargs)
         except Unsupported as reason:
             return self.fallback(target, args, kwargs, str(reason))
-        if self.prefers_channels_last():
-            placed = layouts.store_channels_last(result, first_new, self.nodes)
-            if placed is not result:
-                self.channels_last.append(placed.node.name)
-            return placed
+        if self.layout.channels_last:
+            result, stored = layouts.store_preferred(self.current_node, result, first_new, self.nodes,
+                                                     self.layout.preferred)
+            self.channels_last += stored
         return result
 
     def output(self, target, args, kwargs):

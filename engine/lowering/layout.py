@@ -30,6 +30,7 @@ convolutions (the models that gain most) are unaffected, and `channels_last` sti
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import sympy
@@ -147,6 +148,10 @@ def preferred_nodes(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> fro
     for node in gm.graph.nodes:  # downstream: the same-shape values computed from a preferred one
         if node in preferred:
             preferred.update(u for u in node.users if u.op == "call_function" and _keeps_shape(node, u))
+    # an op of several results (max pooling's values and indices) is lowered as one: it stores the results
+    # whose getitem nodes prefer channels-last that way (store_preferred)
+    preferred.update(p for n in list(preferred) if n.target is operator.getitem
+                     for p in n.args[:1] if isinstance(p, torch.fx.Node))
     # the graph's outputs keep eager's strides
     return frozenset(n.name for n in preferred if not any(u.op == "output" for u in n.users))
 
@@ -160,6 +165,20 @@ def _trivial(size) -> bool:
     """Channels-last is the contiguous layout when C or H*W is 1."""
     _, c, h, w = (sympy.sympify(s) for s in size)
     return c == 1 or h * w == 1
+
+
+def store_preferred(node: torch.fx.Node, result, first_new: int, nodes: list[Buffer], preferred: frozenset):
+    """(the lowering's result of `node` with its preferred values stored channels-last (store_channels_last),
+    the names of the nodes so stored). Of a tuple result, the values whose getitem nodes are preferred."""
+    if node.name not in preferred:
+        return result, []
+    if isinstance(result, tuple):
+        wanted = {u.args[1] for u in node.users if u.target is operator.getitem and u.name in preferred}
+        placed = tuple(store_channels_last(v, first_new, nodes) if i in wanted else v for i, v in enumerate(result))
+    else:
+        placed = store_channels_last(result, first_new, nodes)
+    pairs = zip(placed, result) if isinstance(result, tuple) else [(placed, result)]
+    return placed, [new.node.name for new, old in pairs if new is not old]
 
 
 def store_channels_last(value, first_new: int, nodes: list[Buffer]):

@@ -71,7 +71,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
             with body.block(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi)", "#pragma omp simd"):
                 body.extend(printer.lines, printer.line_tags)
                 body.extend(stores, store_tags)
-    return finish_kernel(kernel, buffers, body, size_symbols, tiling)
+    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
 
 
 # Note [Blocked loops in C++]
@@ -111,7 +111,7 @@ def _tiled_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tilin
                     with body.block("for (int64_t x = xo; x < xe; ++x)", "#pragma omp simd"):
                         body.extend(printer.lines, printer.line_tags)
                         body.extend(stores, store_tags)
-    return finish_kernel(kernel, buffers, body, size_symbols, tiling)
+    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
 
 
 @dataclass

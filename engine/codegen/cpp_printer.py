@@ -192,6 +192,7 @@ class CppPrinter(KernelPrinter):
 
     def _load_memory(self, name, index):
         buffer = self.buffers[name]
+        self.loaded.add(name)
         offset = buffer.storage_offset(index)
         stage = self.staging and self.staging.stage(name, buffer, self.simplified(offset))
         text, varying = (stage, True) if stage else self.index(offset)
@@ -318,18 +319,17 @@ def _store_text(node: Buffer, index_text: str, value: Var) -> str:
     return f"{node.name}[{index_text}] = {value_text};"
 
 
-def _signature(kernel: Kernel, buffers: dict, body_text: str, size_symbols) -> tuple[str, list[str], list[str]]:
-    names = buffer_arguments(kernel, lambda name: f"{name}[" in body_text)
+def _signature(kernel: Kernel, buffers: dict, printer: CppPrinter, size_symbols) -> tuple[str, list[str], list[str]]:
+    names = buffer_arguments(kernel, printer)
     params = [f"{'' if name in kernel.stored else 'const '}{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}"
               for name in names]
-    sizes = size_arguments(size_symbols, body_text)
+    sizes = size_arguments(size_symbols, printer)
     params += [f"const int64_t {s}" for s in sizes]
     return f'extern "C" void {kernel.name}({", ".join(params)})', names, sizes
 
 
-def finish_kernel(kernel, buffers, body: Source, size_symbols, tiling: Tiling) -> CppKernel:
-    text = "\n".join(body.lines)
-    header, names, sizes = _signature(kernel, buffers, text, size_symbols)
+def finish_kernel(kernel, buffers, body: Source, printer: CppPrinter, size_symbols, tiling: Tiling) -> CppKernel:
+    header, names, sizes = _signature(kernel, buffers, printer, size_symbols)
     lines = [header] + body.lines
     tags = [None] + body.tags
     return CppKernel(kernel.name, "\n".join(lines), names, sizes, tiling, tags)

@@ -60,7 +60,7 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
                 printer.finish_pass()
             emit_epilogue(printer, kernel, plan, body, lambda per_row: per_row or printer.start_inner_loop(),
                           lambda body, lines, tags: _row_loop(plan, printer, body, lines, tags))
-    return finish_kernel(kernel, buffers, body, size_symbols, tiling)
+    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
 
 
 def _row_loop(plan: KernelPlan, printer: CppPrinter, body: Source, lines: list, tags: list) -> None:
@@ -342,4 +342,4 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)", "#pragma omp simd"):
                 body.extend(printer.lines, printer.line_tags)
                 body.extend(stores, store_tags)
-    return finish_kernel(kernel, buffers, body, size_symbols, tiling)
+    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)

@@ -11,16 +11,16 @@ Every generated kernel is built from the same pieces, whatever the language:
               row after the passes, full-size values in one more loop over the row (`stores_by_role`,
               `emit_epilogue`, the row loop a backend's template)
   signature   the buffers it reads (those the body really loads) then those it stores, then the size
-              symbols the body names (`buffer_arguments`, `size_arguments`)
+              symbols the body names (`buffer_arguments`, `size_arguments`, Note [Signature from the printer])
 C++ (engine/codegen/cpp*.py) and Triton (engine/codegen/triton.py) put these into their own loop shapes:
 OpenMP loops with simd accumulators, or blocks of a program with masks.
 """
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Callable
 
+import sympy
 import torch
 
 from engine.codegen.provenance import LineTag
@@ -136,19 +136,21 @@ def emit_epilogue(printer, kernel: Kernel, plan: KernelPlan, body: Source, begin
     printer.lines, printer.line_tags = [], []
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Note [Signature from the printer]
+# A kernel's arguments are what its body uses, known while it is printed, never found again in its text:
+# the printer records every buffer it loads from memory (a read of the kernel's own nodes is inlined, Note
+# [Fused loop shape], so it is no argument) and the symbols of every index it prints; the loops' bounds are
+# the printer's index ranges. The stored buffers come from the kernel. So the signature holds exactly the
+# buffers the body loads, then those it stores, then the size symbols any index or loop bound names.
 
 
-def identifiers(text: str) -> set[str]:
-    return set(_IDENTIFIER.findall(text))
-
-
-def buffer_arguments(kernel: Kernel, loaded: Callable[[str], bool]) -> list[str]:
+def buffer_arguments(kernel: Kernel, printer) -> list[str]:
     """Pointer arguments in signature order: the buffers the body loads, then the ones it stores."""
-    return [name for name in kernel.reads if loaded(name)] + list(kernel.stored)
+    return [name for name in kernel.reads if name in printer.loaded] + list(kernel.stored)
 
 
-def size_arguments(size_symbols, text: str) -> list[str]:
-    """The graph's size symbols the kernel's text names, in the graph's order."""
-    used = identifiers(text)
+def size_arguments(size_symbols, printer) -> list[str]:
+    """The graph's size symbols that the body's indexes or loop bounds name, in the graph's order."""
+    symbols = set(printer.index_symbols).union(*(sympy.sympify(e).free_symbols for e in printer.index_ranges.values()))
+    used = {str(s) for s in symbols}  # by name, as the source spells them
     return [str(s) for s in size_symbols if str(s) in used]

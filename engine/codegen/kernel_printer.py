@@ -42,6 +42,9 @@ class KernelPrinter(TextHandler):
         self.index_ranges = plan.ranges if index_ranges is None else index_ranges  # loop variable -> extent
         self.stores: list[tuple[str, object]] = []  # (line, tag) from ops.store / ops.store_reduction
         self.pass_reductions: list[tuple] = []  # ops.reduction calls of the pass being emitted
+        # what the kernel's signature is made of (Note [Signature from the printer] in kernel_core.py)
+        self.loaded: set[str] = set()  # buffers the body reads from memory (each backend's _load_memory adds)
+        self.index_symbols: set = set()  # symbols of every index the body prints
         self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
                                on_inline=self._enter_node, compute=compute)
 
@@ -76,7 +79,9 @@ class KernelPrinter(TextHandler):
         expr = sympy.sympify(expr)
         if self.substitution:
             expr = expr.subs(self.substitution)
-        return simplify_index(sympy.expand(expr), self.index_ranges)
+        expr = simplify_index(sympy.expand(expr), self.index_ranges)
+        self.index_symbols |= expr.free_symbols
+        return expr
 
     def store_reduction(self, name, index, value):
         self.store(name, index, value)

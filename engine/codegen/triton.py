@@ -407,8 +407,8 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
 
 
 def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:
-    args = buffer_arguments(kernel, lambda name: name in printer.loaded)
-    sizes = size_arguments(size_symbols, "\n".join(body.lines))
+    args = buffer_arguments(kernel, printer)
+    sizes = size_arguments(size_symbols, printer)
     constexprs = ["XBLOCK"] + ({"pointwise": [], "tiled": ["YBLOCK"]}.get(form, ["RBLOCK"]))
     params = args + sizes + [f"{c}: tl.constexpr" for c in constexprs]
     header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):"]

@@ -180,7 +180,6 @@ class TritonPrinter(KernelPrinter):
         self.inner = inner
         self.masks = masks  # {"x": "xmask" or None, "r": "rmask" or None, "xr": ...}
         self.symbol_dims: dict = {plan.x: X, plan.r: R}
-        self.loaded: set[str] = set()  # buffers read from memory (the kernel's pointer arguments)
         self.store_dims, self.store_shape = X, "[XBLOCK]"
         self.eviction: str | None = None  # looped rows: the cache hint of loads along r (Note [Eviction in looped rows])
 

@@ -6,9 +6,11 @@
 
 Small models on a GPU are host bound: the GPU waits while Python, the dispatcher and the driver start its
 kernels. Per model and compiler this prints the host microseconds per call (calls queued without waiting
-for the GPU, so the figure is what the host spends), the GPU kernels launched per call, and the profiler's
-table of host time by op, so a gap to Inductor can be read as "more launches" or "dearer launches" and
-traced to the ops that cost it. With $OUT set, the tables and our generated wrapper go to $OUT/launch/.
+for the GPU, so the figure is what the host spends), the GPU kernels launched per call and their device time,
+and the profiler's tables of host time and of device time by op, so a gap to Inductor can be read as "more
+launches", "dearer launches" or "slower kernels" (reduce-overhead is device bound) and traced to the ops that
+cost it. With $OUT set, the tables, our generated wrapper and module, and Inductor's output code go to
+$OUT/launch/.
 """
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ def host_us(fn, inputs, device: str) -> float:
     return sorted(rounds)[len(rounds) // 2]
 
 
-def profile(fn, inputs, device: str) -> tuple[str, float]:
-    """(the profiler's table by host time, GPU kernels per call)."""
+def profile(fn, inputs, device: str) -> tuple[str, float, float]:
+    """(the profiler's tables by host time and, on a GPU, by device time; GPU kernels and their device
+    microseconds per call)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -54,11 +57,14 @@ def profile(fn, inputs, device: str) -> tuple[str, float]:
         if device == "cuda":
             torch.cuda.synchronize()
     events = prof.key_averages(group_by_input_shape=True)  # which tensors a copy_ moved
-    kernels = sum(e.count for e in events if getattr(e, "device_type", None) is not None
-                  and str(e.device_type).endswith("CUDA"))
-    table = events.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70,
-                         max_shapes_column_width=80)
-    return table, kernels / CALLS
+    on_device = [e for e in events if getattr(e, "device_type", None) is not None
+                 and str(e.device_type).endswith("CUDA")]
+    kernels = sum(e.count for e in on_device)
+    device_us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+                    for e in on_device)
+    tables = [events.table(sort_by=key, row_limit=45, max_name_column_width=70, max_shapes_column_width=80)
+              for key in ["self_cpu_time_total"] + (["self_cuda_time_total"] if device == "cuda" else [])]
+    return "\n\n".join(tables), kernels / CALLS, device_us / CALLS
 
 
 def main() -> int:
@@ -89,12 +95,16 @@ def main() -> int:
             torch._dynamo.reset()
             fn = make(spec.model)
             with torch.no_grad():
+                if name == "inductor" and out is not None:  # its output code, for reading beside ours
+                    from torch._inductor.utils import run_and_get_code
+                    _, sources = run_and_get_code(fn, *spec.example_inputs)
+                    (out / f"{spec.name}.{args.mode}.inductor.py").write_text("\n\n".join(sources))
                 for _ in range(3 if device == "cuda" else 1):
                     fn(*spec.example_inputs)
             host = host_us(fn, spec.example_inputs, device)
-            table, kernels = profile(fn, spec.example_inputs, device)
+            table, kernels, device_us = profile(fn, spec.example_inputs, device)
             print(f"== {spec.name} {args.mode} {name}: host {host:.1f} us per call, {kernels:.1f} GPU kernels "
-                  "per call", flush=True)
+                  f"per call taking {device_us:.1f} us of device time", flush=True)
             print(table, flush=True)
             if out is not None:
                 (out / f"{spec.name}.{args.mode}.{name}.txt").write_text(table)
@@ -103,9 +113,11 @@ def main() -> int:
             record = engine.explore(spec.model, spec.example_inputs, backend="triton", device=device,
                                     mode=args.mode, name=spec.name, tolerance=spec.tolerance)
             (out / f"{spec.name}.{args.mode}.wrapper.py").write_text(
-                "\n\n".join(g.code.get("wrapper", "") for g in record.graphs if g.code))
+                "\n\n".join(g.code.wrapper for g in record.graphs if g.code))
+            (out / f"{spec.name}.{args.mode}.ours.py").write_text(
+                "\n\n".join(g.code.source for g in record.graphs if g.code))
             print(f"{spec.name}: wrapper overhead per graph",
-                  [g.code.get("overhead") for g in record.graphs if g.code], flush=True)
+                  [g.code.overhead for g in record.graphs if g.code], flush=True)
     return 0
 
 

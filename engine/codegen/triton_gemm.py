@@ -36,7 +36,9 @@ from engine.schedule.gemm_tiles import GemmConfig
 from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
 
 MASKS = {"x": "xmask", "r": "rmask", "xr": "xrmask"}
-CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY")
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY", "PROGRAMS", "PERSISTENT")
+INTERPRETER_PROGRAMS = 3  # a persistent config under the interpreter: few programs, several tiles each
+DISPLAY_PROGRAMS = 132  # an H200's SMs, for the record when no GPU is there to ask
 
 
 def gpu_configs(spec: GemmSpec) -> list[GemmConfig]:
@@ -58,8 +60,16 @@ class TritonTemplateKernel(TemplateKernel):
 
     def grid(self, config: GemmConfig) -> tuple:
         spec = self.spec
-        tiles = -(-spec.m // config.BLOCK_M) * -(-spec.n // config.BLOCK_N)
-        return (tiles * spec.batch, 1, 1)
+        tiles = -(-spec.m // config.BLOCK_M) * -(-spec.n // config.BLOCK_N) * spec.batch
+        return (min(tiles, self.programs()) if config.PERSISTENT else tiles, 1, 1)
+
+    def programs(self) -> int:
+        """How many programs a persistent config launches (Note [Persistent GEMM programs]): one per SM."""
+        if self.interpreter:
+            return INTERPRETER_PROGRAMS
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        return DISPLAY_PROGRAMS
 
     def record_fields(self) -> dict:
         config = self.configs()[0]
@@ -75,7 +85,8 @@ class TritonTemplateKernel(TemplateKernel):
     def display_constants(self, config: GemmConfig) -> dict:
         """The constexprs of a launch with `config` (for triton_build.kernel_assembly)."""
         return dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
-                    GROUP_M=config.GROUP_M, EVEN_K=self.spec.k % config.BLOCK_K == 0, ACC_FROM_MEMORY=False)
+                    GROUP_M=config.GROUP_M, EVEN_K=self.spec.k % config.BLOCK_K == 0, ACC_FROM_MEMORY=False,
+                    PROGRAMS=self.grid(config)[0], PERSISTENT=config.PERSISTENT)
 
 
 class EpiloguePrinter(TritonPrinter):
@@ -118,10 +129,10 @@ def _gemm_lines(spec: GemmSpec, int64: bool) -> list[str]:
         f"num_pid_n = ({spec.n} + BLOCK_N - 1) // BLOCK_N",
     ]
     if spec.batch == 1:
-        lines += ["pid = tl.program_id(0)", "pid_b = 0"]
+        lines += ["pid = tile", "pid_b = 0"]
     else:  # one grid axis for tiles and batch: the bound launch has a one-dimensional grid
-        lines += ["pid = tl.program_id(0) % (num_pid_m * num_pid_n)",
-                  f"pid_b = (tl.program_id(0) // (num_pid_m * num_pid_n)){index}"]
+        lines += ["pid = tile % (num_pid_m * num_pid_n)",
+                  f"pid_b = (tile // (num_pid_m * num_pid_n)){index}"]
     lines += [
         "group_width = GROUP_M * num_pid_n",
         "first_m = (pid // group_width) * GROUP_M",
@@ -190,11 +201,14 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     tag = LineTag(template.name)
     body = [(line, tag) for line in _gemm_lines(spec, _needs_int64(spec))]
     body += list(zip(epilogue_lines, epilogue_tags)) + stores
+    # Note [Persistent GEMM programs]: the tiles this program computes (a plain config: one)
+    tiles = [f"tiles = ({spec.m} + BLOCK_M - 1) // BLOCK_M * (({spec.n} + BLOCK_N - 1) // BLOCK_N) * {spec.batch}",
+             "for tile in tl.range(tl.program_id(0), tiles, PROGRAMS, flatten=PERSISTENT):"]
     header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):",
               f"    # GEMM template: {spec.op} {spec.shape_text()}, epilogue: "
               f"{', '.join(n.name for n in epilogue) or 'none'}"]
-    lines = header + ["    " + line for line, _ in body]
-    tags = [None, None, tag] + [t for _, t in body]
+    lines = header + ["    " + line for line in tiles] + ["        " + line for line, _ in body]
+    tags = [None, None, tag, tag, tag] + [t for _, t in body]
     signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
     signature["acc_in"] = SIGNATURE_TYPES[template.dtype]
     signature.update({c: "constexpr" for c in CONSTEXPRS})

@@ -24,6 +24,16 @@ in bf16: 3 stages need 144 KB and 4 need 192 KB, hence the budget (a 128 KB one 
 cannot hide the loads' latency). The K loop uses plain pointer loads (cp.async): Triton 3.6's tensor
 descriptors (TMA) need a device-side allocator set at run time, and the interpreter, where these kernels
 are tested, does not check them, so they are left out rather than shipped untested.
+
+Note [Persistent GEMM programs]
+A PERSISTENT config launches one program per SM (at most one per tile), each walking the tiles
+tile = program_id, program_id + programs, ... in the grouped order; the tile loop is flattened with the K loop
+(tl.range(..., flatten=True)), so Triton's software pipeline loads the next tile's first K steps while this
+tile's epilogue runs. A plain config launches one program per tile and the loop runs once. Why: the
+template's 128x128 8-warp program needs 159-192 registers a thread (one 256-thread program per SM), so with
+a short K (16 steps at K = 1024) each tile's pipeline fill and epilogue stand alone, where cuBLAS's persistent
+kernels overlap them (Note [When a CUDA template pays in default mode] in templates.py). max-autotune times
+both forms; the default's tile stays the plain one until an H200 measurement says otherwise.
 """
 from __future__ import annotations
 
@@ -44,6 +54,7 @@ class GemmConfig:
     num_warps: int = 4
     num_stages: int = 3
     GROUP_M: int = 8
+    PERSISTENT: bool = False  # Note [Persistent GEMM programs]
 
     def kwargs(self) -> dict:
         return dict(vars(self))
@@ -59,7 +70,8 @@ class GemmConfig:
 # set Triton's H100 tutorial and Inductor's max-autotune time; then 4-warp 128x128 and 64x256 with deeper
 # pipelines; then the mid and small-M ones for decode-like shapes.
 TENSOR_CORE_CONFIGS = [
-    GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 256, 64, 8, 3), GemmConfig(256, 128, 64, 8, 3),
+    GemmConfig(128, 128, 64, 8, 3), GemmConfig(128, 128, 64, 8, 3, PERSISTENT=True),
+    GemmConfig(128, 128, 64, 8, 4, PERSISTENT=True), GemmConfig(128, 256, 64, 8, 3), GemmConfig(256, 128, 64, 8, 3),
     GemmConfig(128, 256, 64, 8, 4), GemmConfig(128, 128, 64, 8, 4), GemmConfig(128, 128, 64, 4, 4),
     GemmConfig(64, 256, 64, 4, 4), GemmConfig(128, 128, 128, 8, 3), GemmConfig(128, 128, 32, 4, 4),
     GemmConfig(64, 128, 64, 4, 4), GemmConfig(128, 64, 64, 4, 4), GemmConfig(64, 64, 64, 4, 3),
@@ -68,9 +80,10 @@ TENSOR_CORE_CONFIGS = [
 FP32_IEEE_CONFIGS = [GemmConfig(64, 64, 32, 4, 3), GemmConfig(32, 32, 32, 4, 2), GemmConfig(64, 32, 32, 4, 2),
                      GemmConfig(32, 64, 32, 4, 2), GemmConfig(16, 64, 32, 4, 2), GemmConfig(16, 32, 16, 2, 2)]
 # max-autotune compiles every config it times (about a second each on the H200's host): a ResNet-50 has some
-# twenty distinct 1x1-convolution GEMMs, so the table's first eight suited configs (its order puts the ones
-# that won on LLM and convolution shapes first) keep a model's tuning within a couple of minutes.
-MAX_CONFIGS = 8
+# twenty distinct 1x1-convolution GEMMs, so the table's first ten suited configs (its order puts the ones
+# that won on LLM and convolution shapes first, and two persistent forms of the leading tile) keep a
+# model's tuning within a couple of minutes.
+MAX_CONFIGS = 10
 INTERPRETER_CONFIG = GemmConfig(64, 64, 32, 4, 1)  # the interpreter wants few, large programs
 
 

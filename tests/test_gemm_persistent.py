@@ -39,3 +39,14 @@ def test_max_autotune_times_persistent_forms_of_the_leading_tile():
     assert not configs[0].PERSISTENT, "the default's tile stays the plain one"
     persistent = [c for c in configs if c.PERSISTENT]
     assert persistent and all((c.BLOCK_M, c.BLOCK_N) == (configs[0].BLOCK_M, configs[0].BLOCK_N) for c in persistent)
+
+
+def test_register_capped_config_runs_and_matches_eager(monkeypatch):
+    """Note [Two programs per SM]: the cap is a compile option (the interpreter ignores it); the candidate
+    launches like any other and computes the same."""
+    capped = gemm_tiles.GemmConfig(16, 16, 16, 4, 1, GROUP_M=2, maxnreg=128)
+    monkeypatch.setattr(triton_gemm, "interpreter_config", lambda spec: capped)
+    exploration = _explore("linear_relu", torch.float32, "triton", templates="on")
+    _assert_fused(exploration, "linear_relu")
+    assert _templates(exploration)[0]["template"]["config"]["maxnreg"] == 128
+    assert any(c.maxnreg == 128 for c in gemm_tiles.gpu_configs(8192, 4096, 1024, torch.bfloat16))

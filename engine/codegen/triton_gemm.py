@@ -240,8 +240,10 @@ class TritonTemplateRunner:
             tiles = GemmConfig(**config)
             constexprs = self.kernel.display_constants(tiles)
             constexprs["ACC_FROM_MEMORY"] = from_memory
-            launch = TritonLaunch(self.function, constexprs, {"num_warps": tiles.num_warps,
-                                                              "num_stages": tiles.num_stages},
+            options = {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
+            if tiles.maxnreg is not None:  # Note [Two programs per SM]
+                options["maxnreg"] = tiles.maxnreg
+            launch = TritonLaunch(self.function, constexprs, options,
                                   tuple(range(len(self.kernel.args) + 1)), self.kernel.interpreter)
             self.launches[key] = (launch, self.kernel.grid(tiles)[0])
         return self.launches[key]

@@ -54,24 +54,16 @@ class LinearSiLU(nn.Module):
         return F.silu(self.fc(x))
 
 
-class LinearBiasReLU(nn.Module):
-    def __init__(self, d, hidden):
+class LinearBiasActivation(nn.Module):
+    """Linear with its bias, then an activation: ReLU, or GELU as in a GELU MLP's up-projection (the
+    transformer block's fc1: x @ W.T with the weight [hidden, d], K-major)."""
+
+    def __init__(self, d, hidden, activation):
         super().__init__()
-        self.fc = nn.Linear(d, hidden)
+        self.fc, self.activation = nn.Linear(d, hidden), activation
 
     def forward(self, x):
-        return F.relu(self.fc(x))
-
-
-class LinearBiasGELU(nn.Module):
-    """A GELU MLP's up-projection (the transformer block's fc1): x @ W.T with the weight [hidden, d] (K-major)."""
-
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.fc = nn.Linear(d, hidden)
-
-    def forward(self, x):
-        return F.gelu(self.fc(x))
+        return self.activation(self.fc(x))
 
 
 class MatmulGELU(nn.Module):
@@ -117,7 +109,8 @@ class LinearGeluResidual(nn.Module):
         return residual + F.gelu(self.fc(x))
 
 
-MODELS = {"linear_silu": LinearSiLU, "linear_bias_relu": LinearBiasReLU, "linear_bias_gelu": LinearBiasGELU,
+MODELS = {"linear_silu": LinearSiLU, "linear_bias_relu": lambda d, h: LinearBiasActivation(d, h, F.relu),
+          "linear_bias_gelu": lambda d, h: LinearBiasActivation(d, h, F.gelu),
           "matmul_gelu": MatmulGELU, "swiglu": SwiGLU,
           "proj_residual": ProjectionResidual, "linear_gelu_residual": LinearGeluResidual}
 # name -> the widths of its inputs, as functions of (d, hidden)

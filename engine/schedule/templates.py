@@ -47,10 +47,16 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # The template wins when the time its main loop loses, gemm_us * (1 / TEMPLATE_SPEED - 1), is less than the
 # pass it saves. The saved pass is fixed per output element and the main loop grows with K, so the rule is a
 # bound on K: in bf16 on an H200, K up to about 270. Measured (H200, Triton 3.6, bf16, torch.profiler,
-# 2026-12-01): in the transformer block's training step (B*T = 8192, D = 1024) our 128x128x64 8-warp template
-# ran 8192x4096x1024 + bias + GELU in 196 us where cuBLAS runs that GEMM in ~81 us, the qkv 8192x3072x1024 in
-# 138 us and 8192x1024x1024 + residual in 41 us (cuBLAS ~24): TEMPLATE_SPEED 0.45; the step took 1.22x
-# Inductor's time with the templates and 1.09x with cuBLAS. What the template's compiled code shows offline
+# 2026-12-01), the four templates of the transformer block's training step (B*T = 8192, D = 1024), our
+# 128x128x64 8-warp tile against cuBLAS's ~790 TFLOP/s:
+#   forward fc1     8192x4096x1024 + bias + GELU, weight K-major     196 us (cuBLAS ~81)   speed 0.41
+#   forward proj    8192x1024x1024 + bias + residual, K-major         41 us (cuBLAS ~24)   0.58
+#   backward fc2    8192x4096x1024, weight N-major, + GELU gradient   138 us (cuBLAS ~81)  0.59
+#   backward qkv    8192x1024x3072, N-major                           91 us (~65 at 790)   0.71
+# (which kernel is which is read off the step's GEMM count: 2 library addmm and 6 mm a step, the rest
+# templates), so every one lost to cuBLAS + the epilogue kernel, and the step took 1.22x Inductor's time with
+# them, 1.09x without. TEMPLATE_SPEED is the slowest form's, so the rule errs toward cuBLAS (at 0.6 the bound
+# would be K of about 550: still cuBLAS for all four). What the template's compiled code shows offline
 # (triton.compile for sm_90): wgmma (HGMMA 64x128x16, asynchronous, one group in flight), a 3-stage cp.async
 # pipeline, no spills, 96 KB of shared memory, 159-192 registers a thread, so one 256-thread program per SM:
 # with K = 1024 a tile is only 16 K steps, and its pipeline fill and epilogue are not overlapped by another
@@ -65,7 +71,7 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # max-autotune times the template's configs against the library call instead (gemm_launch.py).
 HBM_BYTES_PER_S = 4.3e12  # an H200's device-to-device copy, bytes read + written (device KINDS.md)
 CUBLAS_TFLOPS = {torch.float16: 790, torch.bfloat16: 790, torch.float32: 400}  # bf16: 8192^3 measured; tf32
-TEMPLATE_SPEED = 0.45  # our template's main loop over cuBLAS's rate, measured (Note above)
+TEMPLATE_SPEED = 0.45  # our template's main loop over cuBLAS's rate: the slowest measured (Note above)
 MIN_SAVED_US = 2.0
 
 

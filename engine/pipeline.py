@@ -200,7 +200,8 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     if options.mode == "reduce-overhead":
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
-                             keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs)
+                             keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,
+                             hand_over_outputs=aten.phase == "backward")
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

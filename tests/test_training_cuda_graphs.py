@@ -74,11 +74,16 @@ def _pair(sample: str):
     return model, copy.deepcopy(model), spec.example_inputs
 
 
+def _fresh(x, seed: int):
+    """Another activation like x. Not x + c: the block's layernorms make its gradients blind to a shift."""
+    return torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
+
+
 def test_training_steps_replay_and_match_eager(fake_reduce_overhead):
     model, reference, (x,) = _pair("transformer_block")
     compiled = pipeline.compile(model, mode="reduce-overhead")
     for step in range(5):
-        xs = x + step  # a new activation each step, as a training loop has
+        xs = _fresh(x, step)  # a new activation each step, as a training loop has
         for m in (model, reference):
             m.zero_grad(set_to_none=True)
         loss = compiled(xs).float().sum()
@@ -112,9 +117,50 @@ def test_two_forwards_before_one_backward(fake_reduce_overhead):
         ref_loss.backward()
         _check(model, reference, loss, ref_loss)
     forward, backward = fake_reduce_overhead
-    # after the recording step, each step's second forward (the first one's saved tensors still held) and
-    # first backward (its gradients held until the second's are added) ran plainly; the others replayed
-    assert forward.plain_calls == backward.plain_calls == 3
+    # after the recording step, each step's second forward (the first one's saved tensors still held) ran
+    # plainly; so did one backward a step (the other's gradients held until both are added), except that the
+    # first such call also gave the backward's recording up (Note [Gradients a replay hands over]) and the
+    # next step recorded it again: a warm-up call and a recording instead of a plain call and a replay
+    assert forward.plain_calls == 3 and backward.plain_calls == 2
+    assert not backward.hand_over_outputs and len(backward.graphs) == 1
+
+
+def test_backward_hands_its_gradients_over(fake_reduce_overhead):
+    """Note [Gradients a replay hands over]: each parameter's .grad is the backward recording's own output, not
+    AccumulateGrad's clone of it, and the next step's replay (grads cleared first) still matches eager."""
+    from engine.tools import train_profile
+    from engine.tools.train_bench import step
+
+    model, reference, (x,) = _pair("transformer_block")
+    compiled = pipeline.compile(model, mode="reduce-overhead")
+    for _ in range(3):
+        loss = step(compiled, model, (x,))
+    _, backward = fake_reduce_overhead
+    assert all(p.grad.data_ptr() in backward.output_pointers for p in model.parameters())
+    profile = train_profile.profile_step(lambda: step(compiled, model, (x,)), device="cpu", steps=2, warmup=0)
+    assert not [r for r in profile["copies"] if "AccumulateGrad" in r["caller"]]
+    ref_loss = step(reference, reference, (x,))
+    _check(model, reference, step(compiled, model, (x,)), ref_loss)
+    assert backward.plain_calls == 0 and backward.graphs[()]["graph"].replays == 5  # all but the warm-up
+
+
+def test_gradient_accumulation_over_micro_batches(fake_reduce_overhead):
+    """Gradients cleared, then two backwards add up into them (micro-batches): once the gradients are the
+    recording's own outputs, the second backward finds a .grad holding one, runs plainly, gives the recording
+    up (the .grad keeps it) and records again later without handing over. Every sum matches eager's."""
+    model, reference, (x,) = _pair("transformer_block")
+    compiled = pipeline.compile(model, mode="reduce-overhead")
+    for step in range(5):
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+        for micro in range(2):
+            xs = _fresh(x, 2 * step + micro)
+            compiled(xs).float().sum().backward()
+            reference(xs).float().sum().backward()
+        _check(model, reference, torch.zeros(()), torch.zeros(()))
+    _, backward = fake_reduce_overhead
+    assert not backward.hand_over_outputs and backward.plain_calls == 1
+    assert backward.graphs[()]["graph"].replays == 5  # recorded again in step 2 (its run counts), replayed after
 
 
 @pytest.mark.gpu

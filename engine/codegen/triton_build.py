@@ -472,6 +472,23 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 #   before .grad is set), and then copies it into .grad, so in an ordinary step the next replay finds its
 #   outputs free. Outputs that are views of in-place inputs (a transposed weight saved for the backward) live
 #   in the input's memory, which no replay writes: they need no such care.
+#
+# Note [Gradients a replay hands over]
+# A backward's outputs are the parameters' gradients, and autograd's AccumulateGrad takes a gradient over as
+# the parameter's .grad only when nothing else holds it; else it clones it. This object holds every recorded
+# output (a replay returns them), so each step cloned every gradient: 12 copies a step of the transformer
+# block (aten::copy_ under AccumulateGrad in scripts/train_bench.py --profile), the parameters' size in device
+# traffic and a clone's host time each. A backward (`hand_over_outputs`) therefore registers its recorded
+# outputs as cached tensors (torch._C._add_cached_tensor, as torch.compile's CUDA graph trees do), whose one
+# extra reference autograd does not count: the parameter's .grad becomes the recorded output's memory (a
+# detached alias of it). The rule above keeps that correct once it counts aliases: a handed-over output's
+# storage has as many holders as right after recording, or the backward runs plainly, so a replay never
+# overwrites a gradient someone keeps (a tensor's use count alone misses an alias, a storage's misses a second
+# holder of the same tensor: both are checked). An ordinary step clears the gradients (zero_grad's
+# set_to_none) before the next backward and replays. A loop that keeps them (zero_grad(set_to_none=False), or
+# gradients summed over several backwards) would run plainly from then on, so at the first such call the
+# recording hands its held outputs over for good: they become the holders' tensors, this object forgets that
+# recording and records again later, this time without handing over (AccumulateGrad clones, as before).
 
 
 def _pointers_equal_python(tensors, pointers, indices) -> bool:
@@ -479,6 +496,7 @@ def _pointers_equal_python(tensors, pointers, indices) -> bool:
 
 
 pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None) or _pointers_equal_python
+storage_use_count = torch._C._storage_Use_Count  # holders of a storage: any tensor or view over it
 
 
 class CudaGraphCall:
@@ -486,8 +504,12 @@ class CudaGraphCall:
     (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
 
     def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1,
-                 keep_live_outputs: bool = False, static_inputs: frozenset[int] | None = None):
+                 keep_live_outputs: bool = False, static_inputs: frozenset[int] | None = None,
+                 hand_over_outputs: bool = False):
         self.call = call
+        self.hand_over_outputs = hand_over_outputs  # Note [Gradients a replay hands over]
+        self.cached: dict[int, torch.Tensor] = {}  # id -> an output registered as a cached tensor
+        weakref.finalize(self, _uncache, self.cached)
         self.static_inputs = static_inputs  # Note [Which inputs a CUDA graph reads in place]
         self.sizes = tuple(sizes)
         self.warmup_calls = warmup_calls
@@ -508,8 +530,11 @@ class CudaGraphCall:
         key = self._key(args) if self.sizes else ()
         entry = self.graphs.get(key)
         if entry is not None and pointers_equal(args, entry["pointers"], entry["fixed"]):
-            if any(t._use_count() > count for t, count in entry["guarded"]):  # Note [Training under CUDA graphs]
+            if any(t._use_count() > n for t, n in entry["guarded"]) or any(  # Note [Training under CUDA graphs]
+                    storage_use_count(c) > n for c, n in entry["aliased"]):
                 self.plain_calls += 1
+                if entry["handed_over"]:
+                    self._give_up(key)  # Note [Gradients a replay hands over]
                 return self.call(list(args))
             if entry["copied"]:
                 torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
@@ -538,10 +563,45 @@ class CudaGraphCall:
         in_place = {args[i].untyped_storage().data_ptr() for i in fixed}
         guarded = [(t, t._use_count()) for t in outputs if self.keep_live_outputs and isinstance(t, torch.Tensor)
                    and t.untyped_storage().data_ptr() not in in_place]
+        handed_over = [t for t, _ in guarded] if self.hand_over_outputs else []
+        # a handed-over output's holder may keep an alias of it (Note [Gradients a replay hands over]): its
+        # storage's holders are counted too, the storage's Python object held so that the count holds still
+        storages = list({t.untyped_storage()._cdata: t.untyped_storage() for t in handed_over}.values())
+        aliased = [(storage._cdata, storage_use_count(storage._cdata)) for storage in storages]
+        if handed_over:  # Note [Gradients a replay hands over]
+            torch._C._set_cached_tensors_enabled(True)  # a process-wide switch, off until someone needs it
+        for t in handed_over:
+            torch._C._add_cached_tensor(t)
+            self.cached[id(t)] = t
         self.graphs[key] = {"graph": graph, "fixed": fixed, "pointers": history[-1], "copied": copied,
-                            "statics": statics, "outputs": outputs, "inputs": static_args, "guarded": guarded}
+                            "statics": statics, "outputs": outputs, "inputs": static_args, "guarded": guarded,
+                            "handed_over": handed_over, "storages": storages, "aliased": aliased}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)
+
+    def _give_up(self, key) -> None:
+        """Note [Gradients a replay hands over]: the recording's outputs that someone still holds are theirs now;
+        forget the recording and record again after a warm-up call, handing nothing over."""
+        entry = self.graphs.pop(key)
+        _uncache({id(t): self.cached.pop(id(t)) for t in entry["handed_over"]})
+        self.output_pointers -= {t.data_ptr() for t in entry["outputs"] if isinstance(t, torch.Tensor)}
+        self.seen[key] = []
+        self.hand_over_outputs = False
+
+
+def _uncache(cached: dict) -> None:
+    """Unregister cached tensors (Note [Gradients a replay hands over]). Inductor's CUDA graph trees turn the
+    process-wide switch off when they reset, which leaves the registrations in place but refuses removals; an
+    entry left behind would make a later tensor at the same address look cached, so the switch is turned on
+    for the removal and back off."""
+    if not cached:
+        return
+    was_on = all(torch._C._is_cached_tensor(t) for t in cached.values())  # ours are registered: off if not seen
+    torch._C._set_cached_tensors_enabled(True)
+    for t in cached.values():
+        torch._C._remove_cached_tensor(t)
+    torch._C._set_cached_tensors_enabled(was_on)
+    cached.clear()
 
 
 _recorders: weakref.WeakSet = weakref.WeakSet()  # every live CudaGraphCall

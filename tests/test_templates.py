@@ -315,3 +315,33 @@ def test_library_then_epilogue_path_matches_eager(name, backend, monkeypatch):
     monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run)
     dtype = torch.float32 if backend == "cpp" else torch.bfloat16
     _assert_fused(_explore(name, dtype, backend, templates="on"), name)
+
+
+def _cuda_default_schedule(fn, *shapes):
+    """`fn` traced on fake bf16 tensors, lowered for CUDA and scheduled in default mode (no GPU needed)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from engine.lowering.graph import lower
+    from engine.schedule.fusion import schedule
+    from engine.schedule.policy import FusionKnobs
+
+    gm = make_fx(fn, tracing_mode="fake")(*(torch.empty(s, dtype=torch.bfloat16) for s in shapes))
+    return schedule(lower(gm, "cuda"), FusionKnobs(True, None), CUDA_DEFAULT)
+
+
+def test_cuda_default_counts_only_the_read_when_the_gemm_output_is_stored_too():
+    """A short-K GEMM + GELU takes the template; when the pre-activation is an output too (a training forward
+    saves it), the library plan writes it anyway, the template saves only the read, and at this K that is
+    less than its slower main loop loses: cuBLAS + the epilogue kernel, with the reason."""
+    m, n, k = 8192, 4096, 200
+    alone = _cuda_default_schedule(lambda x, w: F.gelu(x @ w), (m, k), (k, n))
+    assert [kernel.kind for kernel in alone.kernels] == ["template"], alone.templates
+
+    def gelu_and_preactivation(x, w):
+        y = x @ w
+        return F.gelu(y), y
+
+    stored = _cuda_default_schedule(gelu_and_preactivation, (m, k), (k, n))
+    assert "template" not in [kernel.kind for kernel in stored.kernels]
+    (choice,) = stored.templates
+    assert choice["template"] is False and "stored too" in choice["reason"], choice

@@ -159,7 +159,7 @@ class TemplateLaunch:
         """The candidate default mode would run for this GEMM."""
         candidates = self.candidates()
         takes = default_takes_template(self.template.spec, bool(self.kernel.epilogue), self.backend.name,
-                                       str(self.device))
+                                       str(self.device), output_stored=self.template.name in self.position)
         return candidates[0][0] if takes else candidates[-1][0]
 
     def _autotune(self, tensors) -> Callable:

@@ -446,7 +446,7 @@ class Scheduler:
 
     def _template_kernel(self, nodes: list[Buffer], index: int, stored: list[str]) -> Kernel | None:
         template, epilogue = nodes[0], nodes[1:]
-        keep, reason = templates.keep_template(template, epilogue, self.template_options)
+        keep, reason = templates.keep_template(template, epilogue, self.template_options, template.name in stored)
         pair = templates.gemm_pair(template, epilogue, self.reads, self.buffers) if keep else None
         for choice in self.template_choices:
             if choice["node"] == template.name:

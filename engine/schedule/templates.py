@@ -61,6 +61,9 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # pipeline, no spills, 96 KB of shared memory, 159-192 registers a thread, so one 256-thread program per SM:
 # with K = 1024 a tile is only 16 K steps, and its pipeline fill and epilogue are not overlapped by another
 # program's main loop, where cuBLAS's persistent, warp-specialized TMA kernel overlaps them.
+# When the GEMM's own output is stored too (a training forward saves the pre-activation for the backward),
+# the library plan's write of it is no extra: the template saves only the read, half the pass; fusion knows
+# that only after it has placed the epilogue, so keep_template checks the rule again with it.
 # The other refusals:
 #   float32 without tf32  never: an "ieee" tl.dot runs on the FMA units; cuBLAS's sgemm is faster (an H200
 #                         run measured 344 us for a 32x256x128 template vs 10 us for sgemm)
@@ -304,21 +307,25 @@ def heuristic_refusal(spec: GemmSpec, options: TemplateOptions) -> str | None:
     return None
 
 
-def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, device: str) -> bool:
+def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, device: str,
+                           output_stored: bool = False) -> bool:
     """Would default mode run this GEMM as the template (not the library call)? max-autotune's incumbent
     (Note [Autotune against the default's pick] in codegen/gemm_launch.py)."""
     options = TemplateOptions("auto", backend, "default", device)
     small = backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN
-    return has_epilogue and not small and heuristic_refusal(spec, options) is None
+    return (has_epilogue and not small and heuristic_refusal(spec, options) is None
+            and not (options.cuda and stored_output_refusal(spec, output_stored)))
 
 
 def _element_size(spec: GemmSpec) -> int:
     return torch.empty((), dtype=spec.dtype).element_size()
 
 
-def saved_us(spec: GemmSpec) -> float:
-    """Microseconds of HBM traffic the epilogue saves: the output written once and read once less."""
-    return 2 * spec.rows * spec.n * _element_size(spec) / HBM_BYTES_PER_S * 1e6
+def saved_us(spec: GemmSpec, output_stored: bool = False) -> float:
+    """Microseconds of HBM traffic the epilogue saves: the output written once and read once less (only the
+    read when the output is stored anyway)."""
+    passes = 1 if output_stored else 2
+    return passes * spec.rows * spec.n * _element_size(spec) / HBM_BYTES_PER_S * 1e6
 
 
 def library_gemm_us(spec: GemmSpec) -> float:
@@ -331,11 +338,21 @@ def template_loss_us(spec: GemmSpec) -> float:
     return library_gemm_us(spec) * (1 / TEMPLATE_SPEED - 1)
 
 
-def _prediction(spec: GemmSpec) -> str:
+def _prediction(spec: GemmSpec, output_stored: bool = False) -> str:
     gemm = library_gemm_us(spec)
+    extra = "read of the stored output" if output_stored else "pass over the output"
     return (f"predicted: template {gemm + template_loss_us(spec):.1f} us (its main loop at {TEMPLATE_SPEED:.0%} "
-            f"of cuBLAS's rate) vs cuBLAS {gemm:.1f} us + the epilogue's extra pass over the output "
-            f"{saved_us(spec):.1f} us")
+            f"of cuBLAS's rate) vs cuBLAS {gemm:.1f} us + the epilogue's extra {extra} "
+            f"{saved_us(spec, output_stored):.1f} us")
+
+
+def stored_output_refusal(spec: GemmSpec, output_stored: bool) -> str | None:
+    """Why a CUDA template whose own output is stored too loses after all, or None (Note [When a CUDA
+    template pays in default mode])."""
+    if output_stored and template_loss_us(spec) > saved_us(spec, output_stored=True):
+        return (f"library call: the GEMM's output is stored too (another kernel reads it), so the template "
+                f"saves only its read: {_prediction(spec, output_stored=True)}")
+    return None
 
 
 def cuda_refusal(spec: GemmSpec) -> str | None:
@@ -357,9 +374,15 @@ def cuda_refusal(spec: GemmSpec) -> str | None:
     return None
 
 
-def keep_template(template: Template, epilogue: list[Buffer], options: TemplateOptions) -> tuple[bool, str]:
-    """After fusion: a template chosen only for its epilogue and given none goes back to the library call."""
-    if epilogue or options.templates == "on" or options.mode == "max-autotune":
+def keep_template(template: Template, epilogue: list[Buffer], options: TemplateOptions,
+                  output_stored: bool = False) -> tuple[bool, str]:
+    """After fusion: a template chosen only for its epilogue and given none goes back to the library call, and
+    so does a CUDA one whose stored output leaves it too little to save (`output_stored`: the GEMM's own
+    output is one of the kernel's stores)."""
+    forced = options.templates == "on" or options.mode == "max-autotune"
+    if epilogue and not forced and options.cuda and (refusal := stored_output_refusal(template.spec, output_stored)):
+        return False, refusal
+    if epilogue or forced:
         fused = ", ".join(n.name for n in epilogue) or "nothing"
         return True, f"{template.reason}; epilogue: {fused}"
     return False, "library call: no elementwise consumer fused into the template, and the library GEMM alone is as fast"

@@ -38,6 +38,7 @@ import torch
 import torch.fx
 
 from engine.ir.nodes import Buffer, Extern, Pointwise, Reduction, TensorValue
+from engine.lowering.common import realize
 
 aten = torch.ops.aten
 LAYOUTS = ("auto", "channels_last", "contiguous")  # Options.layout: a heuristic decides, or forced
@@ -237,11 +238,39 @@ def channels_last_weight(graph, weight):
     return TensorValue(node, node.size)
 
 
+# Note [Converting a convolution's input ourselves]
+# Given a channels-last weight and an NCHW input (the graph's input image, mostly), cuDNN and mkldnn convert the
+# input to NHWC themselves, every call: an ATen copy kernel (ResNet-50's stem on the H200: 28 us, one of the five
+# aten::copy_ a call, plus the copy's host time). So such an input is converted by a kernel of ours instead, a
+# pointwise copy stored channels-last (Note [Channels-last convolutions]), which the tiling reads as the
+# transpose it is and into which a producer that only feeds the convolution is fused. Not for a 1x1 convolution:
+# it may become a GEMM template (Note [1x1 convolutions as GEMMs]), which reads an NCHW input in place.
+
+
+def _is_channels_last(value: TensorValue) -> bool:
+    layout = value.strided_layout()
+    return layout is not None and all(a == b for a, b, n in zip(layout[0], channels_last_strides(value.size),
+                                                                 value.size) if sympy.sympify(n) != 1)
+
+
+def channels_last_input(graph, x, weight):
+    """The convolution's input, converted to channels-last by our own kernel where the library would convert it
+    (Note [Converting a convolution's input ourselves])."""
+    if not isinstance(x, TensorValue) or x.ndim != 4 or _trivial(x.size) or _is_channels_last(x) or \
+            not isinstance(weight, TensorValue) or all(sympy.sympify(k) == 1 for k in weight.size[2:]):
+        return x
+    first_new = len(graph.nodes)
+    placed = store_channels_last(realize(x), first_new, graph.nodes)
+    graph.channels_last.extend([placed.node.name] if placed.node in graph.nodes[first_new:] else [])
+    return placed
+
+
 def channels_last_convolution(graph, args: tuple, kwargs: dict) -> TensorValue:
-    """The library convolution on a channels-last weight (and, where our kernels made it, input), promised to
-    return channels-last: cuDNN and mkldnn follow their arguments' format, and the wrapper converts should a
-    library decide otherwise (Note [Library output layout])."""
-    args = (args[0], channels_last_weight(graph, args[1]), *args[2:])
+    """The library convolution on a channels-last weight and input (converted by our kernels where they are
+    not: Note [Converting a convolution's input ourselves]), promised to return channels-last: cuDNN and mkldnn
+    follow their arguments' format, and the wrapper converts should a library decide otherwise (Note [Library
+    output layout])."""
+    args = (channels_last_input(graph, args[0], args[1]), channels_last_weight(graph, args[1]), *args[2:])
     value = graph.fallback(aten.convolution.default, args, kwargs, reason="", node_class=Extern)
     if not _trivial(value.node.size):
         value.node.out_stride = channels_last_strides(value.node.size)

@@ -306,7 +306,7 @@ def _reduction_body(kernel, plan, printer, body, masks, int64, form, online: Onl
     for number, group in enumerate(online.passes):
         if form != "persistent":
             printer.start_inner_loop()
-            printer.eviction = _eviction(number, loops) if form == "looped" else None
+            printer.eviction = _eviction(number, loops)
         updates, finals, inits = [], [], []
         # a sum paired with its max is computed with it (Note [Online softmax])
         for name, out_dtype, src_dtype, reduction_type, value in run_pass(printer, plan, group, online.pairs):
@@ -367,9 +367,10 @@ def _eviction(number: int, loops: int) -> str:
 
 
 # Note [Eviction in looped rows]
-# A looped kernel reads each row once per pass. While a pass is not the row's last, its loads ask the cache
-# to keep the lines (evict_last), so the next pass over the same row finds them in L2; the last pass marks
-# them evict_first, so they make room for the rows still to come. Loads that do not move along the row
+# A looped kernel reads each row once per pass (a column kernel each tile of columns: both walk r in a loop).
+# While a pass is not the row's last, its loads ask the cache to keep the lines (evict_last), so the next
+# pass over the same row finds them in L2; the last pass marks them evict_first, so they make room for the
+# rows still to come (Inductor marks a reduction's single read so too). Loads that do not move along the row
 # (per-row values, broadcasts) keep the default.
 
 
@@ -394,7 +395,7 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
     def begin(per_row: bool):
         if not per_row and form != "persistent":
             printer.start_inner_loop()
-            printer.eviction = _eviction(0, 1) if form == "looped" else None
+            printer.eviction = _eviction(0, 1)
         printer.store_dims, printer.store_shape = (X, "[XBLOCK, 1]") if per_row else (XR, "[XBLOCK, RBLOCK]")
 
     def row_loop(body, lines, tags):

@@ -19,6 +19,7 @@ PERSISTENT_LIMIT = 8192
 GPU_SMS = 132  # an H200's streaming multiprocessors: the column form wants at least a program for each
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
 COLUMN_TILE = 2048  # values a step of a column program: 32 outputs x 64 steps (8 outputs x 256 steps)
+MANY_COLUMNS = 65536  # outputs from which a column program is 64 outputs x 8 steps (Note [Column config])
 
 
 def next_power_of_2(n: int) -> int:
@@ -64,10 +65,12 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
         if interpreter:
             xblock = min(most_rows, 1024)
             return LaunchConfig(xblock, max(1, min(most_red, INTERPRETER_TILE // xblock)), 4)
+        if rows is None or rows >= MANY_COLUMNS:  # Note [Column config]
+            return LaunchConfig(min(64, most_rows), min(8, most_red), 4)
         # many outputs a program (one 128-byte line or two per reduction step), enough programs to fill the SMs:
         # few outputs (a batch-8 squeeze-excitation mean over 128 channels has 1024) take fewer a program, down
         # to one 32-byte sector of float32, so that there is a program for each SM
-        xblock = min(32 if rows is not None and rows < 16384 else 64, most_rows)
+        xblock = min(32 if rows < 16384 else 64, most_rows)
         while rows is not None and xblock > 8 and -(-rows // xblock) < GPU_SMS:
             xblock //= 2
         # a narrower tile walks more reduction steps at once (at least COLUMN_TILE values a step): a program that
@@ -88,6 +91,20 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
         return LaunchConfig(max(1, min(INTERPRETER_TILE // 4096, most_rows)), 4096, 8)
     return LaunchConfig(1, LOOPED_RBLOCK, 8)
 
+
+# Note [Column config]
+# A column reduction with many outputs (x.sum(1) of NCHW: 32*56*56 = 100352 outputs of 256 channels) fills
+# the GPU with programs of 64 outputs whatever each one's tile; what is left to choose is how much a program
+# reads a step. Measured on an H200 (session 3, do_bench, one run): 64 outputs x 64 steps over 8 warps read
+# that sum at 2770 GB/s (0.0372 ms, eager's speed), Inductor's kernel at 3120-3270 GB/s (0.0316-0.0331 ms).
+# Inductor's heuristic for outer reductions of more than 36K outputs is 64 outputs x 8 steps over 4 warps:
+# one 16-byte load a thread a step, 34 registers (our kernel's sm_90 cubin), so 12 programs an SM and all
+# 1568 programs of that sum resident at once, where 64 x 64 over 8 warps (35 registers, 6 programs an SM)
+# runs in two waves. From MANY_COLUMNS outputs (1024 programs, about 8 an SM: some 32 KB of loads in flight
+# an SM, what HBM needs) or a symbolic count, column kernels take 64 x 8 over 4 warps; fewer outputs keep
+# the wider steps below, whose loads per program make up for fewer programs. The 64 x 8 choice is predicted
+# from Inductor's, not yet timed on our kernel (no GPU in session 4; scripts/column_sweep.py times it).
+# Fewer outputs keep the measured configs (column_sum 8192^2: 1.05 of Inductor; few_column_sum: 0.73).
 
 # Note [Looped row config]
 # A row longer than PERSISTENT_LIMIT is walked by one program in steps of LOOPED_RBLOCK: 2048 float32 (8 KB)
@@ -114,7 +131,7 @@ def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:
                                                                         (32, 128, 8), (64, 16, 4))]
     elif form == "column":
         options = [base] + [LaunchConfig(x, r, w) for x, r, w in ((32, 32, 4), (64, 32, 8), (64, 64, 8),
-                                                                  (128, 16, 8), (16, 128, 8))]
+                                                                  (128, 16, 8), (16, 128, 8), (64, 8, 4), (64, 4, 8))]
     elif form == "persistent":
         options = [base] + [LaunchConfig(x, base.RBLOCK, w) for x in (1, 2, 4, 8) for w in (4, 8, 16)
                             if x * base.RBLOCK <= 16384 and x * base.RBLOCK >= 32 * w]

@@ -110,6 +110,8 @@ def profiler_hook(folder: Path, spec: ModelSpec, mode: str, device: str, dump_co
 
     def hook(who: str, step) -> None:
         profiles[who] = train_profile.profile_step(step, device)
+        if who == "glassbox":
+            profiles[who]["recordings"] = train_profile.recordings()
         if who == "inductor" and dump_code:
             _copy_inductor_code(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]), folder / f"{stem}.inductor")
 

@@ -139,6 +139,9 @@ def test_backward_hands_its_gradients_over(fake_reduce_overhead):
     assert all(p.grad.data_ptr() in backward.output_pointers for p in model.parameters())
     profile = train_profile.profile_step(lambda: step(compiled, model, (x,)), device="cpu", steps=2, warmup=0)
     assert not [r for r in profile["copies"] if "AccumulateGrad" in r["caller"]]
+    recordings = train_profile.recordings(fake_reduce_overhead)  # as the profile's summary lists them
+    assert sorted((r["copied"], r["hands_over"]) for r in recordings) == [([list(x.shape)], False),
+                                                                         ([list(x.shape)], True)]
     ref_loss = step(reference, reference, (x,))
     _check(model, reference, step(compiled, model, (x,)), ref_loss)
     assert backward.plain_calls == 0 and backward.graphs[()]["graph"].replays == 5  # all but the warm-up

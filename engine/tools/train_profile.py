@@ -16,7 +16,10 @@ checked its gradients) a few steps run under torch.profiler, and the summary giv
   moved: the nearest enclosing event that is not an ATen op (torch::autograd::AccumulateGrad cloning a
   gradient it could not take over, CompiledFunctionBackward making a tangent contiguous, a replay copying an
   input into its recording) and the shapes, counted per step. Counts alone ("30 aten::copy_ a step") do not
-  say which of these to remove.
+  say which of these to remove;
+- `recordings` (ours in reduce-overhead): each live CUDA-graph recording's inputs read in place, the shapes
+  of those it copies in on every replay, its plain calls and whether it hands its outputs over
+  (Note [Gradients a replay hands over] in codegen/triton_build.py).
 The full tables (device time per kernel name, host time per op) go to files beside the summary.
 """
 from __future__ import annotations
@@ -92,27 +95,41 @@ COPY_OPS = ("aten::copy_", "aten::_foreach_copy_")
 
 
 def copies_per_step(events, steps: int) -> list[dict]:
-    """Note [Training-step profile]: copies grouped by (caller, op, shapes), most frequent first. A copy inside
-    another copy (the foreach copy's own copy_ calls) counts once, as the outer one."""
+    """Note [Training-step profile]: copies grouped by (caller, op, shape), most frequent first. A copy_ inside
+    a foreach copy (its slow path: one copy_ per tensor) is listed with its own shape, its op saying so; the
+    foreach copy itself is listed too (on its fast path, one kernel for all its tensors, it has no copy_
+    inside)."""
     counts: dict[tuple, int] = {}
     for event in events:
         if event.name not in COPY_OPS:
             continue
-        parent, caller = event.cpu_parent, None
+        parent, caller, op = event.cpu_parent, None, event.name
         while parent is not None and caller is None:
             if parent.name in COPY_OPS:
-                break  # counted as its outer copy
-            if not parent.name.startswith("aten::"):
+                op = f"{event.name} in {parent.name}"
+            elif not parent.name.startswith("aten::"):
                 caller = parent.name
             parent = parent.cpu_parent
-        if parent is not None and caller is None:
-            continue
-        shapes = "x".join(str(list(s)) for s in (event.input_shapes or [])[:1])
-        key = (caller or "(top level)", event.name, shapes)
+        shape = str(list((event.input_shapes or [[]])[0])) if event.name == "aten::copy_" else ""
+        key = (caller or "(top level)", op, shape)
         counts[key] = counts.get(key, 0) + 1
     rows = [{"caller": caller, "op": op, "shape": shape, "per_step": count / steps}
             for (caller, op, shape), count in counts.items()]
-    return sorted(rows, key=lambda row: (-row["per_step"], row["caller"]))
+    return sorted(rows, key=lambda row: (-row["per_step"], row["caller"], row["op"]))
+
+
+def recordings(recorders=None) -> list[dict]:
+    """Note [Training-step profile]: what each CudaGraphCall's recordings (default: every live one's) read in
+    place and copy."""
+    from engine.codegen import triton_build
+
+    rows = []
+    for recorder in list(triton_build._recorders if recorders is None else recorders):
+        for entry in recorder.graphs.values():
+            rows.append({"inputs": len(entry["inputs"]), "in_place": len(entry["fixed"]),
+                         "copied": [list(entry["inputs"][i].shape) for i in entry["copied"]],
+                         "plain_calls": recorder.plain_calls, "hands_over": bool(entry["handed_over"])})
+    return rows
 
 
 def summary_text(name: str, mode: str, profiles: dict[str, dict]) -> str:
@@ -124,8 +141,12 @@ def summary_text(name: str, mode: str, profiles: dict[str, dict]) -> str:
         lines.append(f"  {who:<9} wall {p['wall_ms']:.3f} ms, device {p['device_ms']:.3f} ms in "
                      f"{p['kernels']:g} kernels ({kinds})")
         lines.append(f"  {'':<9} host: {host}")
+        for row in p.get("recordings", []):
+            lines.append(f"  {'':<9} recording: {row['in_place']} of {row['inputs']} inputs in place, copies "
+                         f"{row['copied']} a replay, {row['plain_calls']} plain calls"
+                         + (", hands its outputs over" if row["hands_over"] else ""))
         for row in p.get("copies", []):
-            lines.append(f"  {'':<9} copy {row['per_step']:g}/step {row['op']} {row['shape']} by {row['caller']}")
+            lines.append(f"  {'':<9} copy {row['per_step']:g}/step {row['op']} {row['shape']} under {row['caller']}")
     return "\n".join(lines)
 
 

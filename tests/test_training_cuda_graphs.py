@@ -17,7 +17,7 @@ import torch
 import engine.pipeline as pipeline
 from engine.codegen import triton_build
 from engine.tools.model_file import load_model_file
-from test_cuda_graph_replay import FakeGraph, fake_capture  # the stand-in capture of CudaGraphCall's own tests
+from test_cuda_graph_replay import FakeGraph, fake_capture, fake_cuda  # noqa: F401 - the stand-in capture of CudaGraphCall's own tests
 
 
 def capturable(call):
@@ -164,6 +164,38 @@ def test_gradient_accumulation_over_micro_batches(fake_reduce_overhead):
     _, backward = fake_reduce_overhead
     assert not backward.hand_over_outputs and backward.plain_calls == 1
     assert backward.graphs[()]["graph"].replays == 5  # recorded again in step 2 (its run counts), replayed after
+
+
+def test_a_kept_alias_of_a_handed_over_output_stops_the_replay(fake_cuda):
+    """Note [Gradients a replay hands over], by hand: a graph returning one tensor as two outputs; an alias of
+    it kept (as .grad keeps one) makes the next call run plainly and give the recording up, the alias intact."""
+    def double(args: list):
+        (x,) = args
+        args.clear()
+        out = torch.empty_like(x)
+
+        def work():
+            torch.mul(x, 2, out=out)
+
+        if FakeGraph.capturing is not None:
+            FakeGraph.capturing.work.append(work)
+        else:
+            work()
+        return [out, out]
+
+    double._boxed_call = True
+    call = triton_build.CudaGraphCall(double, keep_live_outputs=True, static_inputs=frozenset(),
+                                      hand_over_outputs=True)
+    x = torch.randn(8)
+    for _ in range(3):  # warm-up, recording, replay
+        first, second = call([x])
+        assert first is second and torch.equal(first, x * 2)
+    kept = first.detach()
+    del first, second
+    y = torch.randn(8)
+    first, _ = call([y])
+    assert call.plain_calls == 1 and not call.graphs and not call.hand_over_outputs
+    assert torch.equal(kept, x * 2) and torch.equal(first, y * 2)
 
 
 @pytest.mark.gpu

@@ -563,7 +563,8 @@ class CudaGraphCall:
         in_place = {args[i].untyped_storage().data_ptr() for i in fixed}
         guarded = [(t, t._use_count()) for t in outputs if self.keep_live_outputs and isinstance(t, torch.Tensor)
                    and t.untyped_storage().data_ptr() not in in_place]
-        handed_over = [t for t, _ in guarded] if self.hand_over_outputs else []
+        # each tensor once: a graph may return one tensor as two outputs (two gradients that are the same value)
+        handed_over = list({id(t): t for t, _ in guarded}.values()) if self.hand_over_outputs else []
         # a handed-over output's holder may keep an alias of it (Note [Gradients a replay hands over]): its
         # storage's holders are counted too, the storage's Python object held so that the count holds still
         storages = list({t.untyped_storage()._cdata: t.untyped_storage() for t in handed_over}.values())

@@ -3,12 +3,14 @@ accumulators summed in a cascade, split reductions over the threads for few long
 non-innermost axis as column tiles (Note [Column tiles in C++])."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
-from engine.codegen.kernel_core import FLAG_REDUCTIONS, Source, accumulator_type, emit_epilogue, emit_stores, run_pass
+from engine.codegen.cpp_printer import (CppKernel, CppPrinter, Staging, c_constant, c_type, finish_kernel,
+                                       parallel_clause)
+from engine.codegen.kernel_core import (FLAG_REDUCTIONS, Source, accumulator_type, emit_epilogue, emit_stores, run_pass,
+                                        stores_by_role)
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.indexing import FloorDiv, c_index
@@ -33,8 +35,8 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
     if tiling.choice == "column" and _column_tiles_fit(kernel, plan, passes):
         return _column_kernel(kernel, plan, buffers, size_symbols, tiling, passes[0])
     if tiling.choice == "column":
-        tiling = Tiling("column", tiling.reason + "; C++: not tiled (several passes, an argmax or a full-size "
-                                                  "epilogue), a thread per output walks the reduction, runs unused")
+        tiling = Tiling("column", tiling.reason + "; C++: not tiled (several passes or an argmax), a thread per "
+                                                  "output walks the reduction, runs unused")
     if online_passes(plan, passes, {name: b.dtype for name, b in buffers.items()}).pairs:
         tiling = Tiling(tiling.choice, tiling.reason + "; C++: no online softmax, the max and the sum of "
                         "exp(x - max) stay two passes: a thread's second pass re-reads its row from its own "
@@ -266,13 +268,23 @@ def _emit_split_loop(accumulators: list[_Accumulator], updates, update_tags, cla
 # Column tiles swap the loops: a thread takes COLUMN_TILE outputs, keeps an accumulator per output, and for
 # each reduction step updates them all in one vectorized inner loop over contiguous memory. Sums stay a
 # cascade (Note [Cascade sums]): each chunk of CASCADE_CHUNK steps sums into its own partials first.
-# Kernels with one pass of sum/prod/max/min/any/all and only per-output stores take this form.
+# Kernels with one pass of sum/prod/max/min/any/all take this form, with per-output stores and full-size
+# ones (Note [Full-size stores of column tiles]).
 COLUMN_TILE = 64
+
+# Note [Full-size stores of column tiles]
+# A full-size value of a reduction kernel is stored at x*red + r (Note [Fused loop shape]): contiguous along
+# the reduction, the other axis from the column tile's reads, which are contiguous along the outputs (a
+# squeeze-excitation x * x.mean((2, 3)) over a channels-last x, stored NCHW). After a tile's reductions,
+# its full-size stores walk the tile in the second loop order: the outputs outside, the reduction inside
+# (vectorized, the stores contiguous), in blocks of COLUMN_TILE reduction steps. A read strided along the
+# reduction (the column read itself, again) is staged per block (Note [Staged reads]): copied along its
+# contiguous axis into a COLUMN_TILE^2 array laid out along the reduction, which the vectorized loop reads.
+# The pass above keeps its order: its reads are contiguous along the outputs.
 
 
 def _column_tiles_fit(kernel: Kernel, plan: KernelPlan, passes) -> bool:
-    return len(passes) == 1 and all(n.reduction_type in SIMD_CLAUSE for n in passes[0]) and all(
-        plan.role(n) != "full" for n in kernel.stored_nodes)
+    return len(passes) == 1 and all(n.reduction_type in SIMD_CLAUSE for n in passes[0])
 
 
 def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling,
@@ -334,12 +346,47 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                 if nan:
                     body.add(f"for (int64_t j = 0; j < xe - xo; ++j) if ({acc}_nan[j]) "
                              f"{acc}[j] = std::numeric_limits<{ctype}>::quiet_NaN();", LineTag(name))
+            per_row, full = stores_by_role(kernel, plan)
             # the per-output stores, in a fresh scope: nothing computed in the loops above is visible here
-            printer.start_inner_loop()
-            printer._cache, printer._indirect_cache, printer.inliner.memo = {}, {}, {}
-            stores, store_tags = emit_stores(printer, plan, kernel.stored_nodes, per_row=True)
-            body.extend(*printer.take_hoisted())
-            with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)", "#pragma omp simd"):
+            if per_row:
+                _fresh_scope(printer)
+                stores, store_tags = emit_stores(printer, plan, per_row, per_row=True)
+                body.extend(*printer.take_hoisted())
+                with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)", "#pragma omp simd"):
+                    body.extend(printer.lines, printer.line_tags)
+                    body.extend(stores, store_tags)
+            if full:
+                _full_size_stores(printer, plan, full, accumulators, body)
+    if full:
+        tiling = replace(tiling, reason=tiling.reason + "; C++: the full-size stores walk each tile with the "
+                         "outputs outside and the reduction inside, where they are contiguous (Note [Full-size "
+                         "stores of column tiles])")
+    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
+
+
+def _fresh_scope(printer: CppPrinter) -> None:
+    printer.start_inner_loop()
+    printer._cache, printer._indirect_cache, printer.inliner.memo = {}, {}, {}
+
+
+def _full_size_stores(printer: CppPrinter, plan: KernelPlan, full: list[Buffer], accumulators, body: Source):
+    """A column tile's full-size stores, outputs outside and the reduction inside (Note [Full-size stores of
+    column tiles]); the tile's reduced values do not move along the reduction."""
+    x0, r0 = sympy.Symbol("x0", integer=True, nonnegative=True), sympy.Symbol("r0", integer=True, nonnegative=True)
+    _fresh_scope(printer)
+    printer.varying_symbols = {r0}
+    printer.staging = Staging(x0, r0, COLUMN_TILE)  # Note [Staged reads]: the reads strided along r
+    for name, acc, *_ in accumulators:
+        printer.accumulators[name] = Var(f"{acc}[x0 - xo]", printer.accumulators[name].dtype, False)
+    stores, store_tags = emit_stores(printer, plan, full)
+    hoisted, hoisted_tags = printer.take_hoisted()
+    red = c_index(plan.red)
+    with body.block(f"for (int64_t r0o = 0; r0o < {red}; r0o += {COLUMN_TILE})"):
+        body.add(f"const int64_t r0e = std::min<int64_t>(r0o + {COLUMN_TILE}, {red}), x0o = xo, x0e = xe;")
+        printer.staging.emit(body)
+        with body.block("for (int64_t x0 = xo; x0 < xe; ++x0)"):
+            body.extend(hoisted, hoisted_tags)
+            with body.block("for (int64_t r0 = r0o; r0 < r0e; ++r0)", "#pragma omp simd"):
                 body.extend(printer.lines, printer.line_tags)
                 body.extend(stores, store_tags)
-    return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
+    printer.varying_symbols, printer.staging = {x0}, None

@@ -135,8 +135,8 @@ def run_job(arguments: Callable[[Path], list[str]], job_limits: Limits, inputs: 
         if process is None:
             process = STANDBY.start()
             _hand_over(process, arguments, job_limits, inputs)  # if it ended at once, wait() says how
-        result = process.wait(on_tick)
         workdir = process.workdir
+        result = process.wait(on_tick, started=(workdir / "started").exists)  # the job's clock: Note [Standby worker]
         files = {name: _read(workdir / name) for name in outputs}
         completed = _read(workdir / "finished") is not None
         # after a good result the browser is busy drawing it for a few seconds, and importing torch at the same
@@ -154,7 +154,8 @@ def _hand_over(process: sandbox.SandboxedProcess, arguments: Callable[[Path], li
                inputs: dict[str, str] | None) -> bool:
     for name, text in (inputs or {}).items():
         (process.workdir / name).write_text(text, encoding="utf-8")
-    job = {"argv": arguments(process.workdir), "finished": str(process.workdir / "finished")}
+    job = {"argv": arguments(process.workdir), "started": str(process.workdir / "started"),
+           "finished": str(process.workdir / "finished")}
     return process.send(json.dumps(job), job_limits)
 
 

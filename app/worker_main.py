@@ -3,10 +3,11 @@
 app/worker.py starts it through engine/tools/sandbox.py (Note [Sandbox]: its own session, a clean environment, a
 private directory, limits, a group kill), as `python app/worker_main.py --standby`: it imports torch and the
 engine while nobody waits (Note [Standby worker]), then reads one job from stdin, a JSON line
-{"argv": [...], "finished": FILE}, and runs it: `-- <engine CLI arguments>`, or
+{"argv": [...], "started": FILE, "finished": FILE}, and runs it: `-- <engine CLI arguments>`, or
 `--inductor -- ...`, or `--asm -- ...`. One job, then exit, so no state from one model reaches the next. Once
 the job has returned normally, the worker writes its exit code to the "finished" file: a worker that exits
-without it was ended by the model itself (os._exit), which the app reports as such.
+without it was ended by the model itself (os._exit), which the app reports as such. The "started" file is
+written as the job is read, after the imports: the job's time limit counts from then (Note [Standby worker]).
 
 `python app/worker_main.py ARGS` runs ARGS directly (handy by hand). It never runs inside the Streamlit server.
 """
@@ -80,6 +81,8 @@ def standby() -> int:
     if not line.strip():
         return 0  # the app went away (the pipe closed) before giving a job
     job = json.loads(line)
+    if job.get("started"):
+        Path(job["started"]).write_text("", encoding="utf-8")
     code = main(job["argv"])
     sys.stdout.flush()
     sys.stderr.flush()

@@ -153,6 +153,30 @@ def test_a_standby_job_that_hangs_is_stopped_at_the_jobs_time_limit():
     assert result.limit_hit == "time" and "2 s" in result.explain() and result.wall_s < 10
 
 
+SLOW_TO_START = """
+import json, pathlib, sys, time
+time.sleep(3)  # importing torch on a busy machine
+job = json.loads(sys.stdin.readline())
+pathlib.Path(job["started"]).write_text("")
+exec(job["code"])
+"""
+
+
+@pytest.mark.parametrize("code,stopped", [("time.sleep(0.5)", False), ("while True: pass", True)])
+def test_a_jobs_time_limit_counts_from_when_the_worker_has_begun_it(code, stopped):
+    """Note [Standby worker]: a job handed to a worker that is still importing gets its whole time limit."""
+    from engine.tools.sandbox import Standby
+    process = Standby([sys.executable, "-c", SLOW_TO_START], Limits()).start()
+    started = process.workdir / "started"
+    try:
+        process.send(json.dumps({"code": code, "started": str(started)}), Limits(timeout_s=2))
+        result = process.wait(started=started.exists)
+    finally:
+        process.close()
+    assert (result.limit_hit == "time") == stopped, result.explain()
+    assert result.wall_s > 3 + (2 if stopped else 0.5)  # the imports, then the job's own time
+
+
 @pytest.mark.parametrize("code,words", [
     ("import ctypes; ctypes.string_at(0)", "killed by signal SIGSEGV (segmentation fault)"),
     ("raise KeyboardInterrupt", "killed by signal SIGINT (interrupt)"),

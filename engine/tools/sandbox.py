@@ -28,6 +28,10 @@ holds, and every job lives in its own PID namespace, so no job sees the standby'
 job leaves dies with the job's namespace anyway). Its limits (wall time, memory, processes, output) are enforced
 from the moment it is given the job, and its CPU limit is lowered to the job's then; it runs exactly one job
 and is thrown away, so no state from one model reaches the next.
+A job may reach a process that is still importing (none was ready, or the standby was started a moment ago):
+on a loaded machine that takes longer than a short time limit (4 s), and the model was "stopped after 4 s"
+before its first line ran. So the wall-time limit counts from the moment the process says it has begun the
+job (`wait(started=...)`; app/worker_main.py writes a file), with STARTUP_S as the bound on the imports.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ from engine.tools.procfs import (all_processes, cpu_seconds, descendants, pid_na
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.05
+STARTUP_S = 180.0  # the longest a worker may take to import torch and the engine before its job begins
 
 
 @dataclass(frozen=True)
@@ -369,19 +374,25 @@ class SandboxedProcess:
         private_tmpfs = self.worker_pid() if self.isolated else None  # else /tmp and /dev/shm are the machine's
         return resident_mb(members) + shared_mb(members, private_tmpfs), len(members)
 
-    def wait(self, on_tick: Callable[[float], None] | None = None, tick_s: float = 0.25) -> SandboxResult:
+    def wait(self, on_tick: Callable[[float], None] | None = None, tick_s: float = 0.25,
+             started: Callable[[], bool] | None = None) -> SandboxResult:
         """Watch the process until it ends or hits a limit (then every process of the job is killed), calling
-        `on_tick(seconds)` now and then; if on_tick raises (the caller was interrupted), the job is killed and
-        the exception goes on. Time counts from this call."""
+        `on_tick(seconds of the job)` now and then; if on_tick raises (the caller was interrupted), the job is
+        killed and the exception goes on. Time counts from this call, or, given `started`, from when it first
+        returns True (Note [Standby worker]), the wait before that bounded by STARTUP_S."""
         start = last_tick = time.monotonic()
+        job_start = None if started is not None else start
         peak = 0.0
         try:
             while self.process.poll() is None:
                 self.worker_pid()
                 memory, count = self._usage()
                 peak = max(peak, memory)
-                elapsed = time.monotonic() - start
-                if elapsed > self.limits.timeout_s:
+                now = time.monotonic()
+                if job_start is None and started():
+                    job_start = now
+                elapsed = now - job_start if job_start is not None else 0.0
+                if elapsed > self.limits.timeout_s or (job_start is None and now - start > STARTUP_S):
                     self._limit_hit = self._limit_hit or "time"
                 elif memory > self.limits.memory_mb or (self.cgroup is not None and self.cgroup.oom_killed()):
                     self._limit_hit = self._limit_hit or "memory"

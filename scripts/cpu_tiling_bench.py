@@ -29,7 +29,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from engine.tools.zoo import LogitsOnly  # noqa: E402
-from tiling_cases import column_sum, cross_entropy, log_softmax, permute_add, softmax, sum_dim1, transposed_add  # noqa: E402,E501
+from tiling_cases import (column_sum, cross_entropy, log_softmax, permute_add, scale_by_mean, softmax, sum_dim1,  # noqa: E402
+                          transposed_add)
 
 
 def qwen3_model(dtype: torch.dtype, hidden: int = 256, layers: int = 2, heads: int = 4, vocab: int = 1024,
@@ -67,6 +68,8 @@ def cpu_cases() -> list[dict]:
              inputs=lambda: (torch.randn(1024, 1024, **f32), torch.randn(1024, 1024, **f32))),
         dict(name="column_sum", model=column_sum, inputs=lambda: (torch.randn(2048, 2048, **f32),)),
         dict(name="nchw_sum_dim1", model=sum_dim1, inputs=lambda: (torch.randn(*nchw, **f32),)),
+        dict(name="se_channels_last", model=scale_by_mean,
+             inputs=lambda: (torch.randn(*nchw, **f32).to(memory_format=torch.channels_last),)),
         dict(name="layernorm_bf16", model=_layernorm_bf16(5120),
              inputs=lambda: (torch.randn(256, 5120, dtype=torch.bfloat16),), tolerance=dict(atol=6e-2, rtol=6e-2)),
         dict(name="permute_add_fp16", model=permute_add,

@@ -3,7 +3,7 @@ non-innermost axis and long rows, at H200 sizes (tiny ones for --dry-run). Each 
 with triton.testing.do_bench like every other gpu_check case:
 
     python scripts/gpu_check.py --skip-tests --only transposed_add,column_sum,full_sum,few_column_sum,nchw_sum_dim1,\\
-softmax_32000,softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
+se_channels_last,softmax_32000,softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
 permute_add_fp16
 """
 from __future__ import annotations
@@ -27,6 +27,10 @@ def full_sum(x):
 
 def sum_dim1(x):
     return x.sum(1)
+
+
+def scale_by_mean(x):  # squeeze-excitation's shape: a column reduction and a full-size store along the reduction
+    return x * x.mean((2, 3), keepdim=True)
 
 
 def softmax(x):
@@ -58,6 +62,8 @@ def tiling_cases(device: str, small: bool) -> list[dict]:
         dict(name="few_column_sum", model=column_sum, inputs=lambda: (torch.randn(n(1 << 22, 1 << 17), 8, **f32),)),
         dict(name="nchw_sum_dim1", model=sum_dim1,
              inputs=lambda: (torch.randn(batch, channels, height, height, **f32),)),
+        dict(name="se_channels_last", model=scale_by_mean,
+             inputs=lambda: (torch.randn(batch, channels, height, height, **f32).to(memory_format=torch.channels_last),)),
         dict(name="layernorm_bf16", model=nn.LayerNorm(n(5120, 320)).to(device, torch.bfloat16),
              inputs=lambda: (torch.randn(n(4096, 16), n(5120, 320), device=device, dtype=torch.bfloat16),)),
         dict(name="permute_add_fp16", model=permute_add,

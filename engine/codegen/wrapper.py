@@ -63,12 +63,47 @@ def _library_stride(size, stride) -> tuple:
     return tuple(c if sympy.sympify(n) == 1 else s for n, s, c in zip(size, stride, contiguous))
 
 
-def _tensor_arg(arg: TensorArg, buffers, library: bool = True) -> str:
+# Note [Buffers as the wrapper holds them]
+# A wrapper call spends microseconds on every view it makes (torch's _reinterpret_tensor: ~1-3 us of host time),
+# and a host-bound model makes hundreds: ResNet-50's wrapper made 91 a call, one per convolution input and
+# weight. So each buffer is held in the form its readers want where that costs nothing, and handed over by
+# name when an argument is the whole buffer as held:
+# - a buffer our kernels store channels-last (its loop runs over N, H, W, C) is allocated as the NCHW-shaped
+#   tensor with channels-last strides that the convolutions reading it take (Note [Channels-last
+#   convolutions]); kernels see only its address;
+# - an argument equal to the held tensor but for the strides of size-1 dims is that tensor where the held
+#   strides are known (inputs, whose strides Dynamo guards, and our own buffers) and already are the ones
+#   Note [Views for libraries] asks for; a library call's output keeps the view (the library picks the
+#   strides of its size-1 dims as it pleases).
+# A buffer that reuses another's memory in another form is a view of it.
+
+
+def held_layouts(graph: LoweredGraph) -> dict:
+    """name -> (size, stride) of the tensor the wrapper holds for each buffer (Note [Buffers as the wrapper
+    holds them])."""
+    held = {name: (tuple(node.size), tuple(node.stride)) for name, node in graph.buffers.items()}
+    for name in (graph.layout or {}).get("buffers", ()):
+        n, h, w, c = graph.buffers[name].size
+        held[name] = ((n, c, h, w), (h * w * c, sympy.Integer(1), w * c, c))
+    return held
+
+
+def _whole(arg: TensorArg, held: tuple, exact: bool) -> bool:
+    size, stride = held
+    if tuple(arg.size) != tuple(size) or arg.offset != 0:
+        return False
+    return tuple(arg.stride) == tuple(stride) if exact else \
+        all(a == b for a, b, n in zip(arg.stride, stride, size) if sympy.sympify(n) != 1)
+
+
+def _tensor_arg(arg: TensorArg, buffers, held: dict, library: bool = True) -> str:
     """The argument as wrapper source: the buffer's name, or a view of it (for a library call, with the
-    strides of Note [Views for libraries])."""
+    strides of Note [Views for libraries]; Note [Buffers as the wrapper holds them])."""
     node = buffers[arg.name]
     stride = _library_stride(arg.size, arg.stride) if library else tuple(arg.stride)
-    if tuple(arg.size) == tuple(node.size) and tuple(arg.stride) == tuple(node.stride) == stride and arg.offset == 0:
+    layout = held.get(arg.name, (tuple(node.size), tuple(node.stride)))
+    known = not isinstance(node, (Extern, MultiOutput)) or not any(sympy.sympify(n) == 1 for n in layout[0])
+    if _whole(arg, layout, exact=not library) and (not library or known and tuple(layout[1]) == stride):
         return arg.name
     return f"strided_view({arg.name}, {_shape(arg.size)}, {_shape(stride)}, {_py(arg.offset)})"
 
@@ -172,11 +207,11 @@ def _value_source(value, constants: dict) -> str:
     return name
 
 
-def _call_args(value, buffers, constants: dict) -> str:
+def _call_args(value, buffers, constants: dict, held: dict) -> str:
     if isinstance(value, TensorArg):
-        return _tensor_arg(value, buffers)
+        return _tensor_arg(value, buffers, held)
     if isinstance(value, (list, tuple)):
-        inner = ", ".join(_call_args(v, buffers, constants) for v in value)
+        inner = ", ".join(_call_args(v, buffers, constants, held) for v in value)
         return f"[{inner}]"
     if isinstance(value, sympy.Expr):
         return _py(value)
@@ -189,6 +224,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
     lines = ["def call(args):"]
     body: list[str] = []
     constants: dict = {}
+    held = held_layouts(graph)
     for position, buf in enumerate(graph.inputs):
         if buf is not None:
             body.append(f"{buf.name} = args[{position}]")
@@ -216,10 +252,14 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
             for name in kernel.stored:
                 node = graph.buffers[name]
                 reused = memory.reuse_of(name)
-                if reused:
+                size, stride = held[name]
+                if reused and held[reused] == held[name]:
                     body.append(f"{name} = {reused}  # reuses {reused}'s memory")
+                elif reused:
+                    body.append(f"{name} = strided_view({reused}, {_shape(size)}, {_shape(stride)}, 0)  # reuses "
+                                f"{reused}'s memory")
                 else:
-                    body.append(f"{name} = {allocator}({_shape(node.size)}, {_shape(node.stride)}, {node.dtype})")
+                    body.append(f"{name} = {allocator}({_shape(size)}, {_shape(stride)}, {node.dtype})")
             body.append(launch[kernel.name])
         else:
             for node in kernel.nodes:
@@ -233,8 +273,8 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                         constants[target_name] = LibraryCall(node.target, binding)
                     else:
                         constants[target_name] = node.target
-                    args = ", ".join([_call_args(a, graph.buffers, constants) for a in node.args] +
-                                     [f"{k}={_call_args(v, graph.buffers, constants)}"
+                    args = ", ".join([_call_args(a, graph.buffers, constants, held) for a in node.args] +
+                                     [f"{k}={_call_args(v, graph.buffers, constants, held)}"
                                       for k, v in node.kwargs.items()])
                     body.append(f"{node.name} = {target_name}({args})")
                 if node.size or not isinstance(node, Extern) or isinstance(node, MultiOutput):
@@ -244,7 +284,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
         dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory)]
         if dead:
             body.append(f"del {', '.join(dead)}")
-    body.append(f"return [{', '.join(_output(v, graph, constants) for v in graph.outputs)}]")
+    body.append(f"return [{', '.join(_output(v, graph, constants, held) for v in graph.outputs)}]")
     lines += ["    " + line for line in body]
     return WrapperSource("\n".join(lines) + "\n", constants)
 
@@ -316,7 +356,7 @@ def _reused_later(name: str, memory: MemoryPlan) -> bool:
     return any(life.reuses == name for life in memory.lives)
 
 
-def _output(value, graph: LoweredGraph, constants: dict) -> str:
+def _output(value, graph: LoweredGraph, constants: dict, held: dict) -> str:
     if isinstance(value, sympy.Expr):
         return _py(value)
     if isinstance(value, TensorValue):
@@ -327,7 +367,8 @@ def _output(value, graph: LoweredGraph, constants: dict) -> str:
             raise ValueError(f"graph output {value.node.name}{list(value.size)} is a view with no strides "
                              f"(its index map is not affine); it must be realized into a buffer before codegen")
         stride, offset = layout
-        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers, False)
+        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers, held,
+                           False)
     return _value_source(value, constants)
 
 

@@ -82,16 +82,8 @@ def _stem(x, stem, block):
     return F.conv2d(y, block) + F.conv2d(y, block * 2)
 
 
-@pytest.mark.parametrize("backend", ["triton", "cpp"])
-def test_channels_last_pool_feeds_convolutions_without_copies(backend, monkeypatch):
-    """A ResNet stem channels-last: the NCHW image is converted by our kernel (Note [Converting a convolution's
-    input ourselves]), the pool is stored NHWC, so every convolution reads an NHWC input, and no library output
-    is copied into another layout (with_layout copies nothing)."""
-    torch.manual_seed(0)
-    inputs = [torch.randn(2, 3, 16, 16), torch.randn(8, 3, 7, 7), torch.randn(8, 8, 1, 1)]
-    gm = make_fx(_stem, tracing_mode="fake", decomposition_table={})(*inputs)
-    assert any(n.target is aten.max_pool2d_with_indices.default for n in gm.graph.nodes)
-    compiled = compile_graph(gm, inputs, Options(backend=backend, layout="channels_last", templates="off"))
+def _run_recording(compiled, inputs) -> tuple:
+    """(outputs, whether each library convolution's input was NHWC, the shapes with_layout copied)."""
     namespace, seen, copies = compiled.call.__globals__, [], []
     for name, op in list(namespace.items()):
         if isinstance(op, LibraryCall) and op.target is aten.convolution.default:
@@ -106,7 +98,36 @@ def test_channels_last_pool_feeds_convolutions_without_copies(backend, monkeypat
         copies.extend([tensor.shape] if result is not tensor else [])
         return result
     namespace["with_layout"] = counting
-    (out,) = compiled.call(list(inputs))
+    return compiled.call(list(inputs)), seen, copies
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_channels_last_pool_feeds_convolutions_without_copies(backend):
+    """A ResNet stem channels-last: the NCHW image is converted by our kernel (Note [Converting a convolution's
+    input ourselves]), the pool is stored NHWC, so every convolution reads an NHWC input, and no library output
+    is copied into another layout (with_layout copies nothing)."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 16, 16), torch.randn(8, 3, 7, 7), torch.randn(8, 8, 1, 1)]
+    gm = make_fx(_stem, tracing_mode="fake", decomposition_table={})(*inputs)
+    assert any(n.target is aten.max_pool2d_with_indices.default for n in gm.graph.nodes)
+    compiled = compile_graph(gm, inputs, Options(backend=backend, layout="channels_last", templates="off"))
+    (out,), seen, copies = _run_recording(compiled, inputs)
     torch.testing.assert_close(out, _stem(*inputs), atol=1e-4, rtol=1e-4)
+    assert len(seen) == 3 and all(seen), seen
+    assert not copies, copies
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_resnet_stem_in_half_makes_no_copies():
+    """On CUDA (the layout heuristic picks channels-last; fp16, real cuDNN): outputs equal eager's, cuDNN returns
+    the promised NHWC outputs (with_layout copies nothing) and every convolution reads an NHWC input."""
+    torch.manual_seed(0)
+    half = dict(dtype=torch.float16, device="cuda")
+    inputs = [torch.randn(4, 3, 64, 64, **half), torch.randn(32, 3, 7, 7, **half), torch.randn(32, 32, 1, 1, **half)]
+    gm = make_fx(_stem, tracing_mode="fake", decomposition_table={})(*inputs)
+    compiled = compile_graph(gm, inputs, Options(backend="triton", device="cuda"))
+    (out,), seen, copies = _run_recording(compiled, inputs)
+    torch.testing.assert_close(out, _stem(*inputs), atol=2e-2, rtol=2e-2)
     assert len(seen) == 3 and all(seen), seen
     assert not copies, copies

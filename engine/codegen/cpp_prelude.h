@@ -116,3 +116,59 @@ template <typename T> static inline T gb_erfinv(T y) {
     for (int i = 0; i < 3; ++i) x -= (std::erf(x) - (double)y) / (1.1283791670955126 * std::exp(-x * x));
     return (T)x;
 }
+
+// Note [Vector transposes]: a staged read (Note [Staged reads] in cpp_printer.py) copies a tile of a transposed
+// input into a small array along the other axis. Written as two loops, one side of the copy strides and gcc
+// leaves it scalar (AVX2 has no scatter, and no gather of 16-bit values). A full tile is copied instead in
+// 8x8 blocks transposed in registers, as Inductor's C++ kernels do: eight row loads, three rounds of
+// unpack/shuffle, eight row stores. dst[j * dst_stride + i] = src[i * src_stride + j] for i, j < 8.
+#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+static inline void gb_transpose8_f32(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__AVX__)
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // columns k, k+1 (k in 0, 2) of rows i..i+3, in each 128-bit half
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_ps(dst + j * dst_stride, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+        _mm256_storeu_ps(dst + (j + 4) * dst_stride, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+    }
+#else
+    for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+#endif
+}
+
+static inline void gb_transpose8_u16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+#if defined(__SSE2__)
+    __m128i a[8], b[8], c[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+    for (int i = 0; i < 8; i += 2) {
+        b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);
+        b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        c[i] = _mm_unpacklo_epi32(b[i], b[i + 2]);
+        c[i + 1] = _mm_unpackhi_epi32(b[i], b[i + 2]);
+        c[i + 2] = _mm_unpacklo_epi32(b[i + 1], b[i + 3]);
+        c[i + 3] = _mm_unpackhi_epi32(b[i + 1], b[i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * j) * dst_stride), _mm_unpacklo_epi64(c[j], c[j + 4]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * j + 1) * dst_stride), _mm_unpackhi_epi64(c[j], c[j + 4]));
+    }
+#else
+    for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
+#endif
+}

@@ -2,6 +2,8 @@
 assembled from: the provenance-tagged source, stores, the signature (arguments found in the body)."""
 from __future__ import annotations
 
+import contextlib
+
 import math
 from dataclasses import dataclass, field
 
@@ -248,6 +250,7 @@ class CppPrinter(KernelPrinter):
 # small array laid out like the output (stage[(y - yo) * TILE + (x - xo)]), and the vectorized inner loop
 # reads the array contiguously. The copy keeps the storage type (a half read stays 16-bit until computed).
 STAGE_MIN_STRIDE = 16  # a smaller stride along X is a few cache lines per tile row: read it directly
+VECTOR_TRANSPOSES = {"float": "gb_transpose8_f32", "uint16_t": "gb_transpose8_u16"}  # by storage type
 
 
 @dataclass
@@ -276,9 +279,17 @@ class Staging:
         for stage, storage in self.stages.values():
             body.add(f"alignas(64) {storage} {stage}[{tile * tile}];", tag)
         target = f"[({y} - {y}o) * {tile} + ({x} - {x}o)]"
-        for (name, offset), (stage, _) in self.stages.items():
+        for (name, offset), (stage, storage) in self.stages.items():
             if sympy.simplify(offset.subs(y, y + 1) - offset) == 1:
-                with body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; ++{x})"), \
+                step = int(sympy.simplify(offset.subs(x, x + 1) - offset))
+                transpose = VECTOR_TRANSPOSES.get(storage) if step > 0 and tile % 8 == 0 else None
+                if transpose:  # Note [Vector transposes] in cpp_prelude.h: whole tiles in 8x8 blocks
+                    block = body.block(f"if ({x}e - {x}o == {tile} && {y}e - {y}o == {tile})")
+                    with block, body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; {x} += 8)"), \
+                            body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; {y} += 8)"):
+                        body.add(f"{transpose}(&{name}[{c_index(offset)}], {step}, &{stage}{target}, {tile});", tag)
+                with body.block("else") if transpose else contextlib.nullcontext(), \
+                        body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; ++{x})"), \
                         body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; ++{y})"):
                     body.add(f"{stage}{target} = {name}[{c_index(offset)}];", tag)
                 continue

@@ -178,7 +178,9 @@ def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
     scheduled = schedule(graph, FusionKnobs(options.fusion, options.max_fused_nodes),
                          TemplateOptions(options.templates, options.backend, options.mode, options.device))
     scheduled, graph = split_reductions(scheduled, graph, options.backend)  # may add workspace buffers
-    memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs))
+    memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs),
+                         in_place=options.backend == "triton" and options.mode != "max-autotune")
+    # (Note [In-place epilogues]; max-autotune times a kernel by running it repeatedly on its real arguments)
     return Scheduled(Lowered(lowered.aten, graph), scheduled, memory)
 
 

@@ -281,7 +281,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                     # Note [Library output layout]: kernels index this buffer with the strides the fake
                     # tensor promised; a library may pick another layout at run time.
                     body.append(f"{node.name} = with_layout({node.name}, {_shape(node.size)}, {_shape(node.stride)})")
-        dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory)]
+        dead = [n for n in memory.free_after.get(index, []) if not _reused_later(n, memory, index)]
         if dead:
             body.append(f"del {', '.join(dead)}")
     body.append(f"return [{', '.join(_output(v, graph, constants, held) for v in graph.outputs)}]")
@@ -352,8 +352,10 @@ def _on_kernel_device(const, device: str, kernel_reads: set):
     return value
 
 
-def _reused_later(name: str, memory: MemoryPlan) -> bool:
-    return any(life.reuses == name for life in memory.lives)
+def _reused_later(name: str, memory: MemoryPlan, index: int) -> bool:
+    """Whether a kernel after `index` takes `name`'s memory (so its name must stay bound). A kernel writing in
+    place into it (Note [In-place epilogues]) is kernel `index` itself: the name goes after that kernel."""
+    return any(life.reuses == name and life.first > index for life in memory.lives)
 
 
 def _output(value, graph: LoweredGraph, constants: dict, held: dict) -> str:

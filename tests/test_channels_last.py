@@ -130,9 +130,12 @@ def test_float32_convolutions_stay_nchw_while_cudnn_may_use_tf32(monkeypatch):
     """Note [Channels-last and TF32]: cuDNN's NHWC float32 kernels compute in TF32, eager's NCHW ones did not."""
     inputs = [torch.randn(2, 3, 6, 7), torch.randn(16, 3, 3, 3), torch.randn(16, 1, 3, 3), torch.randn(24, 16, 1, 1)]
     gm = make_fx(_convnet, tracing_mode="fake")(*inputs)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    # the flag is read through the cudnn module's class: patched there, it needs no real cuDNN state, and it
+    # works after torch.testing's common_utils (imported by the OpInfo tests) froze the global flags
+    cudnn = type(torch.backends.cudnn)
+    monkeypatch.setattr(cudnn, "allow_tf32", True)
     kept = layout.decide_layout(gm, "cuda", "inference")
     assert not kept.channels_last and "TF32" in kept.reason, kept
     assert layout.decide_layout(gm, "cuda", "inference", "channels_last").channels_last  # forcing still works
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(cudnn, "allow_tf32", False)
     assert layout.decide_layout(gm, "cuda", "inference").channels_last

@@ -177,6 +177,33 @@ def test_a_jobs_time_limit_counts_from_when_the_worker_has_begun_it(code, stoppe
     assert result.wall_s > 3 + (2 if stopped else 0.5)  # the imports, then the job's own time
 
 
+BUSY_BEFORE_STARTING = """
+import json, pathlib, sys, time
+job = json.loads(sys.stdin.readline())
+end = time.process_time() + 2.5
+while time.process_time() < end:  # importing torch on a busy machine costs processor time too
+    pass
+pathlib.Path(job["started"]).write_text("")
+exec(job["code"])
+"""
+
+
+@pytest.mark.parametrize("code,stopped", [("time.sleep(0.2)", False), ("while True: pass", True)])
+def test_a_jobs_cpu_limit_counts_from_when_the_worker_has_begun_it(code, stopped):
+    """Note [Standby worker]: processor time spent on the imports does not count against the job's CPU limit,
+    and the job's own does."""
+    from engine.tools.sandbox import Standby
+    process = Standby([sys.executable, "-c", BUSY_BEFORE_STARTING], Limits()).start()
+    started = process.workdir / "started"
+    try:
+        process.send(json.dumps({"code": code, "started": str(started)}), Limits(timeout_s=60, cpu_s=2))
+        result = process.wait(started=started.exists)
+    finally:
+        process.close()
+    assert (result.limit_hit == "cpu") == stopped, result.explain()
+    assert result.ok != stopped
+
+
 @pytest.mark.parametrize("code,words", [
     ("import ctypes; ctypes.string_at(0)", "killed by signal SIGSEGV (segmentation fault)"),
     ("raise KeyboardInterrupt", "killed by signal SIGINT (interrupt)"),

@@ -31,7 +31,9 @@ and is thrown away, so no state from one model reaches the next.
 A job may reach a process that is still importing (none was ready, or the standby was started a moment ago):
 on a loaded machine that takes longer than a short time limit (4 s), and the model was "stopped after 4 s"
 before its first line ran. So the wall-time limit counts from the moment the process says it has begun the
-job (`wait(started=...)`; app/worker_main.py writes a file), with STARTUP_S as the bound on the imports.
+job (`wait(started=...)`; app/worker_main.py writes a file), with STARTUP_S as the bound on the imports. The
+CPU-time backstop does the same: until the job has begun, the worker may also spend STARTUP_S times the cores
+on its imports; from then on it has the job's CPU limit, counted from that moment.
 """
 from __future__ import annotations
 
@@ -334,6 +336,12 @@ class SandboxedProcess:
         except (ProcessLookupError, PermissionError, ValueError, OSError, TypeError):
             pass  # it is gone already: wait() reports how it ended
 
+    def _limit_cpu_from_now(self, seconds: float) -> None:
+        """The worker may use `seconds` more of processor time from now (RLIMIT_CPU counts from its start)."""
+        worker = self.worker_pid()
+        soft = cpu_seconds(worker) + seconds if worker else seconds
+        self._set_cpu_limit(worker, soft, hard=soft + 5)
+
     def _pump(self, stream, name: str) -> None:
         for block in iter(lambda: stream.read1(65536), b""):
             self._output_bytes += len(block)
@@ -348,9 +356,9 @@ class SandboxedProcess:
         from now. False when the process is no longer there to take it."""
         if limits is not None:
             self.limits = limits
-            worker = self.worker_pid()
-            soft = cpu_seconds(worker) + limits.cpu_s if worker else limits.cpu_s
-            self._set_cpu_limit(worker, soft, hard=soft + 5)
+            # the imports a worker may still be doing get their own allowance; wait() lowers the limit to the
+            # job's own when the job has begun (Note [Standby worker])
+            self._limit_cpu_from_now(limits.cpu_s + STARTUP_S * (os.cpu_count() or 1))
             if self.cgroup is not None:
                 try:
                     self.cgroup.set_memory(limits.memory_mb << 20)
@@ -391,6 +399,7 @@ class SandboxedProcess:
                 now = time.monotonic()
                 if job_start is None and started():
                     job_start = now
+                    self._limit_cpu_from_now(self.limits.cpu_s)  # the imports' allowance ends
                 elapsed = now - job_start if job_start is not None else 0.0
                 if elapsed > self.limits.timeout_s or (job_start is None and now - start > STARTUP_S):
                     self._limit_hit = self._limit_hit or "time"

@@ -223,6 +223,53 @@ def reduction_prologue(c: Candidate) -> Verdict | None:
     return Verdict(True, f"per-row input over the same {rows} rows", "reduction_prologue")
 
 
+# Note [Prologues of column reductions go with them]
+# Layer norm's backward computes, per row, the input's gradient (row reductions over the features), and, per
+# feature, the weight's and the bias's gradients: sum over the rows of dy * xhat and of dy, two column
+# reductions over the same rows. dy * xhat is elementwise over the row kernel's elements, so the
+# reduction_epilogue rule put it into the row kernel, stored, and its column sum became a kernel of its own,
+# reading it back; the bias's sum of dy had no read in common with either and was a third kernel, a second
+# walk over dy's columns. Kept out of the row kernel, the product is the prologue of its column reduction
+# (computed inside that loop, never stored), the bias's sum shares that kernel's read of dy
+# (horizontal_siblings over the same rows: two_reductions), and the backward is two kernels, Inductor's count
+# on a GPU (on the CPU Inductor's one function holds the same two loop nests). The row kernel stores xhat
+# instead of the product: the same bytes, one kernel and one column walk fewer. So an elementwise group that
+# only feeds reductions over its leading dims (none over its trailing dims, which is the row kernel's own
+# order) stays out of another reduction's kernel and waits for them.
+
+
+def _column_reductions_only(group: Group) -> bool:
+    """Does `group` (elementwise, not an output) feed only reductions that each reduce leading dims of all its
+    elements (column reductions of it, none sharing its row order)?"""
+    if group.has_output or not group.all_pointwise or not group.consumers:
+        return False
+    node = group.last_visible
+    for reader in group.consumers:
+        if not reader.has_reduction or reader.library is not None or reader.template is not None:
+            return False
+        rows, red = reader.shape
+        if not same_size(node.numel, rows * red) or _trailing_reduction(reader.reduction, node):
+            return False
+    return True
+
+
+def column_reduction_prologue(c: Candidate) -> Verdict | None:
+    """An elementwise group that only feeds column reductions of another shape joins them as their prologue,
+    not this reduction as its stored epilogue (Note [Prologues of column reductions go with them])."""
+    if c.kind != "vertical" or not c.first.has_reduction or c.second.has_reduction:
+        return None
+    if not _column_reductions_only(c.second):
+        return None
+    if any(same_size(r.shape[0], c.first.shape[0]) and same_size(r.shape[1], c.first.shape[1])
+           for r in c.second.consumers):
+        return None  # one of its reductions could share this kernel: the ordinary rules decide
+    reader = min(c.second.consumers, key=lambda g: g.first)
+    return Verdict(False, f"{c.second.last_visible.name} only feeds reductions over its leading dims "
+                          f"({reader.reduction.name}: {reader.shape_text()}): it is computed inside that loop "
+                          f"instead of stored by this one (Note [Prologues of column reductions go with them])",
+                   "column_reduction_prologue")
+
+
 def reduction_epilogue(c: Candidate) -> Verdict | None:
     """Elementwise work after a reduction, over its rows or its full input, joins the reduction's kernel
     (softmax and layernorm become one kernel)."""
@@ -258,7 +305,8 @@ def different_iteration_space(c: Candidate) -> Verdict | None:
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
     fusion_knobs, template_epilogue, library_call, too_many_passes, two_reductions, elementwise, horizontal_siblings,
-    stored_prologue_of_column, reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
+    stored_prologue_of_column, reduction_prologue, column_reduction_prologue, reduction_epilogue, inline_producer,
+    different_iteration_space,
 ]
 
 

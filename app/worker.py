@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,11 +160,24 @@ def _hand_over(process: sandbox.SandboxedProcess, arguments: Callable[[Path], li
     return process.send(json.dumps(job), job_limits)
 
 
-def _read(path: Path) -> str | None:
+# Note [Reading what a worker wrote]
+# The worker's directory is the one place the sandboxed model can write that this server reads back, and the server
+# reads it with its own rights, outside every namespace. So a name there is read only as what it claims to be: a
+# regular file of the directory itself, opened without following a symbolic link (a model that leaves record.json
+# pointing at a server file or at /dev/zero gets nothing read), without blocking (a FIFO), and no larger than a
+# worker may print (a sparse file of 100 GB takes no disk but would take the server's memory). Anything else
+# reads as missing, and the outcome says the worker left no result.
+def _read(path: Path, limit_bytes: int = OUTPUT_MB << 20) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit_bytes or info.st_nlink != 1:
+            return None
+        data = file.read(limit_bytes + 1)
+    return data.decode("utf-8", errors="replace") if len(data) <= limit_bytes else None
 
 
 # --- explore ---------------------------------------------------------------------------------------------------

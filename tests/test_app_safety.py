@@ -132,3 +132,42 @@ def test_a_large_model_file_is_refused_with_the_reason(tmp_path):
     outcome = worker.explore(big.read_text(), "big", worker.Options())
     assert outcome.problem is not None and "keep the .py file small" in outcome.problem.message
     assert len(json.dumps(outcome.record or {})) < MAX_SOURCE_BYTES
+
+
+LEAVES_A_LINK = """
+import os, torch
+os.symlink({target!r}, "record.json")
+os._exit(0)  # before the CLI writes its own record: the server finds only the link
+"""
+
+
+@pytest.mark.parametrize("kind", ["link to a server file", "link to /dev/zero", "fifo", "hard link"])
+def test_a_record_file_the_model_forged_is_not_read(tmp_path, kind):
+    """Note [Reading what a worker wrote]: the server reads back only a regular file the worker wrote itself."""
+    import torch
+
+    import engine
+    secret = tmp_path / "server_secret.json"  # a server file that would read as a good record, were it read
+    secret.write_text(json.dumps(engine.explore(torch.relu, (torch.randn(3),), description="hunter2-server")
+                                 .to_json()))
+    code = {"link to a server file": LEAVES_A_LINK.format(target=str(secret)),
+            "link to /dev/zero": LEAVES_A_LINK.format(target="/dev/zero"),
+            "fifo": 'import os\nos.mkfifo("record.json")\nos._exit(0)\n',
+            "hard link": 'import os\nopen("x", "w").write("{}")\nos.link("x", "record.json")\nos._exit(0)\n'}[kind]
+    outcome = worker.explore(code, "pasted", worker.Options(), timeout=60)
+    assert outcome.record is None and outcome.problem is not None  # no result, said so
+    shown = " ".join(str(part) for part in (outcome.problem.title, outcome.problem.message, outcome.problem.log))
+    assert "hunter2-server" not in shown
+    assert worker.explore("import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.randn(3),)\n", "next",
+                          worker.Options()).problem is None  # and the next one works
+
+
+def test_reading_back_refuses_what_is_not_a_plain_file_of_the_directory(tmp_path):
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")
+    (tmp_path / "link.json").symlink_to(plain)
+    (tmp_path / "big.json").write_text("x" * 100)
+    assert worker._read(plain) == "{}"
+    assert worker._read(tmp_path / "link.json") is None and worker._read(tmp_path / "missing.json") is None
+    assert worker._read(tmp_path / "big.json", limit_bytes=99) is None
+    assert worker._read(tmp_path / "big.json", limit_bytes=100) == "x" * 100

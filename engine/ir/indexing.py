@@ -153,21 +153,78 @@ def _split_by_granule(a: Expr, b: Expr, ranges) -> tuple[Expr, Expr, Expr] | Non
     return None
 
 
+# Note [Merging divisions and remainders]
+# Splitting a flat index into dims and putting the dims back together (a reshape of a permute, the outputs of
+# x.sum(1) over NCHW walked flat) leaves sums of nested floors and remainders that are the flat index, or one
+# remainder of it: x % 56 + 56*((x / 56) % 56) is x % 3136. A division left in an inner loop stops gcc's
+# vectorizer and costs a gather per element, so these identities, exact for a >= 0 and m, n > 0, are applied
+# until none fits:
+#   k*(a % m) + k*m*((a / m) % n)  ->  k*(a % (m*n))        (two adjacent digits are one digit)
+#   k*(a % m) + k*m*(a / m)        ->  k*a                  (the last digit and the rest are the whole)
+#   (a % c) / m  ->  (a / m) % (c/m)   and   (a % c) % m  ->  a % m,   when m divides c
+# The first two match terms of a sum; the last two rewrite one node into the form the first two look for
+# (a floor of a remainder is written as a remainder of a floor, as Inductor's ModularIndexing is).
+
+
+def _divides(m: Expr, c: Expr) -> Expr | None:
+    """c / m when m divides c (numbers, or a monomial of sizes), else None."""
+    if m.is_Integer and c.is_Integer:
+        return None if int(c) % int(m) else sympy.Integer(int(c) // int(m))
+    return _exact_quotient(c, m)
+
+
+def _remainder_terms(terms: list[Expr]) -> list[tuple[Expr, Expr, Expr]]:
+    """(term, its factor outside, the ModIndex) for every term that is a product with one ModIndex."""
+    found = []
+    for term in terms:
+        factors = sympy.Mul.make_args(term)
+        mods = [f for f in factors if isinstance(f, ModIndex)]
+        if len(mods) == 1:
+            found.append((term, sympy.Mul(*[f for f in factors if f is not mods[0]]), mods[0]))
+    return found
+
+
+def _merge_once(terms: list[Expr]) -> list[Expr] | None:
+    """One application of the sum rules of Note [Merging divisions and remainders], or None."""
+    remainders = _remainder_terms(terms)
+    for term, k, (a, m) in ((t, k, mod.args) for t, k, mod in remainders):
+        digits = FloorDiv(a, m)
+        for other, k_other, mod in remainders:
+            if other is not term and mod.args[0] == digits and k_other == sympy.expand(k * m):
+                rest = [t for t in terms if t is not term and t is not other]
+                return rest + [k * ModIndex(a, m * mod.args[1])]
+        whole = sympy.expand(k * m * digits)
+        if whole in terms:
+            rest = [t for t in terms if t is not term and t != whole]
+            return rest + [sympy.expand(k * a)]
+    return None
+
+
 def _recombine(expr: Expr) -> Expr:
-    """k*c*FloorDiv(a, c) + k*ModIndex(a, c) -> k*a (splitting an index and putting it back together)."""
+    """Put split indexes back together (Note [Merging divisions and remainders])."""
     if not expr.is_Add:
         return expr
     terms = list(expr.args)
-    for term in terms:
-        coeff, rest = term.as_coeff_Mul()
-        if isinstance(rest, ModIndex):
-            a, c = rest.args
-            partner = coeff * c * FloorDiv(a, c)
-            if partner in terms:
-                terms.remove(term)
-                terms.remove(partner)
-                return _recombine(sympy.Add(*terms) + coeff * a)
-    return expr
+    while any(isinstance(f, ModIndex) for t in terms for f in sympy.Mul.make_args(t)):
+        merged = _merge_once(terms)
+        if merged is None:
+            break
+        terms = list(sympy.Add.make_args(sympy.expand(sympy.Add(*merged))))
+    return sympy.Add(*terms)
+
+
+def _nested(e: Expr) -> Expr | None:
+    """The node rules of Note [Merging divisions and remainders]: (a % c) / m and (a % c) % m, m dividing c."""
+    a, m = e.args
+    if not isinstance(a, ModIndex):
+        return None
+    inner, c = a.args
+    quotient = _divides(m, c)
+    if quotient is None:
+        return None
+    if isinstance(e, FloorDiv):
+        return ModIndex(FloorDiv(inner, m), quotient)
+    return ModIndex(inner, m)
 
 
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
@@ -188,6 +245,9 @@ def _simplify_cached(expr: Expr, range_items: tuple) -> Expr:
         args = [rewrite(a) for a in e.args]
         e = e.func(*args)
         if isinstance(e, (FloorDiv, ModIndex)):
+            nested = _nested(e)
+            if nested is not None:
+                return rewrite(nested)
             a, b = e.args
             if _provably_less(upper_bound(a, ranges), b):
                 return sympy.Integer(0) if isinstance(e, FloorDiv) else a

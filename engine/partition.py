@@ -27,6 +27,22 @@ the forward node's `from_node` (the Dynamo FX node) and often no stack trace. Be
 from the forward node with the same seq_nr, and name it in meta['differentiates'], so the backward graph's
 kernels trace back to the FX node and the user's source line their gradient belongs to (report.py reads
 from_node and stack_trace as for any graph).
+
+Note [Saved values keep eager's strides]
+The backward graph is compiled for the strides AOTAutograd traced for its saved inputs: eager's. An
+elementwise op on a transposed tensor keeps the transpose's layout in eager (TensorIterator follows its
+input), so Hugging Face Llama's key after the rotary embedding, (B, kv heads, T, D) viewed from (B, T, kv
+heads, D), is traced with strides (T*kv*D, D, kv*D, 1). Our kernels store a value row-major in its own shape,
+so the forward handed the backward the same numbers in another order and every kernel of the backward that
+read them indexed by eager's strides: with grouped-query attention (repeat_kv copies the key and value, a
+kernel of ours, where the attention call itself reads the tensor it is given), every gradient before the
+attention was wrong (the tiny Llama of scripts/train_bench.py: relative errors up to 2e4). Inductor keeps
+every graph output's traced strides for the same reason (keep_output_stride). So the forward graph hands a
+saved value over in eager's layout: where the storage it views is computed by one of our kernels and traced
+in another order than row-major, its readers in the forward graph read permute(clone(permute(v, order)),
+inverse) instead, the clone stored in eager's memory order (the same bytes, fused with v's own kernel), and
+the views saved from it have eager's strides. Values our kernels cannot produce in eager's strides
+(symbolic strides, overlapping or gapped layouts) stay as they were.
 """
 from __future__ import annotations
 
@@ -284,8 +300,75 @@ def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.
         "saved_all_bytes": _activation_bytes(choice["saved_all"]),
         "saved_all": [n.name for n in choice["saved_all"]],
         "note": choice["note"],
+        # storages handed to the backward in eager's layout (Note [Saved values keep eager's strides])
+        "eager_layout": choice.get("eager_layout", []),
         "joint": joint,
     }
+
+
+def _kernel_computed(node: torch.fx.Node) -> bool:
+    """Is `node` a value one of our kernels computes and stores row-major (an elementwise op, a reduction or a
+    clone), not a library call's output (whose promised strides the wrapper keeps) or an input?"""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or target in VIEW_OPS:
+        return False
+    ban = recompute_ban(node)
+    return torch.Tag.pointwise in target.tags or target is aten.clone.default or (
+        ban is not None and ban.startswith("reduction"))
+
+
+def _eager_order(val: torch.Tensor) -> list[int] | None:
+    """The dims of `val` from the outermost in memory to the innermost, when its strides are static and a
+    permutation of a row-major layout (size-1 dims anywhere); None otherwise."""
+    sizes, strides = val.shape, val.stride()
+    if not all(isinstance(v, int) for v in (*sizes, *strides)):
+        return None
+    order = sorted(range(val.dim()), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order
+
+
+def keep_saved_layouts(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> list[str]:
+    """Note [Saved values keep eager's strides]: the roots of the forward graph's saved values that our kernels
+    would store in another layout are read in eager's; returns their names."""
+    graph = fw_gm.graph
+    output = next(iter(graph.find_nodes(op="output")))
+    saved = [v for v in torch.utils._pytree.arg_tree_leaves(*output.args)[num_fwd_outputs:]
+             if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)]
+    fixed = []
+    for root in dict.fromkeys(_storage_root(v) for v in saved):
+        val = root.meta.get("val")
+        if not _kernel_computed(root) or not isinstance(val, torch.Tensor) or val.is_contiguous():
+            continue
+        order = _eager_order(val)
+        if order is None:
+            continue
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        users = [u for u in root.users]
+        with graph.inserting_after(root):
+            inward = graph.call_function(aten.permute.default, (root, order))
+        with graph.inserting_after(inward):
+            stored = graph.call_function(aten.clone.default, (inward,), {"memory_format": torch.contiguous_format})
+        with graph.inserting_after(stored):
+            back = graph.call_function(aten.permute.default, (stored, inverse))
+        inward.meta["val"] = val.permute(order)
+        stored.meta["val"] = inward.meta["val"].clone(memory_format=torch.contiguous_format)
+        back.meta["val"] = stored.meta["val"].permute(inverse)
+        for node in (inward, stored, back):
+            for key in ("stack_trace", "from_node", "seq_nr"):
+                if key in root.meta:
+                    node.meta[key] = root.meta[key]
+        for user in users:
+            user.replace_input_with(root, back)
+        fixed.append(root.name)
+    if fixed:
+        graph.lint()
+        fw_gm.recompile()
+    return fixed
 
 
 def make_partition_fn(on_partition: Callable[[dict], None] | None = None) -> Callable:
@@ -298,6 +381,7 @@ def make_partition_fn(on_partition: Callable[[dict], None] | None = None) -> Cal
         symbols = [n for n in choice["saved"] if is_sym(n)]
         fw_gm, bw_gm = split_joint(joint_gm, values, symbols, num_fwd_outputs)
         choice["saved"] = values + symbols  # the split drops values the backward turned out not to read
+        choice["eager_layout"] = keep_saved_layouts(fw_gm, num_fwd_outputs)
         if on_partition is not None:
             on_partition(partition_record(joint_gm, choice, bw_gm))
         return fw_gm, bw_gm

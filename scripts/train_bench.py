@@ -76,9 +76,12 @@ def _spec(name: str, model, inputs: tuple, dtype: torch.dtype) -> ModelSpec:
 
 
 def cases(device: str, small: bool) -> list[ModelSpec]:
-    if device == "cpu" and not small:
-        return [load_model_file(sample) for sample in ("transformer_block", "gpt_decoder")]
     block_class = type(load_model_file("transformer_block").model)
+    if device == "cpu" and not small:  # issue 13's two samples, then Llama in Hugging Face's code and in ours
+        return [load_model_file(sample) for sample in ("transformer_block", "gpt_decoder")] + [
+            _spec("hf_llama (tiny: LlamaForCausalLM, 2 layers, D=64, B=2 T=32)", *_hf_llama(2, 32), torch.float32),
+            _spec("llama_small (tiny)", LlamaStack(256, 64, 4, 2, 64), (torch.randint(0, 256, (2, 16)),),
+                  torch.float32)]
     if small:  # the GPU cases' code at tiny sizes, in float32 (the CPU backend's bf16 is not the point here)
         return [_spec("transformer_block (tiny)", block_class(64, 4), (torch.randn(2, 16, 64),), torch.float32),
                 _spec("llama_small (tiny)", LlamaStack(256, 64, 4, 2, 64), (torch.randint(0, 256, (2, 16)),),
@@ -87,6 +90,15 @@ def cases(device: str, small: bool) -> list[ModelSpec]:
                   torch.bfloat16),
             _spec("llama_small (4 layers, D=1024, vocab 8192, B=4 T=1024) bf16", LlamaStack(8192, 1024, 16, 4, 1024),
                   (torch.randint(0, 8192, (4, 1024)),), torch.bfloat16)]
+
+
+def _hf_llama(batch: int, tokens: int) -> tuple:
+    """The zoo's tiny Hugging Face Llama (engine/tools/zoo.py: GQA, rotary, RMSNorm, SwiGLU; logits only)."""
+    from engine.tools.zoo import _transformers_lm
+
+    torch.manual_seed(0)
+    model, inputs = _transformers_lm("llama", True, batch, tokens)
+    return model, inputs
 
 
 def gpu_timer(min_time: float):

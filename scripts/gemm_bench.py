@@ -2,6 +2,7 @@
 """GEMMs with epilogues: Glassbox's templates vs the library call + a separate epilogue vs Inductor.
 
     python scripts/gemm_bench.py --device cpu --threads 2            # skinny GEMMs (batch 1-32), fp32
+    python scripts/gemm_bench.py --skinny                            # LLM-width skinny GEMMs, fp32 and bf16
     python scripts/gemm_bench.py --device cuda --sizes 512,2048,8192 # LLM-shaped bf16 GEMMs
     python scripts/gemm_bench.py --device cuda --e2e                 # Llama prefill, ResNet-50, max-autotune
     python scripts/gemm_bench.py --device cuda --dry-run [--e2e]     # the same cases, tiny, on the CPU
@@ -11,7 +12,10 @@ Runners, side by side in one process on the same inputs (every output checked ag
   gb_library      Glassbox with templates="off": the library GEMM, then one fused epilogue kernel of ours
   gb_template     Glassbox, default mode: the heuristic picks the template or the library (Note [GEMM templates])
   gb_autotune     Glassbox, mode="max-autotune": tile configs timed against library + epilogue
-  inductor        torch.compile (on the GPU with mode="max-autotune", Inductor's own GEMM templates)
+  inductor        torch.compile (on the GPU with mode="max-autotune", Inductor's own GEMM templates; on the
+                  CPU in default mode)
+  inductor_autotune  the CPU's torch.compile(mode="max-autotune") (with --skinny; without freezing, Inductor's
+                  C++ GEMM template is not a candidate: it wants the weight a constant)
   inductor_default  torch.compile in default mode (only with --runners: Inductor's max-autotune of a whole
                   ResNet-50 takes minutes, more than a measurement call has)
 Times: triton.testing.do_bench medians on the GPU; on the CPU (shared, loaded machines) the fastest of many
@@ -43,6 +47,17 @@ from torch import nn  # noqa: E402
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 E2E_CASES = ("hf_llama_prefill", "tv_resnet50")
 CANDIDATES_SHOWN_UP_TO = 4  # templates per case whose every autotune candidate is printed
+
+
+class Linear(nn.Module):
+    """A Linear alone (no bias, no epilogue): the attention projections and the MLP's down-projection."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.fc = nn.Linear(d, hidden, bias=False)
+
+    def forward(self, x):
+        return self.fc(x)
 
 
 class LinearSiLU(nn.Module):
@@ -109,12 +124,37 @@ class LinearGeluResidual(nn.Module):
         return residual + F.gelu(self.fc(x))
 
 
-MODELS = {"linear_silu": LinearSiLU, "linear_bias_relu": lambda d, h: LinearBiasActivation(d, h, F.relu),
+MODELS = {"linear": Linear, "linear_silu": LinearSiLU, "linear_bias_relu": lambda d, h: LinearBiasActivation(d, h, F.relu),
           "linear_bias_gelu": lambda d, h: LinearBiasActivation(d, h, F.gelu),
           "matmul_gelu": MatmulGELU, "swiglu": SwiGLU,
           "proj_residual": ProjectionResidual, "linear_gelu_residual": LinearGeluResidual}
 # name -> the widths of its inputs, as functions of (d, hidden)
 INPUT_WIDTHS = {"proj_residual": lambda d, h: (d, d), "linear_gelu_residual": lambda d, h: (d, h)}
+
+
+# Note [Skinny CPU table]
+# Issue 12's CPU bar: LLM-width GEMMs at batch 1-32 on 2 threads, ours <= Inductor CPU. d = 4096 and the
+# MLP's hidden 11008 (Llama-7B); the Linear alone 4096 -> 4096 (an attention projection: no epilogue),
+# 4096 -> 11008 + SiLU, the projection + residual, and the SwiGLU MLP 4096/11008 (its three weights are
+# 540 MB in fp32, 270 in bf16: a call at batch 1 is a stream of them, tens of milliseconds).
+SKINNY_MODELS = [("linear", 4096, 4096), ("linear_silu", 4096, 11008), ("proj_residual", 4096, 4096),
+                 ("swiglu", 4096, 11008)]
+SKINNY_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def skinny_cases(sizes: list[int], dtypes, wanted: set | None = None) -> list[dict]:
+    result = []
+    for dtype in dtypes:
+        for name, d, hidden in SKINNY_MODELS:
+            if wanted and name not in wanted:
+                continue
+            widths = INPUT_WIDTHS.get(name, lambda d, h: (d,))(d, hidden)
+            for m in sizes:
+                short = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
+                result.append({"name": f"{name} {d}x{hidden} {short} M={m}", "model": MODELS[name](d, hidden),
+                               "dtype": dtype, "inputs": lambda m=m, widths=widths, dtype=dtype: tuple(
+                                   torch.randn(m, w, dtype=dtype) for w in widths)})
+    return result
 
 
 def cases(device: str, sizes: list[int], dry_run: bool, width: tuple | None = None,
@@ -186,9 +226,10 @@ def runners(model, device: str, dry_run: bool, wanted) -> dict:
         "gb_template": lambda: engine.compile(model, backend=backend, device=run_device),
         "gb_autotune": lambda: engine.compile(model, backend=backend, device=run_device, mode="max-autotune"),
         "inductor": lambda: torch.compile(model, mode="max-autotune" if gpu and not dry_run else None),
-        "inductor_default": lambda: torch.compile(model)}
+        "inductor_default": lambda: torch.compile(model),
+        "inductor_autotune": lambda: torch.compile(model, mode="max-autotune")}
     if not wanted:  # inductor_default only when asked for: on the CPU it is "inductor"
-        wanted = set(makers) - {"inductor_default"}
+        wanted = set(makers) - {"inductor_default", "inductor_autotune"}
     return {name: make() for name, make in makers.items() if name == "eager" or name in wanted}
 
 
@@ -225,7 +266,7 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted) -> di
     if "gb_autotune" in timed:
         report["gb_autotune_choices"] = autotune_choices(model, inputs, device, run_device)
     for name in ("gb_library", "gb_template", "gb_autotune"):
-        for base in ("inductor", "inductor_default", "eager"):
+        for base in ("inductor", "inductor_default", "inductor_autotune", "eager"):
             if report.get(f"{name}_ms") and report.get(f"{base}_ms"):
                 report[f"{name}_over_{base}"] = report[f"{name}_ms"] / report[f"{base}_ms"]
     return report
@@ -264,15 +305,18 @@ def choices_text(reports: list[dict]) -> str:
 
 def table(reports: list[dict], load: list) -> str:
     names = ["eager", "gb_library", "gb_template", "gb_autotune", "inductor"]
-    if any(r.get("inductor_default_ms") for r in reports):
-        names.append("inductor_default")
-    labels = {"inductor_default": "ind_default"}
-    header = f"{'case':28s} " + " ".join(f"{labels.get(n, n):>12s}" for n in names) + \
-        f" {'tmpl/ind':>9s} {'tune/ind':>9s}"
+    for extra in ("inductor_default", "inductor_autotune"):
+        if any(r.get(f"{extra}_ms") for r in reports):
+            names.append(extra)
+    names = [n for n in names if any(r.get(f"{n}_ms") or r.get(f"{n}_ok") is False for r in reports)]
+    labels = {"inductor_default": "ind_default", "inductor_autotune": "ind_autotune"}
+    tuned = any(r.get("inductor_autotune_ms") for r in reports)
+    header = f"{'case':34s} " + " ".join(f"{labels.get(n, n):>12s}" for n in names) + \
+        f" {'tmpl/ind':>9s} {'tune/ind':>9s}" + (f" {'tune/indAT':>10s}" if tuned else "")
     lines = [header, "-" * len(header)]
     for r in reports:
         if r.get("skipped"):
-            lines.append(f"{r['name']:28s} skipped: {r['skipped']}")
+            lines.append(f"{r['name']:34s} skipped: {r['skipped']}")
             continue
         cells = []
         for n in names:
@@ -282,9 +326,13 @@ def table(reports: list[dict], load: list) -> str:
         for n in ("gb_template", "gb_autotune"):  # over Inductor max-autotune, else (marked *) its default mode
             value, default = r.get(f"{n}_over_inductor"), r.get(f"{n}_over_inductor_default")
             ratios.append(f" {value:9.2f}" if value else f" {default:8.2f}*" if default else f" {'-':>9s}")
-        lines.append(f"{r['name']:28s} " + " ".join(cells) + "".join(ratios))
+        if tuned:
+            value = r.get("gb_autotune_over_inductor_autotune")
+            ratios.append(f" {value:10.2f}" if value else f" {'-':>10s}")
+        lines.append(f"{r['name']:34s} " + " ".join(cells) + "".join(ratios))
     lines.append("milliseconds; tmpl/ind, tune/ind: Glassbox default / max-autotune over Inductor (* over Inductor's "
-                 "default mode; <= 1: ours as fast or faster)")
+                 "default mode; <= 1: ours as fast or faster)" + ("; tune/indAT: ours max-autotune over Inductor's "
+                                                                  "max-autotune" if tuned else ""))
     lines.append("load average (1, 5, 15 min) before: {}  after: {}".format(*(
         ", ".join(f"{v:.2f}" for v in values) for values in load)))
     return "\n".join(lines)
@@ -299,6 +347,10 @@ def main(argv=None) -> int:
     parser.add_argument("--width", help="D,HIDDEN: the layer's widths instead of the device's default (e.g. 1024,4096: "
                                         "the training transformer block's MLP)")
     parser.add_argument("--runners", help="comma-separated runner names (eager always runs)")
+    parser.add_argument("--skinny", action="store_true",
+                        help="the CPU's LLM-width skinny table instead (Note [Skinny CPU table]): eager, ours default "
+                             "and max-autotune, Inductor default and max-autotune")
+    parser.add_argument("--dtypes", help="with --skinny: comma-separated dtypes (default float32,bfloat16)")
     parser.add_argument("--e2e", action="store_true",
                         help=f"end to end instead: {', '.join(E2E_CASES)} from the zoo (skipped when missing)")
     parser.add_argument("--dry-run", action="store_true",
@@ -319,6 +371,10 @@ def main(argv=None) -> int:
         selected, reports = e2e_cases("cpu" if args.dry_run else args.device)
         if args.device == "cuda" and not args.dry_run:  # the zoo's GPU cases run in half precision
             only_runners = only_runners or {"gb_template", "gb_autotune", "inductor"}
+    elif args.skinny:
+        dtypes = [getattr(torch, name) for name in args.dtypes.split(",")] if args.dtypes else SKINNY_DTYPES
+        selected, reports = skinny_cases(sizes, dtypes, wanted), []
+        only_runners = only_runners or {"gb_template", "gb_autotune", "inductor", "inductor_autotune"}
     else:
         width = tuple(int(v) for v in args.width.split(",")) if args.width else None
         selected, reports = cases(args.device, sizes, args.dry_run, width, wanted), []

@@ -18,6 +18,7 @@ loop shape] with rows = batch*M and red = N.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import sympy
@@ -38,6 +39,21 @@ GEMM_TARGETS = (*MATMULS, aten.convolution.default)
 TEMPLATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TENSOR_CORE_MIN = 16  # tl.dot's smallest tile side: a GEMM with a smaller M, N or K stays a library call
 CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (batch 1-32 of an LLM layer)
+# Note [When a C++ template pays]
+# Default mode on the CPU takes the C++ template for a GEMM of at most CPU_SKINNY_ROWS rows when an epilogue
+# fuses into it (the output is written once), and also with no epilogue at all when it is a weight stream
+# (`streams`: x @ W.T with W contiguous along K, the stream form of Note [Streaming skinny GEMM] in
+# codegen/cpp_gemm.py) of at least CPU_STREAM_MIN_WEIGHT elements. Why without an epilogue: on the machine
+# this was measured on (AMD EPYC, 2 threads, torch 2.13's CPU BLAS), the library's skinny GEMMs were slower
+# than the stream form: float32 x @ W.T for 4096x4096 ran 1.3x (M = 1) to 4x (M = 8) slower in the BLAS, and
+# bf16's 1-row GEMV 2x slower; bf16 at 8-32 rows runs the same instruction (vdpbf16ps) in both and came out
+# even (0.86-1.0). Small weights stay with the library: a call of tens of microseconds is mostly the parallel
+# region's start, which both pay. bf16 on a CPU without vdpbf16ps keeps the library beyond
+# CPU_BF16_LANES_ROWS rows: converting to float32 costs the stream form half its speed there (the older form,
+# which converted at each use, lost 1.2-2.9x at 8-32 rows). float16 is not streamed without an epilogue: its
+# conversion is the branch-free one of the prelude, not measured against the BLAS.
+CPU_STREAM_MIN_WEIGHT = 1 << 20
+CPU_BF16_LANES_ROWS = 1
 # Note [When a CUDA template pays in default mode]
 # Default mode does not time the template against cuBLAS, so it takes one only where a model of the two plans
 # says the template wins:
@@ -304,7 +320,39 @@ def heuristic_refusal(spec: GemmSpec, options: TemplateOptions) -> str | None:
     if options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
         return (f"{spec.rows} rows; the CPU BLAS beats a generated GEMM beyond {CPU_SKINNY_ROWS} rows (the "
                 f"C++ template is for skinny, batch 1-32 shapes)")
+    if (options.backend == "cpp" and spec.dtype == torch.bfloat16 and spec.rows > CPU_BF16_LANES_ROWS
+            and not cpu_multiplies_bf16_pairs()):
+        return (f"bf16 with {spec.rows} rows on a CPU without vdpbf16ps (AVX512_BF16): the template would "
+                f"convert to float32 and run at half speed, the CPU BLAS does not (Note [When a C++ template "
+                f"pays])")
     return None
+
+
+def streams(spec: GemmSpec) -> bool:
+    """A weight stream: x @ W.T with W contiguous along K, few rows (Note [When a C++ template pays])."""
+    return (spec.b.strides[1] == 1 and spec.k > 1 and spec.b.strides[2] != 1 and spec.rows <= CPU_SKINNY_ROWS)
+
+
+def cpu_alone_reason(spec: GemmSpec, options: TemplateOptions) -> str | None:
+    """Why default mode runs this C++ template even with no epilogue (Note [When a C++ template pays]); None
+    when the library call alone is as fast."""
+    if options.backend != "cpp" or options.templates == "off" or heuristic_refusal(spec, options):
+        return None
+    if not streams(spec) or spec.n * spec.k < CPU_STREAM_MIN_WEIGHT or spec.dtype == torch.float16:
+        return None
+    return (f"no epilogue, but {spec.shape_text()} is a weight stream ({spec.n}x{spec.k} weight contiguous "
+            f"along K, {spec.rows} rows): the stream form reads the weight once at memory speed, faster than "
+            f"the CPU BLAS's skinny GEMM as measured (Note [When a C++ template pays])")
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_multiplies_bf16_pairs() -> bool:
+    """Does this CPU have vdpbf16ps (the stream form's bf16 path, Note [Streaming skinny GEMM])?"""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and " avx512_bf16" in line for line in info)
+    except OSError:
+        return False
 
 
 def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, device: str,
@@ -313,7 +361,8 @@ def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, dev
     (Note [Autotune against the default's pick] in codegen/gemm_launch.py)."""
     options = TemplateOptions("auto", backend, "default", device)
     small = backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN
-    return (has_epilogue and not small and heuristic_refusal(spec, options) is None
+    wanted = has_epilogue or cpu_alone_reason(spec, options) is not None
+    return (wanted and not small and heuristic_refusal(spec, options) is None
             and not (options.cuda and stored_output_refusal(spec, output_stored)))
 
 
@@ -385,6 +434,8 @@ def keep_template(template: Template, epilogue: list[Buffer], options: TemplateO
     if epilogue or forced:
         fused = ", ".join(n.name for n in epilogue) or "nothing"
         return True, f"{template.reason}; epilogue: {fused}"
+    if alone := cpu_alone_reason(template.spec, options):
+        return True, f"template: {alone}"
     return False, "library call: no elementwise consumer fused into the template, and the library GEMM alone is as fast"
 
 

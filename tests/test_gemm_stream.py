@@ -110,3 +110,23 @@ def test_swiglu_gemms_all_stream_in_default_mode():
     assert exploration.verify["ok"], exploration.verify
     assert all(c["template"] for c in exploration.graphs[0].fusion["templates"])
     assert [k["kind"] for k in exploration.kernels] == ["template"] * 3, [k["kind"] for k in exploration.kernels]
+
+
+@pytest.mark.parametrize("march", ["haswell", "x86-64"], ids=["avx2", "no_simd_isa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_stream_form_without_avx512(march, dtype, monkeypatch, tmp_path):
+    """The stream form's other paths, compiled for CPUs this one stands in for: AVX2 + FMA (2x4 blocks of 8
+    lanes; bf16 converted to float32) and no vector ISA beyond SSE2 (one lane, plain arithmetic)."""
+    from engine import build
+
+    native = build.native_flags()
+    kept = tuple(f for f in native if not f.startswith(("-march", "-mprefer-vector-width")))
+    monkeypatch.setattr(build, "native_flags", lambda: kept + (f"-march={march}",))
+    monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))
+    for m, k, n in [(1, 1100, 37), (17, 100, 21)]:
+        x = torch.randn(m, k, dtype=dtype)
+        exploration = engine.explore(_linear(n, k, dtype, epilogue=True), (x,), backend="cpp", templates="on",
+                                     tolerance=TOLERANCE[dtype])
+        assert exploration.verify["ok"], (m, k, n, exploration.verify)
+        (template,) = _templates(exploration)
+        assert template["template"]["inner_loop"] == "stream"

@@ -140,6 +140,7 @@ class CppPrinter(KernelPrinter):
         self.split = False  # a split reduction's chunk loops run on all threads (Note [Split reductions in C++])
         self.rounded: dict[str, tuple] = {}  # a to_dtype(half) value -> (its dtype, the value before rounding)
         self.staging: Staging | None = None  # 2D tiles: transposed reads go through a tile (Note [Staged reads])
+        self.half_rows: HalfRows | None = None  # fp16 rows converted whole (Note [Vector half conversions])
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -197,6 +198,10 @@ class CppPrinter(KernelPrinter):
         self.loaded.add(name)
         offset = buffer.storage_offset(index)
         stage = self.staging and self.staging.stage(name, buffer, self.simplified(offset))
+        if buffer.dtype == torch.float16 and self.half_rows is not None:
+            row = self.half_rows.load(self, name, stage, self.simplified(offset))
+            if row is not None:
+                return self.emit(row, buffer.dtype, True)
         text, varying = (stage, True) if stage else self.index(offset)
         access = stage or f"{name}[{text}]"
         if buffer.dtype == torch.float16:
@@ -235,11 +240,73 @@ class CppPrinter(KernelPrinter):
 
     # -- kernel structure (Note [Kernel structure ops]) -----------------------------------------------------
     def store(self, name, index, value):
-        index_text, _ = self.index(self.buffers[name].storage_offset(index))
+        offset = self.buffers[name].storage_offset(index)
         dtype, unrounded = self.rounded.get(str(value), (None, None))
         if dtype == self.buffers[name].dtype:  # the store rounds to that type itself: round once, not twice
             value = unrounded
+        if self.buffers[name].dtype == torch.float16 and self.half_rows is not None:
+            row = self.half_rows.store(self, name, self.simplified(offset))
+            if row is not None:
+                self.stores.append((f"{row} = {value};", self.tag))
+                return
+        index_text, _ = self.index(offset)
         self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
+
+
+@dataclass
+class HalfRows:
+    """fp16 rows of the inner loop converted whole (Note [Vector half conversions] in cpp_prelude.h): a load
+    or store contiguous along `var` (stride 1, no other value that changes inside the loop) reads or writes a
+    float array instead, filled before the loop (`before`) or converted into memory after it (`after`). The
+    loop walks var over [start, start + count), count <= capacity."""
+    var: sympy.Symbol
+    start: sympy.Symbol
+    count: str
+    capacity: int
+    rows: dict = field(default_factory=dict)  # (buffer, first address, load/store) -> row array name
+    before: list = field(default_factory=list)  # (line, tag) above the inner loop
+    after: list = field(default_factory=list)  # (line, tag) below it
+
+    def _first(self, printer, offset: sympy.Expr) -> sympy.Expr | None:
+        """The offset at the loop's first step, or None when the access is not a contiguous row."""
+        if offset.free_symbols & printer.varying_symbols != {self.var}:
+            return None
+        if any(self.var in a.free_symbols for a in offset.atoms(FloorDiv, ModIndex)):
+            return None
+        if sympy.expand(offset.subs(self.var, self.var + 1) - offset) != 1:
+            return None
+        return offset.subs(self.var, self.start)
+
+    def _row(self, printer, key) -> tuple[str, bool]:
+        if key in self.rows:
+            return self.rows[key], False
+        row = f"half_row{len(self.rows)}"
+        self.rows[key] = row
+        self.before.append((f"alignas(64) float {row}[{self.capacity}];", printer.tag))
+        return row, True
+
+    def load(self, printer, name: str, stage: str | None, offset: sympy.Expr) -> str | None:
+        if stage is not None:  # a staged tile row: contiguous along the inner loop by construction
+            source = printer.staging.row_start(stage)
+        else:
+            first = self._first(printer, offset)
+            if first is None:
+                return None
+            source = f"&{name}[{printer.index(first)[0]}]"
+        row, new = self._row(printer, (name, source, "load"))
+        if new:
+            self.before.append((f"gb_half_to_float_n({source}, {row}, {self.count});", printer.tag))
+        return f"{row}[{self.var} - {self.start}]"
+
+    def store(self, printer, name: str, offset: sympy.Expr) -> str | None:
+        first = self._first(printer, offset)
+        if first is None:
+            return None
+        target = f"&{name}[{printer.index(first)[0]}]"
+        row, new = self._row(printer, (name, target, "store"))
+        if new:
+            self.after.append((f"gb_float_to_half_n({row}, {target}, {self.count});", printer.tag))
+        return f"{row}[{self.var} - {self.start}]"
 
 
 # Note [Staged reads]
@@ -250,7 +317,9 @@ class CppPrinter(KernelPrinter):
 # small array laid out like the output (stage[(y - yo) * TILE + (x - xo)]), and the vectorized inner loop
 # reads the array contiguously. The copy keeps the storage type (a half read stays 16-bit until computed).
 STAGE_MIN_STRIDE = 16  # a smaller stride along X is a few cache lines per tile row: read it directly
-VECTOR_TRANSPOSES = {"float": "gb_transpose8_f32", "uint16_t": "gb_transpose8_u16"}  # by storage type
+# by storage type: (function, block side), the widest block first (Note [Vector transposes] in cpp_prelude.h)
+VECTOR_TRANSPOSES = {"float": [("gb_transpose16_f32", 16), ("gb_transpose8_f32", 8)],
+                     "uint16_t": [("gb_transpose8_u16", 8)]}
 
 
 @dataclass
@@ -270,11 +339,15 @@ class Staging:
             self.stages[key] = (f"stage{len(self.stages)}", STORAGE_TYPES[buffer.dtype])
         return f"{self.stages[key][0]}[({self.y} - {self.y}o) * {self.tile} + ({self.x} - {self.x}o)]"
 
-    def emit(self, body, tag=None) -> None:
+    def row_start(self, access: str) -> str:
+        """The address of the current tile row of a staged read (`access`, from stage()) at x = xo."""
+        return f"&{access.split('[', 1)[0]}[({self.y} - {self.y}o) * {self.tile}]"
+
+    def emit(self, body, tag=None, whole: bool = False) -> None:
         """Declare and fill every stage of the current tile (inside the tile loops, above its rows). A read that
         is affine along y (x.t()) is copied along y, contiguous in memory; any other (a permute's, with
         divisions and remainders of y) walks the tile's rows, with the y-only part of its index computed once per
-        row, and reads a fixed stride along x."""
+        row, and reads a fixed stride along x. `whole`: the tile is known whole (Note [Whole tiles])."""
         y, x, tile = self.y, self.x, self.tile
         for stage, storage in self.stages.values():
             body.add(f"alignas(64) {storage} {stage}[{tile * tile}];", tag)
@@ -282,12 +355,16 @@ class Staging:
         for (name, offset), (stage, storage) in self.stages.items():
             if sympy.simplify(offset.subs(y, y + 1) - offset) == 1:
                 step = int(sympy.simplify(offset.subs(x, x + 1) - offset))
-                transpose = VECTOR_TRANSPOSES.get(storage) if step > 0 and tile % 8 == 0 else None
-                if transpose:  # Note [Vector transposes] in cpp_prelude.h: whole tiles in 8x8 blocks
-                    block = body.block(f"if ({x}e - {x}o == {tile} && {y}e - {y}o == {tile})")
-                    with block, body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; {x} += 8)"), \
-                            body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; {y} += 8)"):
+                blocks = [(fn, side) for fn, side in VECTOR_TRANSPOSES.get(storage, []) if tile % side == 0]
+                transpose, side = blocks[0] if blocks and step > 0 else (None, 1)
+                if transpose:  # Note [Vector transposes] in cpp_prelude.h: whole tiles in register blocks
+                    block = contextlib.nullcontext() if whole else \
+                        body.block(f"if ({x}e - {x}o == {tile} && {y}e - {y}o == {tile})")
+                    with block, body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; {x} += {side})"), \
+                            body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; {y} += {side})"):
                         body.add(f"{transpose}(&{name}[{c_index(offset)}], {step}, &{stage}{target}, {tile});", tag)
+                    if whole:
+                        continue
                 with body.block("else") if transpose else contextlib.nullcontext(), \
                         body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; ++{x})"), \
                         body.block(f"for (int64_t {y} = {y}o; {y} < {y}e; ++{y})"):

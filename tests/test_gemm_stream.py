@@ -66,7 +66,9 @@ def _spec(m, n, k, dtype):
                               templates.Operand("w", 0, (0, 1, k)), None, 1.0, 1.0, dtype)
 
 
-@pytest.mark.parametrize("m,n,k,dtype", [(8, 1024, 1024, torch.float32), (1, 1024, 1024, torch.bfloat16),
+@pytest.mark.parametrize("m,n,k,dtype", [(8, 1024, 1024, torch.float32), (1, 1024, 1024, torch.float32),
+                                         (1, 2048, 4096, torch.float32),
+                                         (1, 1024, 1024, torch.bfloat16),
                                          (8, 1024, 1024, torch.bfloat16), (33, 1024, 1024, torch.float32),
                                          (8, 64, 256, torch.float32)])
 def test_default_mode_streams_a_gemm_without_epilogue_as_the_rule_says(m, n, k, dtype):
@@ -76,11 +78,25 @@ def test_default_mode_streams_a_gemm_without_epilogue_as_the_rule_says(m, n, k, 
     exploration = engine.explore(fn, (torch.randn(m, k, dtype=dtype),), backend="cpp", tolerance=TOLERANCE[dtype])
     assert exploration.verify["ok"], exploration.verify
     expected = templates.cpu_alone_reason(_spec(m, n, k, dtype), templates.TemplateOptions()) is not None
+    gemv_in_cache = dtype == torch.float32 and m == 1 and n * k * 4 < templates.CPU_F32_GEMV_MIN_BYTES
     assert expected == (m <= templates.CPU_SKINNY_ROWS and n * k >= templates.CPU_STREAM_MIN_WEIGHT and (
-        dtype == torch.float32 or m <= templates.CPU_BF16_LANES_ROWS or templates.cpu_multiplies_bf16_pairs()))
+        dtype == torch.float32 or m <= templates.CPU_BF16_LANES_ROWS or templates.cpu_multiplies_bf16_pairs())
+        and not gemv_in_cache)
     assert _choice(exploration)["template"] is expected, _choice(exploration)
     kernels = _templates(exploration)
     assert [k["template"]["inner_loop"] for k in kernels] == (["stream"] if expected else []), kernels
+
+
+def test_linear_with_bias_streams_with_its_bias_in_the_template():
+    """addmm: the bias is part of the GEMM (no epilogue node), and the weight stream still takes the template."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1024, 1024)
+    exploration = engine.explore(lambda x: linear(x), (torch.randn(8, 1024),), backend="cpp",
+                                 tolerance=TOLERANCE[torch.float32])
+    assert exploration.verify["ok"], exploration.verify
+    (template,) = _templates(exploration)
+    assert template["template"]["spec"]["bias"] and template["template"]["inner_loop"] == "stream"
+    assert _choice(exploration)["template"] is True
 
 
 def test_bf16_without_pair_products_keeps_the_library_beyond_one_row(monkeypatch):

@@ -47,8 +47,9 @@ def inner_form(spec: GemmSpec) -> str:
 # A Linear at batch 1-32 (x @ W.T, W [N, K] contiguous along K) is a stream of the weight: each weight element
 # is used by only M rows, so the GEMM runs at the speed the weight is read (memory-bound at M of 1-8) or at the
 # FMA units' (M = 32), and a loop that reloads or reconverts operands per multiply loses both. The stream form:
-#   - A (the few rows of activations) is converted to float32 once per call into a per-thread buffer when it is
-#     not already float32 and contiguous along K (bf16/fp16 inputs, strided views); M x K floats
+#   - A (the few rows of activations) is converted to float32 once per call into a buffer of the calling thread,
+#     shared by the module's stream kernels, when it is not already float32 and contiguous along K (fp16, bf16
+#     without vdpbf16ps, strided views); M x K floats
 #   - each tile walks its columns in blocks of GB_NR weight rows (GB_NR_WIDE at M = 1: more streams in flight)
 #     and K in chunks of STREAM_KC; a bf16/fp16 weight chunk is converted once into a small float buffer in L1
 #     and then used by every row of the tile; a float32 chunk is read in place (it stays in L1 across the rows)
@@ -94,6 +95,13 @@ static inline void gb_vstore(float* p, gb_vf v) { *p = v; }
 static inline gb_vf gb_vfma(gb_vf a, gb_vf b, gb_vf c) { return a * b + c; }
 static inline float gb_vsum(const float* p) { return *p; }
 #endif
+// A's float32 rows (Note [Streaming skinny GEMM]): one buffer per calling thread for every stream kernel of the
+// module, which run one after another on it (a buffer per kernel would hold M x K floats for each layer).
+static float* gb_stream_scratch(size_t floats) {
+    static thread_local std::vector<float> rows;
+    if (rows.size() < floats) rows.resize(floats);
+    return rows.data();
+}
 #define GB_MR (GB_VW >= 16 ? 4 : 2)
 #define GB_NR 4
 #define GB_NR_WIDE (GB_VW >= 16 ? 8 : 4)
@@ -268,11 +276,9 @@ def _stream_prologue(spec: GemmSpec, out: Source):
 
 
 def _stream_prologue_convert(spec: GemmSpec, out: Source):
-    out.add("static thread_local std::vector<float> a_rows;  // the calling thread's; its workers read it")
-    out.add("float* a_f32 = nullptr;")
+    out.add("float* a_f32 = nullptr;  // the calling thread's buffer; its workers read it")
     with out.block("if (!acc_from_memory)"):
-        out.add(f"if (a_rows.size() < {spec.rows * spec.k}) a_rows.resize({spec.rows * spec.k});")
-        out.add("a_f32 = a_rows.data();")
+        out.add(f"a_f32 = gb_stream_scratch({spec.rows * spec.k});")
         with out.block(f"for (int64_t b = 0; b < {spec.batch}; ++b) for (int64_t i = 0; i < {spec.m}; ++i)"):
             with out.block(f"for (int64_t k = 0; k < {spec.k}; ++k)", "#pragma omp simd"):
                 out.add(f"a_f32[(b * {spec.m} + i) * {spec.k} + k] = "

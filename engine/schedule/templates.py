@@ -48,11 +48,15 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # than the stream form: float32 x @ W.T for 4096x4096 ran 1.3x (M = 1) to 4x (M = 8) slower in the BLAS, and
 # bf16's 1-row GEMV 2x slower; bf16 at 8-32 rows runs the same instruction (vdpbf16ps) in both and came out
 # even (0.86-1.0). Small weights stay with the library: a call of tens of microseconds is mostly the parallel
-# region's start, which both pay. bf16 on a CPU without vdpbf16ps keeps the library beyond
+# region's start, which both pay. A float32 GEMV (one row) also needs a weight of CPU_F32_GEMV_MIN_BYTES: the
+# BLAS's sgemv reads a weight held in L3 faster (1024x1024: 0.078 ms vs the stream form's 0.095, 1.21x; at
+# 1024x1024 and 8-32 rows the stream form took 0.47-0.88 of the BLAS's time, bf16 0.61-0.98), and from DRAM
+# (4096x4096, 64 MB) slower (the stream form 0.50-0.91 of it). bf16 on a CPU without vdpbf16ps keeps the library beyond
 # CPU_BF16_LANES_ROWS rows: converting to float32 costs the stream form half its speed there (the older form,
 # which converted at each use, lost 1.2-2.9x at 8-32 rows). float16 is not streamed without an epilogue: its
 # conversion is the branch-free one of the prelude, not measured against the BLAS.
 CPU_STREAM_MIN_WEIGHT = 1 << 20
+CPU_F32_GEMV_MIN_BYTES = 32 << 20  # the L3 of the machine measured on (AMD EPYC, 32 MB)
 CPU_BF16_LANES_ROWS = 1
 # Note [When a CUDA template pays in default mode]
 # Default mode does not time the template against cuBLAS, so it takes one only where a model of the two plans
@@ -340,6 +344,8 @@ def cpu_alone_reason(spec: GemmSpec, options: TemplateOptions) -> str | None:
         return None
     if not streams(spec) or spec.n * spec.k < CPU_STREAM_MIN_WEIGHT or spec.dtype == torch.float16:
         return None
+    if spec.dtype == torch.float32 and spec.rows == 1 and spec.n * spec.k * 4 < CPU_F32_GEMV_MIN_BYTES:
+        return None
     return (f"no epilogue, but {spec.shape_text()} is a weight stream ({spec.n}x{spec.k} weight contiguous "
             f"along K, {spec.rows} rows): the stream form reads the weight once at memory speed, faster than "
             f"the CPU BLAS's skinny GEMM as measured (Note [When a C++ template pays])")
@@ -457,6 +463,10 @@ def keep_template(template: Template, epilogue: list[Buffer], options: TemplateO
 # saves is ~0.02 ms (90 MB at HBM speed). One kernel for both GEMMs puts both main loops in Triton (about
 # 0.575 ms) where the fused consumer runs one in cuBLAS (about 0.53 + 0.02): the concatenated form loses until
 # a generated main loop matches cuBLAS's, so it is not generated.
+# On the CPU at batch 1-32 (the C++ stream form, Note [Streaming skinny GEMM]) the pair is two weight streams:
+# the concatenated form would save the M x N write and read of one output (at most 1.4 MB at 32 x 11008 in
+# float32) and one parallel region, against 2 x N x K weight elements read (360 MB for Llama-7B's gate and up
+# in float32): under 0.5%, and x (M x K) is read from cache by both; so the CPU keeps the fused consumer too.
 # `gemm_pair` finds such a pair for a template's epilogue and says which form was chosen and why.
 
 

@@ -10,6 +10,8 @@ Each case is checked against eager first. Times are torch.utils.benchmark median
 median_ms, with the thread count given); with --repeats R the three runners are timed in turn R times and each
 keeps its best median, because on a shared machine the noise only ever adds time. Every row carries the 1-minute
 load average measured with it: ratios (ours / Inductor) hold up under load much better than absolute times.
+Where even they do not (two cores shared by several busy programs: a runner descheduled for whole time
+slices gave medians of 8 and 12 ms for 0.3 ms of work), --cpu-time times CPU seconds per call on one thread.
 The Qwen3 cases need transformers and are skipped without it.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +95,21 @@ def cpu_cases() -> list[dict]:
     return cases
 
 
-def run_case(case: dict, threads: int, min_time: float, repeats: int) -> dict:
+def cpu_ms(fn, inputs: tuple, min_time: float) -> float:
+    """Milliseconds of this process's CPU time per call (--cpu-time): calls are repeated for about `min_time`
+    seconds of CPU. On one thread this counts only the work itself: time the scheduler gives to other programs
+    on a shared machine is not in it, where it is in a wall-clock median."""
+    fn(*inputs)
+    start = time.process_time()
+    fn(*inputs)
+    calls = max(3, int(min_time / max(time.process_time() - start, 1e-5)))
+    start = time.process_time()
+    for _ in range(calls):
+        fn(*inputs)
+    return (time.process_time() - start) / calls * 1e3
+
+
+def run_case(case: dict, threads: int, min_time: float, repeats: int, cpu_time: bool = False) -> dict:
     from engine.pipeline import compile as glassbox_compile
     from engine.run import verify
     from engine.tools.bench import median_ms
@@ -118,7 +135,9 @@ def run_case(case: dict, threads: int, min_time: float, repeats: int) -> dict:
         loads = []
         for _ in range(repeats):
             for name, fn in runners.items():
-                best[name] = min(best[name], median_ms(fn, inputs, threads, min_time, f"{case['name']} {name}")[0])
+                ms = cpu_ms(fn, inputs, min_time) if cpu_time else \
+                    median_ms(fn, inputs, threads, min_time, f"{case['name']} {name}")[0]
+                best[name] = min(best[name], ms)
             loads.append(os.getloadavg()[0])
         torch._dynamo.reset()
     report.update({f"{name}_ms": ms for name, ms in best.items()})
@@ -134,10 +153,15 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated case names")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing (blocked_autorange)")
     parser.add_argument("--repeats", type=int, default=3, help="timing rounds; each runner keeps its best median")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time CPU seconds per call on one thread instead of wall-clock medians on --threads: "
+                             "a ratio that holds on a loaded machine (see cpu_ms)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from engine.tools.bench import set_threads
 
+    if args.cpu_time:
+        args.threads = 1  # other threads' CPU time would count their OpenMP spin-waits too
     set_threads(args.threads)
     wanted = {name for name in args.only.split(",") if name}
     cases = [case for case in cpu_cases() if not wanted or case["name"] in wanted]
@@ -145,7 +169,7 @@ def main() -> int:
     reports = []
     print(f"{'case':20} {'ours/inductor':>13} {'ours/eager':>10} {'verified':>8} {'load 1m':>7}", file=sys.stderr)
     for case in cases:
-        report = run_case(case, args.threads, args.min_time, args.repeats)
+        report = run_case(case, args.threads, args.min_time, args.repeats, args.cpu_time)
         reports.append(report)
         if "skipped" in report:
             print(f"{report['name']:20} skipped: {report['skipped']}", file=sys.stderr)

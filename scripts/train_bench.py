@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Training-step benchmark: eager vs Glassbox vs Inductor (torch.compile's default backend), side by side.
 
-    python scripts/train_bench.py                       # CPU, 2 threads: transformer_block and gpt_decoder samples
+    python scripts/train_bench.py                       # CPU, 2 threads: transformer_block and gpt_decoder samples,
+                                                        # a tiny Hugging Face Llama and the tiny llama_small
     python scripts/train_bench.py --device cuda         # H200: bf16 transformer block (B=8, T=1024, D=1024) and a
                                                         # small Llama-style model, default and reduce-overhead modes
     python scripts/train_bench.py --device cpu --small  # tiny shapes (checks the script; times mean nothing)
@@ -15,6 +16,12 @@ for ours, Inductor's min-cut and eager autograd). On a GPU each step is timed by
 the three compilers take turns step by step. `--small` builds the GPU cases' models at tiny sizes in float32
 and, with `--device cpu`, runs them end to end on the CPU: the dry run (gpu_check.py --dry-run) that checks the
 script without a GPU (default mode only: CUDA graphs need one).
+
+On a CPU that other processes share, run with OMP_WAIT_POLICY=passive (the table's last line says which): with
+the default policy a thread that finishes a parallel region early spins on the core its partner needs, and when
+the machine has more runnable processes than cores every region waits for the scheduler; steps of ~1 ms took
+60-600 ms at a load of 4-6 on 2 cores, for eager as for the compilers, and the ratios were noise (0.24-1.66 in
+one run). Passive waiting sleeps instead, and the same run gave steps of 6-13 ms and ratios within 0.85-1.03.
 """
 from __future__ import annotations
 
@@ -180,7 +187,7 @@ def table(reports: list[dict]) -> str:
             lines.append(f"  Inductor failed: {r['inductor_error']}")
     loads = sorted({round(r["load_avg_1m"], 2) for r in reports if "load_avg_1m" in r})
     lines.append(f"load average (1 min) while measuring: {', '.join(map(str, loads))}; "
-                 "ours/ind below 1: Glassbox is faster")
+                 f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; ours/ind below 1: Glassbox is faster")
     return "\n".join(lines)
 
 

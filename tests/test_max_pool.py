@@ -70,6 +70,31 @@ def test_pool_without_indices_computes_no_indices(backend):
     assert "int64" not in str(graph.code.get("wrapper", "")), "an int64 buffer for the unread indices"
 
 
+def _stacked_pools(t):
+    x = torch.relu(t * 2)
+    for _ in range(3):  # GoogLeNet's and YOLO's stride-1 pools over pools
+        x = F.max_pool2d(x, 3, 1, 1)
+    return x
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_stacked_windows_store_each_pool_once(backend):
+    """Note [Window reads]: a pool over a pool stores the inner one instead of recomputing it at 9 positions per
+    element, which multiplied to 9^3 and minutes of code generation; the ReLU before the first pool is still
+    recomputed in its window, and a BN + ReLU before a pool (the ResNet stem) still fuses into it."""
+    torch.manual_seed(0)
+    exploration = _explore(_stacked_pools, (torch.randn(1, 4, 12, 12),), backend)
+    (graph,) = exploration.graphs
+    assert [k["kind"] for k in graph.kernels] == ["pointwise"] * 3, graph.kernels
+    refused = [d for d in graph.fusion["decisions"] if d["rule"] == "window_read"]
+    assert len(refused) == 2 and not any(d["fused"] for d in refused), graph.fusion["decisions"]
+    assert all("positions per element" in d["reason"] for d in refused)
+    bn = torch.nn.BatchNorm2d(4).eval()
+    bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+    stem = _explore(lambda t: F.max_pool2d(torch.relu(bn(t)), 3, 2, 1), (torch.randn(2, 4, 9, 9),), backend)
+    assert [k["kind"] for g in stem.graphs for k in g.kernels] == ["pointwise"]
+
+
 def test_large_windows_run_eagerly_with_a_reason():
     exploration = engine.explore(lambda t: F.max_pool2d(t, 7), (torch.randn(1, 2, 14, 14),), backend="cpp")
     assert exploration.verify["ok"], exploration.verify

@@ -110,13 +110,48 @@ def _find_reads(node: Buffer, buffers: dict) -> list[str]:
         return list(dict.fromkeys(node.inputs))
     if isinstance(node, MultiOutput):
         return [node.parent]
+    return list(dict.fromkeys(name for name, _ in _run_body(node, buffers, middle=False)))
+
+
+def _run_body(node: Buffer, buffers: dict, middle: bool) -> list[tuple[str, tuple]]:
+    """The (buffer, index) loads of one run of a loop node's body for one element: the first (index 0), or
+    one in the middle of each axis, away from the edges where a window's positions clamp together."""
+    def index(size):
+        return [sympy.Integer(int(s) // 2 if middle and s.is_Integer else 3 if middle else 0) for s in size]
+
     recorder = AccessRecorder(buffers)
     with use_handler(recorder):
         if isinstance(node, Reduction):
-            node.inner_fn([sympy.Integer(0)] * len(node.size), [sympy.Integer(0)] * len(node.reduction_size))
+            node.inner_fn(index(node.size), index(node.reduction_size))
         elif isinstance(node, Pointwise):
-            node.inner_fn([sympy.Integer(0)] * len(node.size))
-    return list(dict.fromkeys(name for name, _ in recorder.loads))
+            node.inner_fn(index(node.size))
+    return recorder.loads
+
+
+# Note [Window reads]
+# A consumer can read its producer at several positions per element: a pooling window (9 for 3x3), a padded
+# shift, bilinear interpolation (4). Fused, the producer is recomputed at every one of them, with its own loads,
+# and a producer that is itself such a group multiplies again: three stacked 3x3 max pools inlined into one
+# kernel are 9^3 recomputations, 8000 lines of C++ and two minutes of code generation for one kernel. So each
+# node's loads are counted by distinct position (`load_positions`: one more run of its body for an element in
+# the middle, away from the clamped edges, done only when the run for element 0 shows a buffer read at two places), each group knows how many loads one element
+# of it costs with everything it recomputes (`Group.loads`), and the policy's window_read rule stores a
+# producer whose recomputation would cost more than MAX_RECOMPUTED_LOADS loads per element (policy.py).
+_POSITIONS: "weakref.WeakKeyDictionary[Buffer, dict[str, int]]" = weakref.WeakKeyDictionary()
+
+
+def load_positions(node: Buffer, buffers: dict) -> dict[str, int]:
+    """For each buffer a loop node reads, at how many distinct positions one element of it reads that buffer."""
+    if node not in _POSITIONS:
+        positions: dict[str, int] = {}
+        if isinstance(node, (Pointwise, Reduction)):
+            loads = _run_body(node, buffers, middle=False)
+            if len(set(loads)) > len({name for name, _ in loads}):  # some buffer at two places: count them all
+                loads = _run_body(node, buffers, middle=True)
+            for name, index in dict.fromkeys(loads):
+                positions[name] = positions.get(name, 0) + 1
+        _POSITIONS[node] = positions
+    return _POSITIONS[node]
 
 
 # Note [Reduction passes]
@@ -183,6 +218,7 @@ class Scheduler:
                 group.has_output = group.has_output or node.name in self.output_names
             else:
                 group = Group.of(node, at, node.name in self.output_names)
+                group.loads = sum(load_positions(node, self.buffers).values())
             self.group_of[node.name] = group
         for node in self.nodes:
             consumer = self.group_of[node.name]
@@ -328,7 +364,9 @@ class Scheduler:
         depths = self._consumer_depths(a, b, kind)
         passes = max(a.passes, b.passes, max(depths.values(), default=0))
         only_feeds = kind == "vertical" and a.all_pointwise and not a.has_output and a.outside_readers <= b.names
-        verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible))
+        window, cross = self._window_reads(a, b) if kind == "vertical" else (1, 0)
+        verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible,
+                                                 window=window))
         if kind == "horizontal" and (not verdict.fuse or self._path_through_others(a, b)
                                      or b in a.consumers or a in b.consumers):
             return False  # siblings are only candidates when the policy would fuse them and neither reads the other
@@ -342,8 +380,19 @@ class Scheduler:
         self.decisions.append(FusionDecision(a.label(self.nodes, self.order), b.label(self.nodes, self.order), kind,
                                              fused, reason, rule))
         if fused:
-            self._merge(a, b, verdict.inline, passes, depths)
+            loads = b.loads - cross + cross * a.loads if kind == "vertical" else a.loads + b.loads
+            self._merge(a, b, verdict.inline, passes, depths).loads = loads
         return fused
+
+    def _window_reads(self, a: Group, b: Group) -> tuple[int, int]:
+        """(the most positions at which one of b's nodes reads one of a's, all of b's loads of a's nodes): Note
+        [Window reads]."""
+        window, cross = 1, 0
+        for name in a.outside_readers & b.names:
+            positions = load_positions(self.buffers[name], self.buffers)
+            for produced in a.names & positions.keys():
+                window, cross = max(window, positions[produced]), cross + positions[produced]
+        return window, cross
 
     def _siblings(self) -> None:
         """Horizontal candidates: each group (in program order) with the later groups that read what it reads."""

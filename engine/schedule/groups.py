@@ -44,6 +44,7 @@ class Group:
     passes: int = 0  # passes over each row: the longest chain of reductions feeding each other
     all_pointwise: bool = True
     has_output: bool = False
+    loads: int = 0  # loads per element, recomputed producers' included (Note [Window reads] in fusion.py)
     # -- the group graph (mechanism) --
     position: int = 0  # a topological label: every edge goes from a lower to a higher position
     producers: set["Group"] = field(default_factory=set)

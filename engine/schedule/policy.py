@@ -39,6 +39,7 @@ class Candidate:
     knobs: FusionKnobs = FusionKnobs()
     # the group's nodes that are stored or computed for themselves (not only inlined into a reader)
     visible: Callable[[Group], list[Buffer]] = field(default=lambda group: group.nodes)
+    window: int = 1  # vertical: the most positions at which one of second's nodes reads one of first's
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,20 @@ def _mismatch_text(c: Candidate) -> str:
     return f"different iteration space {pointwise.shape_text()} vs {other.shape_text()}"
 
 
+MAX_RECOMPUTED_LOADS = 64  # a 3x3 window over a batch norm + ReLU (5 loads) is 45: fused, as Inductor does
+
+
+def window_read(c: Candidate) -> Verdict | None:
+    """A consumer that reads its producer at several positions per element (a pooling window) recomputes the
+    producer at each; past MAX_RECOMPUTED_LOADS loads per element the producer is stored once instead (Note
+    [Window reads] in fusion.py: stacked windows multiply)."""
+    if c.kind != "vertical" or c.window <= 1 or c.window * c.first.loads <= MAX_RECOMPUTED_LOADS:
+        return None
+    return Verdict(False, f"the consumer reads the producer at {c.window} positions per element; recomputing it "
+                          f"there would cost {c.window} x {c.first.loads} loads per element (more than "
+                          f"{MAX_RECOMPUTED_LOADS}), so the producer is stored once", "window_read")
+
+
 def inline_producer(c: Candidate) -> Verdict | None:
     """An elementwise producer of another shape that nothing else reads is recomputed where it is read (a
     broadcast scale or bias computed from parameters, say) instead of being a kernel and a buffer of its own."""
@@ -304,9 +319,9 @@ def different_iteration_space(c: Candidate) -> Verdict | None:
 
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
-    fusion_knobs, template_epilogue, library_call, too_many_passes, two_reductions, elementwise, horizontal_siblings,
-    stored_prologue_of_column, reduction_prologue, column_reduction_prologue, reduction_epilogue, inline_producer,
-    different_iteration_space,
+    fusion_knobs, template_epilogue, library_call, window_read, too_many_passes, two_reductions, elementwise,
+    horizontal_siblings, stored_prologue_of_column, reduction_prologue, column_reduction_prologue,
+    reduction_epilogue, inline_producer, different_iteration_space,
 ]
 
 

@@ -11,7 +11,10 @@ median_ms, with the thread count given); with --repeats R the three runners are 
 keeps its best median, because on a shared machine the noise only ever adds time. Every row carries the 1-minute
 load average measured with it: ratios (ours / Inductor) hold up under load much better than absolute times.
 Where even they do not (two cores shared by several busy programs: a runner descheduled for whole time
-slices gave medians of 8 and 12 ms for 0.3 ms of work), --cpu-time times CPU seconds per call on one thread.
+slices gave medians of 8 and 12 ms for 0.3 ms of work), run with OMP_WAIT_POLICY=passive: with the default
+policy a thread done with a parallel region spins on the core its partner needs (scripts/train_bench.py says
+the same). At load 1.2-2.3 with passive waiting the whole table came out within 0.30-1.54; with the default
+policy at load 4-5 it was 0.04-14.7. --cpu-time times CPU seconds per call on one thread instead.
 The Qwen3 cases need transformers and are skipped without it.
 """
 from __future__ import annotations
@@ -167,7 +170,9 @@ def main() -> int:
     cases = [case for case in cpu_cases() if not wanted or case["name"] in wanted]
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cpu-bench-"))
     reports = []
-    print(f"{'case':20} {'ours/inductor':>13} {'ours/eager':>10} {'verified':>8} {'load 1m':>7}", file=sys.stderr)
+    print(f"{'case':20} {'ours/inductor':>13} {'ours/eager':>10} {'verified':>8} {'load 1m':>7}   "
+          f"({'CPU time, 1 thread' if args.cpu_time else f'{args.threads} threads'}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})", file=sys.stderr)
     for case in cases:
         report = run_case(case, args.threads, args.min_time, args.repeats, args.cpu_time)
         reports.append(report)

@@ -32,3 +32,18 @@ def test_zoo_model_explores_and_matches_eager_on_cpu(case):
 def test_bench_loads_the_zoo_by_name():
     cases = load_cases("zoo", "cpu")
     assert all(c.filename.endswith("zoo.py") for c in cases)
+
+
+def test_a_zoo_case_is_built_again_by_its_key_in_another_process():
+    """bench's fresh-process compile (Note [Fresh-process warm compile]) rebuilds a case from case_key: a zoo
+    case by its name (it has no model file to import; `bench zoo` failed every case on the CPU that way)."""
+    from engine.tools.bench import case_key, load_case
+    from engine.tools.fresh_compile import measure
+
+    available = [case for case in CASES if missing_library(case) is None]
+    if not available:
+        pytest.skip("no zoo library (transformers, torchvision, timm) is installed")
+    [spec], _ = zoo_specs("cpu", wanted={available[0].name})
+    assert case_key(spec) == spec.name and load_case(case_key(spec)).name == spec.name
+    torch._dynamo.reset()
+    assert measure(case_key(spec))["first_call_s"] > 0

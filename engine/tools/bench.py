@@ -175,7 +175,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
             report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
             if backend == "cpp" and device == "cpu":
                 say("glassbox compile (warm, fresh process)")
-                report["compile_fresh"] = in_fresh_process(spec.name if spec.filename == __file__ else spec.filename)
+                report["compile_fresh"] = in_fresh_process(case_key(spec))
             say("glassbox")
             report["glassbox_ms"], report["glassbox_iqr_ms"] = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} glassbox")
         torch._dynamo.reset()
@@ -277,18 +277,34 @@ def suite_cases() -> list[ModelSpec]:
     return cases + [load_model_file("mlp")]
 
 
-def load_case(name: str) -> ModelSpec:
-    """One suite case by its name, else a sample name or a model file path."""
+def case_key(spec: ModelSpec) -> str:
+    """What load_case takes to build `spec` again in another process: a case built in code (the suite's, the
+    zoo's) by its name, a model file by its path."""
+    from engine.tools import zoo
+
+    return spec.name if spec.filename in (__file__, zoo.__file__) else spec.filename
+
+
+def load_case(name: str, device: str = "cpu") -> ModelSpec:
+    """One suite case by its name, else a zoo case (at its size for `device`), else a sample name or a model
+    file path."""
+    from engine.tools.zoo import zoo_cases, zoo_specs
+
     for case in suite_cases():
         if case.name == name:
             return case
+    if any(case.name == name for case in zoo_cases()):
+        specs, skipped = zoo_specs(device, wanted={name})
+        if skipped:
+            raise RuntimeError(f"zoo case {name}: {skipped[0]['skipped']}")
+        return specs[0]
     return load_model_file(name)
 
 
 def load_cases(target: str, device: str = "cpu") -> list[ModelSpec]:
-    """`suite`, `zoo` (Note [Zoo] in engine/tools/zoo.py: its sizes depend on the device), a sample name or a
-    model file path, or several of them separated by commas. Zoo cases whose library is missing are skipped
-    (and named on stderr)."""
+    """`suite`, `zoo` (Note [Zoo] in engine/tools/zoo.py: its sizes depend on the device), one zoo case by name,
+    a sample name or a model file path, or several of them separated by commas. Zoo cases whose library is
+    missing are skipped (and named on stderr)."""
     from engine.tools.zoo import ZOO, zoo_specs
 
     cases: list[ModelSpec] = []
@@ -299,5 +315,5 @@ def load_cases(target: str, device: str = "cpu") -> list[ModelSpec]:
                 print(f"zoo: skipping {case['name']}: {case['skipped']}", file=sys.stderr)
             cases.extend(specs)
         elif item:
-            cases.extend(suite_cases() if item == SUITE else [load_model_file(item)])
+            cases.extend(suite_cases() if item == SUITE else [load_case(item, device)])
     return cases

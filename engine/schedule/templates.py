@@ -55,7 +55,14 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # CPU_BF16_LANES_ROWS rows: converting to float32 costs the stream form half its speed there (the older form,
 # which converted at each use, lost 1.2-2.9x at 8-32 rows). float16 is not streamed without an epilogue: its
 # conversion is the branch-free one of the prelude, not measured against the BLAS.
+# Float32 beyond CPU_F32_BLAS_ROWS rows needs a weight of CPU_F32_TEMPLATE_MIN_WEIGHT elements even with an
+# epilogue: below it the BLAS plus our epilogue kernel was faster (2 threads, load 1.2, Linear + GELU, template on
+# vs off in one run: 32x512x512 1.23x, 32x1024x1024 1.15x, 24x1024x1024 1.17x, 16x512x512 1.20x, 32x64x256
+# 1.24x slower as the template; 32x2048x2048 0.93, 32x4096x1024 0.97, 8x1024x1024 0.60 and every bf16 shape
+# from 32x256x64 to 32x2048x2048, 0.30-1.04, faster), so a training step's 32-row GEMMs stay with the BLAS.
 CPU_STREAM_MIN_WEIGHT = 1 << 20
+CPU_F32_BLAS_ROWS = 8
+CPU_F32_TEMPLATE_MIN_WEIGHT = 1 << 22
 CPU_F32_GEMV_MIN_BYTES = 32 << 20  # the L3 of the machine measured on (AMD EPYC, 32 MB)
 CPU_BF16_LANES_ROWS = 1
 # Note [When a CUDA template pays in default mode]
@@ -324,6 +331,11 @@ def heuristic_refusal(spec: GemmSpec, options: TemplateOptions) -> str | None:
     if options.backend == "cpp" and spec.rows > CPU_SKINNY_ROWS:
         return (f"{spec.rows} rows; the CPU BLAS beats a generated GEMM beyond {CPU_SKINNY_ROWS} rows (the "
                 f"C++ template is for skinny, batch 1-32 shapes)")
+    if (options.backend == "cpp" and spec.dtype == torch.float32 and spec.rows > CPU_F32_BLAS_ROWS
+            and spec.n * spec.k < CPU_F32_TEMPLATE_MIN_WEIGHT):
+        return (f"float32 with {spec.rows} rows and a {spec.n}x{spec.k} weight: below "
+                f"{CPU_F32_TEMPLATE_MIN_WEIGHT:,} weight elements the CPU BLAS and the epilogue as a kernel of "
+                f"its own measured faster (Note [When a C++ template pays])")
     if (options.backend == "cpp" and spec.dtype == torch.bfloat16 and spec.rows > CPU_BF16_LANES_ROWS
             and not cpu_multiplies_bf16_pairs()):
         return (f"bf16 with {spec.rows} rows on a CPU without vdpbf16ps (AVX512_BF16): the template would "

@@ -15,9 +15,9 @@ from engine.tools.model_file import load_model_file
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def explore_profiled(sample: str):
+def explore_profiled(sample: str, **options):
     spec = load_model_file(sample)
-    return spec, engine.explore(spec.model, spec.example_inputs, name=spec.name, profile=True)
+    return spec, engine.explore(spec.model, spec.example_inputs, name=spec.name, profile=True, **options)
 
 
 def test_every_kernel_gets_a_time_rate_and_share():
@@ -40,8 +40,13 @@ def test_flop_estimates_count_elementwise_ops_and_matmuls():
     (kernel,) = record.kernels
     assert kernel["flops"] == 3 * 64 * 1024  # mul, add, relu per element
     _, record = explore_profiled("mlp")
+    # default mode: two library GEMMs and the relu between them (Note [When a C++ template pays])
+    assert sorted(k["flops"] for k in record.kernels if k["kind"] == "extern") == [2 * 32 * 256 * 10,
+                                                                                  2 * 32 * 128 * 256]
+    assert [k["flops"] for k in record.kernels if k["kind"] == "pointwise"] == [32 * 256]
+    _, record = explore_profiled("mlp", templates="on")
+    # the first Linear as a GEMM template with relu as its epilogue (one op per output element)
     matmuls = [k for k in record.kernels if k["kind"] in ("extern", "template")]
-    # the first Linear is a GEMM template with relu as its epilogue (one op per output element)
     assert sorted(k["flops"] for k in matmuls) == sorted([2 * 32 * 128 * 256 + 32 * 256, 2 * 32 * 256 * 10])
 
 

@@ -58,6 +58,8 @@ def test_training_page_shows_both_graphs_the_partition_memory_and_a_bench(browse
     memory = chart(page, "our partition")
     for bar in ("ours, measured", "Inductor's partition, measured", "eager autograd, measured"):
         memory.get_by_text(bar).wait_for()
-    assert main.get_by_text("a training step per call").count() == 1
+    caption = main.get_by_text("a training step per call")
+    caption.wait_for()  # Streamlit draws the page top-down: the caption under the charts may come a moment later
+    assert caption.count() == 1
     shot(page, "training_mlp_bench")
     page.close()

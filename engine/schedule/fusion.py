@@ -110,7 +110,17 @@ def _find_reads(node: Buffer, buffers: dict) -> list[str]:
         return list(dict.fromkeys(node.inputs))
     if isinstance(node, MultiOutput):
         return [node.parent]
-    return list(dict.fromkeys(name for name, _ in _run_body(node, buffers, middle=False)))
+    return list(dict.fromkeys(name for name, _ in _first_element_loads(node, buffers)))
+
+
+# the loads of a loop node's first element, found once for both its reads and its load positions
+_FIRST_LOADS: "weakref.WeakKeyDictionary[Buffer, list[tuple[str, tuple]]]" = weakref.WeakKeyDictionary()
+
+
+def _first_element_loads(node: Buffer, buffers: dict) -> list[tuple[str, tuple]]:
+    if node not in _FIRST_LOADS:
+        _FIRST_LOADS[node] = _run_body(node, buffers, middle=False)
+    return _FIRST_LOADS[node]
 
 
 def _run_body(node: Buffer, buffers: dict, middle: bool) -> list[tuple[str, tuple]]:
@@ -134,9 +144,10 @@ def _run_body(node: Buffer, buffers: dict, middle: bool) -> list[tuple[str, tupl
 # and a producer that is itself such a group multiplies again: three stacked 3x3 max pools inlined into one
 # kernel are 9^3 recomputations, 8000 lines of C++ and two minutes of code generation for one kernel. So each
 # node's loads are counted by distinct position (`load_positions`: one more run of its body for an element in
-# the middle, away from the clamped edges, done only when the run for element 0 shows a buffer read at two places), each group knows how many loads one element
-# of it costs with everything it recomputes (`Group.loads`), and the policy's window_read rule stores a
-# producer whose recomputation would cost more than MAX_RECOMPUTED_LOADS loads per element (policy.py).
+# the middle, away from the clamped edges, done only when the run for element 0 shows a buffer read at two
+# places), each group knows how many loads one element of it costs with everything it recomputes
+# (`Group.loads`), and the policy's window_read rule stores a producer whose recomputation would cost more than
+# MAX_RECOMPUTED_LOADS loads per element (policy.py).
 _POSITIONS: "weakref.WeakKeyDictionary[Buffer, dict[str, int]]" = weakref.WeakKeyDictionary()
 
 
@@ -145,7 +156,7 @@ def load_positions(node: Buffer, buffers: dict) -> dict[str, int]:
     if node not in _POSITIONS:
         positions: dict[str, int] = {}
         if isinstance(node, (Pointwise, Reduction)):
-            loads = _run_body(node, buffers, middle=False)
+            loads = _first_element_loads(node, buffers)
             if len(set(loads)) > len({name for name, _ in loads}):  # some buffer at two places: count them all
                 loads = _run_body(node, buffers, middle=True)
             for name, index in dict.fromkeys(loads):

@@ -17,6 +17,13 @@ the three compilers take turns step by step. `--small` builds the GPU cases' mod
 and, with `--device cpu`, runs them end to end on the CPU: the dry run (gpu_check.py --dry-run) that checks the
 script without a GPU (default mode only: CUDA graphs need one).
 
+In reduce-overhead mode a forward reads its CUDA graph's static copy of the activation, not the caller's
+tensor, and saves that copy for the backward; the saved figures, which leave the inputs out, count it (the
+block's +16 MiB, B*T*D in bf16, Inductor's as ours). The saved set is otherwise the default mode's, and the
+step does no other per-step copy than the activation's and the incoming gradient's (Note [What a replayed
+training step does] in engine/codegen/triton_build.py), so where reduce-overhead is slower than Inductor the
+kernels are: run `--profile` for their device time.
+
 On a CPU that other processes share, run with OMP_WAIT_POLICY=passive (the table's last line says which): with
 the default policy a thread that finishes a parallel region early spins on the core its partner needs, and when
 the machine has more runnable processes than cores every region waits for the scheduler; steps of ~1 ms took
@@ -185,6 +192,9 @@ def table(reports: list[dict]) -> str:
             f"{saved.get('eager', 0) / 2**20:>9.2f}MB {r['verify']['glassbox']['max_rel_err']:>9.1e}")
         if r.get("inductor_error"):
             lines.append(f"  Inductor failed: {r['inductor_error']}")
+    if any(r.get("mode") == "reduce-overhead" for r in reports):
+        lines.append("reduce-overhead: saved bytes include the forward's static copy of its activation input "
+                     "(ours and Inductor's alike; see the docstring)")
     loads = sorted({round(r["load_avg_1m"], 2) for r in reports if "load_avg_1m" in r})
     lines.append(f"load average (1 min) while measuring: {', '.join(map(str, loads))}; "
                  f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; ours/ind below 1: Glassbox is faster")

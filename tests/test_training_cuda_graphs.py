@@ -20,6 +20,9 @@ from engine.tools.model_file import load_model_file
 from test_cuda_graph_replay import FakeGraph, fake_capture, fake_cuda  # noqa: F401 - the stand-in capture of CudaGraphCall's own tests
 
 
+REPLAY = "stand-in replay"  # the profiler's name for a replay's work (its copies are the graph's, not the step's)
+
+
 def capturable(call):
     """A compiled graph's call that a FakeGraph can record and replay."""
     def run(args: list):
@@ -28,9 +31,10 @@ def capturable(call):
         graph = FakeGraph.capturing
         if graph is not None:
             def work():
-                for out, new in zip(outputs, call(list(inputs))):
-                    if isinstance(out, torch.Tensor):
-                        out.data.copy_(new)  # .data: a replay's writes bump no version counter either
+                with torch.profiler.record_function(REPLAY):  # what a real replay does on the device
+                    for out, new in zip(outputs, call(list(inputs))):
+                        if isinstance(out, torch.Tensor):
+                            out.data.copy_(new)  # .data: a replay's writes bump no version counter either
             graph.work.append(work)
         return outputs
 
@@ -145,6 +149,67 @@ def test_backward_hands_its_gradients_over(fake_reduce_overhead):
     ref_loss = step(reference, reference, (x,))
     _check(model, reference, step(compiled, model, (x,)), ref_loss)
     assert backward.plain_calls == 0 and backward.graphs[()]["graph"].replays == 5  # all but the warm-up
+
+
+def _saved_storages(fn, model, x) -> dict[int, int]:
+    """Storage address -> bytes of every tensor autograd saves in one forward of fn, the model's parameters
+    left out (each model has its own: their addresses say nothing across two models)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        if tensor.untyped_storage().data_ptr() not in params:
+            saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = fn(x).float().sum()
+    loss.backward()
+    return saved
+
+
+def test_a_replayed_step_does_only_what_cuda_graph_trees_do(fake_reduce_overhead, monkeypatch):
+    """Note [What a replayed training step does]: outside its two replays a step copies the activation into
+    the forward's recording and the incoming gradient into the backward's, one foreach copy each, and does
+    nothing else: no parameter copied, no gradient cloned, no sync, no second recording. The forward saves
+    what the default mode's forward saves, but reads (and so saves) its static copy of the activation
+    instead of the caller's tensor: that copy is the whole difference between the two modes' saved bytes
+    (the +16 MiB of scripts/train_bench.py's transformer block on the H200, Inductor's as ours)."""
+    from engine.tools import train_profile
+    from engine.tools.train_bench import step
+
+    model, reference, (x,) = _pair("transformer_block")
+    plain = copy.deepcopy(model)
+    compiled, default = pipeline.compile(model, mode="reduce-overhead"), pipeline.compile(plain)
+    for _ in range(3):  # a warm-up call, the recording, a replay
+        step(compiled, model, (x,))
+        step(default, plain, (x,))
+    forward, backward = fake_reduce_overhead
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(a))
+    profile = train_profile.profile_step(lambda: step(compiled, model, (x,)), device="cpu", steps=2, warmup=0)
+    compiled_side = [(r["caller"], r["op"], r["shape"], r["per_step"]) for r in profile["copies"]
+                     if r["caller"] != REPLAY and r["caller"] != "(top level)"]  # top level: the loss's own
+    copy_in = [("aten::_foreach_copy_", "", 1.0), ("aten::copy_ in aten::_foreach_copy_", str(list(x.shape)), 1.0)]
+    # and AOTAutograd's own copy: in float32 .float() is the identity, so the loss's gradient reaches the block
+    # as an expand (strides 0), which AOTAutograd makes contiguous before any compiler sees it (in bf16 the
+    # loss's ToCopyBackward hands over a dense gradient and there is no such copy; Inductor gets the same)
+    contiguous_tangent = ("CompiledFunctionBackward", "aten::copy_", str(list(x.shape)), 1.0)
+    assert sorted(compiled_side) == sorted([("CompiledFunction", *c) for c in copy_in] +
+                                           [("CompiledFunctionBackward", *c) for c in copy_in] + [contiguous_tangent])
+    assert not syncs and [len(c.graphs) for c in (forward, backward)] == [1, 1]
+    assert forward.plain_calls == backward.plain_calls == 0
+    assert forward.graphs[()]["graph"].replays == backward.graphs[()]["graph"].replays == 4
+
+    ours, default_saved = _saved_storages(compiled, model, x), _saved_storages(default, plain, x)
+    (static,) = forward.graphs[()]["statics"]
+    # the default forward saves the caller's tensor (the bench leaves inputs out: alive anyway), the replayed
+    # one its static copy of it, which the bench counts; the rest is the same set
+    assert x.untyped_storage().data_ptr() not in ours and default_saved.pop(x.untyped_storage().data_ptr())
+    assert ours.pop(static.untyped_storage().data_ptr()) == x.nbytes
+    assert sorted(ours.values()) == sorted(default_saved.values()) and len(ours) >= 8
+    ref_loss = step(reference, reference, (x,))
+    _check(model, reference, step(compiled, model, (x,)), ref_loss)
 
 
 def test_gradient_accumulation_over_micro_batches(fake_reduce_overhead):

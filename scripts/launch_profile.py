@@ -6,11 +6,12 @@
 
 Small models on a GPU are host bound: the GPU waits while Python, the dispatcher and the driver start its
 kernels. Per model and compiler this prints the host microseconds per call (calls queued without waiting
-for the GPU, so the figure is what the host spends), the GPU kernels launched per call and their device time,
-and the profiler's tables of host time and of device time by op, so a gap to Inductor can be read as "more
-launches", "dearer launches" or "slower kernels" (reduce-overhead is device bound) and traced to the ops that
-cost it. With $OUT set, the tables, our generated wrapper and module, and Inductor's output code go to
-$OUT/launch/.
+for the GPU, so the figure is what the host spends), gpu_check's do_bench time of the same call (far above the
+host time: the call waits for the GPU somewhere), the synchronizing operations of one call (torch's sync debug
+mode, with their Python lines), the GPU kernels launched per call and their device time, and the profiler's
+tables of host time and of device time by op, so a gap to Inductor can be read as "more launches", "dearer
+launches", "a sync" or "slower kernels" (reduce-overhead is device bound) and traced to the ops that cost it.
+With $OUT set, the tables, our generated wrapper and module, and Inductor's output code go to $OUT/launch/.
 """
 from __future__ import annotations
 
@@ -42,6 +43,35 @@ def host_us(fn, inputs, device: str) -> float:
             if device == "cuda":
                 torch.cuda.synchronize()
     return sorted(rounds)[len(rounds) // 2]
+
+
+def device_ms(fn, inputs, device: str) -> float | None:
+    """gpu_check's figure for the same call (triton.testing.do_bench median), beside the host time: a call whose
+    do_bench time is well above its host time waits for the GPU somewhere (a sync), one at its host time is host
+    bound."""
+    if device != "cuda":
+        return None
+    from triton.testing import do_bench
+
+    with torch.no_grad():
+        return float(do_bench(lambda: fn(*inputs), warmup=25, rep=200, return_mode="median"))
+
+
+def synchronizing_calls(fn, inputs, device: str) -> list[str]:
+    """Where one call makes the host wait for the GPU: torch's sync debug mode warns at each synchronizing
+    operation (a copy to the host, an .item(), a blocking copy from pageable memory), located in Python."""
+    if device != "cuda":
+        return []
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn(*inputs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)]
 
 
 def profile(fn, inputs, device: str) -> tuple[str, float, float]:
@@ -102,9 +132,13 @@ def main() -> int:
                 for _ in range(3 if device == "cuda" else 1):
                     fn(*spec.example_inputs)
             host = host_us(fn, spec.example_inputs, device)
+            timed = device_ms(fn, spec.example_inputs, device)
+            syncs = synchronizing_calls(fn, spec.example_inputs, device)
             table, kernels, device_us = profile(fn, spec.example_inputs, device)
-            print(f"== {spec.name} {args.mode} {name}: host {host:.1f} us per call, {kernels:.1f} GPU kernels "
-                  f"per call taking {device_us:.1f} us of device time", flush=True)
+            print(f"== {spec.name} {args.mode} {name}: host {host:.1f} us per call, do_bench "
+                  f"{'-' if timed is None else f'{timed * 1e3:.1f} us'}, {len(syncs)} synchronizing calls "
+                  f"{sorted(set(syncs))[:5]}, {kernels:.1f} GPU kernels per call taking {device_us:.1f} us of "
+                  "device time", flush=True)
             print(table, flush=True)
             if out is not None:
                 (out / f"{spec.name}.{args.mode}.{name}.txt").write_text(table)

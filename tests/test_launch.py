@@ -209,6 +209,50 @@ def test_a_cpu_input_read_by_a_kernel_on_another_device_is_copied_each_call():
     assert "arg0 = arg0.to(torch.device('meta'))" in source.source, source.source
 
 
+class _MoveCounter:
+    """A stand-in input that counts the wrapper's `.to()` moves of it."""
+
+    def __init__(self):
+        self.moves = 0
+
+    def to(self, device):
+        self.moves += 1
+        return self
+
+
+def _moves_per_call(input_value: torch.Tensor, device: str) -> int:
+    """How many times one call of the wrapper, generated for `device`, moves an input captured as `input_value`."""
+    from engine.pipeline import wrapper_namespace
+
+    graph = torch.fx.Graph()
+    placeholder = graph.placeholder("x")
+    placeholder.meta["val"] = input_value
+    neg = graph.call_function(torch.ops.aten.neg.default, (placeholder,))
+    neg.meta["val"] = torch.empty(3, device="meta")
+    graph.output((neg,))
+    lowered = lower(torch.fx.GraphModule({}, graph), device)
+    scheduled = schedule(lowered)
+    source = generate_wrapper(lowered, scheduled.kernels, plan_memory(scheduled.kernels, lowered, {}),
+                              {k.name: f"{k.name}()" for k in scheduled.kernels})
+    namespace = wrapper_namespace(source)
+    namespace.update({k.name: lambda *args: None for k in scheduled.kernels})
+    namespace.update(raw_stream=lambda index: 0, empty_strided_cuda=lambda *args: torch.empty(3, device="meta"))
+    exec(compile(source.source, "<wrapper>", "exec"), namespace)
+    probe = _MoveCounter()
+    namespace["call"]([probe])
+    return probe.moves
+
+
+def test_an_input_on_the_kernels_device_by_another_name_is_not_moved():
+    # a model compiled for "cuda" gets inputs that report "cuda:0": one device, no per-call move
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        on_cuda0 = torch.empty(3, device="cuda:0")
+    assert _moves_per_call(on_cuda0, "cuda") == 0
+    assert _moves_per_call(torch.empty(3), "cuda") == 1  # a CPU input read by a CUDA kernel still is
+
+
 # --- dtypes and layouts without kernels: a visible fallback, never a crash -------------------------------------
 
 @pytest.mark.parametrize("name, fn, make", [

@@ -82,7 +82,7 @@ def test_pooled_1x1_convolutions_are_one_gemm_over_the_images(layout):
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_channels_last_library_then_epilogue_matches_eager(backend, monkeypatch):
     """The library convolution's NHWC result is what the epilogue-only kernel reads (in the output's order)."""
-    monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run)
+    monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run(config))
     torch.manual_seed(0)
     exploration = _explore(Bottleneck(), (torch.randn(2, 24, 5, 7),), backend, torch.float32,
                            layout="channels_last")

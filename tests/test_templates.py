@@ -312,7 +312,7 @@ def test_library_then_epilogue_path_matches_eager(name, backend, monkeypatch):
     the tile, the kernel runs only the epilogue; max-autotune picks it when it is faster."""
     from engine.codegen import gemm_launch
 
-    monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run)
+    monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run(config))
     dtype = torch.float32 if backend == "cpp" else torch.bfloat16
     _assert_fused(_explore(name, dtype, backend, templates="on"), name)
 

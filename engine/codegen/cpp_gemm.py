@@ -429,6 +429,7 @@ def _scale_and_bias(spec: GemmSpec, out: Source):
 class CppTemplateRunner:
     """gemm_launch's backend for one C++ template kernel (a ctypes function)."""
     name = "cpp"
+    in_place = False  # the kernel's pointers are __restrict__: its tile is never one of its outputs
 
     def __init__(self, kernel: CppTemplateKernel, function):
         from engine.build import compiler
@@ -442,3 +443,6 @@ class CppTemplateRunner:
         pointers = [t.data_ptr() for t in tensors]
         acc_pointer = acc.data_ptr() if acc is not None else pointers[0]
         self.function(*pointers, acc_pointer, int(acc is not None), config["tile_m"], config["tile_n"])
+
+    def launcher(self, config: dict, from_memory: bool):
+        return lambda tensors, acc: self.run(tensors, config, acc)

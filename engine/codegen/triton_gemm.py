@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 
 from engine.codegen.gemm_launch import TemplateKernel
@@ -37,6 +38,15 @@ from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, 
 
 MASKS = {"x": "xmask", "r": "rmask", "xr": "xrmask"}
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY", "PROGRAMS", "PERSISTENT")
+# Note [Epilogue-only tiles]
+# With ACC_FROM_MEMORY the kernel is an elementwise pass over the library's output: the GEMM's tile (128x128,
+# 8 warps: 64 elements a thread) need not be what a memory-bound pass wants. On the H200 (2026-12-02, SwiGLU
+# at M=8192) the up projection's "library + epilogue" timed 0.18 ms more than the gate projection's "library"
+# alone, the same GEMM: the pass moves 540 MB, so it ran at 3.0 TB/s where a copy runs at 4.3. So
+# max-autotune also times the library call with the epilogue on tiles shaped as our pointwise kernels'
+# blocks (1024 and 4096 elements, 8 and 16 a thread, rows of 128 for 16-byte accesses along N). Not yet
+# measured on a GPU; they replace the default's pick only when MIN_GAIN faster (gemm_launch.py).
+EPILOGUE_ONLY_CONFIGS = [GemmConfig(8, 128, 16, 4, 1), GemmConfig(32, 128, 16, 8, 1)]
 INTERPRETER_PROGRAMS = 3  # a persistent config under the interpreter: few programs, several tiles each
 DISPLAY_PROGRAMS = 132  # an H200's SMs, for the record when no GPU is there to ask
 
@@ -213,7 +223,23 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     signature["acc_in"] = SIGNATURE_TYPES[template.dtype]
     signature.update({c: "constexpr" for c in CONSTEXPRS})
     return TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
-                                tags, interpreter=interpreter, signature=signature)
+                                tags, library_host=library_host(kernel, plan, template),
+                                interpreter=interpreter, signature=signature)
+
+
+def library_host(kernel: Kernel, plan: TemplatePlan, template: Template) -> str | None:
+    """A stored output the library call can write for the epilogue to overwrite in place (Note [Library plan
+    in place] in gemm_launch.py): the GEMM's dtype, and each lane's element stored at the lane's own offset
+    (x*N + r, the element ACC_FROM_MEMORY reads); the template's own output first."""
+    stored = sorted((n for n in kernel.nodes if n.name in kernel.stored), key=lambda n: n is not template)
+    single = {var: 0 for var, extent in plan.ranges.items() if extent == 1}
+    for node in stored:
+        if node.dtype != template.dtype:
+            continue
+        offset = plan.simplify(sympy.expand(node.storage_offset(plan.index(node))))
+        if sympy.expand((offset - plan.output_offset()).subs(single)) == 0:
+            return node.name
+    return None
 
 
 class TritonTemplateRunner:
@@ -222,6 +248,7 @@ class TritonTemplateRunner:
     launcher called directly, not JITFunction.run, whose per-call Python work (tens of microseconds) showed
     in the GPU time of a 0.3 ms GEMM once it outlasted the queued work before it."""
     name = "triton"
+    in_place = True  # a Triton program reads its tile before it stores it: Note [Library plan in place]
 
     def __init__(self, kernel: TritonTemplateKernel, function):
         import triton
@@ -231,6 +258,11 @@ class TritonTemplateRunner:
 
     def configs(self) -> list[dict]:
         return [c.kwargs() for c in self.kernel.configs()]
+
+    def epilogue_configs(self) -> list[dict]:
+        """Tiles for the epilogue-only mode besides the template's own (Note [Epilogue-only tiles]); none under
+        the interpreter."""
+        return [] if self.kernel.interpreter else [c.kwargs() for c in EPILOGUE_ONLY_CONFIGS]
 
     def _launch(self, config: dict, from_memory: bool):
         from engine.codegen.triton_build import TritonLaunch
@@ -249,9 +281,17 @@ class TritonTemplateRunner:
         return self.launches[key]
 
     def run(self, tensors, config: dict, acc) -> None:
+        self.launcher(config, acc is not None)(tensors, acc)
+
+    def launcher(self, config: dict, from_memory: bool):
+        """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
+        place] in gemm_launch.py); the stream is read at each call (a capture may run on another)."""
         from engine.codegen.wrapper import raw_stream
 
-        launch, grid_x = self._launch(config, acc is not None)
-        device = tensors[0].device
-        stream = raw_stream(device.index or 0) if device.type == "cuda" else None
-        launch(grid_x, stream, *tensors, tensors[0] if acc is None else acc)
+        launch, grid_x = self._launch(config, from_memory)
+        if self.kernel.interpreter:
+            return lambda tensors, acc: launch(grid_x, None, *tensors, tensors[0] if acc is None else acc)
+
+        def run(tensors, acc):
+            launch(grid_x, raw_stream(tensors[0].device.index or 0), *tensors, tensors[0] if acc is None else acc)
+        return run

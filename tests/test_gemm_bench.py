@@ -1,0 +1,75 @@
+"""scripts/gemm_bench.py's timing (Note [Fair GPU timing]): Inductor's compile workers are shut down and the host
+waited on before timing, the GPU runners are timed in rounds in a rotating order and reported by the median
+round, and the JSON is written after every case; checked with stand-ins for do_bench and /proc/stat, and by a
+--dry-run of the script (tiny shapes on the CPU, Triton under the interpreter)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("gemm_bench", ROOT / "scripts" / "gemm_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_runners_are_timed_in_rotating_rounds(bench, monkeypatch):
+    import triton.testing
+
+    order = []
+    times = iter(range(1, 100))
+
+    def fake_do_bench(fn, warmup, rep, return_mode):
+        fn()
+        return float(next(times))
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    functions = {name: (lambda name=name: order.append(name)) for name in ("eager", "gb_autotune", "inductor")}
+    rounds = bench.gpu_rounds(functions)
+    assert all(len(v) == bench.GPU_ROUNDS for v in rounds.values()), rounds
+    firsts = order[::len(functions)]
+    assert firsts[:3] == ["eager", "gb_autotune", "inductor"], order  # no runner is always first after the wait
+    for r in range(bench.GPU_ROUNDS):  # each round times every runner once
+        assert sorted(order[r * 3:(r + 1) * 3]) == sorted(functions), order
+
+
+def test_quiet_host_shuts_inductors_workers_down_and_waits(bench, monkeypatch):
+    from torch._inductor import async_compile
+
+    shut, busy = [], iter([3.5, 2.0, 0.4, 0.1])
+    monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: shut.append(True))
+    monkeypatch.setattr(bench, "host_busy_cores", lambda window_s=0: next(busy))
+    assert bench.quiet_host(max_s=60) == 0.4 and shut == [True]
+    monkeypatch.setattr(bench, "host_busy_cores", lambda window_s=0: 5.0)
+    assert bench.quiet_host(max_s=0) == 5.0  # never quiet: it gives up at the deadline
+
+
+def test_host_busy_cores_reads_the_machine(bench):
+    busy = bench.host_busy_cores(0.05)
+    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 1e-6
+
+
+def test_timing_notes_name_the_widest_spread(bench):
+    reports = [{"name": "a M=1", "eager_rounds_ms": [1.0, 1.1], "gb_autotune_rounds_ms": [1.0, 2.0],
+                "host_busy_cores": 0.3}, {"name": "b M=1", "eager_rounds_ms": [1.0, 1.0], "host_busy_cores": 0.8}]
+    text = "\n".join(bench.timing_notes(reports))
+    assert "2.00 (a M=1, gb_autotune)" in text and "0.30 to 0.80" in text, text
+
+
+def test_dry_run_writes_its_report(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path), "GLASSBOX_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "scripts/gemm_bench.py", "--device", "cuda", "--dry-run", "--only",
+                             "proj_residual", "--runners", "gb_library,gb_autotune"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    (case,) = json.loads((tmp_path / "gemm_bench_cuda_dry.json").read_text())["cases"]
+    assert case["eager_ok"] and case["gb_library_ok"] and case["gb_autotune_ok"], case
+    assert "host_busy_cores" in case and "inductor_ms" not in case, case

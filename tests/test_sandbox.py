@@ -40,6 +40,28 @@ def test_memory_bomb_is_stopped_by_the_memory_limit(tmp_path):
     assert result.limit_hit == "memory" and "memory" in result.explain()
 
 
+@pytest.mark.parametrize("attempt", range(3))  # the kill used to outrun the stack now and then: try thrice
+def test_a_fast_allocator_is_stopped_with_its_stack(tmp_path, attempt):
+    # Note [Memory backstop]: the polling stops it (after asking for its stack), not the kernel's limit first
+    import signal
+    from engine.tools.sandbox import SandboxedProcess
+
+    script = tmp_path / "bomb.py"
+    script.write_text("import faulthandler, signal\n"
+                      "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+                      "hoard = []\n"
+                      "while True:\n"
+                      "    hoard.append(b'x' * (128 << 20))\n")
+    process = SandboxedProcess([sys.executable, str(script)], Limits(timeout_s=60, memory_mb=768),
+                               stack_signal=signal.SIGUSR1)
+    try:
+        result = process.wait()
+    finally:
+        process.close()
+    assert result.limit_hit == "memory", result.explain()
+    assert 'bomb.py", line 5' in result.stderr, result.stderr[-2000:]
+
+
 def test_worker_sees_no_inherited_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("GLASSBOX_TEST_SECRET", "hunter2")
     result = run_sandboxed([sys.executable, "-c", "import os; print(sorted(os.environ))"], Limits(timeout_s=30))

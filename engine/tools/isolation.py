@@ -188,7 +188,6 @@ class Cgroup:
 
     def __init__(self, version: int, directories: dict[str, Path]):
         self.version, self.directories = version, directories
-        self.memory_enforced = True  # False when a lower limit could not be set (the polling then decides)
 
     @staticmethod
     @functools.lru_cache(maxsize=None)

@@ -10,15 +10,24 @@ for memory and processes), with
     (Note [Work directories]); the compile cache read-only, builds by the trusted builder (Note [Trusted
     builder] in engine/build.py)
   - a wall-time limit, and a CPU-time limit (RLIMIT_CPU, a backstop should the watcher itself die)
-  - a memory limit: the cgroup's (shared memory counted; the kernel stops the job), else this module's polling
-    of the resident memory of every process of the job plus its private tmpfs and memfds (an address-space
-    limit would break CUDA, which reserves far more virtual memory than it uses)
+  - a memory limit: this module's polling of the resident memory of every process of the job plus its private
+    tmpfs and memfds, with the cgroup's limit a little above it as the kernel's backstop (Note [Memory
+    backstop]; an address-space limit would break CUDA, which reserves far more virtual memory than it uses)
   - a cap on output bytes and on the number of processes
 When a limit is hit, every process of the job is killed and the result says which limit, in words; so does a
 process that died from a signal (a segfault in native code, SIGKILL from outside, KeyboardInterrupt).
 Limits are set from the parent (prlimit(), cgroup files), not in a preexec_fn: a preexec_fn is unsafe in a
 threaded parent (the Streamlit server). Where bubblewrap cannot run, `isolation.protection()` says what is
 missing, and the process runs in its own session only. See README, "Security".
+
+Note [Memory backstop]
+The job's memory limit is enforced by the polling (every POLL_SECONDS), which asks the worker for its Python
+stack before it kills it, so the message can name the model's line that was allocating. The cgroup's limit,
+and the size of the private /tmp and /dev/shm, sit backstop_bytes' headroom above it (512 MB, or a quarter of a
+large limit): a kernel limit equal to the job's killed a fast allocator (128 MB a step) between two polls,
+before any stack, and a CI run lost the "line 7 of pasted.py" of the memory bomb that way. The kernel still
+stops what outruns the polling, at the backstop. The tmpfs is as large as the backstop, so filling /dev/shm
+meets the limit (counted by the polling, charged to the cgroup) before it meets a full disk.
 
 Note [Standby worker]
 Importing torch and the engine is most of a small model's exploration time (5-10 s on two busy cores). A
@@ -58,6 +67,12 @@ from engine.tools.procfs import (all_processes, cpu_seconds, descendants, pid_na
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.05
+
+
+def backstop_bytes(memory_mb: int) -> int:
+    """The kernel's memory limit, and the private tmpfs size, for a job limited to memory_mb (Note [Memory
+    backstop])."""
+    return (memory_mb + max(512, memory_mb // 4)) << 20
 STARTUP_S = 180.0  # the longest a worker may take to import torch and the engine before its job begins
 
 
@@ -267,7 +282,8 @@ class SandboxedProcess:
             keep = (self.builder.worker_fd(),)
             shared = _shared_cache()  # read-only: Note [Trusted builder]
             readable = _readable_paths(argv) + ([(str(shared.resolve()), str(shared))] if shared else [])
-            command = isolation.bwrap_argv(self.workdir, readable, self.limits.memory_mb << 20, network) + argv
+            command = isolation.bwrap_argv(self.workdir, readable, backstop_bytes(self.limits.memory_mb),
+                                           network) + argv
         process = subprocess.Popen(GATE + command, cwd=self.workdir, env=environment, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                    pass_fds=keep)
@@ -277,7 +293,7 @@ class SandboxedProcess:
 
     def _open_gate(self) -> None:
         """Put the gate into the job's cgroup (where cgroups are writable), then let it become the worker."""
-        self.cgroup = isolation.Cgroup.create(self.limits.memory_mb << 20, self._pids_max(self.limits),
+        self.cgroup = isolation.Cgroup.create(backstop_bytes(self.limits.memory_mb), self._pids_max(self.limits),
                                               isolation.cgroup_name(self.workdir) if self._own_dir else None)
         if self.cgroup is not None:
             try:
@@ -361,10 +377,10 @@ class SandboxedProcess:
             self._limit_cpu_from_now(limits.cpu_s + STARTUP_S * (os.cpu_count() or 1))
             if self.cgroup is not None:
                 try:
-                    self.cgroup.set_memory(limits.memory_mb << 20)
+                    self.cgroup.set_memory(backstop_bytes(limits.memory_mb))
                     self.cgroup.set_pids(self._pids_max(limits))
-                except OSError:  # e.g. it already holds more than the job may: the polling decides
-                    self.cgroup.memory_enforced = False
+                except OSError:  # e.g. it already holds more than the job may: the polling decides alone
+                    pass
         if not self.alive() or self.process.stdin is None or self.process.stdin.closed:
             return False
         try:
@@ -377,8 +393,6 @@ class SandboxedProcess:
     def _usage(self) -> tuple[float, int]:
         """(memory MB as the limit counts it, process count) of the job now."""
         members = self.members()
-        if self.cgroup is not None and self.cgroup.memory_enforced:
-            return resident_mb(members), len(members)  # the kernel enforces; this is for the peak only
         private_tmpfs = self.worker_pid() if self.isolated else None  # else /tmp and /dev/shm are the machine's
         return resident_mb(members) + shared_mb(members, private_tmpfs), len(members)
 

@@ -4,7 +4,9 @@
     python scripts/gemm_bench.py --device cpu --threads 2            # skinny GEMMs (batch 1-32), fp32
     python scripts/gemm_bench.py --skinny                            # LLM-width skinny GEMMs, fp32 and bf16
     python scripts/gemm_bench.py --device cuda --sizes 512,2048,8192 # LLM-shaped bf16 GEMMs
-    python scripts/gemm_bench.py --device cuda --e2e                 # Llama prefill, ResNet-50, max-autotune
+    python scripts/gemm_bench.py --device cuda --sizes 512 --kernels # + each runner's kernels and host time
+    python scripts/gemm_bench.py --device cuda --e2e --only hf_llama_prefill   # end to end, max-autotune,
+    python scripts/gemm_bench.py --device cuda --e2e --only tv_resnet50        # one model a call
     python scripts/gemm_bench.py --device cuda --dry-run [--e2e]     # the same cases, tiny, on the CPU
 
 Runners, side by side in one process on the same inputs (every output checked against eager first):
@@ -18,6 +20,9 @@ Runners, side by side in one process on the same inputs (every output checked ag
                   C++ GEMM template is not a candidate: it wants the weight a constant)
   inductor_default  torch.compile in default mode (only with --runners: Inductor's max-autotune of a whole
                   ResNet-50 takes minutes, more than a measurement call has)
+  inductor_nocg   torch.compile(mode="max-autotune-no-cudagraphs") on the GPU (only with --runners): Inductor's
+                  "max-autotune" also replays CUDA graphs (torch._inductor.list_mode_options), which our
+                  max-autotune does not, so a host-bound case compares like with like only against this one
 Times: on the GPU the median of GPU_ROUNDS rounds of triton.testing.do_bench medians, the runners in turn in
 each round, after Inductor's compile workers are shut down and the host is quiet (Note [Fair GPU timing]);
 on the CPU (shared, loaded machines) the fastest of many single calls, the runners interleaved call by call
@@ -71,6 +76,7 @@ from torch import nn  # noqa: E402
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (Note [Fair GPU timing])
 QUIET_CORES, QUIET_WINDOW_S, QUIET_MAX_S = 1.0, 0.5, 30.0
+PROFILE_CALLS = 10  # --kernels
 E2E_CASES = ("hf_llama_prefill", "tv_resnet50")
 CANDIDATES_SHOWN_UP_TO = 4  # templates per case whose every autotune candidate is printed
 
@@ -248,6 +254,58 @@ def gpu_rounds(functions: dict) -> dict:
     return rounds
 
 
+def kernel_profiles(functions: dict, calls: int = PROFILE_CALLS) -> dict:
+    """name -> what one call runs on the GPU, from torch.profiler over `calls` calls (--kernels): the GPU time
+    of its kernels, their number, the host's time a call (the calls queued back to back, one sync at the end)
+    and the kernels by name; or the error. Where a runner's do_bench time is above its kernels' time, the
+    gap is the host's (or a sync's), not the kernels'."""
+    from torch.profiler import ProfilerActivity, profile
+
+    result = {}
+    for name, fn in functions.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                host_s = time.perf_counter() - start
+                torch.cuda.synchronize()
+            result[name] = {"host_us": host_s / calls * 1e6, **kernel_summary(prof.key_averages(), calls)}
+        except Exception as error:  # noqa: BLE001 - diagnostics only
+            result[name] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+    return result
+
+
+def kernel_summary(averages, calls: int) -> dict:
+    """The GPU kernels of profiler averages (FunctionEventAvg: key, count, device_type, self device time), per
+    call."""
+    kernels = {}
+    for event in averages:
+        if str(getattr(event, "device_type", "")).split(".")[-1] != "CUDA":
+            continue
+        us = getattr(event, "self_device_time_total", None)
+        us = getattr(event, "self_cuda_time_total", 0.0) if us is None else us
+        kernels[event.key] = {"count": event.count / calls, "us": us / calls}
+    return {"kernel_us": sum(k["us"] for k in kernels.values()),
+            "kernels": sum(k["count"] for k in kernels.values()),
+            "by_kernel": dict(sorted(kernels.items(), key=lambda item: -item[1]["us"]))}
+
+
+def kernels_text(reports: list[dict]) -> str:
+    lines = []
+    for r in reports:
+        for name, profile in (r.get("kernels") or {}).items():
+            if "error" in profile:
+                lines.append(f"{r['name']:28s} {name:12s} profile error: {profile['error']}")
+                continue
+            top = ", ".join(f"{k[:40]} {v['us']:.1f}" for k, v in list(profile["by_kernel"].items())[:4])
+            lines.append(f"{r['name']:28s} {name:12s} kernels {profile['kernel_us']:8.1f} us in "
+                         f"{profile['kernels']:.0f}, host {profile['host_us']:7.1f} us a call; {top}")
+    return "\n".join(lines)
+
+
 def host_busy_cores(window_s: float = QUIET_WINDOW_S) -> float | None:
     """CPU cores busy over the next window_s seconds, all processes (from /proc/stat); None where unreadable."""
     def sample():
@@ -294,13 +352,14 @@ def runners(model, device: str, dry_run: bool, wanted) -> dict:
         "gb_autotune": lambda: engine.compile(model, backend=backend, device=run_device, mode="max-autotune"),
         "inductor": lambda: torch.compile(model, mode="max-autotune" if gpu and not dry_run else None),
         "inductor_default": lambda: torch.compile(model),
+        "inductor_nocg": lambda: torch.compile(model, mode="max-autotune-no-cudagraphs" if gpu and not dry_run else None),
         "inductor_autotune": lambda: torch.compile(model, mode="max-autotune")}
     if not wanted:  # inductor_default only when asked for: on the CPU it is "inductor"
-        wanted = set(makers) - {"inductor_default", "inductor_autotune"}
+        wanted = set(makers) - {"inductor_default", "inductor_autotune", "inductor_nocg"}
     return {name: make() for name, make in makers.items() if name == "eager" or name in wanted}
 
 
-def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted) -> dict:
+def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kernels: bool = False) -> dict:
     from engine.run import compare, flatten_outputs
 
     run_device = "cpu" if dry_run else device
@@ -335,13 +394,15 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted) -> di
             rounds = gpu_rounds(timed)
             times = {name: statistics.median(values) for name, values in rounds.items()}
             report.update({f"{name}_rounds_ms": values for name, values in rounds.items()})
+            if kernels:
+                report["kernels"] = kernel_profiles(timed)
         else:
             times = cpu_best_of(timed, threads)
     report.update({f"{name}_ms": ms for name, ms in times.items()})
     if "gb_autotune" in timed:
         report["gb_autotune_choices"] = autotune_choices(model, inputs, device, run_device)
     for name in ("gb_library", "gb_template", "gb_autotune"):
-        for base in ("inductor", "inductor_default", "inductor_autotune", "eager"):
+        for base in ("inductor", "inductor_default", "inductor_autotune", "inductor_nocg", "eager"):
             if report.get(f"{name}_ms") and report.get(f"{base}_ms"):
                 report[f"{name}_over_{base}"] = report[f"{name}_ms"] / report[f"{base}_ms"]
     return report
@@ -380,14 +441,16 @@ def choices_text(reports: list[dict]) -> str:
 
 def table(reports: list[dict], load: list) -> str:
     names = ["eager", "gb_library", "gb_template", "gb_autotune", "inductor"]
-    for extra in ("inductor_default", "inductor_autotune"):
+    for extra in ("inductor_default", "inductor_autotune", "inductor_nocg"):
         if any(r.get(f"{extra}_ms") for r in reports):
             names.append(extra)
     names = [n for n in names if any(r.get(f"{n}_ms") or r.get(f"{n}_ok") is False for r in reports)]
-    labels = {"inductor_default": "ind_default", "inductor_autotune": "ind_autotune"}
+    labels = {"inductor_default": "ind_default", "inductor_autotune": "ind_autotune", "inductor_nocg": "ind_nocg"}
     tuned = any(r.get("inductor_autotune_ms") for r in reports)
+    graphless = any(r.get("inductor_nocg_ms") for r in reports)
     header = f"{'case':34s} " + " ".join(f"{labels.get(n, n):>12s}" for n in names) + \
-        f" {'tmpl/ind':>9s} {'tune/ind':>9s}" + (f" {'tune/indAT':>10s}" if tuned else "")
+        f" {'tmpl/ind':>9s} {'tune/ind':>9s}" + (f" {'tune/indAT':>10s}" if tuned else "") + \
+        (f" {'tune/nocg':>10s}" if graphless else "")
     lines = [header, "-" * len(header)]
     for r in reports:
         if r.get("skipped"):
@@ -401,13 +464,15 @@ def table(reports: list[dict], load: list) -> str:
         for n in ("gb_template", "gb_autotune"):  # over Inductor max-autotune, else (marked *) its default mode
             value, default = r.get(f"{n}_over_inductor"), r.get(f"{n}_over_inductor_default")
             ratios.append(f" {value:9.2f}" if value else f" {default:8.2f}*" if default else f" {'-':>9s}")
-        if tuned:
-            value = r.get("gb_autotune_over_inductor_autotune")
-            ratios.append(f" {value:10.2f}" if value else f" {'-':>10s}")
+        for shown, base in ((tuned, "inductor_autotune"), (graphless, "inductor_nocg")):
+            if shown:
+                value = r.get(f"gb_autotune_over_{base}")
+                ratios.append(f" {value:10.2f}" if value else f" {'-':>10s}")
         lines.append(f"{r['name']:34s} " + " ".join(cells) + "".join(ratios))
     lines.append("milliseconds; tmpl/ind, tune/ind: Glassbox default / max-autotune over Inductor (* over Inductor's "
                  "default mode; <= 1: ours as fast or faster)" + ("; tune/indAT: ours max-autotune over Inductor's "
-                                                                  "max-autotune" if tuned else ""))
+                                                                  "max-autotune" if tuned else "") +
+                 ("; tune/nocg: over Inductor's max-autotune without its CUDA graphs" if graphless else ""))
     lines.append("load average (1, 5, 15 min) before: {}  after: {}".format(*(
         ", ".join(f"{v:.2f}" for v in values) for values in load)))
     lines += timing_notes(reports)
@@ -445,6 +510,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", help="with --skinny: comma-separated dtypes (default float32,bfloat16)")
     parser.add_argument("--e2e", action="store_true",
                         help=f"end to end instead: {', '.join(E2E_CASES)} from the zoo (skipped when missing)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="on the GPU, also profile each runner (torch.profiler, 10 calls): its kernels' GPU time "
+                             "and count a call beside the host's time, to tell a host-bound gap from a kernel's")
     parser.add_argument("--dry-run", action="store_true",
                         help="the --device cuda cases with tiny shapes on the CPU (checks the script; no timing meaning)")
     args = parser.parse_args(argv)
@@ -481,7 +549,7 @@ def main(argv=None) -> int:
     for case in selected:
         print(f"[gemm] {case['name']}", flush=True)
         try:
-            reports.append(run_case(case, args.device, args.threads, args.dry_run, only_runners))
+            reports.append(run_case(case, args.device, args.threads, args.dry_run, only_runners, args.kernels))
         except Exception as error:  # noqa: BLE001
             traceback.print_exc()
             reports.append({"name": case["name"], "error": f"{type(error).__name__}: {str(error)[:300]}"})
@@ -492,6 +560,8 @@ def main(argv=None) -> int:
                                        default=str))
     print(table(reports, [load_before, os.getloadavg()]), flush=True)
     print(choices_text(reports), flush=True)
+    if args.kernels:
+        print(kernels_text(reports), flush=True)
     if path is not None:
         print(f"wrote {path}")
     failed = [r for r in reports if r.get("error") or any(v is False for k, v in r.items() if k.endswith("_ok"))]

@@ -73,3 +73,19 @@ def test_dry_run_writes_its_report(tmp_path):
     (case,) = json.loads((tmp_path / "gemm_bench_cuda_dry.json").read_text())["cases"]
     assert case["eager_ok"] and case["gb_library_ok"] and case["gb_autotune_ok"], case
     assert "host_busy_cores" in case and "inductor_ms" not in case, case
+
+
+def test_kernel_summary_counts_gpu_kernels_a_call(bench):
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    averages = [SimpleNamespace(key="ampere_bf16_gemm", count=20, device_type=DeviceType.CUDA,
+                                self_device_time_total=1200.0),
+                SimpleNamespace(key="template_0", count=10, device_type=DeviceType.CUDA, self_device_time_total=150.0),
+                SimpleNamespace(key="aten::mm", count=20, device_type=DeviceType.CPU, self_device_time_total=0.0)]
+    summary = bench.kernel_summary(averages, calls=10)
+    assert summary["kernels"] == 3 and summary["kernel_us"] == 135.0, summary
+    assert list(summary["by_kernel"]) == ["ampere_bf16_gemm", "template_0"], summary
+    text = bench.kernels_text([{"name": "swiglu M=8192", "kernels": {"gb_autotune": {"host_us": 40.0, **summary}}}])
+    assert "135.0 us in 3" in text and "host    40.0 us" in text, text

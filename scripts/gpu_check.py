@@ -29,7 +29,9 @@ Inductor's same modes, with the geomean of ours/Inductor per mode. Missing libra
 Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case runs eager, Glassbox
 (engine.compile(..., backend="triton", device="cuda")) and torch.compile (Inductor) on the same inputs; every
 output is checked against eager before anything is timed; times are triton.testing.do_bench medians (it
-flushes the L2 cache between runs). GB/s counts each distinct input tensor once plus the outputs; the copy case
+flushes the L2 cache between runs), taken once Inductor's compile workers are shut down and the host is quiet,
+in rounds with the runners' order rotating, the median round reported (Note [Fair GPU timing] in
+scripts/fair_timing.py; the rounds are in the JSON). GB/s counts each distinct input tensor once plus the outputs; the copy case
 (device to device) is the bandwidth limit the others are read against.
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -57,7 +60,10 @@ except ImportError as missing:
              "is needed), e.g. `pip install sympy`, and run again.")
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
+from fair_timing import gpu_rounds, quiet_host  # noqa: E402 - Note [Fair GPU timing]
 from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
+
+GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (Note [Fair GPU timing])
 
 
 # --- the cases -----------------------------------------------------------------------------------------------
@@ -141,24 +147,25 @@ def cases(device: str, small: bool) -> list[dict]:
 
 
 def timer(device: str):
-    """Median milliseconds of fn(): triton.testing.do_bench on a GPU; a plain loop for --dry-run on the CPU."""
+    """measure(functions) -> (the host's busy cores when timing began, name -> milliseconds of each round).
+    On a GPU, Note [Fair GPU timing] (scripts/fair_timing.py): Inductor's compile workers shut down, a quiet
+    host, then GPU_ROUNDS rounds of do_bench medians, the runners in a rotating order; on the CPU (--dry-run)
+    one plain-loop median each."""
     if device == "cuda":
-        from triton.testing import do_bench
-
-        def measure(fn):
-            try:
-                return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
-            except TypeError:  # a do_bench without return_mode
-                return float(do_bench(fn, warmup=25, rep=200, quantiles=[0.5])[0])
+        def measure(functions: dict) -> tuple:
+            return quiet_host(), gpu_rounds(functions, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
         return measure
 
-    def measure(fn):
+    def loop_ms(fn) -> float:
         samples = []
         for _ in range(3):
             start = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - start) * 1e3)
         return sorted(samples)[1]
+
+    def measure(functions: dict) -> tuple:
+        return None, {name: [loop_ms(fn)] for name, fn in functions.items()}
     return measure
 
 
@@ -299,11 +306,15 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
                 report.update(judge(name, flatten_outputs(runner(*inputs))))
         if judge.fp64_note:
             report["fp64"] = judge.fp64_note
-        for name, runner in runners.items():
-            if name != "eager" and not report.get(f"{name}_ok"):
-                continue  # never time a wrong answer
-            milliseconds = measure(lambda runner=runner: runner(*inputs))
+        timed = {name: (lambda runner=runner: runner(*inputs)) for name, runner in runners.items()
+                 if name == "eager" or report.get(f"{name}_ok")}  # never time a wrong answer
+        busy, rounds = measure(timed)
+        if busy is not None:
+            report["host_busy_cores"] = busy
+        for name, times in rounds.items():
+            milliseconds = statistics.median(times)
             report[f"{name}_ms"] = milliseconds
+            report[f"{name}_rounds_ms"] = times
             report[f"{name}_gbps"] = moved / (milliseconds * 1e-3) / 1e9
     if case.get("kernels"):  # the chain: time per kernel, ours and Inductor's
         for name in ("glassbox", "inductor"):

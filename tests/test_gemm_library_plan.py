@@ -14,6 +14,7 @@ import engine
 from engine.codegen import gemm_launch, triton_build
 from engine.codegen.triton_gemm import TritonTemplateRunner
 from engine.pipeline import Options, compile_graph
+from test_templates import SwiGLU
 
 
 class DispatchLog(TorchDispatchMode):
@@ -95,17 +96,6 @@ def test_library_winner_issues_the_calls_default_mode_does(tuned):
     torch.testing.assert_close(default_out, expected, atol=1e-4, rtol=1e-4)
 
 
-class SwiGLU(torch.nn.Module):
-    def __init__(self, d=64, hidden=96):
-        super().__init__()
-        self.gate = torch.nn.Linear(d, hidden, bias=False)
-        self.up = torch.nn.Linear(d, hidden, bias=False)
-        self.down = torch.nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
 def _cases():
     torch.manual_seed(0)
     w, b = torch.randn(40, 63), torch.randn(40)
@@ -117,7 +107,7 @@ def _cases():
         "stored_output": (lambda x: (x @ w.T, torch.relu(x @ w.T)), (torch.randn(17, 63),), True),
         # the epilogue casts to float32: no output of the GEMM's dtype, so the library's result is its own
         "cast": (lambda x: torch.relu(x.half() @ w.T.half()).float(), (torch.randn(17, 63),), False),
-        "swiglu": (SwiGLU(), (torch.randn(16, 64),), True),
+        "swiglu": (SwiGLU(), (torch.randn(16, 63),), True),  # the issue's SwiGLU MLP, 63 -> 96 -> 63
         # convolution.out is the functional call and a copy: the library's result is its own
         "conv1x1": (lambda x: torch.relu(F.conv2d(x, w.view(40, 63, 1, 1)[:, :24].contiguous(), b)),
                     (torch.randn(2, 24, 5, 7),), False),

@@ -44,8 +44,11 @@ CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_ME
 # at M=8192) the up projection's "library + epilogue" timed 0.18 ms more than the gate projection's "library"
 # alone, the same GEMM: the pass moves 540 MB, so it ran at 3.0 TB/s where a copy runs at 4.3. So
 # max-autotune also times the library call with the epilogue on tiles shaped as our pointwise kernels'
-# blocks (1024 and 4096 elements, 8 and 16 a thread, rows of 128 for 16-byte accesses along N). Not yet
-# measured on a GPU; they replace the default's pick only when MIN_GAIN faster (gemm_launch.py).
+# blocks (1024 and 4096 elements, 8 and 16 a thread, rows of 128 for 16-byte accesses along N). Compiled for
+# sm_90 offline (triton.compile, SwiGLU's up projection 512x11008x4096 with ACC_FROM_MEMORY): every access is
+# 128-bit (LDG.E.128 / STG.E.128: 2 loads and 1 store a thread for 8x128 on 4 warps, 4 and 2 for 32x128 on
+# 8, 16 and 8 for the GEMM's 128x128 on 8) and nothing spills. Not yet timed on a GPU; they replace the
+# default's pick only when MIN_GAIN faster (gemm_launch.py).
 EPILOGUE_ONLY_CONFIGS = [GemmConfig(8, 128, 16, 4, 1), GemmConfig(32, 128, 16, 8, 1)]
 INTERPRETER_PROGRAMS = 3  # a persistent config under the interpreter: few programs, several tiles each
 DISPLAY_PROGRAMS = 132  # an H200's SMs, for the record when no GPU is there to ask

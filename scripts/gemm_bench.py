@@ -24,36 +24,18 @@ Runners, side by side in one process on the same inputs (every output checked ag
                   "max-autotune" also replays CUDA graphs (torch._inductor.list_mode_options), which our
                   max-autotune does not, so a host-bound case compares like with like only against this one
 Times: on the GPU the median of GPU_ROUNDS rounds of triton.testing.do_bench medians, the runners in turn in
-each round, after Inductor's compile workers are shut down and the host is quiet (Note [Fair GPU timing]);
-on the CPU (shared, loaded machines) the fastest of many single calls, the runners interleaved call by call
-(cpu_best_of); the load average before and after is printed with the table. On a shared, oversubscribed CPU run it with OMP_WAIT_POLICY=passive: OpenMP workers
-that spin at a barrier lose their timeslices to the other tenants, and every parallel region (ours, Inductor's,
-torch's) then waits for one (measured: SwiGLU at batch 1 took 15.7 ms per call with spinning workers, 3.2 ms
-with passive ones, eager 3.2 ms, load average 16 on 2 cores).
+each round, after Inductor's compile workers are shut down and the host is quiet (Note [Fair GPU timing] in
+scripts/fair_timing.py: in the H200 run of 2026-12-02, before it, gb_template ran the very plan gb_library
+runs at M=512, cuBLAS kept by cuda_refusal, and timed 0.095 ms against 0.074); on the CPU (shared, loaded
+machines) the fastest of many single calls, the runners interleaved call by call (cpu_best_of); the load
+average before and after is printed with the table. On a shared, oversubscribed CPU run it with
+OMP_WAIT_POLICY=passive: OpenMP workers that spin at a barrier lose their timeslices to the other tenants,
+and every parallel region (ours, Inductor's, torch's) then waits for one (measured: SwiGLU at batch 1 took
+15.7 ms per call with spinning workers, 3.2 ms with passive ones, eager 3.2 ms, load average 16 on 2 cores).
 --dry-run runs the GPU cases with tiny shapes on the CPU (the Triton backend under the interpreter, Inductor
 in default mode): it checks the script end to end where there is no GPU; its times mean nothing.
 --e2e writes its JSON after every case (with $OUT set), so a call that runs out of time keeps the cases done;
 one device call per model: --e2e --only hf_llama_prefill, then --e2e --only tv_resnet50.
-
-Note [Fair GPU timing]
-The H200 run of 2026-12-02 timed each runner once, one after the other, right after the runners' first calls,
-of which Inductor's (max-autotune) came last. Inductor's backend wakes its pool of compile workers at every
-compile (torch._inductor.async_compile.maybe_warm_pool: one process per core, each importing torch, for
-seconds), so the runners timed next shared the host with them: the load average went from 1.3 to 4.8 in the
-run, and the host-bound cases came out inconsistent: at M=512, where default mode keeps cuBLAS (templates'
-cuda_refusal), gb_template ran the very plan gb_library runs and timed 0.095 ms against 0.074 (Linear + SiLU)
-and 0.073 against 0.060 (the projection + residual, whose eager, the same cuBLAS call and an add, took 0.034
-and Inductor 0.112). A GPU time is the host's
-time too wherever the host cannot keep the queue ahead of the kernels (do_bench records an event, clears L2,
-calls the function and records another for every sample), so the timing now
-  - shuts Inductor's compile workers down once every runner has made its first call (they start again at
-    Inductor's next compile, outside any timing), then waits until the host is quiet: less than QUIET_CORES
-    of busy CPU over QUIET_WINDOW_S, read from /proc/stat, for at most QUIET_MAX_S (the busy cores seen last
-    are in the report as host_busy_cores);
-  - times the runners in GPU_ROUNDS rounds, each runner once a round in an order that rotates, and reports
-    the median of its rounds' medians, with the rounds in the JSON (`<runner>_rounds_ms`) and their spread
-    in the table's footer: a burst of host load shows as one slow round of every runner timed in it, not as
-    one runner's figure.
 """
 from __future__ import annotations
 
@@ -68,14 +50,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from fair_timing import QUIET_CORES, QUIET_MAX_S, QUIET_WINDOW_S, gpu_rounds, quiet_host  # noqa: E402
+
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
-GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (Note [Fair GPU timing])
-QUIET_CORES, QUIET_WINDOW_S, QUIET_MAX_S = 1.0, 0.5, 30.0
+GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (fair_timing.gpu_rounds)
 PROFILE_CALLS = 10  # --kernels
 E2E_CASES = ("hf_llama_prefill", "tv_resnet50")
 CANDIDATES_SHOWN_UP_TO = 4  # templates per case whose every autotune candidate is printed
@@ -241,19 +225,6 @@ def cpu_best_of(functions: dict, threads: int) -> dict:
     return best
 
 
-def gpu_rounds(functions: dict) -> dict:
-    """name -> the do_bench median of each of GPU_ROUNDS rounds, the runners in turn in each round, the first
-    of a round rotating (Note [Fair GPU timing])."""
-    from triton.testing import do_bench
-
-    names, rounds = list(functions), {name: [] for name in functions}
-    for r in range(GPU_ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            rounds[name].append(float(do_bench(functions[name], warmup=GPU_WARMUP_MS, rep=GPU_REP_MS,
-                                               return_mode="median")))
-    return rounds
-
-
 def kernel_profiles(functions: dict, calls: int = PROFILE_CALLS) -> dict:
     """name -> what one call runs on the GPU, from torch.profiler over `calls` calls (--kernels): the GPU time
     of its kernels, their number, the host's time a call (the calls queued back to back, one sync at the end)
@@ -304,39 +275,6 @@ def kernels_text(reports: list[dict]) -> str:
             lines.append(f"{r['name']:28s} {name:12s} kernels {profile['kernel_us']:8.1f} us in "
                          f"{profile['kernels']:.0f}, host {profile['host_us']:7.1f} us a call; {top}")
     return "\n".join(lines)
-
-
-def host_busy_cores(window_s: float = QUIET_WINDOW_S) -> float | None:
-    """CPU cores busy over the next window_s seconds, all processes (from /proc/stat); None where unreadable."""
-    def sample():
-        with open("/proc/stat") as stat:
-            values = [int(v) for v in stat.readline().split()[1:]]
-        return sum(values), values[3] + (values[4] if len(values) > 4 else 0)  # total, idle + iowait
-    try:
-        total0, idle0 = sample()
-        time.sleep(window_s)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    ticks = total1 - total0
-    return (ticks - (idle1 - idle0)) / ticks * (os.cpu_count() or 1) if ticks > 0 else 0.0
-
-
-def quiet_host(max_s: float = QUIET_MAX_S) -> float | None:
-    """Shut Inductor's compile workers down and wait (at most max_s) until the host is quiet; the busy cores
-    seen last (Note [Fair GPU timing])."""
-    try:
-        from torch._inductor import async_compile
-        shutdown = getattr(async_compile, "shutdown_compile_workers", None)
-        if shutdown is not None:
-            shutdown()
-    except Exception:  # noqa: BLE001 - an Inductor without it still gets the wait
-        traceback.print_exc()
-    deadline, busy = time.perf_counter() + max_s, None
-    while True:
-        busy = host_busy_cores()
-        if busy is None or busy < QUIET_CORES or time.perf_counter() >= deadline:
-            return busy
 
 
 def runners(model, device: str, dry_run: bool, wanted) -> dict:
@@ -391,7 +329,7 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
         if run_device == "cuda" or dry_run:  # the dry run takes the same steps, but waits only briefly
             report["host_busy_cores"] = quiet_host(QUIET_MAX_S if run_device == "cuda" else QUIET_WINDOW_S)
         if run_device == "cuda":
-            rounds = gpu_rounds(timed)
+            rounds = gpu_rounds(timed, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
             times = {name: statistics.median(values) for name, values in rounds.items()}
             report.update({f"{name}_rounds_ms": values for name, values in rounds.items()})
             if kernels:
@@ -480,7 +418,7 @@ def table(reports: list[dict], load: list) -> str:
 
 
 def timing_notes(reports: list[dict]) -> list[str]:
-    """The GPU rounds' widest spread and the host's busy cores when timing began (Note [Fair GPU timing])."""
+    """The GPU rounds' widest spread and the host's busy cores when timing began (fair_timing.py)."""
     lines = []
     spreads = [(max(v) / min(v), r["name"], key[:-len("_rounds_ms")]) for r in reports for key, v in r.items()
                if key.endswith("_rounds_ms") and v and min(v) > 0]

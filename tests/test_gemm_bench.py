@@ -1,7 +1,8 @@
-"""scripts/gemm_bench.py's timing (Note [Fair GPU timing]): Inductor's compile workers are shut down and the host
-waited on before timing, the GPU runners are timed in rounds in a rotating order and reported by the median
-round, and the JSON is written after every case; checked with stand-ins for do_bench and /proc/stat, and by a
---dry-run of the script (tiny shapes on the CPU, Triton under the interpreter)."""
+"""scripts/gemm_bench.py and the timing it takes from scripts/fair_timing.py (Note [Fair GPU timing]):
+Inductor's compile workers are shut down and the host waited on before timing, the GPU runners are timed in
+rounds in a rotating order and reported by the median round, the JSON is written after every case, and
+--kernels sums a runner's GPU kernels; checked with stand-ins for do_bench, /proc/stat and the profiler, and
+by a --dry-run of the script (tiny shapes on the CPU, Triton under the interpreter)."""
 import importlib.util
 import json
 import os
@@ -14,15 +15,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("gemm_bench", ROOT / "scripts" / "gemm_bench.py")
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_gpu_runners_are_timed_in_rotating_rounds(bench, monkeypatch):
+@pytest.fixture(scope="module")
+def bench():
+    return _script("gemm_bench")
+
+
+@pytest.fixture(scope="module")
+def fair():
+    return _script("fair_timing")
+
+
+def test_gpu_runners_are_timed_in_rotating_rounds(fair, monkeypatch):
     import triton.testing
 
     order = []
@@ -33,27 +43,27 @@ def test_gpu_runners_are_timed_in_rotating_rounds(bench, monkeypatch):
         return float(next(times))
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
     functions = {name: (lambda name=name: order.append(name)) for name in ("eager", "gb_autotune", "inductor")}
-    rounds = bench.gpu_rounds(functions)
-    assert all(len(v) == bench.GPU_ROUNDS for v in rounds.values()), rounds
+    rounds = fair.gpu_rounds(functions, 5, 10, 40)
+    assert all(len(v) == 5 for v in rounds.values()), rounds
     firsts = order[::len(functions)]
     assert firsts[:3] == ["eager", "gb_autotune", "inductor"], order  # no runner is always first after the wait
-    for r in range(bench.GPU_ROUNDS):  # each round times every runner once
+    for r in range(5):  # each round times every runner once
         assert sorted(order[r * 3:(r + 1) * 3]) == sorted(functions), order
 
 
-def test_quiet_host_shuts_inductors_workers_down_and_waits(bench, monkeypatch):
+def test_quiet_host_shuts_inductors_workers_down_and_waits(fair, monkeypatch):
     from torch._inductor import async_compile
 
     shut, busy = [], iter([3.5, 2.0, 0.4, 0.1])
     monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: shut.append(True))
-    monkeypatch.setattr(bench, "host_busy_cores", lambda window_s=0: next(busy))
-    assert bench.quiet_host(max_s=60) == 0.4 and shut == [True]
-    monkeypatch.setattr(bench, "host_busy_cores", lambda window_s=0: 5.0)
-    assert bench.quiet_host(max_s=0) == 5.0  # never quiet: it gives up at the deadline
+    monkeypatch.setattr(fair, "host_busy_cores", lambda window_s=0: next(busy))
+    assert fair.quiet_host(max_s=60) == 0.4 and shut == [True]
+    monkeypatch.setattr(fair, "host_busy_cores", lambda window_s=0: 5.0)
+    assert fair.quiet_host(max_s=0) == 5.0  # never quiet: it gives up at the deadline
 
 
-def test_host_busy_cores_reads_the_machine(bench):
-    busy = bench.host_busy_cores(0.05)
+def test_host_busy_cores_reads_the_machine(fair):
+    busy = fair.host_busy_cores(0.05)
     assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 1e-6
 
 

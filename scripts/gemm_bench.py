@@ -34,7 +34,8 @@ and every parallel region (ours, Inductor's, torch's) then waits for one (measur
 15.7 ms per call with spinning workers, 3.2 ms with passive ones, eager 3.2 ms, load average 16 on 2 cores).
 --dry-run runs the GPU cases with tiny shapes on the CPU (the Triton backend under the interpreter, Inductor
 in default mode): it checks the script end to end where there is no GPU; its times mean nothing.
---e2e writes its JSON after every case (with $OUT set), so a call that runs out of time keeps the cases done;
+--e2e writes its JSON after every case and once a case is timed (with $OUT set), so a call that runs out of
+time keeps what it measured;
 one device call per model: --e2e --only hf_llama_prefill, then --e2e --only tv_resnet50.
 """
 from __future__ import annotations
@@ -297,7 +298,10 @@ def runners(model, device: str, dry_run: bool, wanted) -> dict:
     return {name: make() for name, make in makers.items() if name == "eager" or name in wanted}
 
 
-def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kernels: bool = False) -> dict:
+def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kernels: bool = False,
+             checkpoint=None) -> dict:
+    """One case's report; `checkpoint(report)` hears it once timed, before the autotune choices (which
+    compile the model once more: an end-to-end case's figures are saved first)."""
     from engine.run import compare, flatten_outputs
 
     run_device = "cpu" if dry_run else device
@@ -337,12 +341,15 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
         else:
             times = cpu_best_of(timed, threads)
     report.update({f"{name}_ms": ms for name, ms in times.items()})
-    if "gb_autotune" in timed:
-        report["gb_autotune_choices"] = autotune_choices(model, inputs, device, run_device)
     for name in ("gb_library", "gb_template", "gb_autotune"):
         for base in ("inductor", "inductor_default", "inductor_autotune", "inductor_nocg", "eager"):
             if report.get(f"{name}_ms") and report.get(f"{base}_ms"):
                 report[f"{name}_over_{base}"] = report[f"{name}_ms"] / report[f"{base}_ms"]
+    print("[gemm]   ms: " + ", ".join(f"{name} {ms:.4f}" for name, ms in times.items()), flush=True)
+    if checkpoint is not None:
+        checkpoint(report)
+    if "gb_autotune" in timed:
+        report["gb_autotune_choices"] = autotune_choices(model, inputs, device, run_device)
     return report
 
 
@@ -484,18 +491,22 @@ def main(argv=None) -> int:
         run_case(selected[0], args.device, args.threads, args.dry_run, only_runners)
     suffix = ("_e2e" if args.e2e else "") + ("_dry" if args.dry_run else "")
     path = Path(os.environ["OUT"]) / f"gemm_bench_{args.device}{suffix}.json" if os.environ.get("OUT") else None
+
+    def save(extra=()) -> None:  # after every case, and once it is timed: a call that runs out of time keeps it
+        if path is not None:
+            path.write_text(json.dumps({"load": [load_before, os.getloadavg()], "cases": reports + list(extra)},
+                                       indent=2, default=str))
     for case in selected:
         print(f"[gemm] {case['name']}", flush=True)
         try:
-            reports.append(run_case(case, args.device, args.threads, args.dry_run, only_runners, args.kernels))
+            reports.append(run_case(case, args.device, args.threads, args.dry_run, only_runners, args.kernels,
+                                    checkpoint=lambda report: save([report])))
         except Exception as error:  # noqa: BLE001
             traceback.print_exc()
             reports.append({"name": case["name"], "error": f"{type(error).__name__}: {str(error)[:300]}"})
         if args.device == "cuda" and not args.dry_run:
             torch.cuda.empty_cache()
-        if path is not None:  # after every case: a call that runs out of time keeps what it measured
-            path.write_text(json.dumps({"load": [load_before, os.getloadavg()], "cases": reports}, indent=2,
-                                       default=str))
+        save()
     print(table(reports, [load_before, os.getloadavg()]), flush=True)
     print(choices_text(reports), flush=True)
     if args.kernels:

@@ -99,3 +99,18 @@ def test_kernel_summary_counts_gpu_kernels_a_call(bench):
     assert list(summary["by_kernel"]) == ["ampere_bf16_gemm", "template_0"], summary
     text = bench.kernels_text([{"name": "swiglu M=8192", "kernels": {"gb_autotune": {"host_us": 40.0, **summary}}}])
     assert "135.0 us in 3" in text and "host    40.0 us" in text, text
+
+
+def test_a_case_is_saved_once_timed_before_its_autotune_choices(bench, monkeypatch):
+    """The choices compile the model once more (minutes for an end-to-end case): the figures are saved first."""
+    import torch
+
+    events = []
+    monkeypatch.setattr(bench, "autotune_choices", lambda *args: events.append("choices") or [])
+    case = {"name": "linear M=16", "model": bench.MODELS["linear"](16, 32), "dtype": torch.float32,
+            "inputs": lambda: (torch.randn(16, 16),)}
+    monkeypatch.setattr(bench, "CPU_SECONDS", 0.0)
+    report = bench.run_case(case, "cpu", 1, False, {"gb_autotune"},
+                            checkpoint=lambda report: events.append(("saved", report.get("gb_autotune_ms"))))
+    assert [e if isinstance(e, str) else e[0] for e in events] == ["saved", "choices"], events
+    assert events[0][1] and report["gb_autotune_ok"], (events, report)

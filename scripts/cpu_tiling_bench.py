@@ -6,10 +6,12 @@ Qwen3-style decoder (Hugging Face code, random weights) in bfloat16, float16 and
     python scripts/cpu_tiling_bench.py --threads 2                       # every case
     python scripts/cpu_tiling_bench.py --threads 2 --only qwen3_bf16,layernorm_bf16 --repeats 5
 
-Each case is checked against eager first. Times are torch.utils.benchmark medians (engine/tools/bench.py's
-median_ms, with the thread count given); with --repeats R the three runners are timed in turn R times and each
-keeps its best median, because on a shared machine the noise only ever adds time. Every row carries the 1-minute
-load average measured with it: ratios (ours / Inductor) hold up under load much better than absolute times.
+Each case is checked against eager first. The three runners are then timed in short slices taken in turn
+(Note [Interleaved slices]): a ratio is the median over rounds of the two runners' slices in the same round,
+and each runner's milliseconds are its fastest slice, because on a shared machine the noise only ever adds
+time. --slice 0 times them as before: one torch.utils.benchmark median (engine/tools/bench.py's median_ms)
+per runner per repeat, each keeping its best. Every row carries the 1-minute load average measured with it:
+ratios (ours / Inductor) hold up under load much better than absolute times.
 Where even they do not (two cores shared by several busy programs: a runner descheduled for whole time
 slices gave medians of 8 and 12 ms for 0.3 ms of work), run with OMP_WAIT_POLICY=passive: with the default
 policy a thread done with a parallel region spins on the core its partner needs (scripts/train_bench.py says
@@ -20,8 +22,10 @@ The Qwen3 cases need transformers and are skipped without it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -98,6 +102,67 @@ def cpu_cases() -> list[dict]:
     return cases
 
 
+# Note [Interleaved slices]
+# Two cores shared with other programs: the load changes from one second to the next, and a runner timed in
+# one window of 0.2 s after another was timed in the window before compares two different machines. The same
+# two compiled x.t() + y (1024x1024 fp32, 2 threads) timed call by call in turn (ours, Inductor, ours, ...)
+# came out equal to 4% at every quantile (p10 0.509 vs 0.517 ms, p50 0.861 vs 0.899 at load 5.3; at one
+# thread p10 0.325 vs 0.327), and so did the kernels alone (0.256 vs 0.251 ms at one thread: the same 16x16
+# tiles, the same halves of the rows per thread), while one window per runner per repeat (best of three)
+# gave 0.93, 1.04, 1.33, 0.93, 0.83 and 1.44 in six runs at load 0.9-2.4. So each repeat's time is cut into
+# slices of about --slice seconds, the runners take one slice each per round (the order rotates every round,
+# so none always follows the same one: eager's calls leave the caches and the allocator in their own state),
+# and the ratio of two runners is the median over the rounds of the ratio of their slices in that round,
+# which ran a few milliseconds apart under nearly the same load; a burst that hits one of them is one
+# outlier among thirty. Each runner's milliseconds are its fastest slice (noise only ever adds time). At
+# load 5.4, eight such runs of x.t() + y gave ratios 0.97-1.13 by the median of paired slices, 0.67-1.23 by
+# the fastest slice of each. The time per runner is the same as before (repeats x min-time); a slice is at
+# least one call.
+SLICE_SECONDS = 0.02
+
+
+def sliced_ms(runners: dict, inputs: tuple, min_time: float, repeats: int, slice_seconds: float,
+              clock=time.perf_counter) -> tuple[dict, list[float]]:
+    """Per runner, the milliseconds per call of each of its slices, round by round (Note [Interleaved
+    slices]), by `clock` (wall clock, or time.process_time for --cpu-time); and the 1-minute load averages
+    seen along the way."""
+    calls = {}
+    for name, fn in runners.items():  # warm up, then size a slice from the fastest of three calls
+        fn(*inputs)
+        once = []
+        for _ in range(3):
+            start = clock()
+            fn(*inputs)
+            once.append(clock() - start)
+        calls[name] = max(1, int(slice_seconds / max(min(once), 1e-9)))
+    rounds = max(1, round(repeats * min_time / slice_seconds))
+    times: dict = {name: [] for name in runners}
+    loads = []
+    names = list(runners)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection inside one runner's slice would be charged to it alone
+    try:
+        for index in range(rounds):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                fn, count = runners[name], calls[name]
+                start = clock()
+                for _ in range(count):
+                    fn(*inputs)
+                times[name].append((clock() - start) / count * 1e3)
+            if index % 10 == 9 or index == rounds - 1:
+                loads.append(os.getloadavg()[0])
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times, loads
+
+
+def paired_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median over rounds of ours / theirs in the same round (Note [Interleaved slices])."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
 def cpu_ms(fn, inputs: tuple, min_time: float) -> float:
     """Milliseconds of this process's CPU time per call (--cpu-time): calls are repeated for about `min_time`
     seconds of CPU. On one thread this counts only the work itself: time the scheduler gives to other programs
@@ -112,7 +177,8 @@ def cpu_ms(fn, inputs: tuple, min_time: float) -> float:
     return (time.process_time() - start) / calls * 1e3
 
 
-def run_case(case: dict, threads: int, min_time: float, repeats: int, cpu_time: bool = False) -> dict:
+def run_case(case: dict, threads: int, min_time: float, repeats: int, cpu_time: bool = False,
+             slice_seconds: float = SLICE_SECONDS) -> dict:
     from engine.pipeline import compile as glassbox_compile
     from engine.run import verify
     from engine.tools.bench import median_ms
@@ -134,18 +200,26 @@ def run_case(case: dict, threads: int, min_time: float, repeats: int, cpu_time: 
         torch._dynamo.reset()
         runners["inductor"] = torch.compile(model)
         report["verify_inductor"] = verify(model, inputs, runners["inductor"](*inputs), tolerance)["ok"]
-        best = {name: float("inf") for name in runners}
-        loads = []
-        for _ in range(repeats):
-            for name, fn in runners.items():
-                ms = cpu_ms(fn, inputs, min_time) if cpu_time else \
-                    median_ms(fn, inputs, threads, min_time, f"{case['name']} {name}")[0]
-                best[name] = min(best[name], ms)
-            loads.append(os.getloadavg()[0])
+        ratios = None
+        if slice_seconds > 0:
+            times, loads = sliced_ms(runners, inputs, min_time, repeats, slice_seconds,
+                                     time.process_time if cpu_time else time.perf_counter)
+            best = {name: min(slices) for name, slices in times.items()}
+            ratios = {other: paired_ratio(times["glassbox"], times[other]) for other in ("inductor", "eager")}
+        else:  # one window per runner per repeat
+            best = {name: float("inf") for name in runners}
+            loads = []
+            for _ in range(repeats):
+                for name, fn in runners.items():
+                    ms = cpu_ms(fn, inputs, min_time) if cpu_time else \
+                        median_ms(fn, inputs, threads, min_time, f"{case['name']} {name}")[0]
+                    best[name] = min(best[name], ms)
+                loads.append(os.getloadavg()[0])
         torch._dynamo.reset()
     report.update({f"{name}_ms": ms for name, ms in best.items()})
-    report["ours_vs_inductor"] = best["glassbox"] / best["inductor"]
-    report["ours_vs_eager"] = best["glassbox"] / best["eager"]
+    ratios = ratios or {other: best["glassbox"] / best[other] for other in ("inductor", "eager")}
+    report["ours_vs_inductor"] = ratios["inductor"]
+    report["ours_vs_eager"] = ratios["eager"]
     report["load_avg_1m"] = max(loads)
     return report
 
@@ -154,11 +228,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated case names")
-    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing (blocked_autorange)")
-    parser.add_argument("--repeats", type=int, default=3, help="timing rounds; each runner keeps its best median")
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timing per runner per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="timing rounds; each runner keeps its best (see --slice)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time CPU seconds per call on one thread instead of wall-clock medians on --threads: "
                              "a ratio that holds on a loaded machine (see cpu_ms)")
+    parser.add_argument("--slice", type=float, default=SLICE_SECONDS,
+                        help="seconds per interleaved timing slice (Note [Interleaved slices]); 0: one "
+                             "blocked_autorange median per runner per repeat, as before")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from engine.tools.bench import set_threads
@@ -174,7 +251,7 @@ def main() -> int:
           f"({'CPU time, 1 thread' if args.cpu_time else f'{args.threads} threads'}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})", file=sys.stderr)
     for case in cases:
-        report = run_case(case, args.threads, args.min_time, args.repeats, args.cpu_time)
+        report = run_case(case, args.threads, args.min_time, args.repeats, args.cpu_time, args.slice)
         reports.append(report)
         if "skipped" in report:
             print(f"{report['name']:20} skipped: {report['skipped']}", file=sys.stderr)

@@ -6,6 +6,9 @@
     python scripts/train_bench.py --device cuda         # H200: bf16 transformer block (B=8, T=1024, D=1024) and a
                                                         # small Llama-style model, default and reduce-overhead modes
     python scripts/train_bench.py --device cpu --small  # tiny shapes (checks the script; times mean nothing)
+    python scripts/train_bench.py --device cuda --partition save-library-operands
+                                                        # our partition saving what a backward matmul reads
+                                                        # (Note [Operands the backward stores])
     python scripts/train_bench.py --device cuda --cases llama --modes default --profile $OUT/train_profile
                                                         # also where the time goes: torch.profiler summaries and
                                                         # tables of ours and Inductor (Note [Training-step profile])
@@ -196,6 +199,7 @@ def table(reports: list[dict]) -> str:
         lines.append("reduce-overhead: saved bytes include the forward's static copy of its activation input "
                      "(ours and Inductor's alike; see the docstring)")
     loads = sorted({round(r["load_avg_1m"], 2) for r in reports if "load_avg_1m" in r})
+    lines.append(f"our partition: {os.environ.get('GLASSBOX_PARTITION') or 'min-memory'}")
     lines.append(f"load average (1 min) while measuring: {', '.join(map(str, loads))}; "
                  f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; ours/ind below 1: Glassbox is faster")
     return "\n".join(lines)
@@ -214,6 +218,10 @@ def main(argv=None) -> int:
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
                         help="our GEMM templates (Note [GEMM templates]): auto (the heuristic), on, off (library calls)")
+    parser.add_argument("--partition", choices=("min-memory", "save-library-operands"), default=None,
+                        help="our partition (GLASSBOX_PARTITION, Note [Operands the backward stores] in "
+                             "engine/partition.py): min-memory (the default) recomputes cheap values even where "
+                             "a backward matmul reads them; save-library-operands saves those instead")
     parser.add_argument("--json", metavar="PATH", help="also write the reports as JSON here")
     parser.add_argument("--cases", default=None, help="comma-separated words; only the cases whose name has one "
                                                       "(e.g. llama, transformer)")
@@ -223,6 +231,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dump-code", action="store_true",
                         help="with --profile: also write ours (an exploration of the step) and Inductor's code")
     args = parser.parse_args(argv)
+    if args.partition:
+        os.environ["GLASSBOX_PARTITION"] = args.partition  # read by each compile's partition
     small, device = args.small, args.device
     min_time = args.min_time if args.min_time is not None else (0.3 if device == "cuda" else 1.0)
     if device == "cpu":

@@ -110,6 +110,38 @@ def test_matmul_outputs_are_saved_not_recomputed():
     assert partition["saved_bytes"] == 8 * 4 * 4  # tanh's output (its backward is 1 - tanh^2), kept once
 
 
+def test_saving_the_backward_library_operands(monkeypatch):
+    """Note [Operands the backward stores]: with GLASSBOX_PARTITION=save-library-operands a value that a
+    library call of the backward reads (the matmul's operand cos(sin(x)), read again for w's gradient) is saved
+    instead of recomputed, while what only a pointwise backward reads (sin(x), for cos's) is still recomputed;
+    in the transformer block every recomputed value but views was such an operand, so the partition saves
+    all that the backward reads. Gradients stay eager's; an unknown policy is refused by name."""
+    def chain_then_matmul(x, w):
+        return x.sin().cos() @ w
+
+    default = next(g for g in _train(chain_then_matmul, (torch.randn(32, 64), torch.randn(64, 16))).graphs
+                   if g.phase == "forward").partition
+    spec = load_model_file("transformer_block")
+    block_default = next(g for g in _train(spec.model.train(), spec.example_inputs).graphs
+                         if g.phase == "forward").partition
+    monkeypatch.setenv("GLASSBOX_PARTITION", "save-library-operands")
+    exploration = _train(chain_then_matmul, (torch.randn(32, 64), torch.randn(64, 16)))
+    _check_step(exploration)
+    partition = next(g for g in exploration.graphs if g.phase == "forward").partition
+    assert {s["op"] for s in partition["saved"]} >= {"cos.default"}
+    assert "sin.default" in {r["op"] for r in partition["recomputed"]}
+    assert partition["saved_bytes"] == 32 * 64 * 4 and default["saved_bytes"] == 0
+    block = _train(spec.model.train(), spec.example_inputs)
+    _check_step(block)
+    block_partition = next(g for g in block.graphs if g.phase == "forward").partition
+    views = {"view.default", "permute.default", "alias.default", "transpose.int", "t.default", "expand.default"}
+    assert {r["op"] for r in block_partition["recomputed"]} <= views, block_partition["recomputed"]
+    assert block_default["saved_bytes"] < block_partition["saved_bytes"] == block_partition["saved_all_bytes"]
+    monkeypatch.setenv("GLASSBOX_PARTITION", "fastest")
+    with pytest.raises(Exception, match="GLASSBOX_PARTITION='fastest'"):
+        _train(chain_then_matmul, (torch.randn(4, 8), torch.randn(8, 2)))
+
+
 def test_compile_trains():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))

@@ -114,3 +114,18 @@ def test_a_case_is_saved_once_timed_before_its_autotune_choices(bench, monkeypat
                             checkpoint=lambda report: events.append(("saved", report.get("gb_autotune_ms"))))
     assert [e if isinstance(e, str) else e[0] for e in events] == ["saved", "choices"], events
     assert events[0][1] and report["gb_autotune_ok"], (events, report)
+
+
+def test_a_host_busy_by_itself_is_waited_on_once(bench, monkeypatch):
+    """After one wait that ran out (a baseline load, not Inductor's workers), later cases barely wait."""
+    waits = []
+
+    def run_case(case, *args, quiet_max_s, **kwargs):
+        waits.append(quiet_max_s)
+        return {"name": case["name"], "host_busy_cores": 3.0}
+    monkeypatch.setattr(bench, "run_case", run_case)
+    monkeypatch.setattr(bench, "cases", lambda *args: [{"name": f"c{i}"} for i in range(3)])
+    monkeypatch.setattr(bench, "table", lambda *args: "")
+    monkeypatch.delenv("OUT", raising=False)
+    bench.main(["--device", "cuda", "--sizes", "512"])
+    assert waits == [bench.QUIET_MAX_S, 2 * bench.QUIET_WINDOW_S, 2 * bench.QUIET_WINDOW_S], waits

@@ -81,16 +81,25 @@ def _linear_silu():
     return (lambda x, w: F.silu(x @ w.T)), (torch.randn(16, 64), torch.randn(176, 64))
 
 
-def test_library_winner_issues_the_calls_default_mode_does(tuned):
-    """Linear + SiLU: default mode (templates off) calls mm and runs its epilogue kernel; max-autotune with
-    "library + epilogue" chosen calls the same GEMM, writing the kernel's output buffer (mm.out), and its
-    epilogue reads the tile from there: nothing else is dispatched (no copy, no allocation, no view)."""
-    fn, inputs = _linear_silu()
+def _swiglu_functional():
+    torch.manual_seed(0)
+    return ((lambda x, wg, wu, wd: (F.silu(x @ wg.T) * (x @ wu.T)) @ wd.T),
+            (torch.randn(16, 64), torch.randn(96, 64), torch.randn(96, 64), torch.randn(64, 96)))
+
+
+@pytest.mark.parametrize("case,gemms", [("linear_silu", 1), ("swiglu", 3)])
+def test_library_winner_issues_the_calls_default_mode_does(case, gemms, tuned):
+    """Linear + SiLU, and the SwiGLU MLP (its gate GEMM alone, the up projection with silu(gate) * up as its
+    epilogue, the down projection alone): default mode (templates off) calls mm for each GEMM and runs the
+    epilogue kernel; max-autotune with every library plan chosen calls the same GEMMs, each writing its
+    kernel's output buffer (mm.out), and the epilogue reads its tile from there: nothing else is dispatched
+    (no copy, no allocation, no view)."""
+    fn, inputs = {"linear_silu": _linear_silu, "swiglu": _swiglu_functional}[case]()
     expected = fn(*inputs)
     default_ops, default_out = _ops_of_second_call(fn, inputs, templates="off")
     tuned_ops, tuned_out = _ops_of_second_call(fn, inputs, mode="max-autotune")
-    assert default_ops == ["aten.mm.default"], default_ops
-    assert tuned_ops == ["aten.mm.out"], tuned_ops
+    assert default_ops == ["aten.mm.default"] * gemms, default_ops
+    assert tuned_ops == ["aten.mm.out"] * gemms, tuned_ops
     assert tuned and all(tuned), tuned  # every epilogue-only launch read its tile from its own output
     torch.testing.assert_close(tuned_out, expected, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(default_out, expected, atol=1e-4, rtol=1e-4)

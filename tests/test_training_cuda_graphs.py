@@ -155,6 +155,7 @@ def _saved_storages(fn, model, x) -> dict[int, int]:
     """Storage address -> bytes of every tensor autograd saves in one forward of fn, the model's parameters
     left out (each model has its own: their addresses say nothing across two models)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    model.zero_grad(set_to_none=True)  # as a step does: a replayed backward's last gradients are free again
     saved: dict[int, int] = {}
 
     def pack(tensor):
@@ -318,9 +319,9 @@ def test_real_replayed_step_does_only_what_cuda_graph_trees_do():
     assert not host.get("cudaGraphInstantiate") and host.get("cudaDeviceSynchronize", 0) * steps <= 1  # the profile's
     recorders = [r for r in triton_build._recorders if r not in before]
     assert len(recorders) == 2 and all(len(r.graphs) == 1 and r.plain_calls == 0 for r in recorders)
+    (forward,) = [r for r in recorders if not r.hand_over_outputs]  # the backward hands its gradients over
 
     ours, default_saved = _saved_storages(compiled, model, x), _saved_storages(default, plain, x)
-    (forward,) = [r for r in recorders if not r.hand_over_outputs]
     (static,) = forward.graphs[()]["statics"]
     assert default_saved.pop(x.untyped_storage().data_ptr()) and ours.pop(static.untyped_storage().data_ptr())
     assert sorted(ours.values()) == sorted(default_saved.values())

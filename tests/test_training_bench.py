@@ -53,3 +53,20 @@ def test_a_function_without_parameters_differentiates_its_inputs():
     # eager autograd keeps gelu(x) for mul's backward; our partition recomputes it from x, which is alive anyway
     assert report["saved_bytes"]["glassbox"] == 0 < report["saved_bytes"]["eager"]
     assert report["ratio_vs_inductor"] is None
+
+
+def test_dumped_code_carries_each_forward_partition(tmp_path):
+    """scripts/train_bench.py --dump-code writes beside every graph's code the forward's partition: what this
+    device's cut saves and recomputes, with bytes and reasons (the H200 block's saved set, read offline)."""
+    import importlib.util
+
+    module_spec = importlib.util.spec_from_file_location("train_bench_script", ROOT / "scripts" / "train_bench.py")
+    script = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(script)
+    sample = script.cases("cpu", True)[0]  # the tiny transformer block
+    script._dump_our_code(sample, "default", "cpu", tmp_path)
+    text = (tmp_path / "graph0.partition.txt").read_text()
+    assert text.startswith("saved ") and "policy min-memory" in text.splitlines()[0]
+    assert any(line.startswith("saved ") and "cheapest cut" in line for line in text.splitlines()[1:])
+    assert any(line.startswith("recomputed ") and "gelu" in line for line in text.splitlines())
+    assert (tmp_path / "graph0.forward.py").exists() and (tmp_path / "graph1.backward.py").exists()

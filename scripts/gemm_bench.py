@@ -510,9 +510,9 @@ def main(argv=None) -> int:
         if busy is not None and busy >= QUIET_CORES and quiet_max_s > 2 * QUIET_WINDOW_S:
             # a host busy by itself (not by Inductor's workers, shut down by then) stays so: waiting the
             # whole QUIET_MAX_S again in every case would only spend the call's time
+            print(f"[gemm] the host stayed busy ({busy:.2f} cores) through the wait: later cases wait at most "
+                  f"{2 * QUIET_WINDOW_S:.1f} s", flush=True)
             quiet_max_s = 2 * QUIET_WINDOW_S
-            print(f"[gemm] the host stayed busy ({busy:.2f} cores) after {QUIET_MAX_S:.0f} s: later cases wait "
-                  f"at most {quiet_max_s:.1f} s", flush=True)
         if args.device == "cuda" and not args.dry_run:
             torch.cuda.empty_cache()
         save()

@@ -1,6 +1,8 @@
 """Column reductions whose kernel also stores a full-size value (Note [Full-size stores of column tiles]): a
-squeeze-excitation-style x * x.mean((2, 3)) over a channels-last x reads along the channels and stores NCHW,
-along the reduction. One kernel, eager's outputs, through both backends; C++ keeps column tiles for it."""
+squeeze-excitation-style x * x.mean((2, 3)) over a channels-last x, made contiguous, reads along the channels
+and stores NCHW, along the reduction (without .contiguous() eager returns the product channels-last, and so do
+we: tests/test_output_strides.py). One kernel, eager's outputs, through both backends; C++ keeps column tiles
+for it."""
 import pytest
 import torch
 
@@ -18,11 +20,11 @@ def _with_nans(*shape):
 
 
 CASES = {
-    "scale_by_mean": (lambda x: x * x.mean((2, 3), keepdim=True), lambda: _channels_last(4, 64, 9, 10)),
-    "two_reductions": (lambda x: torch.sigmoid(x - x.amax((2, 3), keepdim=True)) + x.sum((2, 3), keepdim=True),
-                       lambda: _channels_last(2, 24, 5, 7)),
-    "max_with_nans": (lambda x: x * x.amax((2, 3), keepdim=True), lambda: _with_nans(3, 40, 9, 11)),
-    "stats_and_scaled": (lambda x: (x * x.mean((2, 3), keepdim=True), x.sum((2, 3))),
+    "scale_by_mean": (lambda x: (x * x.mean((2, 3), keepdim=True)).contiguous(), lambda: _channels_last(4, 64, 9, 10)),
+    "two_reductions": (lambda x: (torch.sigmoid(x - x.amax((2, 3), keepdim=True)) +
+                                  x.sum((2, 3), keepdim=True)).contiguous(), lambda: _channels_last(2, 24, 5, 7)),
+    "max_with_nans": (lambda x: (x * x.amax((2, 3), keepdim=True)).contiguous(), lambda: _with_nans(3, 40, 9, 11)),
+    "stats_and_scaled": (lambda x: ((x * x.mean((2, 3), keepdim=True)).contiguous(), x.sum((2, 3))),
                          lambda: _channels_last(3, 130, 6, 6)),
 }
 

@@ -111,6 +111,11 @@ class GraphLowering(torch.fx.Interpreter):
             result, stored = layouts.store_preferred(self.current_node, result, first_new, self.nodes,
                                                      self.layout.preferred)
             self.channels_last += stored
+        if layouts.eager_returns_channels_last(self.current_node, val):
+            placed = layouts.store_channels_last(result, first_new, self.nodes)
+            if placed is not result:
+                self.channels_last.append(placed.node.name)
+            result = placed
         return result
 
     def output(self, target, args, kwargs):

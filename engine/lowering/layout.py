@@ -16,7 +16,13 @@ dimension), as Inductor's layout optimization does:
   maps]), so our elementwise kernels walk and write the tensor in memory order, no transposing store;
 - a convolution's output is promised channels-last, and its weight is converted once and kept while the
   parameter is unchanged (ChannelsLastWeight), so cuDNN sees NHWC arguments and needs no transform kernels;
-- the graph's outputs keep eager's strides (their values are never stored channels-last), and views
+- the graph's outputs keep eager's strides where nothing else reads them (their values are stored
+  channels-last when eager returns them so: `eager_returns_channels_last`, in any graph, as eager's elementwise
+  ops follow a channels-last input; stored NCHW instead, x * x.mean((2, 3)) over a channels-last x came back
+  with other strides than eager's, through a transposing store that made it 1.2x Inductor's time on the H200
+  and 1.3-1.5x on the CPU). An output that another kernel also reads keeps NCHW: the column reduction that reads it
+  (y and y.mean((2, 3)), a squeeze-excitation's input) fuses it as a stored prologue by the order of its
+  logical dims (policy.stored_prologue_of_column), and a channels-last y would fall out of it; and views
   (permute, reshape) never carry the preference across: convnext's permute to NHWC for its layer norm
   already is a channels-last view of a channels-last convolution output.
 
@@ -166,6 +172,16 @@ def _trivial(size) -> bool:
     """Channels-last is the contiguous layout when C or H*W is 1."""
     _, c, h, w = (sympy.sympify(s) for s in size)
     return c == 1 or h * w == 1
+
+
+def eager_returns_channels_last(node: torch.fx.Node, val) -> bool:
+    """Whether `node` is a graph output, read by nothing else of the graph, that eager returns in channels-last
+    strides (and not also contiguous: a trivial C or H*W has both)."""
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or not node.users or \
+            any(u.op != "output" for u in node.users):
+        return False
+    size, stride = tuple(sympy.sympify(s) for s in val.shape), tuple(sympy.sympify(s) for s in val.stride())
+    return not _trivial(size) and stride == tuple(channels_last_strides(size))
 
 
 def store_preferred(node: torch.fx.Node, result, first_new: int, nodes: list[Buffer], preferred: frozenset):

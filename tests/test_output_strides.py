@@ -1,0 +1,54 @@
+"""A graph's outputs come back with eager's strides (Note [Channels-last convolutions], its outputs rule): a
+channels-last input through elementwise ops, a squeeze-excitation product and a reduction broadcast back gives
+channels-last outputs, as eager's elementwise ops follow their input; NCHW inputs stay NCHW. Through the C++
+backend and the Triton interpreter, in the default layout and in a graph that is channels-last around a
+convolution."""
+import pytest
+import torch
+
+import engine
+
+CHANNELS_LAST = torch.channels_last
+
+
+def _se(x):
+    return x * torch.sigmoid(x.mean((2, 3), keepdim=True))
+
+
+def _elementwise(x):
+    return torch.relu(x) + 1, x * 2
+
+
+def _conv_then_add(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1) + x
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("fn,make", [
+    (_se, lambda: (torch.randn(2, 8, 5, 5).to(memory_format=CHANNELS_LAST),)),
+    (_elementwise, lambda: (torch.randn(2, 6, 4, 3).to(memory_format=CHANNELS_LAST),)),
+    (_elementwise, lambda: (torch.randn(2, 6, 4, 3),)),
+    (_conv_then_add, lambda: (torch.randn(1, 4, 6, 6).to(memory_format=CHANNELS_LAST), torch.randn(4, 4, 3, 3))),
+], ids=["se_channels_last", "elementwise_channels_last", "elementwise_nchw", "conv_add_channels_last"])
+def test_outputs_have_eagers_values_and_strides(backend, fn, make):
+    inputs = make()
+    expected = fn(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    compiled = engine.compile(fn, backend=backend)
+    got = compiled(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    for ours, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        # the stride of a size-1 dim says nothing about the layout
+        assert [s for s, n in zip(ours.stride(), ours.shape) if n != 1] == \
+            [s for s, n in zip(theirs.stride(), theirs.shape) if n != 1], (ours.stride(), theirs.stride())
+
+
+def test_a_channels_last_output_is_stored_in_place_not_copied():
+    """The output's own kernel writes it channels-last: one kernel, and the record lists it as so stored."""
+    x = torch.randn(2, 8, 5, 5).to(memory_format=CHANNELS_LAST)
+    exploration = engine.explore(lambda t: torch.relu(t) + 1, (x,), backend="cpp")
+    assert exploration.verify["ok"] and not exploration.errors
+    (graph,) = exploration.graphs
+    assert len(graph.kernels) == 1
+    assert graph.memory["layout"]["buffers"], graph.memory["layout"]

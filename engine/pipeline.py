@@ -194,12 +194,21 @@ def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     return Generated(scheduled, module, wrapper)
 
 
+def replays_cuda_graphs(options: Options) -> bool:
+    """Whether each compiled graph is recorded and replayed as a CUDA graph (Note [CUDA graph replay]):
+    mode="reduce-overhead", and mode="max-autotune" on a GPU, as torch.compile's max-autotune does (its
+    options turn triton.cudagraphs on; "max-autotune-no-cudagraphs" is Inductor's mode without them). Timed
+    without them, our max-autotune ran each call's launches from the host where Inductor's replayed one graph."""
+    return options.mode == "reduce-overhead" or (options.mode == "max-autotune" and options.backend == "triton"
+                                                  and options.device.startswith("cuda"))
+
+
 def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     scheduled = generated.scheduled
     namespace = wrapper_namespace(generated.wrapper)
     cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
     call = load_wrapper(generated.wrapper, namespace)
-    if options.mode == "reduce-overhead":
+    if replays_cuda_graphs(options):
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
                              keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,

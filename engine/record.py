@@ -33,7 +33,9 @@ SCHEMA_VERSION = 3
 STAGE_NAMES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
-# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel on the GPU.
+# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
+# templates against the library, and on a GPU replays CUDA graphs too, as Inductor's max-autotune does
+# (pipeline.replays_cuda_graphs).
 MODES = ("default", "reduce-overhead", "max-autotune")
 
 

@@ -144,3 +144,13 @@ def test_reduce_overhead_with_dynamic_shapes_replays_each_size():
     for rows in (8, 8, 8, 24, 24, 24, 8):
         x = torch.randn(rows, 64, device="cuda")
         torch.testing.assert_close(compiled(x, w).clone(), fn(x, w), atol=1e-5, rtol=1e-5)
+
+
+def test_max_autotune_replays_cuda_graphs_on_a_gpu_as_inductors_does():
+    from engine.pipeline import Options, replays_cuda_graphs
+
+    assert replays_cuda_graphs(Options(backend="triton", device="cuda", mode="max-autotune"))
+    assert replays_cuda_graphs(Options(backend="triton", device="cuda", mode="reduce-overhead"))
+    assert not replays_cuda_graphs(Options(backend="triton", device="cuda"))
+    assert not replays_cuda_graphs(Options(backend="triton", device="cpu", mode="max-autotune"))  # the interpreter
+    assert not replays_cuda_graphs(Options(backend="cpp", mode="max-autotune"))

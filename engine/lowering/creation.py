@@ -1,6 +1,8 @@
 """Tensors made from nothing or from several inputs: full, arange, cat, padding."""
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch
 
@@ -56,8 +58,11 @@ def arange(start, end=None, step=1, **kwargs):
     return pointwise_node(inner_fn)
 
 
+@functools.lru_cache(maxsize=65536)
 def clamp_index(expr, size):
-    """Keep a masked-off read in bounds: the value is discarded, the address must still be valid."""
+    """Keep a masked-off read in bounds: the value is discarded, the address must still be valid. Cached by
+    expression: sympy's Min/Max constructors compare their arguments (a pad or roll's body reruns at the same
+    index for every fusion candidate and every kernel that inlines it; Swin: 168 calls, 1.2 s)."""
     return sympy.Max(0, sympy.Min(expr, size - 1))
 
 

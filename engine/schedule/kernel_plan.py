@@ -13,6 +13,7 @@ the row's accumulator. That one rule decides whether an epilogue can join a redu
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -112,7 +113,10 @@ def reduction_passes(nodes: list[Buffer], reads: Callable[[Buffer], list[str]]) 
     return [passes[k] for k in sorted(passes)]
 
 
+@functools.lru_cache(maxsize=65536)
 def _same(a, b) -> bool:
+    """Cached by expression: every fusion candidate of a kernel asks again whether its reads are the current
+    row, and simplify on a clamped (Min/Max) index costs ~0.2 s (Swin: 4934 calls, 16 distinct reach it)."""
     return sympy.expand(a - b) == 0 or sympy.simplify(a - b) == 0
 
 

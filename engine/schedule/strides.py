@@ -2,6 +2,7 @@
 in tiling.py): what the tiling and the split of reductions decide from."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import sympy
@@ -42,6 +43,13 @@ def kernel_accesses(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored
 
 def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> int | None:
     """offset(variable = step) - offset(variable = 0), the other loop variables at 0; None if not a number."""
+    return _probe_stride(offset, variable, step, tuple(others))
+
+
+@functools.lru_cache(maxsize=65536)
+def _probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others: tuple) -> int | None:
+    """Cached by expression: the tiling and the split of reductions probe the same offsets of a kernel along
+    the same variables, and substituting into a clamped (Min/Max) offset re-evaluates its comparisons."""
     origin = {v: 0 for v in others}
     try:
         moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})

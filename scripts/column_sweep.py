@@ -139,6 +139,8 @@ def main() -> int:
         do_bench = dry_bench  # noqa: F811 - the interpreter has no device timer
 
     wanted = args.only.split(",") if args.only else list(CASES)
+    if set(wanted) - set(CASES):
+        parser.error(f"unknown cases {sorted(set(wanted) - set(CASES))}; choose from {', '.join(CASES)}")
     for name in wanted:
         model, shape = CASES[name]
         shape = tuple(min(d, 16) for d in shape) if args.dry_run else shape

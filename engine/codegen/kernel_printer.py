@@ -4,6 +4,7 @@ bookkeeping (stores, a pass's reductions) and the inlining rule of Note [Fused l
 printer adds its spelling table and hooks: `new_var`, `declare`, `row_value`, the index text, loads, stores."""
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import sympy
@@ -76,10 +77,8 @@ class KernelPrinter(TextHandler):
 
     def simplified(self, expr) -> sympy.Expr:
         """An index over the kernel's loop variables, simplified for their ranges."""
-        expr = sympy.sympify(expr)
-        if self.substitution:
-            expr = expr.subs(self.substitution)
-        expr = simplify_index(sympy.expand(expr), self.index_ranges)
+        expr = _substituted(sympy.sympify(expr), tuple(self.substitution.items()))
+        expr = simplify_index(expr, self.index_ranges)
         self.index_symbols |= expr.free_symbols
         return expr
 
@@ -112,3 +111,12 @@ class KernelPrinter(TextHandler):
         previous = self.tag
         self.tag = LineTag(node.name)
         return lambda: setattr(self, "tag", previous)
+
+
+@functools.lru_cache(maxsize=65536)
+def _substituted(expr: sympy.Expr, substitution: tuple) -> sympy.Expr:
+    """A plan index in the kernel's own loop variables, expanded; cached by expression: every store and load
+    of a kernel asks it again for the same index, and subs re-evaluates a clamped (Min/Max) index."""
+    if substitution:
+        expr = expr.subs(dict(substitution))
+    return sympy.expand(expr)

@@ -244,32 +244,37 @@ def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
 @functools.lru_cache(maxsize=65536)
 def _simplify_cached(expr: Expr, range_items: tuple) -> Expr:
     """Sympy work is the compiler's main cost; the same index is simplified many times per graph."""
-    ranges = dict(range_items)
+    return sympy.expand(_rewrite(expr, range_items))
 
-    def rewrite(e: Expr) -> Expr:
-        if not e.args:
-            return e
-        args = [rewrite(a) for a in e.args]
-        if any(new is not old for new, old in zip(args, e.args)):  # rebuilt only if an argument changed:
-            e = e.func(*args)  # a Min/Max constructor compares its arguments again (0.9 s of Swin's codegen)
-        if isinstance(e, (FloorDiv, ModIndex)):
-            nested = _nested(e)
-            if nested is not None:
-                return rewrite(nested)
-            a, b = e.args
-            if _provably_less(upper_bound(a, ranges), b):
-                return sympy.Integer(0) if isinstance(e, FloorDiv) else a
-            split = _split_by_granule(a, b, ranges)
-            if split is not None:
-                g, large, small = split
-                if isinstance(e, FloorDiv):
-                    return rewrite(FloorDiv(large, b / g))
-                return rewrite(g * ModIndex(large, b / g) + small)
-        if e.is_Add:
-            return _recombine(sympy.expand(e))
-        return e
 
-    return sympy.expand(rewrite(expr))
+def _rewrite(e: Expr, range_items: tuple) -> Expr:
+    return _rewrite_node(e, range_items) if e.args else e
+
+
+@functools.lru_cache(maxsize=262144)
+def _rewrite_node(e: Expr, range_items: tuple) -> Expr:
+    """One node of simplify_index, cached by (node, ranges): distinct indexes of a graph share their terms
+    (Swin's clamped window indexes: the same Min/Max and FloorDiv under hundreds of different sums)."""
+    args = [_rewrite(a, range_items) for a in e.args]
+    if any(new is not old for new, old in zip(args, e.args)):  # rebuilt only if an argument changed:
+        e = e.func(*args)  # a Min/Max constructor compares its arguments again (0.9 s of Swin's codegen)
+    if isinstance(e, (FloorDiv, ModIndex)):
+        nested = _nested(e)
+        if nested is not None:
+            return _rewrite(nested, range_items)
+        ranges = dict(range_items)
+        a, b = e.args
+        if _provably_less(upper_bound(a, ranges), b):
+            return sympy.Integer(0) if isinstance(e, FloorDiv) else a
+        split = _split_by_granule(a, b, ranges)
+        if split is not None:
+            g, large, small = split
+            if isinstance(e, FloorDiv):
+                return _rewrite(FloorDiv(large, b / g), range_items)
+            return _rewrite(g * ModIndex(large, b / g) + small, range_items)
+    if e.is_Add:
+        return _recombine(sympy.expand(e))
+    return e
 
 
 def product(sizes: Iterable[Expr]) -> Expr:

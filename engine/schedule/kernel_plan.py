@@ -117,7 +117,25 @@ def reduction_passes(nodes: list[Buffer], reads: Callable[[Buffer], list[str]]) 
 def _same(a, b) -> bool:
     """Cached by expression: every fusion candidate of a kernel asks again whether its reads are the current
     row, and simplify on a clamped (Min/Max) index costs ~0.2 s (Swin: 4934 calls, 16 distinct reach it)."""
-    return sympy.expand(a - b) == 0 or sympy.simplify(a - b) == 0
+    difference = sympy.expand(a - b)
+    if difference == 0:
+        return True
+    if _nonzero_somewhere(difference):
+        return False  # simplify cannot make it 0: it returns an equal expression (and ~0.04 s saved a call)
+    return sympy.simplify(difference) == 0
+
+
+def _nonzero_somewhere(difference) -> bool:
+    """Whether the difference is a nonzero integer at one point that every symbol's assumptions allow (each
+    symbol an integer of unknown or nonnegative sign, set to a distinct large value)."""
+    symbols = sorted(difference.free_symbols, key=lambda s: s.name)
+    if not all(s.is_integer and s.is_nonpositive is not True and s.is_zero is not True for s in symbols):
+        return False
+    try:
+        value = difference.subs({s: 1009 + 101 * k for k, s in enumerate(symbols)})
+    except (TypeError, ValueError, ZeroDivisionError):
+        return False
+    return bool(value.is_Integer and value != 0)
 
 
 # Note [Iterative inlining]

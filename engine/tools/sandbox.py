@@ -67,13 +67,13 @@ from engine.tools.procfs import (all_processes, cpu_seconds, descendants, pid_na
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.05
+STARTUP_S = 180.0  # the longest a worker may take to import torch and the engine before its job begins
 
 
 def backstop_bytes(memory_mb: int) -> int:
     """The kernel's memory limit, and the private tmpfs size, for a job limited to memory_mb (Note [Memory
     backstop])."""
     return (memory_mb + max(512, memory_mb // 4)) << 20
-STARTUP_S = 180.0  # the longest a worker may take to import torch and the engine before its job begins
 
 
 @dataclass(frozen=True)

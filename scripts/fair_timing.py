@@ -30,6 +30,7 @@ import time
 import traceback
 
 QUIET_CORES, QUIET_WINDOW_S, QUIET_MAX_S = 1.0, 0.5, 30.0
+GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner
 
 
 def host_busy_cores(window_s: float = QUIET_WINDOW_S) -> float | None:
@@ -83,7 +84,8 @@ class QuietHost:
         return busy
 
 
-def gpu_rounds(functions: dict, rounds: int, warmup_ms: float, rep_ms: float) -> dict:
+def gpu_rounds(functions: dict, rounds: int = GPU_ROUNDS, warmup_ms: float = GPU_WARMUP_MS,
+               rep_ms: float = GPU_REP_MS) -> dict:
     """name -> the do_bench median of each of `rounds` rounds, the runners in turn in each round, the first of
     a round rotating."""
     from triton.testing import do_bench

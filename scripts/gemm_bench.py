@@ -57,10 +57,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from fair_timing import QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
+from fair_timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
-GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 5, 10, 40  # per round and runner (fair_timing.gpu_rounds)
 PROFILE_CALLS = 10  # --kernels
 E2E_CASES = ("hf_llama_prefill", "tv_resnet50")
 CANDIDATES_SHOWN_UP_TO = 4  # templates per case whose every autotune candidate is printed
@@ -335,7 +334,7 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
             report["host_busy_cores"] = (quiet or QuietHost())() if run_device == "cuda" else \
                 quiet_host(QUIET_WINDOW_S)
         if run_device == "cuda":
-            rounds = gpu_rounds(timed, GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS)
+            rounds = gpu_rounds(timed)
             times = {name: statistics.median(values) for name, values in rounds.items()}
             report.update({f"{name}_rounds_ms": values for name, values in rounds.items()})
             if kernels:

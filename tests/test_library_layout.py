@@ -42,3 +42,46 @@ def test_a_binding_that_refuses_the_arguments_leaves_the_overload():
     call = LibraryCall(torch.ops.aten.mm.default, refuses)
     torch.testing.assert_close(call(a, b), a @ b)
     assert call.call is torch.ops.aten.mm.default
+
+
+def _size_one_strides(t: torch.Tensor) -> tuple:
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n == 1)
+
+
+def test_graph_outputs_give_size_one_dims_eagers_strides():
+    """Note [Views for libraries]: a keepdim reduction's output (a saved mean, a logsumexp) leaves the graph
+    with the contiguous stride on its size-1 dims, as eager's does, not 0: the next graph may hand it to a
+    library that tests that stride (cuDNN's attention backward refused Stats with last stride 0)."""
+    import engine
+
+    class Stats(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(-1, keepdim=True) * 2, torch.logsumexp(x, -1, keepdim=True), x.sum(0, keepdim=True)
+
+    x = torch.randn(4, 8)
+    expected = [o.stride() for o in Stats()(x)]
+    for backend in ("cpp", "triton"):  # Triton under the interpreter on the CPU
+        outputs = engine.compile(Stats(), backend=backend)(x)
+        for out, ref in zip(outputs, Stats()(x)):
+            torch.testing.assert_close(out, ref)
+        assert [o.stride() for o in outputs] == expected, backend
+
+
+def test_a_refused_layout_is_retried_with_dense_strides_size_one_dims_included():
+    """Note [Views for libraries]: `.contiguous()` keeps a size-1 dim's stride 0, so the retry restrides it."""
+    from engine.codegen.wrapper import LibraryCall
+
+    seen = []
+
+    def picky(t):
+        seen.append(t.stride())
+        if t.stride()[-1] != 1:
+            raise RuntimeError("The stride for the last dimension should be 1")
+        return t * 2
+
+    stats = torch.randn(2, 3, 1)
+    zero_stride = stats.as_strided((2, 3, 1), (3, 1, 0))
+    assert zero_stride.is_contiguous() and zero_stride.contiguous().stride()[-1] == 0  # what .contiguous() keeps
+    call = LibraryCall(picky)
+    torch.testing.assert_close(call(zero_stride), stats * 2)
+    assert seen == [(3, 1, 0), (3, 1, 1)] and call.copies

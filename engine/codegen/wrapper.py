@@ -55,7 +55,14 @@ def _shape(values) -> str:
 # sequence 1 is full of size-1 dims whose fake-tensor stride is 0, and cuBLAS reads such a stride as the
 # leading dimension; its addmm refuses a bias whose last stride is not 1). A library that still refuses an
 # argument's layout gets contiguous copies of its tensor arguments: LibraryCall retries once that way and
-# keeps doing so for that call, so a layout problem costs a copy, never a failed model.
+# keeps doing so for that call, so a layout problem costs a copy, never a failed model. `.contiguous()` alone
+# does not make such copies: torch calls a tensor contiguous whatever its size-1 strides are and returns it
+# as it is, so the retry restrides size-1 dims itself (a view, no copy).
+# A graph's outputs are views of the same kind, because an output is often the next graph's library argument:
+# a training forward's saved tensors are its backward's inputs, handed to the library as they arrive. The
+# logsumexp that cuDNN's attention forward returns (B, H, T, 1) was returned with stride 0 on its last dim;
+# cuDNN's attention backward tests that stride literally ("the stride for the last dimension ... should be 1
+# for Stats"), so the backward fell back to eager, where the same call crashed the process on an H200.
 
 
 def _library_stride(size, stride) -> tuple:
@@ -171,8 +178,18 @@ class LibraryCall:
         return f"LibraryCall({self.target})"
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """`t` in the contiguous layout, size-1 dims included (Note [Views for libraries])."""
+    t, strides, running = t.contiguous(), [], 1
+    for size in reversed(t.shape):
+        strides.insert(0, running)
+        running *= size
+    strides = tuple(strides)
+    return t if t.stride() == strides else t.as_strided(t.shape, strides, t.storage_offset())
+
+
 def _contiguous(tree):
-    return torch.utils._pytree.tree_map(lambda v: v.contiguous() if isinstance(v, torch.Tensor) else v, tree)
+    return torch.utils._pytree.tree_map(lambda v: _dense(v) if isinstance(v, torch.Tensor) else v, tree)
 
 
 # Note [Wrapper arguments]
@@ -382,8 +399,8 @@ def _output(value, graph: LoweredGraph, constants: dict, held: dict) -> str:
             raise ValueError(f"graph output {value.node.name}{list(value.size)} is a view with no strides "
                              f"(its index map is not affine); it must be realized into a buffer before codegen")
         stride, offset = layout
-        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers, held,
-                           False)
+        # size-1 dims with the strides of Note [Views for libraries]: the next graph may hand it to a library
+        return _tensor_arg(TensorArg(value.node.name, tuple(value.size), stride, offset), graph.buffers, held)
     return _value_source(value, constants)
 
 

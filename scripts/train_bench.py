@@ -15,8 +15,9 @@
 
 Each case goes through engine/tools/train_bench.py's bench_train, as `python -m engine bench SAMPLE --train`
 does (Note [Training-step bench]: what a step is, how gradients are checked, how activation memory is counted,
-for ours, Inductor's min-cut and eager autograd). On a GPU each step is timed by triton's do_bench, on the CPU
-the three compilers take turns step by step. `--small` builds the GPU cases' models at tiny sizes in float32
+for ours, Inductor's min-cut and eager autograd). On a GPU the steps are timed as gpu_check times its cases
+(Note [Fair GPU timing]: Inductor's compile workers shut down, a quiet host, rounds of do_bench medians in a
+rotating order, the median round reported), on the CPU the three compilers take turns step by step. `--small` builds the GPU cases' models at tiny sizes in float32
 and, with `--device cpu`, runs them end to end on the CPU: the dry run (gpu_check.py --dry-run) that checks the
 script without a GPU (default mode only: CUDA graphs need one).
 
@@ -38,11 +39,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("OMP_NUM_THREADS", "2")  # our C++ kernels' OpenMP, before any library loads it
 
 import torch  # noqa: E402
@@ -52,6 +55,7 @@ from engine.tools.bench import set_threads  # noqa: E402
 from engine.tools.model_file import ModelSpec, load_model_file  # noqa: E402
 from engine.tools.train_bench import bench_train  # noqa: E402
 from engine.tools import train_profile  # noqa: E402
+from fair_timing import GPU_ROUNDS, QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
 
 
 def _sample_namespace(sample: str) -> dict:
@@ -119,13 +123,16 @@ def _hf_llama(batch: int, tokens: int) -> tuple:
 
 
 def gpu_timer(min_time: float):
-    """triton's do_bench: median and interquartile range in ms (CUDA events, the L2 cache flushed)."""
-    import triton.testing
+    """Note [Fair GPU timing] (scripts/fair_timing.py), as gpu_check's: Inductor's compile workers shut down and
+    a quiet host, then rounds of do_bench medians (CUDA events, the L2 cache flushed), the three steps in a
+    rotating order; a step's time is the median of its rounds, its spread the slowest round minus the fastest.
+    The rounds share `min_time` seconds of timing per step."""
+    quiet = QuietHost()  # one per run: a host busy by itself is waited on once
 
-    def measure(fn):
-        low, median, high = triton.testing.do_bench(fn, warmup=10, rep=int(min_time * 1000),
-                                                    quantiles=[0.25, 0.5, 0.75])
-        return median, high - low
+    def measure(steps: dict) -> dict:
+        quiet()
+        rounds = gpu_rounds(steps, rep_ms=max(1.0, min_time * 1000 / GPU_ROUNDS))
+        return {who: (statistics.median(times), max(times) - min(times)) for who, times in rounds.items()}
 
     return measure
 
@@ -228,7 +235,8 @@ def main(argv=None) -> int:
                                                       "default,reduce-overhead (CUDA)")
     parser.add_argument("--min-time", type=float, default=None, metavar="SECONDS",
                         help="timing per compiler and case: default 1.0 on the CPU (taking turns), 0.3 on a GPU "
-                             "(do_bench's rep: hundreds of steps; the GPU run shares a short device budget)")
+                             "(shared by the rounds of Note [Fair GPU timing]: hundreds of steps; the GPU run "
+                             "shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
                         help="our GEMM templates (Note [GEMM templates]): auto (the heuristic), on, off (library calls)")

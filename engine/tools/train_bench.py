@@ -138,8 +138,8 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     ratio_vs_inductor = glassbox_ms / inductor_ms, compile_s and inductor_compile_s: the first step's seconds,
     verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
-    Steps are timed taking turns (interleaved_ms), or each by `measure(step) -> (median ms, iqr ms)` if given
-    (scripts/train_bench.py passes triton's do_bench on a GPU). After timing, `profile(who, step)` is called
+    Steps are timed taking turns (interleaved_ms), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
+    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in scripts/fair_timing.py). After timing, `profile(who, step)` is called
     for each compiled step, while Inductor's cache directory still exists (scripts/train_bench.py --profile)."""
     import torch._inductor.config as inductor_config
 
@@ -181,7 +181,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
                 report["inductor_error"] = f"{type(error).__name__}: {first_line}"
         say("timing the steps, taking turns" if measure is None else "timing the steps")
         timed = interleaved_ms({who: s[0] for who, s in steps.items()}, min_run_time, device) if measure is None \
-            else {who: measure(s[0]) for who, s in steps.items()}
+            else measure({who: s[0] for who, s in steps.items()})
         for who, (median, spread) in timed.items():
             report[f"{who}_ms"], report[f"{who}_iqr_ms"] = median, spread
             report["saved_bytes"][who] = steps[who][1]()

@@ -198,7 +198,9 @@ def replays_cuda_graphs(options: Options) -> bool:
     """Whether each compiled graph is recorded and replayed as a CUDA graph (Note [CUDA graph replay]):
     mode="reduce-overhead", and mode="max-autotune" on a GPU, as torch.compile's max-autotune does (its
     options turn triton.cudagraphs on; "max-autotune-no-cudagraphs" is Inductor's mode without them). Timed
-    without them, our max-autotune ran each call's launches from the host where Inductor's replayed one graph."""
+    without them, our max-autotune ran each call's launches from the host where Inductor's replayed one graph.
+    An inference graph under max-autotune then times replays against plain launches once and keeps the faster
+    (Note [Replay or launch, timed])."""
     return options.mode == "reduce-overhead" or (options.mode == "max-autotune" and options.backend == "triton"
                                                   and options.device.startswith("cuda"))
 
@@ -212,7 +214,8 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
                              keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,
-                             hand_over_outputs=aten.phase == "backward")
+                             hand_over_outputs=aten.phase == "backward",
+                             choose_by_timing=options.mode == "max-autotune" and aten.phase == "inference")
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

@@ -35,7 +35,8 @@ BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
 # replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
 # templates against the library, and on a GPU replays CUDA graphs too, as Inductor's max-autotune does
-# (pipeline.replays_cuda_graphs).
+# (pipeline.replays_cuda_graphs), except an inference graph that it times faster launched plainly (Note
+# [Replay or launch, timed] in codegen/triton_build.py).
 MODES = ("default", "reduce-overhead", "max-autotune")
 
 

@@ -21,8 +21,9 @@ Runners, side by side in one process on the same inputs (every output checked ag
   inductor_default  torch.compile in default mode (only with --runners: Inductor's max-autotune of a whole
                   ResNet-50 takes minutes, more than a measurement call has)
   inductor_nocg   torch.compile(mode="max-autotune-no-cudagraphs") on the GPU (only with --runners): Inductor's
-                  "max-autotune" also replays CUDA graphs (torch._inductor.list_mode_options), which our
-                  max-autotune does not, so a host-bound case compares like with like only against this one
+                  "max-autotune" replays CUDA graphs (torch._inductor.list_mode_options); ours does too on a
+                  GPU unless it times the graph faster launched plainly (Note [Replay or launch, timed]),
+                  so this runner shows what Inductor's plans take without the replays' input copies
 Times: on the GPU the median of GPU_ROUNDS rounds of triton.testing.do_bench medians, the runners in turn in
 each round, after Inductor's compile workers are shut down and the host is quiet (Note [Fair GPU timing] in
 scripts/fair_timing.py: in the H200 run of 2026-12-02, before it, gb_template ran the very plan gb_library

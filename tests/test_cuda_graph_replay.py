@@ -154,3 +154,84 @@ def test_max_autotune_replays_cuda_graphs_on_a_gpu_as_inductors_does():
     assert not replays_cuda_graphs(Options(backend="triton", device="cuda"))
     assert not replays_cuda_graphs(Options(backend="triton", device="cpu", mode="max-autotune"))  # the interpreter
     assert not replays_cuda_graphs(Options(backend="cpp", mode="max-autotune"))
+
+
+@pytest.mark.parametrize("replay_ms, plain_ms", [(0.31, 0.29), (0.05, 0.40)])
+def test_a_timed_graph_keeps_the_faster_of_replay_and_plain_launches(fake_cuda, monkeypatch, replay_ms, plain_ms):
+    """Note [Replay or launch, timed]: at the first call that could replay, replays and plain calls are timed
+    once; a kernel-bound graph (replays slower: the input copy) launches plainly from then on and drops its
+    recording, a launch-bound one keeps replaying. Every call's output is right either way."""
+    timed = iter([replay_ms, plain_ms])
+    ran = []
+
+    def fake_timer(fn):
+        fn()  # the real timer runs the function too: the work must stay right afterwards
+        ran.append(fn)
+        return next(timed)
+
+    monkeypatch.setattr(triton_build, "device_ms_per_call", fake_timer)
+    weight, bias = torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, choose_by_timing=True)
+    for _ in range(6):
+        x = torch.randn(8)
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    assert len(ran) == 2 and call.choice == {"replay_ms": replay_ms, "plain_ms": plain_ms,
+                                             "replays": replay_ms < plain_ms}
+    if replay_ms < plain_ms:
+        assert not call.launch_plainly and next(iter(call.graphs.values()))["graph"].replays >= 4
+    else:
+        assert call.launch_plainly and not call.graphs
+
+
+def test_only_max_autotune_inference_graphs_choose_by_timing(monkeypatch):
+    """Note [Replay or launch, timed]: training graphs always replay (their replays hand saved tensors and
+    gradients over), and so does reduce-overhead (the user asked for CUDA graphs: the flag needs mode
+    max-autotune; a CPU compile refuses reduce-overhead, so only max-autotune is built here)."""
+    import engine.pipeline as pipeline
+
+    made = []
+    monkeypatch.setattr(pipeline, "replays_cuda_graphs", lambda options: True)
+    monkeypatch.setattr(pipeline, "CudaGraphCall", lambda call, sizes, **flags: made.append(flags) or call)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        pipeline.compile(model, backend="cpp", mode="max-autotune")(x)
+    pipeline.compile(model, backend="cpp", mode="max-autotune")(x).sum().backward()
+    assert [f["choose_by_timing"] for f in made] == [True, False, False]  # inference; forward, backward
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch_bound_one():
+    """Note [Replay or launch, timed] with real CUDA graphs: a Linear 2048 x 4096 -> 11008 with SiLU (bf16) is
+    bound by its GEMM, so replays only add the copy of its input; 16 dependent tiny GEMMs with a tanh are bound
+    by their launches. Outputs match eager both ways."""
+    import engine
+
+    torch._dynamo.reset()
+    before = set(triton_build._recorders)
+    linear = torch.nn.Linear(4096, 11008, bias=False).cuda().to(torch.bfloat16)
+    gemm = engine.compile(lambda x: torch.nn.functional.silu(linear(x)), backend="triton", device="cuda",
+                          mode="max-autotune")
+    x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(gemm(x), torch.nn.functional.silu(linear(x)), atol=2e-2, rtol=2e-2)
+
+    w = torch.randn(64, 64, device="cuda") / 8
+
+    def chain(t):
+        for _ in range(16):
+            t = torch.tanh(t @ w)  # a GEMM between each: 16 launches at least, microseconds of work each
+        return t
+
+    small = torch.randn(64, 64, device="cuda")
+    tiny = engine.compile(chain, backend="triton", device="cuda", mode="max-autotune")
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(tiny(small), chain(small), atol=1e-3, rtol=1e-3)
+    choices = [r.choice for r in triton_build._recorders if r not in before]
+    assert len(choices) == 2 and all(c is not None for c in choices), choices
+    by_plain = sorted(choices, key=lambda c: c["plain_ms"])
+    assert not by_plain[1]["replays"] and by_plain[0]["replays"], choices  # the GEMM takes longer plainly too

@@ -511,6 +511,37 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 # replayed, on the H200), which hides their device time, and the replayed step shows it.
 
 
+# Note [Replay or launch, timed]
+# A CUDA graph saves host time: one launch instead of one a kernel. It costs device time: each replay first
+# copies the inputs that are not read in place (the activation) into the recording's own buffers. A graph that
+# is bound by its kernels (a few large GEMMs: a Linear 2048 x 4096 -> 11008 with its SiLU is two launches and
+# ~0.29 ms of tensor-core work) gains nothing from the launch it saves, since the host is ahead of the GPU
+# anyway, and pays the copy: on the H200 that plan took 0.309 ms replayed against 0.285 ms launched plainly,
+# and at 8192 rows 1.199 against 1.137 ms (gemm_bench, the same plan in both). Inductor's max-autotune replays
+# every graph regardless. Ours measures, since max-autotune is the mode that times its choices: at the first
+# call that could replay, CudaGraphCall (choose_by_timing) times TIMED_CALLS replays, input copies included,
+# and TIMED_CALLS plain calls of the same arguments, on the device's clock, and keeps the faster for good
+# (`choice` holds both times; a graph launched plainly drops its recordings and their memory). A
+# launch-bound graph (a model of hundreds of small kernels) replays, as before. Only inference graphs choose:
+# in training the saved activations and gradients are what replays hand over (Note [Training under CUDA
+# graphs]), and reduce-overhead replays because the user asked for CUDA graphs.
+TIMED_CALLS = 10
+
+
+def device_ms_per_call(fn: Callable[[], Any], calls: int = TIMED_CALLS) -> float:
+    """Milliseconds a call of `fn` adds to the stream in a run of `calls` calls (CUDA events), after one warm-up
+    call: the host's pace when it is behind the GPU, the kernels' when it is ahead."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
 def _pointers_equal_python(tensors, pointers, indices) -> bool:
     return all(tensors[i].data_ptr() == pointers[i] for i in indices)
 
@@ -525,8 +556,11 @@ class CudaGraphCall:
 
     def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), warmup_calls: int = 1,
                  keep_live_outputs: bool = False, static_inputs: frozenset[int] | None = None,
-                 hand_over_outputs: bool = False):
+                 hand_over_outputs: bool = False, choose_by_timing: bool = False):
         self.call = call
+        self.choose_by_timing = choose_by_timing  # Note [Replay or launch, timed]
+        self.choice: dict | None = None  # once timed: replay_ms, plain_ms, replays
+        self.launch_plainly = False
         self.hand_over_outputs = hand_over_outputs  # Note [Gradients a replay hands over]
         self.cached: dict[int, torch.Tensor] = {}  # id -> an output registered as a cached tensor
         weakref.finalize(self, _uncache, self.cached)
@@ -545,11 +579,15 @@ class CudaGraphCall:
         return tuple(args[p] if d is None else args[p].size(d) for p, d in self.sizes)
 
     def __call__(self, boxed: list):
+        if self.launch_plainly:  # Note [Replay or launch, timed]
+            return self.call(boxed)
         args = list(boxed)
         boxed.clear()  # the boxed calling convention: the caller's list no longer holds the inputs
         key = self._key(args) if self.sizes else ()
         entry = self.graphs.get(key)
         if entry is not None and pointers_equal(args, entry["pointers"], entry["fixed"]):
+            if self.choose_by_timing and self.choice is None:
+                return self._choose(entry, args)
             if any(t._use_count() > n for t, n in entry["guarded"]) or any(  # Note [Training under CUDA graphs]
                     storage_use_count(c) > n for c, n in entry["aliased"]):
                 self.plain_calls += 1
@@ -599,6 +637,25 @@ class CudaGraphCall:
                             "handed_over": handed_over, "storages": storages, "aliased": aliased}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)
+
+    def _choose(self, entry: dict, args: list) -> list:
+        """Note [Replay or launch, timed]: time replays against plain calls once, keep the faster, and answer
+        this call the chosen way."""
+        def replay():
+            if entry["copied"]:
+                torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
+            entry["graph"].replay()
+
+        replay_ms = device_ms_per_call(replay)
+        plain_ms = device_ms_per_call(lambda: self.call(list(args)))
+        self.choice = {"replay_ms": replay_ms, "plain_ms": plain_ms, "replays": replay_ms < plain_ms}
+        if self.choice["replays"]:
+            replay()
+            return list(entry["outputs"])
+        self.launch_plainly = True
+        self.graphs.clear()  # the recordings' memory goes back to the allocator
+        self.output_pointers.clear()
+        return self.call(list(args))
 
     def _give_up(self, key) -> None:
         """Note [Gradients a replay hands over]: the recording's outputs that someone still holds are theirs now;

@@ -20,11 +20,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CASES = {  # name -> (model, input shape): the column classes of issue 10 and their neighbours
-    "nchw_sum_dim1": (lambda x: x.sum(1), (32, 256, 56, 56)),
-    "nchw_sum_dim1_c1024": (lambda x: x.sum(1), (32, 1024, 14, 14)),
-    "nchw_sum_dim1_c32": (lambda x: x.sum(1), (32, 32, 112, 112)),
-    "column_sum": (lambda x: x.sum(0), (8192, 8192)),
+F32, BF16, CHANNELS_LAST = torch.float32, torch.bfloat16, torch.channels_last
+CASES = {  # name -> (model, input shape, dtype[, memory format]): the column classes of issue 10, neighbours
+    "nchw_sum_dim1": (lambda x: x.sum(1), (32, 256, 56, 56), F32),
+    "nchw_sum_dim1_c1024": (lambda x: x.sum(1), (32, 1024, 14, 14), F32),
+    "nchw_sum_dim1_c32": (lambda x: x.sum(1), (32, 32, 112, 112), F32),
+    "column_sum": (lambda x: x.sum(0), (8192, 8192), F32),
+    "se_channels_last": (lambda x: x * x.mean((2, 3), keepdim=True), (32, 256, 56, 56), F32, CHANNELS_LAST),
+    # the bias gradients of the bf16 transformer block's backward (B*T = 8192 rows): split by bytes into a
+    # column stage 1 and a combine (Note [Column splits by bytes]); both stages are swept
+    "bias_grad_bf16_4096": (lambda x: x.sum(0), (8192, 4096), BF16),
+    "bias_grad_bf16_3072": (lambda x: x.sum(0), (8192, 3072), BF16),
+    "bias_grad_bf16_1024": (lambda x: x.sum(0), (8192, 1024), BF16),
 }
 
 
@@ -67,16 +74,16 @@ def load_module(source: str):
     return module
 
 
-def sweep_case(name: str, model, shape, do_bench, device: str, most: int | None) -> None:
+def sweep_case(name: str, model, shape, dtype, memory_format, do_bench, device: str, most: int | None) -> None:
     from engine.pipeline import AtenGraph, Options, stage_named
     from engine.tools.aten_graphs import capture_aten
 
-    x = torch.randn(shape, device=device)
+    x = torch.randn(shape, device=device).to(dtype=dtype, memory_format=memory_format)
     if device == "cuda":
         inductor = torch.compile(model)
         inductor(x)
         whole = do_bench(lambda: inductor(x), warmup=10, rep=100, return_mode="median")
-        print(f"== {name} {tuple(shape)}: Inductor whole call {whole:.4f} ms", flush=True)
+        print(f"== {name} {tuple(shape)} {dtype}: Inductor whole call {whole:.4f} ms", flush=True)
     options = Options(backend="triton", device=device)
     for gm, fake_inputs in capture_aten(model, x):
         artifact = AtenGraph(gm, list(fake_inputs))
@@ -142,11 +149,12 @@ def main() -> int:
     if set(wanted) - set(CASES):
         parser.error(f"unknown cases {sorted(set(wanted) - set(CASES))}; choose from {', '.join(CASES)}")
     for name in wanted:
-        model, shape = CASES[name]
+        model, shape, dtype, *memory_format = CASES[name]
         shape = tuple(min(d, 16) for d in shape) if args.dry_run else shape
         torch._dynamo.reset()
         with torch.no_grad():
-            sweep_case(name, model, shape, do_bench, "cpu" if args.dry_run else "cuda", 3 if args.dry_run else None)
+            sweep_case(name, model, shape, dtype, (memory_format or [torch.contiguous_format])[0], do_bench,
+                       "cpu" if args.dry_run else "cuda", 3 if args.dry_run else None)
     return 0
 
 

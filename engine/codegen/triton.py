@@ -28,7 +28,7 @@ from engine.ir.ops import compute_dtype, use_handler
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
-from engine.schedule.split import is_split_stage, split_refusal, wants_column_split
+from engine.schedule.split import column_itemsize, is_split_stage, split_refusal, wants_column_split
 from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import KernelPlan
 
@@ -66,6 +66,7 @@ class TritonKernel:
     tiling: Tiling
     line_tags: list = field(default_factory=list)
     tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
+    itemsize: int = 4  # the column form's narrowest column read, in bytes: its config counts bytes (triton_config)
 
     def grid(self, config: LaunchConfig | None = None) -> tuple | None:
         rows = static_int(self.rows)
@@ -97,7 +98,7 @@ class TritonKernel:
         """What the record shows about this kernel beyond its source (report.py)."""
         return {"triton": {
             "form": self.form, "config": self.config.kwargs(), "grid": self.grid_text(), "int64_index": self.int64,
-            "gpu_config": choose_config(self.form, self.rows, self.red, interpreter=False).kwargs(),
+            "gpu_config": choose_config(self.form, self.rows, self.red, False, self.itemsize).kwargs(),
             "signature": self.signature, "rows": str(self.rows), "red": str(self.red),
             "autotune": self.tuning}, "tiling": self.tiling.record()}
 
@@ -148,8 +149,9 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
     form = kernel_form(kernel, tiling)
     plan = _plan(kernel, tiling, form)
     int64 = _needs_int64(kernel, buffers)
-    config = choose_config(form, plan.rows, plan.red, interpreter)
-    masks = _masks(form, plan, config)
+    itemsize = (column_itemsize(kernel, buffers) if form == "column" else None) or 4
+    config = choose_config(form, plan.rows, plan.red, interpreter, itemsize)
+    masks = _masks(form, plan, config, itemsize)
     printer = TritonPrinter(plan, buffers, "x" if form == "pointwise" else "r", masks)
     body = PythonSource(depth=1)  # the kernel's body, inside its def
     online = None
@@ -161,10 +163,11 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
         else:
             online = _passes(kernel, plan, buffers, form)
             _reduction_body(kernel, plan, printer, body, masks, int64, form, online)
-    wanted = tiling.choice == "split" or tiling.choice == "column" and wants_column_split(kernel.rows, kernel.red)
+    wanted = tiling.choice == "split" or tiling.choice == "column" and wants_column_split(kernel.rows, kernel.red,
+                                                                                         itemsize)
     refusal = split_refusal(kernel, buffers) if wanted and not is_split_stage(kernel.nodes) else None
     tiling = _tiling_note(tiling, form, online, plan.rows, plan.red, _full_stores(kernel, plan), refusal)
-    return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling)
+    return _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling, itemsize)
 
 
 def _passes(kernel: Kernel, plan: KernelPlan, buffers: dict, form: str) -> OnlinePasses:
@@ -176,11 +179,12 @@ def _passes(kernel: Kernel, plan: KernelPlan, buffers: dict, form: str) -> Onlin
     return online_passes(plan, kernel.passes, {name: b.dtype for name, b in buffers.items()})
 
 
-def _masks(form: str, plan: KernelPlan, config: LaunchConfig) -> dict:
+def _masks(form: str, plan: KernelPlan, config: LaunchConfig, itemsize: int) -> dict:
     """Which masks the kernel needs. A block that divides its axis needs none; the source must hold for every
     config it may launch with (the GPU's, the interpreter's, the autotuner's), so all of them must divide."""
-    configs = [config, choose_config(form, plan.rows, plan.red, True), choose_config(form, plan.rows, plan.red, False)]
-    configs += candidate_configs(form, plan.rows, plan.red)
+    configs = [config, choose_config(form, plan.rows, plan.red, True),
+               choose_config(form, plan.rows, plan.red, False, itemsize)]
+    configs += candidate_configs(form, plan.rows, plan.red, itemsize)
     rows, red = static_int(plan.rows), static_int(plan.red)
 
     def needs_mask(n: int | None, blocks: list[int]) -> bool:  # every block divides 0, yet no lane is inside
@@ -407,7 +411,8 @@ def _reduction_stores(kernel, plan, printer, body, masks, int64, form):
     emit_epilogue(printer, kernel, plan, body, begin, row_loop)
 
 
-def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling) -> TritonKernel:
+def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, int64, tiling,
+            itemsize: int) -> TritonKernel:
     args = buffer_arguments(kernel, printer)
     sizes = size_arguments(size_symbols, printer)
     constexprs = ["XBLOCK"] + ({"pointwise": [], "tiled": ["YBLOCK"]}.get(form, ["RBLOCK"]))
@@ -420,4 +425,4 @@ def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, in
     signature.update({s: "i32" for s in sizes})
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, plan.rows, plan.red, config, int64,
-                        signature, tiling, tags)
+                        signature, tiling, tags, itemsize=itemsize)

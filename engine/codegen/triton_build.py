@@ -274,7 +274,7 @@ def autotune(kernel, jit_function, args, device: str):
 
     from engine.codegen.triton_config import LaunchConfig, candidate_configs
 
-    configs = candidate_configs(kernel.form, kernel.rows, kernel.red)
+    configs = candidate_configs(kernel.form, kernel.rows, kernel.red, kernel.itemsize)
     key = source_key(json.dumps([kernel.source, [c.kwargs() for c in configs], _device_name(device),
                                  triton.__version__]))
     path = cache_dir() / "triton" / "autotune" / f"{key}.json"

@@ -18,7 +18,13 @@ import sympy
 PERSISTENT_LIMIT = 8192
 GPU_SMS = 132  # an H200's streaming multiprocessors: the column form wants at least a program for each
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
-COLUMN_TILE = 2048  # values a step of a column program: 32 outputs x 64 steps (8 outputs x 256 steps)
+# the column form counts bytes of its column reads (Note [Column config]): a program reads a line of each row
+# (two from WIDE_ROW_BYTES rows) where there are outputs enough, never less than a sector, and at least
+# COLUMN_STEP_BYTES a step (float32: 32 outputs x 64 steps, 8 outputs x 256 steps)
+LINE_BYTES = 128
+SECTOR_BYTES = 32
+COLUMN_STEP_BYTES = 8192
+WIDE_ROW_BYTES = 16384 * 4  # rows from this wide take two lines a program
 MANY_COLUMNS = 65536  # outputs from which a column program is 64 outputs x 8 steps (Note [Column config])
 
 
@@ -50,9 +56,10 @@ def static_int(expr) -> int | None:
     return int(expr) if expr.is_Integer else None
 
 
-def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
+def choose_config(form: str, rows, red, interpreter: bool, itemsize: int = 4) -> LaunchConfig:
     """Block sizes and warps from the kernel's form and sizes (a symbolic size counts as large). For the
-    tiled form `rows` and `red` are the Y and X extents."""
+    tiled form `rows` and `red` are the Y and X extents. `itemsize`: the column form's element size in bytes
+    (its narrowest column read, engine/schedule/split.column_itemsize); other forms count values."""
     rows, red = static_int(rows), static_int(red)
     most_rows = next_power_of_2(rows) if rows is not None else 1 << 30  # no block beyond the rows
     most_red = next_power_of_2(red) if red is not None else 1 << 30
@@ -67,15 +74,16 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
             return LaunchConfig(xblock, max(1, min(most_red, INTERPRETER_TILE // xblock)), 4)
         if rows is None or rows >= MANY_COLUMNS:  # Note [Column config]
             return LaunchConfig(min(64, most_rows), min(8, most_red), 4)
-        # many outputs a program (one 128-byte line or two per reduction step), enough programs to fill the SMs:
-        # few outputs (a batch-8 squeeze-excitation mean over 128 channels has 1024) take fewer a program, down
-        # to one 32-byte sector of float32, so that there is a program for each SM
-        xblock = min(32 if rows < 16384 else 64, most_rows)
-        while rows is not None and xblock > 8 and -(-rows // xblock) < GPU_SMS:
+        # many outputs a program (one 128-byte line or two of each row per reduction step), enough programs to
+        # fill the SMs: few outputs (a batch-8 squeeze-excitation mean over 128 channels has 1024) take fewer a
+        # program, down to one 32-byte sector of each row, so that there is a program for each SM
+        xblock = min((LINE_BYTES if rows * itemsize < WIDE_ROW_BYTES else 2 * LINE_BYTES) // itemsize, most_rows)
+        while xblock * itemsize > SECTOR_BYTES and -(-rows // xblock) < GPU_SMS:
             xblock //= 2
-        # a narrower tile walks more reduction steps at once (at least COLUMN_TILE values a step): a program that
+        # a narrower tile walks more reduction steps at once (at least COLUMN_STEP_BYTES a step): a program that
         # loops over a long column is bound by the latency of each step's loads, not by their width
-        return LaunchConfig(xblock, min(most_red, max(64, COLUMN_TILE // xblock)), 8 if xblock >= 32 else 4)
+        rblock = min(most_red, max(64, COLUMN_STEP_BYTES // (xblock * itemsize)))
+        return LaunchConfig(xblock, rblock, 8 if xblock * itemsize >= LINE_BYTES else 4)
     if form == "pointwise":
         xblock = min(INTERPRETER_TILE if interpreter else 1024, max(16, most_rows))
         return LaunchConfig(xblock, None, max(1, min(4, xblock // 256)))
@@ -105,6 +113,15 @@ def choose_config(form: str, rows, red, interpreter: bool) -> LaunchConfig:
 # the wider steps below, whose loads per program make up for fewer programs. The 64 x 8 choice is predicted
 # from Inductor's, not yet timed on our kernel (no GPU in session 4; scripts/column_sweep.py times it).
 # Fewer outputs keep the measured configs (column_sum 8192^2: 1.05 of Inductor; few_column_sum: 0.73).
+# Those count bytes of each row (LINE_BYTES, SECTOR_BYTES, COLUMN_STEP_BYTES and WIDE_ROW_BYTES were 32, 8,
+# 2048 and 16384 float32 values), so a float32 kernel keeps its config and a bfloat16 one reads as many bytes:
+# a line of each row below 32768 outputs (values gave it 64 bytes below 16384), two lines and 16 KB a step
+# from there, as float32 from 16384, and 8 KB a step in a narrowed tile (16 outputs x 256 steps for 4096
+# bfloat16 outputs whose reduction is too short to split, where values gave 16 x 128). The stage 1 of the
+# split of a 4096-column bfloat16 bias gradient (16384 outputs, Note [Column splits by bytes]) is 64 x 64 over
+# 8 warps in either unit: the 8 KB a step and 256 programs of column_sum 8192^2. The many-outputs config stays
+# in values: Inductor's 64 x 8 over 4 warps reads bfloat16 as well (the stage 1 of that bias gradient, 131072
+# outputs of 256 rows each, took 16 us for 67 MB, 4.2 TB/s, session 7).
 
 # Note [Looped row config]
 # A row longer than PERSISTENT_LIMIT is walked by one program in steps of LOOPED_RBLOCK: 2048 float32 (8 KB)
@@ -121,9 +138,9 @@ def looped_config_reason(config: LaunchConfig) -> str:
             f"(Note [Looped row config])")
 
 
-def candidate_configs(form: str, rows, red) -> list[LaunchConfig]:
+def candidate_configs(form: str, rows, red, itemsize: int = 4) -> list[LaunchConfig]:
     """A few configs around the heuristic's, for autotuning on a GPU."""
-    base = choose_config(form, rows, red, interpreter=False)
+    base = choose_config(form, rows, red, interpreter=False, itemsize=itemsize)
     if form == "pointwise":
         options = [base] + [LaunchConfig(x, None, w) for x, w in ((256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8))]
     elif form == "tiled":

@@ -23,11 +23,39 @@ convolutions, a squeeze-excitation mean of batch 8 x 128 channels over H*W) read
 `outputs` contiguous values. Stage 1 then numbers its programs part-major, x = part * outputs + output, so a
 tile of consecutive x reads whole rows of one part's chunk, coalesced (output-major partials put consecutive
 lanes a chunk apart: the 2^22 x 8 sum ran 3x slower than Inductor's), and the stage is a column kernel (Triton's
-column form). Such kernels also split below SPLIT_MIN_REDUCTION when the column form would leave most SMs idle
-(fewer than COLUMN_SPLIT_MAX_ROWS outputs, 8 a program) while each output reduces a long column. A full-size
+column form). Such kernels also split below SPLIT_MIN_REDUCTION when the column form would keep too few bytes
+of each row in flight (Note [Column splits by bytes]) while each output reduces a long column. A full-size
 output computed from the reduction's input (the batch-norm output stored beside its mean) rides along in stage
 1 when the parts divide the reduction exactly: stage 1 then covers every element once, x * chunk + r, and
 stores it there.
+
+Note [Column splits by bytes]
+What the column form needs is bytes of each row in flight, not outputs: a program reads XBLOCK contiguous
+values of every row it steps over, and the programs together read whole rows. Measured on an H200 (session 7,
+torch.profiler of the bf16 transformer block's training step, B=8 T=1024 D=1024, one run):
+  good  x.sum(0) of 8192 x 8192 float32 (32 KB a row): 256 programs of 32 outputs (a 128-byte line of each
+        row) x 64 steps over 8 warps, 0.98 of Inductor's speed (session 6: 1.02);
+  bad   the bias gradients, x.sum(0) of 8192 x 4096 and 8192 x 3072 bfloat16 (8 KB and 6 KB a row), which the
+        old rule (split below 2048 outputs) left whole: the column form narrowed its tiles to 16 outputs (32
+        bytes, one sector, of each row) to keep 256 and 192 programs, and ran 60 and 57 us (1.1 and 0.88 TB/s)
+        where Inductor's split kernels took 16 + 2.5 and 13 + 1.6 us;
+  good  a bias gradient over 1024 bfloat16 outputs split into 8 parts (stage 1: 8192 outputs, 64 bytes of
+        each row a program, 256 programs): 4.6 us, Inductor's 4.8.
+So a column reduction splits when the rows of its narrowest column read (column_itemsize) are narrower than
+COLUMN_ROW_BYTES, the good case's 32 KB, and stage 1 takes at least COLUMN_ROW_BYTES / (row bytes) parts, so
+that its rows (parts x outputs values) are as wide in bytes as the good case's, and launches the good case's
+config (the config counts bytes too, Note [Column config]): 4 parts for 4096 bfloat16 outputs, 8 for 3072
+(6 would do; 8 is the first count from there that divides 8192 rows), 16 for 1024 bfloat16 (8 before), 8 for
+1024 float32 (a layernorm's weight gradient, as before: each of its two reads is its own stream of rows).
+A few-outputs split that reads columns (wants_split) takes its parts the same way. For float32 this is the old
+rule in other units (stage 1 took about 8192 / outputs parts: 32 KB rows), except that 2048-8191 outputs now
+split too (rows of 8-32 KB, which the column form walked in narrower tiles or on fewer programs than the good
+case; measured in neither form). Inductor splits these sums as well (outer reductions of fewer than 2 * 32 *
+132 outputs: 32 parts of 256 rows for 4096 columns, 64 of 128 for 3072 and for 1024, stage 1 at 64 outputs x 8
+steps over 4 warps); our parts are fewer and longer, each program walking its tile as the good case does. The
+floor on the reduction's size (COLUMN_SPLIT_MIN_ELEMENTS) stays in elements: no measurement asks to move it,
+and a half-precision tensor under it in bytes (the avgpool of 2 x 64 x 48 x 48 float16: 576 KB) keeps
+its split.
 """
 from __future__ import annotations
 
@@ -48,12 +76,8 @@ SPLIT_MAX_OUTPUTS = 16
 SPLIT_MIN_REDUCTION = 1 << 16
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
 MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
-# Note [Column splits]: stage 1 is a column kernel of about COLUMN_PARTIALS outputs (tiles of 32 of them: 256
-# programs, as a column sum of 8192 columns, which matches Inductor's), each part at least COLUMN_MIN_CHUNK rows
-COLUMN_PARTIALS = 8192
-COLUMN_MIN_CHUNK = 256
-COLUMN_SPLIT_MAX_ROWS = 2048  # the column form: 8 outputs a program, below 2 programs for each of 132 SMs (a
-#                              layernorm's weight gradient over 1024 channels and 8192 rows ran 128 programs)
+COLUMN_ROW_BYTES = 8192 * 4  # Note [Column splits by bytes]: a row of the measured-good 8192-column float32 sum
+COLUMN_MIN_CHUNK = 256  # a part of a column split reduces at least this many rows (4 steps of 64)
 COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
 COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction
@@ -84,17 +108,24 @@ def is_split_stage(nodes: list[Buffer]) -> bool:
     return any(isinstance(n, (SplitPartials, SplitCombine)) for n in nodes)
 
 
-def wants_column_split(rows, red) -> bool:
-    """A column reduction that the column form would run on too few programs (Note [Column splits])."""
+def wants_column_split(rows, red, itemsize: int | None) -> bool:
+    """A column reduction whose column form would keep too few bytes of each row in flight: rows of `rows`
+    values of `itemsize` bytes (its narrowest column read; None: it reads no columns) narrower than
+    COLUMN_ROW_BYTES (Note [Column splits by bytes])."""
     rows, red = sympy.sympify(rows), sympy.sympify(red)
-    return bool(rows.is_Integer and red.is_Integer and int(rows) < COLUMN_SPLIT_MAX_ROWS
-                and int(red) >= COLUMN_SPLIT_MIN_REDUCTION and int(rows) * int(red) >= COLUMN_SPLIT_MIN_ELEMENTS)
+    return bool(itemsize is not None and rows.is_Integer and red.is_Integer
+                and int(rows) * itemsize < COLUMN_ROW_BYTES and int(red) >= COLUMN_SPLIT_MIN_REDUCTION
+                and int(rows) * int(red) >= COLUMN_SPLIT_MIN_ELEMENTS)
 
 
-def reads_columns(kernel: Kernel, buffers: dict) -> bool:
-    """Does the kernel read along the outputs, strided along the reduction (Note [Column splits])?"""
+def column_itemsize(kernel: Kernel, buffers: dict) -> int | None:
+    """The element size in bytes of the kernel's narrowest read along the outputs, strided along the reduction
+    (Note [Column splits]); None when it reads no columns. The narrowest, because each read is its own stream
+    of rows: the tile that gives it enough bytes gives the wider ones more (Note [Column splits by bytes])."""
     plan = kernel.plan
-    return column_access(plan, kernel_accesses(kernel.nodes, plan, buffers, kernel.stored)) is not None
+    accesses = kernel_accesses(kernel.nodes, plan, buffers, kernel.stored)
+    sizes = [buffers[a.name].dtype.itemsize for a in accesses if column_access(plan, [a]) is not None]
+    return min(sizes, default=None)
 
 
 def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> tuple[Schedule, LoweredGraph]:
@@ -105,10 +136,13 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
         return schedule, graph
     kernels, workspace = [], {}
     for kernel in schedule.kernels:
-        splits = kernel.kind == "reduction" and (wants_split(kernel.rows, kernel.red) or wants_column_split(
-            kernel.rows, kernel.red) and reads_columns(kernel, graph.buffers))
+        few = kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red)
+        # the reads are probed only where some element size would split (1 byte: the widest bound)
+        probe = few or kernel.kind == "reduction" and wants_column_split(kernel.rows, kernel.red, 1)
+        itemsize = column_itemsize(kernel, graph.buffers) if probe else None
+        splits = few or wants_column_split(kernel.rows, kernel.red, itemsize)
         if splits and split_refusal(kernel, graph.buffers) is None:
-            first, second = _split(kernel, reads_columns(kernel, graph.buffers))
+            first, second = _split(kernel, itemsize)
             kernels += [first, second]
             workspace.update({n.name: n for n in first.nodes if isinstance(n, SplitPartials)})
         else:
@@ -131,7 +165,7 @@ def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
     if any(kernel.plan.role(n) != "full" for n in stored):
         return "it stores a per-output value computed before the reduction"
     if stored:
-        parts, chunk = split_parts(int(kernel.red), int(kernel.rows), reads_columns(kernel, buffers))
+        parts, chunk = split_parts(int(kernel.red), int(kernel.rows), column_itemsize(kernel, buffers))
         if parts * chunk != int(kernel.red):
             return (f"it stores a full-size value of the reduction's input, which stage 1 can store only when "
                     f"the parts divide the reduction ({parts} parts of {chunk} do not divide {kernel.red})")
@@ -151,22 +185,30 @@ def _prologue_and_epilogue(kernel: Kernel) -> tuple[list[Buffer], list[Buffer]]:
     return [n for n in pointwise if n.name not in after], [n for n in pointwise if n.name in after]
 
 
-def split_parts(red: int, outputs: int, columns: bool) -> tuple[int, int]:
-    """(parts, chunk): about PARTIALS partial results in all, each of at least MIN_CHUNK elements (column
-    reads: COLUMN_PARTIALS and COLUMN_MIN_CHUNK, Note [Column splits]); a number of parts that divides the
-    reduction when there is one close by (no lane past the end, no clamp)."""
-    total, least = (COLUMN_PARTIALS, COLUMN_MIN_CHUNK) if columns else (PARTIALS, MIN_CHUNK)
-    target = max(2, min(total // outputs, red // least))
-    for parts in range(target, max(1, target // 2), -1):
+def split_parts(red: int, outputs: int, itemsize: int | None) -> tuple[int, int]:
+    """(parts, chunk) of a split reduction over `red` elements for each of `outputs`.
+    Row reads (itemsize None): about PARTIALS partial results in all, each of at least MIN_CHUNK elements, a
+    count of parts that divides the reduction when one is close below (no lane past the end, no clamp).
+    Column reads of `itemsize` bytes: at least COLUMN_ROW_BYTES a row of stage 1, parts * outputs * itemsize
+    (Note [Column splits by bytes]), each part at least COLUMN_MIN_CHUNK rows; a count that divides is looked
+    for above that floor, as fewer parts would narrow the rows again."""
+    if itemsize is None:
+        target = max(2, min(PARTIALS // outputs, red // MIN_CHUNK))
+        candidates = range(target, max(1, target // 2), -1)
+    else:
+        most = red // COLUMN_MIN_CHUNK
+        target = max(2, min(-(-COLUMN_ROW_BYTES // (outputs * itemsize)), most))
+        candidates = range(target, max(target, min(2 * target, most)) + 1)
+    for parts in candidates:
         if red % parts == 0:
             return parts, red // parts
     return target, -(-red // target)
 
 
-def _split(kernel: Kernel, columns: bool) -> tuple[Kernel, Kernel]:
+def _split(kernel: Kernel, itemsize: int | None) -> tuple[Kernel, Kernel]:
     prologue, epilogue = _prologue_and_epilogue(kernel)
     outputs, red = int(kernel.rows), int(kernel.red)
-    parts, chunk = split_parts(red, outputs, columns)
+    parts, chunk = split_parts(red, outputs, itemsize)
     full = [n.name for n in prologue if n.name in kernel.stored]  # stored by stage 1 (Note [Column splits])
     partials = [_partials(node, parts, chunk) for node in kernel.passes[0]]
     combined = [_combined(node, part) for node, part in zip(kernel.passes[0], partials)]

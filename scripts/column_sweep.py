@@ -4,9 +4,14 @@ under a grid of launch configs, beside the heuristic's config and Inductor's who
 column form's config heuristic from measurements instead of guesses:
 
     python scripts/column_sweep.py [--only nchw_sum_dim1,...]
+    python scripts/column_sweep.py --only bias_grad_bf16_4096 --row-bytes 16384,32768,65536,131072 --most 2
 
 Each line: the config (XBLOCK, RBLOCK, num_warps, num_stages), its median ms and GB/s of the kernel's input
-bytes; the heuristic's config is marked. Without a GPU it says so and stops.
+bytes; the heuristic's config is marked. Each case ends with the sum of its column kernels' times at the
+heuristic's configs (a split's two stages). --row-bytes compiles each case again for each value of
+engine/schedule/split.COLUMN_ROW_BYTES (the width in bytes below which a column reduction splits, and the
+width of its stage 1's rows: Note [Column splits by bytes]), to time other part counts. Without a GPU it
+says so and stops.
 """
 from __future__ import annotations
 
@@ -74,7 +79,8 @@ def load_module(source: str):
     return module
 
 
-def sweep_case(name: str, model, shape, dtype, memory_format, do_bench, device: str, most: int | None) -> None:
+def sweep_case(name: str, model, shape, dtype, memory_format, do_bench, device: str, most: int | None) -> float:
+    """Sweep each column kernel of model(x); the sum of their times at the heuristic's configs."""
     from engine.pipeline import AtenGraph, Options, stage_named
     from engine.tools.aten_graphs import capture_aten
 
@@ -85,6 +91,7 @@ def sweep_case(name: str, model, shape, dtype, memory_format, do_bench, device: 
         whole = do_bench(lambda: inductor(x), warmup=10, rep=100, return_mode="median")
         print(f"== {name} {tuple(shape)} {dtype}: Inductor whole call {whole:.4f} ms", flush=True)
     options = Options(backend="triton", device=device)
+    total = 0.0
     for gm, fake_inputs in capture_aten(model, x):
         artifact = AtenGraph(gm, list(fake_inputs))
         for stage in ("lower", "schedule", "codegen"):
@@ -115,10 +122,13 @@ def sweep_case(name: str, model, shape, dtype, memory_format, do_bench, device: 
                     print(f"    {(xb, rb, warps, stages)} failed: {str(error)[:120]}")
                     continue
                 results.append((ms, (xb, rb, warps, stages)))
+            total += next((ms for ms, config in results if config == heuristic), 0.0)
             best = sorted(results)[:8]
             for ms, config in best + [r for r in results if r[1] == heuristic and r not in best]:
                 mark = "  <- heuristic" if config == heuristic else ""
                 print(f"    {str(config):22s} {ms:.4f} ms  {moved / ms / 1e6:7.0f} GB/s{mark}", flush=True)
+    print(f"  {name}: column kernels at the heuristic's configs {total:.4f} ms", flush=True)
+    return total
 
 
 def dry_bench(fn, warmup, rep, return_mode) -> float:
@@ -133,6 +143,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: 16-wide shapes, 3 configs, interpreter")
+    parser.add_argument("--row-bytes", help="comma-separated values of split.COLUMN_ROW_BYTES to compile with")
+    parser.add_argument("--most", type=int, default=None, help="time at most this many configs a kernel")
     args = parser.parse_args()
     if args.dry_run:
         import os
@@ -148,13 +160,20 @@ def main() -> int:
     wanted = args.only.split(",") if args.only else list(CASES)
     if set(wanted) - set(CASES):
         parser.error(f"unknown cases {sorted(set(wanted) - set(CASES))}; choose from {', '.join(CASES)}")
-    for name in wanted:
-        model, shape, dtype, *memory_format = CASES[name]
-        shape = tuple(min(d, 16) for d in shape) if args.dry_run else shape
-        torch._dynamo.reset()
-        with torch.no_grad():
-            sweep_case(name, model, shape, dtype, (memory_format or [torch.contiguous_format])[0], do_bench,
-                       "cpu" if args.dry_run else "cuda", 3 if args.dry_run else None)
+    from engine.schedule import split
+
+    widths = [int(w) for w in args.row_bytes.split(",")] if args.row_bytes else [split.COLUMN_ROW_BYTES]
+    for width in widths:
+        split.COLUMN_ROW_BYTES = width  # read at each call of split.wants_column_split and split.split_parts
+        if args.row_bytes:
+            print(f"=== COLUMN_ROW_BYTES {width}", flush=True)
+        for name in wanted:
+            model, shape, dtype, *memory_format = CASES[name]
+            shape = tuple(min(d, 16) for d in shape) if args.dry_run else shape
+            torch._dynamo.reset()
+            with torch.no_grad():
+                sweep_case(name, model, shape, dtype, (memory_format or [torch.contiguous_format])[0], do_bench,
+                           "cpu" if args.dry_run else "cuda", args.most or (3 if args.dry_run else None))
     return 0
 
 

@@ -376,7 +376,9 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
 
 def _fresh_scope(printer: CppPrinter) -> None:
     printer.start_inner_loop()
-    printer._cache, printer._indirect_cache, printer.inliner.memo = {}, {}, {}
+    printer._cache, printer._indirect_cache = {}, {}
+    for inliner in printer._inliners.values():  # the unmasked one and each mask's (Note [Inlining under a mask])
+        inliner.memo = {}
 
 
 def _full_size_stores(printer: CppPrinter, plan: KernelPlan, full: list[Buffer], accumulators, body: Source):

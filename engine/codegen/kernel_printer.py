@@ -46,8 +46,12 @@ class KernelPrinter(TextHandler):
         # what the kernel's signature is made of (Note [Signature from the printer] in kernel_core.py)
         self.loaded: set[str] = set()  # buffers the body reads from memory (each backend's _load_memory adds)
         self.index_symbols: set = set()  # symbols of every index the body prints
-        self.inliner = Inliner(plan, external=self._load_memory, accumulator=lambda name: self.accumulators[name],
-                               on_inline=self._enter_node, compute=compute)
+        self._new_inliner = lambda: Inliner(plan, external=self._load_memory,
+                                            accumulator=lambda name: self.accumulators[name],
+                                            on_inline=self._enter_node, compute=compute)
+        self.inliner = self._new_inliner()
+        self.mask: Var | None = None  # the condition of the masked() body being printed (Note [Masked loads])
+        self._inliners: dict = {None: self.inliner}  # one per mask (Note [Inlining under a mask])
 
     # -- hooks ----------------------------------------------------------------------------------------------
     def _load_memory(self, name, index):
@@ -64,6 +68,30 @@ class KernelPrinter(TextHandler):
     # -- shared -------------------------------------------------------------------------------------------
     def load(self, name, index):
         return self.inliner.load(name, index)
+
+    # Note [Inlining under a mask]
+    # A producer inlined into a masked() body computes under the mask (its loads are masked too), so its value
+    # there is not the value at the same index outside the body: each mask gets its own Inliner, whose memo
+    # holds the values computed under it. Its own stack also resolves the body's nested producers (Note
+    # [Iterative inlining]) without leaving the body: a miss of the outer inliner would be computed outside
+    # the mask.
+    def masked(self, mask, body, other):
+        if mask.name in ("True", "true"):
+            return body()
+        outer, outer_inliner = self.mask, self.inliner
+        self.mask = mask if outer is None else self.logical_and(outer, mask)
+        if self.mask not in self._inliners:
+            self._inliners[self.mask] = self._new_inliner()
+        self.inliner = self._inliners[self.mask]
+        try:
+            value = body()
+        finally:
+            self.mask, self.inliner = outer, outer_inliner
+        return self.masked_value(mask, value, other)
+
+    def masked_value(self, mask, value, other):
+        """The body's value where `mask` holds, the value `other` elsewhere."""
+        return self.where(mask, value, other)
 
     def emit(self, text, dtype, *where):
         """One temporary per distinct (text, dtype): an expression computed twice is read from the first."""
@@ -99,7 +127,8 @@ class KernelPrinter(TextHandler):
         """Forget values computed inside the previous inner loop (they are out of scope now)."""
         self._cache = {k: v for k, v in self._cache.items() if not v.varying}
         self._indirect_cache = {k: v for k, v in self._indirect_cache.items() if not v[1]}
-        self.inliner.memo = {k: v for k, v in self.inliner.memo.items() if not getattr(v, "varying", True)}
+        for inliner in self._inliners.values():
+            inliner.memo = {k: v for k, v in inliner.memo.items() if not getattr(v, "varying", True)}
         self.lines, self.line_tags = [], []
 
     def take_hoisted(self) -> tuple[list[str], list]:

@@ -284,7 +284,7 @@ def _tile(printer: TritonPrinter, kind: str, dtype: torch.dtype, src_dtype: torc
     elif value.literal or compute_dtype(value.dtype) != dtype:
         value = printer.emit(f"{printer.tensor(value)}.to({tl_type(dtype)})", dtype, value.dims)
     identity_text = literal(identity, dtype)
-    mask = printer.mask(XR)
+    mask = printer.block_mask(XR)
     text, dims = str(value), value.dims
     if mask:
         text = f"tl.where({mask}, {text}, {identity_text})"

@@ -55,6 +55,12 @@ def triton_index(expr) -> str:
 # --- the printer ---------------------------------------------------------------------------------------------
 
 
+def _both(condition, block_mask: str) -> str:
+    """A masked() body's condition and the block's mask, for a load (Note [No & and | on conditions]: a 0-d
+    condition is combined through tl.where)."""
+    return f"{condition} & {block_mask}" if condition.dims else f"tl.where({condition}, {block_mask}, False)"
+
+
 @dataclass(frozen=True)
 class TVar(Var):
     """A Triton value: `dims` are the kernel axes ("x" rows, "r" the reduction) it varies along, which say its
@@ -122,7 +128,11 @@ def _on_bools(op: str, otherwise):
 
 
 def _logical(op: str):
-    return lambda p, a, b: BOOL_OPS[op].format(a=a, b=b)
+    def spell(p, a, b):
+        if op == "logical_and" and a.dtype == b.dtype == torch.bool and a.dims and b.dims:
+            return f"{a} & {b}"  # two blocks of bools (a masked() body's range test): & is safe on them
+        return BOOL_OPS[op].format(a=a, b=b)
+    return spell
 
 
 def _pow(p, a, b):
@@ -182,6 +192,7 @@ class TritonPrinter(KernelPrinter):
         self.symbol_dims: dict = {plan.x: X, plan.r: R}
         self.store_dims, self.store_shape = X, "[XBLOCK]"
         self.eviction: str | None = None  # looped rows: the cache hint of loads along r (Note [Eviction in looped rows])
+        self.zero_outside: dict = {}  # a masked load -> its mask: the load reads 0 where the mask is false
 
     # -- hooks (KernelPrinter) ------------------------------------------------------------------------------
     def new_var(self, name, dtype, dims=frozenset()):
@@ -201,7 +212,8 @@ class TritonPrinter(KernelPrinter):
         return lines, tags
 
     # -- helpers -------------------------------------------------------------------------------------------
-    def mask(self, dims) -> str | None:
+    def block_mask(self, dims) -> str | None:
+        """The mask of the kernel's block over `dims` (the lanes past the end), or None when every lane is in."""
         key = "".join(sorted(dims, reverse=True))  # "x", "r", "xr"
         return self.masks.get(key)
 
@@ -219,13 +231,29 @@ class TritonPrinter(KernelPrinter):
         buffer = self.buffers[name]
         self.loaded.add(name)
         offset, dims = self.index(buffer.storage_offset(index))
-        mask = self.mask(dims)
+        condition = self.mask  # a masked() body's (Note [Masked loads])
+        if condition is not None:
+            if condition.dims and not dims:  # a scalar address takes the block shape of its mask (tl.load
+                offset = f"tl.where({condition}, {offset}, 0)"  # refuses a block mask on a scalar pointer)
+            dims = dims | condition.dims
+        mask = self.block_mask(dims)
+        if condition is not None:
+            mask = str(condition) if mask is None else _both(condition, mask)
         other = "0.0" if buffer.dtype.is_floating_point else "0"
         hint = f", eviction_policy=\"{self.eviction}\"" if self.eviction and "r" in dims else ""
         text = f"tl.load({name} + ({offset})" + (f", mask={mask}, other={other}" if mask else "") + hint + ")"
         if buffer.dtype in HALF:
             text += ".to(tl.float32)"
-        return self.emit(text, buffer.dtype, dims)
+        value = self.emit(text, buffer.dtype, dims)
+        if condition is not None:
+            self.zero_outside[value.name] = condition
+        return value
+
+    def masked_value(self, mask, value, other):
+        """A body that is one masked load reads 0 where its mask is false already: no select when `other` is 0."""
+        if other.literal and other.value == 0 and self.zero_outside.get(value.name) == mask:
+            return value
+        return super().masked_value(mask, value, other)
 
     def constant(self, value, dtype):
         if dtype in (torch.float64, torch.int64) and not (
@@ -287,7 +315,7 @@ class TritonPrinter(KernelPrinter):
         text = str(value)
         if node.dtype in HALF and not value.literal:
             text = f"{value}.to({tl_type(node.dtype)})"
-        mask = self.mask(dims)
+        mask = self.block_mask(dims)
         self.stores.append((f"tl.store({name} + ({offset}), {text}{f', mask={mask}' if mask else ''})", self.tag))
 
     # -- arithmetic ----------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class TorchEvaluator:
         self.env.update(max=_elementwise_max, min=_elementwise_min)
         self._indirect = 0
         self.shape, self.reduction_shape = list(shape), list(reduction_shape)  # the index grid's dims
+        self.mask: torch.Tensor | None = None  # the condition of the masked() body being run
 
     def _index(self, expr) -> torch.Tensor:
         text = py_index(sympy.sympify(expr))
@@ -74,8 +75,21 @@ class TorchEvaluator:
         # offsets are relative to the tensor's first element, as for a data pointer in generated code
         length = tensor.untyped_storage().nbytes() // tensor.element_size() - tensor.storage_offset()
         flat = tensor.as_strided((length,), (1,), tensor.storage_offset())
-        value = flat[self._index(buffer.storage_offset(index))]
+        offset = self._index(buffer.storage_offset(index))
+        if self.mask is not None:  # where the mask is false the offset may leave the tensor: read element 0
+            offset = torch.where(self.mask, offset, 0)
+        value = flat[offset]
         return value.to(compute_dtype(value.dtype))
+
+    def masked(self, mask, body, other):
+        """Note [Masked loads]: the body's value where `mask` holds, the value `other` elsewhere."""
+        outer = self.mask
+        self.mask = mask.bool() if outer is None else outer & mask.bool()
+        try:
+            value = torch.as_tensor(body())
+        finally:
+            self.mask = outer
+        return torch.where(mask.bool(), value, other)
 
     def constant(self, value, dtype):
         return torch.tensor(value, dtype=dtype)

@@ -35,7 +35,7 @@ class TextHandler:
     """Base for printers: each op becomes one declared temporary, identical expressions are shared.
 
     Subclasses give `SPELLINGS` (Note [Spelling tables]), `declare(var, text)` (one line), the special ops
-    (load, constant, index_expr, to_dtype, where, `declare_indirect`) and the structure ops (store,
+    (load, constant, index_expr, to_dtype, where, masked, `declare_indirect`) and the structure ops (store,
     reduction, store_reduction; Note [Kernel structure ops])."""
 
     SPELLINGS: dict[str, Callable[..., str]] = {}
@@ -112,13 +112,25 @@ class IRPrinter(TextHandler):
     def __init__(self, buffers: dict):
         super().__init__()
         self.buffers = buffers
+        self.mask: Var | None = None  # the condition of the masked() body being printed
 
     def declare(self, var, text):
         return f"{var} = {text}"
 
     def load(self, name, index):
         buffer = self.buffers[name]
-        return self.emit(f"load {name}[{py_index(buffer.storage_offset(index))}]", buffer.dtype)
+        guard = f" if {self.mask}" if self.mask is not None else ""
+        return self.emit(f"load {name}[{py_index(buffer.storage_offset(index))}]{guard}", buffer.dtype)
+
+    def masked(self, mask, body, other):
+        """Loads in `body` print their guard (`load buf0[i] if tmp2`); Note [Masked loads]."""
+        outer = self.mask
+        self.mask = mask if outer is None else self.logical_and(outer, mask)
+        try:
+            value = body()
+        finally:
+            self.mask = outer
+        return self.emit(f"masked({mask}, {value}, other={other})", value.dtype)
 
     def store(self, name, index, value):
         self._line(f"store {name}[{py_index(self.buffers[name].storage_offset(index))}] = {value}")
@@ -179,6 +191,9 @@ class AccessRecorder:
 
     def where(self, cond, a, b):
         return Var("w", a.dtype)
+
+    def masked(self, mask, body, other):  # the body's loads are listed like any other
+        return Var("m", body().dtype)
 
     def indirect(self, value, size):  # one symbol per (value, size), as TextHandler.indirect
         key = (value, sympy.sympify(size))

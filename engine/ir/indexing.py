@@ -100,6 +100,27 @@ class ModIndex(sympy.Function):
         return None
 
 
+# Note [Bounded positions]
+# A masked load (Note [Masked loads] in ops.py) reads where its condition holds, and there a position such as
+# cat's `i - start` lies in [0, n); elsewhere it is out of range and never read. Bounded(e, n) is e with that
+# promise, so that simplify_index can use it: the divisions and remainders a view puts over the position
+# vanish as they would over a loop variable of extent n (a cat of permuted (8, 16, T, 64) tensors read
+# 1048576*((1024*t + p) // 1048576) for 0 before). Where the promise may fail, the value is unused: Triton's
+# mask keeps the address from being read, the evaluator replaces it, and C, which reads it anyway and selects
+# after, prints Bounded as the clamp max(0, min(e, n - 1)), so every address stays inside the tensor.
+class Bounded(sympy.Function):
+    """e, promised to lie in [0, n) wherever the value is used (Note [Bounded positions])."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, e, n):
+        if e.is_Integer:  # a probe at a point (a stride, a refutation) gets the number itself
+            return e
+        return None
+
+
 def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr | None:
     """Largest value expr takes when each loop variable v runs over [0, ranges[v]); None if unknown."""
     expr = sympy.expand(expr)
@@ -107,7 +128,7 @@ def upper_bound(expr: Expr, ranges: Mapping[sympy.Symbol, Expr]) -> Expr | None:
         return expr
     if expr.is_Symbol:
         return ranges[expr] - 1
-    if isinstance(expr, ModIndex):
+    if isinstance(expr, (ModIndex, Bounded)):
         return expr.args[1] - 1
     if isinstance(expr, FloorDiv):
         top = upper_bound(expr.args[0], ranges)
@@ -351,6 +372,9 @@ class _IndexPrinter(StrPrinter):
     def _print_ModIndex(self, e):
         return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
 
+    def _print_Bounded(self, e):  # C reads every lane's address: clamp it (Note [Bounded positions])
+        return self._print(sympy.Max(0, sympy.Min(e.args[0], e.args[1] - 1), evaluate=False))
+
     def _print_Pow(self, e, rational=False):
         base, exp = e.args
         if exp.is_Integer and exp > 0:
@@ -372,6 +396,9 @@ class _IndexPrinter(StrPrinter):
 class PythonIndexPrinter(_IndexPrinter):  # also the base of the Triton index printer (codegen/triton_printer.py)
     floordiv = "//"
     max_fn, min_fn = "max", "min"
+
+    def _print_Bounded(self, e):  # the masked read's own guard keeps an unused position unread
+        return f"({self._print(e.args[0])})"
 
 
 _C_PRINTER = _IndexPrinter()

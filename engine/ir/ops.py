@@ -35,7 +35,21 @@ ARITHMETIC = tuple(UNARY) + tuple(BINARY)
 # load(buffer_name, index_tuple), constant(value, dtype), index_expr(sympy_expr, dtype),
 # to_dtype(x, dtype), where(cond, a, b), indirect(int_value, size) -> a sympy symbol standing for a
 # data-dependent index (gather, embedding); negative values wrap around like Python indexing.
-SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect")
+SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect", "masked")
+# Note [Masked loads]
+# masked(mask, body, other): `body` is a function of no arguments written in these ops; the result is its
+# value where the bool `mask` holds and the value `other` (of the body's dtype) elsewhere, and every load the
+# body makes, in memory or through a producer inlined into it, reads only where `mask` holds. Inductor's
+# ops.masked takes a number for `other` and a cat then selects again with where(); a value lets a cat chain
+# its inputs, masked(first, read a, masked(second, read b, read c)), one select each. cat and
+# constant_pad_nd pick their source with it: each output element reads one input, where a where() over
+# unmasked loads read them all (a 3-way cat read 3x its bytes). Inside the
+# body an index may leave its tensor where the mask is false (cat's position i - start, written
+# Bounded(i - start, n): Note [Bounded positions] in indexing.py); the value there is never used, and each
+# handler keeps it from being read: Triton masks the load (mask=mask & the block's mask, other=0), the
+# evaluator reads element 0 instead, C++ reads at the clamp Bounded prints to and selects after (gcc
+# vectorizes a select over unconditional loads; a branch per element it would not). A producer inlined
+# into a body computes under its mask (kernel_plan.Inliner keys its values by the mask).
 # Note [Kernel structure ops]
 # The kernel's own structure is in the vocabulary too, so that a kernel body is fully IR (see
 # engine/schedule/kernel_plan.py, Note [Kernel body]):

@@ -64,6 +64,10 @@ class Terms:
     def where(self, cond, a, b):
         return self.term(("where", cond.id, a.id, b.id), a.dtype)
 
+    def masked(self, mask, body, other):
+        value = body()
+        return self.term(("masked", mask.id, value.id, other.id), value.dtype)
+
     def indirect(self, value, size):
         key = (value.id, sympy.sympify(size))
         return self._indirect.setdefault(key, sympy.Symbol(f"ind{len(self._indirect)}", integer=True))

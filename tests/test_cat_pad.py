@@ -1,0 +1,206 @@
+"""cat and constant_pad_nd read each element from one input (Note [Cat and pad read one input]): they match eager
+through the IR evaluator, C++ and Triton (interpreter) for many input kinds, in training too, and the Triton
+kernel of a 3-way cat has one masked load per input (its source and its TTIR for sm_90)."""
+import ast
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import engine
+from engine.codegen import triton_build
+from engine.ir.evaluator import TorchEvaluator
+from engine.ir.handlers import IRPrinter
+from engine.ir.indexing import Bounded, FloorDiv, ModIndex, loop_var, simplify_index
+from engine.ir.nodes import Pointwise
+from engine.ir.ops import ops, use_handler
+from engine.pipeline import compile_reference
+
+BACKENDS = ["reference", "cpp", "triton"]
+
+
+def _check(fn, *inputs, backend, atol=1e-5, rtol=1e-5):
+    compiled = compile_reference(fn) if backend == "reference" else engine.compile(fn, backend=backend)
+    with torch.no_grad():
+        expected, actual = fn(*inputs), compiled(*inputs)
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _qkv(q, k, v):  # a (B, H, T, hd) attention's q, k, v back to (B, T, 3*H*hd), as its backward concatenates
+    b, h, t, d = q.shape
+    return torch.cat([x.permute(0, 2, 1, 3).reshape(b, t, h * d) for x in (q, k, v)], -1)
+
+
+def _rotate_half(x):  # rotary embeddings: the cat is read by the product that follows (inlined into it)
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], -1)
+
+
+r = torch.randn
+CATS = {
+    "two_first_dim": (lambda a, b: torch.cat([a, b], 0), (r(2, 3), r(5, 3))),
+    "three_middle_dim": (lambda a, b, c: torch.cat([a, b, c], 1) * 2, (r(2, 3, 4), r(2, 1, 4), r(2, 5, 4))),
+    "four_last_dim": (lambda a, b, c, d: torch.cat([a, b, c, d], -1), (r(3, 2), r(3, 7), r(3, 1), r(3, 4))),
+    "broadcast_strided_permuted": (lambda a, b, c: torch.cat([a.expand(4, 3), b[::2, 1::2], c.t()], 1),
+                                   (r(1, 3), r(8, 6), r(5, 4))),
+    "scalar_input": (lambda a, s: torch.cat([a, s.expand(3, 2)], 1), (r(3, 2), r(1, 1))),  # one address per lane
+    "mixed_dtypes": (lambda a, b, c: torch.cat([a, b, c], 1),
+                     (torch.arange(6).view(2, 3), r(2, 2, dtype=torch.float64), torch.tensor([[True], [False]]))),
+    "ints_and_bools": (lambda a, b: torch.cat([a, b], 0), (torch.tensor([True, False]), torch.arange(3))),
+    "empty_inputs": (lambda a, b, c, d: torch.cat([a, b, c, d, a], 1) + 1,
+                     (r(3, 2), r(3, 0), torch.tensor([]), r(3, 1))),
+    "bf16": (lambda a, b: torch.cat([a, b * 2], -1), (r(4, 6, dtype=torch.bfloat16), r(4, 3, dtype=torch.bfloat16))),
+    "fp16_and_float": (lambda a, b: torch.cat([a, b], 0), (r(2, 5, dtype=torch.float16), r(3, 5))),
+    "qkv_gradient": (_qkv, tuple(r(2, 16, 4, 64, dtype=torch.bfloat16) for _ in range(3))),
+    "rotary": (lambda x, cos, sin: x * cos + _rotate_half(x) * sin, (r(2, 3, 8), r(3, 8), r(3, 8))),
+    "cat_then_sum": (lambda a, b: torch.cat([a.exp(), b], 1).sum(1), (r(4, 3), r(4, 9))),
+    "pad_of_cat": (lambda a, b: F.pad(torch.cat([a, b], -1), (1, 2), value=-1.0), (r(3, 2), r(3, 3))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CATS)
+def test_cat_matches_eager(case, backend):
+    fn, inputs = CATS[case]
+    _check(fn, *inputs, backend=backend, atol=1e-2 if case == "bf16" else 1e-5)
+
+
+PADS = {
+    "last_dim": (lambda x: F.pad(x, (2, 1)), (r(3, 4),)),
+    "two_dims_with_value": (lambda x: F.pad(x, (1, 0, 0, 3), value=2.5), (r(2, 3, 4),)),
+    "only_after": (lambda x: F.pad(x, (0, 2)) * 3, (r(4, 5),)),
+    "bf16": (lambda x: F.pad(x, (1, 1, 1, 1), value=-float("inf")), (r(2, 3, dtype=torch.bfloat16),)),
+    "empty": (lambda x: F.pad(x, (1, 1, 2, 1), value=2.0), (r(0, 3),)),
+    "permuted_input": (lambda x: F.pad(x.transpose(0, 1), (3, 0)), (r(5, 2),)),
+    "cat_of_pads": (lambda a, b: torch.cat([F.pad(a, (1, 0)), F.pad(b, (0, 2), value=1.0)], 1), (r(2, 3), r(2, 1))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", PADS)
+def test_pad_matches_eager(case, backend):
+    fn, inputs = PADS[case]
+    _check(fn, *inputs, backend=backend)
+
+
+# --- structure -----------------------------------------------------------------------------------------------
+
+
+def _loads(source: str, kernel: str) -> list[ast.Call]:
+    """The tl.load calls of one kernel of a generated Triton module."""
+    function = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == kernel)
+    return [n for n in ast.walk(function) if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.load"]
+
+
+def _pointer(load: ast.Call) -> str:
+    return ast.unparse(load.args[0]).split(" + ")[0]
+
+
+def _masks(load: ast.Call) -> list[str]:
+    return [ast.unparse(k.value) for k in load.keywords if k.arg == "mask"]
+
+
+def test_three_way_cat_has_one_masked_load_per_input():
+    """The backward's concatenation of dq, dk, dv: three loads, one of each input, each under its own mask
+    (so where a lane takes another input, this one is not read)."""
+    exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
+    assert exploration.verify["ok"], exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
+    loads = _loads(exploration.graphs[0].code["source"], kernel["name"])
+    assert len(loads) == 3 and len({_pointer(load) for load in loads}) == 3, [ast.unparse(x) for x in loads]
+    masks = [_masks(load) for load in loads]
+    assert all(len(m) == 1 for m in masks) and len({m[0] for m in masks}) == 3, masks
+
+
+def test_three_way_cat_ttir_for_sm90_loads_each_input_once():
+    """The same kernel compiled for sm_90 (no GPU needed): three tt.load, each with a mask operand."""
+    if not triton_build.ptxas_available():
+        pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
+    exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
+    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
+    assert triton_build.add_assembly(exploration, [kernel["name"]]) == 1
+    asm = kernel["asm"]
+    assert not asm.get("error"), asm.get("error")
+    loads = [line for line in asm["ttir"].splitlines() if "tt.load" in line]
+    assert len(loads) == 3, loads
+    assert all(len(line.split("tt.load", 1)[1].split(":", 1)[0].split(",")) >= 2 for line in loads), loads
+
+
+def test_rotary_cat_inlined_into_its_consumer_reads_under_masks():
+    """Note [Inlining under a mask]: the cat is computed inside the kernel that multiplies it, and the negated
+    half is a producer inlined into the masked body: every load of x in the cat's bodies is masked."""
+    fn, inputs = CATS["rotary"]
+    exploration = engine.explore(fn, inputs, backend="triton", name="rotary")
+    assert exploration.verify["ok"], exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
+    loads = _loads(exploration.graphs[0].code["source"], kernel["name"])
+    masked = [load for load in loads if any("&" in m for m in _masks(load))]
+    assert len(masked) == 2, [ast.unparse(x) for x in loads]
+
+
+def test_bounded_position_simplifies_the_views_divisions():
+    """Note [Bounded positions]: the third input of the (8, T, 3072) cat, read through its (8, T, 16, 64) view:
+    with the position bounded by 1024 the divisions by T*1024 and the remainders by 1024 vanish."""
+    x = loop_var("x", 0)
+    t = ModIndex(FloorDiv(x, 3072), 1024)
+    p = Bounded(ModIndex(x, 3072) - 2048, 1024)
+    index = 1048576 * FloorDiv(x, 3145728) + 1048576 * FloorDiv(1024 * t + p, 1048576) + \
+        1024 * ModIndex(FloorDiv(p, 1024) + t, 1024) + ModIndex(p, 1024)
+    assert simplify_index(index, {x: 8 * 1024 * 3072}) == 1024 * FloorDiv(x, 3072) + p
+    assert p.subs(x, 5) == -2043  # a probe at a point is the number itself
+
+
+def _buffer(size=4):
+    return Pointwise("buf0", (sympy.Integer(size),), torch.float32, "cpu", inner_fn=lambda index: None)
+
+
+def test_evaluator_does_not_read_where_the_mask_is_false():
+    """A masked body's index may leave the tensor where its mask is false: the evaluator gives `other` there."""
+    i = loop_var("i", 0)
+    evaluator = TorchEvaluator({"buf0": torch.arange(4.0)}, {"buf0": _buffer()}, {"i0": torch.arange(6)}, [6])
+    with use_handler(evaluator):
+        inside = ops.lt(ops.index_expr(i, torch.int64), ops.constant(4, torch.int64))
+        value = ops.masked(inside, lambda: ops.load("buf0", (Bounded(i, 4),)), ops.constant(-1.0, torch.float32))
+    assert value.tolist() == [0.0, 1.0, 2.0, 3.0, -1.0, -1.0]
+
+
+def test_ir_printer_shows_the_guard_of_each_masked_load():
+    i = loop_var("i", 0)
+    printer = IRPrinter({"buf0": _buffer()})
+    with use_handler(printer):
+        inside = ops.ge(ops.index_expr(i, torch.int64), ops.constant(2, torch.int64))
+        ops.masked(inside, lambda: ops.load("buf0", (Bounded(i - 2, 4),)), ops.constant(0.0, torch.float32))
+    loads = [line for line in printer.lines if "load buf0" in line]
+    assert len(loads) == 1 and loads[0].endswith(f"if {inside}"), printer.lines
+
+
+# --- training ------------------------------------------------------------------------------------------------
+
+
+class QKVAttention(nn.Module):
+    """q, k, v split from one projection: the projection's output gradient is the cat of dq, dk, dv."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in self.qkv(x).split(d, -1))
+        attention = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1)
+        return self.out((attention @ v).transpose(1, 2).reshape(b, t, d)).sum()
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_qkv_split_trains_like_eager(backend):
+    torch.manual_seed(0)
+    exploration = engine.explore(QKVAttention(), (torch.randn(2, 8, 32),), backend=backend, train=True,
+                                 name="qkv_attention")
+    verify = exploration.verify
+    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    backward = next(g for g in exploration.graphs if g.phase == "backward")
+    assert any("cat" in op for k in backward.kernels for op in k["ops"]), [k["ops"] for k in backward.kernels]

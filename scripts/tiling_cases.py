@@ -49,6 +49,11 @@ def permute_add(x, y):
     return x.permute(0, 2, 3, 1) + y
 
 
+def qkv_cat(q, k, v):  # the attention backward's gradient of a fused qkv projection: three (B, H, T, d) -> (B, T, 3*H*d)
+    b, h, t, d = q.shape
+    return torch.cat([g.transpose(1, 2).reshape(b, t, h * d) for g in (q, k, v)], dim=-1)
+
+
 def tiling_cases(device: str, small: bool) -> list[dict]:
     n = lambda big, tiny: tiny if small else big  # noqa: E731
     f32 = dict(device=device, dtype=torch.float32)
@@ -66,6 +71,16 @@ def tiling_cases(device: str, small: bool) -> list[dict]:
              inputs=lambda: (torch.randn(batch, channels, height, height, **f32).to(memory_format=torch.channels_last),)),
         dict(name="layernorm_bf16", model=nn.LayerNorm(n(5120, 320)).to(device, torch.bfloat16),
              inputs=lambda: (torch.randn(n(4096, 16), n(5120, 320), device=device, dtype=torch.bfloat16),)),
+        # a bias's gradient in a bf16 training step: a column sum of a tokens x features gradient (Note [Column
+        # splits by bytes]: 8192 x 4096 and 8192 x 3072 ran 3-4x Inductor's time in one unsplit column kernel)
+        dict(name="bias_grad_bf16_4096", model=column_sum,
+             inputs=lambda: (torch.randn(n(8192, 512), n(4096, 256), device=device, dtype=torch.bfloat16),)),
+        dict(name="bias_grad_bf16_3072", model=column_sum,
+             inputs=lambda: (torch.randn(n(8192, 512), n(3072, 192), device=device, dtype=torch.bfloat16),)),
+        # the qkv gradient's concatenation (Note [Masked loads]: each element read from one input, not three)
+        dict(name="qkv_cat_bf16", model=qkv_cat,
+             inputs=lambda: tuple(torch.randn(n(8, 2), n(16, 2), n(1024, 32), 64, device=device, dtype=torch.bfloat16)
+                                  for _ in range(3))),
         dict(name="permute_add_fp16", model=permute_add,
              inputs=lambda: (torch.randn(batch, channels, height, height, device=device, dtype=torch.float16),
                              torch.randn(batch, height, height, channels, device=device, dtype=torch.float16))),

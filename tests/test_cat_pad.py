@@ -2,6 +2,7 @@
 through the IR evaluator, C++ and Triton (interpreter) for many input kinds, in training too, and the Triton
 kernel of a 3-way cat has one masked load per input (its source and its TTIR for sm_90)."""
 import ast
+import re
 
 import pytest
 import sympy
@@ -115,7 +116,9 @@ def test_three_way_cat_has_one_masked_load_per_input():
 
 
 def test_three_way_cat_ttir_for_sm90_loads_each_input_once():
-    """The same kernel compiled for sm_90 (no GPU needed): three tt.load, each with a mask operand."""
+    """The same kernel compiled for sm_90 (no GPU needed): three tt.load, each with a mask operand, and in PTX
+    every global load is a vector load (no clamp in the address hides its contiguity from Triton: with one,
+    each thread read its 8 bf16 of each input as 8 scalar 16-bit loads)."""
     if not triton_build.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
@@ -126,6 +129,8 @@ def test_three_way_cat_ttir_for_sm90_loads_each_input_once():
     loads = [line for line in asm["ttir"].splitlines() if "tt.load" in line]
     assert len(loads) == 3, loads
     assert all(len(line.split("tt.load", 1)[1].split(":", 1)[0].split(",")) >= 2 for line in loads), loads
+    global_loads = re.findall(r"ld\.global[.\w]*", asm["ptx"])
+    assert global_loads and all(".v" in load for load in global_loads), global_loads
 
 
 def test_rotary_cat_inlined_into_its_consumer_reads_under_masks():

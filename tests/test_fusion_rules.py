@@ -15,7 +15,7 @@ from engine.schedule.groups import Group
 from engine.schedule.memory import plan_memory
 from lowered_graphs import lowered, pointwise_chain
 
-RULE_NAMES = {rule.__name__ for rule in policy.RULES} | {LEGAL_ORDER, LEGAL_LOOP_NEST}
+RULE_NAMES = {rule.__name__ for rule in policy.RULES} | {policy.recompute_in_reader.__name__, LEGAL_ORDER, LEGAL_LOOP_NEST}
 
 
 def _size(*dims):

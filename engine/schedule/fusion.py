@@ -5,7 +5,9 @@ Candidates, in this order:
   horizontal  sibling groups that read a common buffer
 Each candidate is put to the policy once (policy.py: a list of named rules). When the policy wants a fusion,
 the mechanism checks only legality: the merge creates no cycle between kernels, and the merged loop nest is
-valid (Note [Fused loop shape]).
+valid (Note [Fused loop shape]). A vertical candidate that is not fused is a second question: should the
+consumer recompute the elementwise nodes it reads of the producer instead of reading them back (recompute.py,
+Note [Recomputed in each reader] in policy.py)? Its answer is recorded as a decision too.
 
 Note [Incremental group graph]
 Fusion must cost O(nodes), not O(nodes^2): a 2000-op chain is 2000 candidates. So nothing is recomputed per
@@ -24,7 +26,6 @@ candidate from the whole graph:
 from __future__ import annotations
 
 import heapq
-import weakref
 from dataclasses import dataclass, field
 
 import sympy
@@ -33,7 +34,8 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
 from engine.ir.ops import use_handler
 from engine.ir.graph import LoweredGraph
-from engine.schedule import policy, templates
+from engine.schedule import policy, recompute, templates
+from engine.schedule.bodies import body_ops, load_positions, node_reads
 from engine.schedule.groups import Group, same_size
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, reduction_passes
 
@@ -91,78 +93,6 @@ class Schedule:
     decisions: list[FusionDecision] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # loop nodes nobody reads: in no kernel (Note [Unused nodes])
     templates: list[dict] = field(default_factory=list)  # per matmul: template or library call, and why
-
-
-# A node's loop body never changes after lowering, so neither do its reads: each body runs once to find them,
-# however many passes (fusion, memory plan, code generation) ask.
-_READS: "weakref.WeakKeyDictionary[Buffer, tuple[str, ...]]" = weakref.WeakKeyDictionary()
-
-
-def node_reads(node: Buffer, buffers: dict) -> list[str]:
-    """Names of the buffers a node reads (loop body loads, or a library call's tensor arguments)."""
-    if node not in _READS:
-        _READS[node] = tuple(_find_reads(node, buffers))
-    return list(_READS[node])
-
-
-def _find_reads(node: Buffer, buffers: dict) -> list[str]:
-    if isinstance(node, (Extern, Fallback)):
-        return list(dict.fromkeys(node.inputs))
-    if isinstance(node, MultiOutput):
-        return [node.parent]
-    return list(dict.fromkeys(name for name, _ in _first_element_loads(node, buffers)))
-
-
-# the loads of a loop node's first element, found once for both its reads and its load positions
-_FIRST_LOADS: "weakref.WeakKeyDictionary[Buffer, list[tuple[str, tuple]]]" = weakref.WeakKeyDictionary()
-
-
-def _first_element_loads(node: Buffer, buffers: dict) -> list[tuple[str, tuple]]:
-    if node not in _FIRST_LOADS:
-        _FIRST_LOADS[node] = _run_body(node, buffers, middle=False)
-    return _FIRST_LOADS[node]
-
-
-def _run_body(node: Buffer, buffers: dict, middle: bool) -> list[tuple[str, tuple]]:
-    """The (buffer, index) loads of one run of a loop node's body for one element: the first (index 0), or
-    one in the middle of each axis, away from the edges where a window's positions clamp together."""
-    def index(size):
-        return [sympy.Integer(int(s) // 2 if middle and s.is_Integer else 3 if middle else 0) for s in size]
-
-    recorder = AccessRecorder(buffers)
-    with use_handler(recorder):
-        if isinstance(node, Reduction):
-            node.inner_fn(index(node.size), index(node.reduction_size))
-        elif isinstance(node, Pointwise):
-            node.inner_fn(index(node.size))
-    return recorder.loads
-
-
-# Note [Window reads]
-# A consumer can read its producer at several positions per element: a pooling window (9 for 3x3), a padded
-# shift, bilinear interpolation (4). Fused, the producer is recomputed at every one of them, with its own loads,
-# and a producer that is itself such a group multiplies again: three stacked 3x3 max pools inlined into one
-# kernel are 9^3 recomputations, 8000 lines of C++ and two minutes of code generation for one kernel. So each
-# node's loads are counted by distinct position (`load_positions`: one more run of its body for an element in
-# the middle, away from the clamped edges, done only when the run for element 0 shows a buffer read at two
-# places), each group knows how many loads one element of it costs with everything it recomputes
-# (`Group.loads`), and the policy's window_read rule stores a producer whose recomputation would cost more than
-# MAX_RECOMPUTED_LOADS loads per element (policy.py).
-_POSITIONS: "weakref.WeakKeyDictionary[Buffer, dict[str, int]]" = weakref.WeakKeyDictionary()
-
-
-def load_positions(node: Buffer, buffers: dict) -> dict[str, int]:
-    """For each buffer a loop node reads, at how many distinct positions one element of it reads that buffer."""
-    if node not in _POSITIONS:
-        positions: dict[str, int] = {}
-        if isinstance(node, (Pointwise, Reduction)):
-            loads = _first_element_loads(node, buffers)
-            if len(set(loads)) > len({name for name, _ in loads}):  # some buffer at two places: count them all
-                loads = _run_body(node, buffers, middle=True)
-            for name, index in dict.fromkeys(loads):
-                positions[name] = positions.get(name, 0) + 1
-        _POSITIONS[node] = positions
-    return _POSITIONS[node]
 
 
 # Note [Reduction passes]
@@ -385,7 +315,7 @@ class Scheduler:
         if fused and kind == "vertical" and self._path_through_others(a, b):
             fused, reason, rule = False, "fusing would create a cycle: another kernel sits between them", LEGAL_ORDER
         if fused:
-            problem = self._loop_nest_problem(a, b, kind, verdict.inline, depths)
+            problem = self._copies_problem(a, b, kind) or self._loop_nest_problem(a, b, kind, verdict.inline, depths)
             if problem:
                 fused, reason, rule = False, problem, LEGAL_LOOP_NEST
         self.decisions.append(FusionDecision(a.label(self.nodes, self.order), b.label(self.nodes, self.order), kind,
@@ -393,11 +323,65 @@ class Scheduler:
         if fused:
             loads = b.loads - cross + cross * a.loads if kind == "vertical" else a.loads + b.loads
             self._merge(a, b, verdict.inline, passes, depths).loads = loads
+        elif kind == "vertical":
+            self._consider_recompute(a, b)
         return fused
+
+    # -- recomputed in each reader (Note [Recomputed in each reader] in policy.py) ------------------------------
+    def _consider_recompute(self, a: Group, b: Group) -> None:
+        """After a refused vertical candidate: should b recompute what it reads of a instead? Recorded when b
+        reads only elementwise values of its own elements from a, and done when the policy agrees."""
+        found = recompute.find(self, a, b)
+        if found is None:
+            return
+        facts, loads = found
+        verdict = policy.recompute_in_reader(facts)
+        if verdict is None:
+            return
+        self.decisions.append(FusionDecision(self._nodes_label(facts.nodes), b.label(self.nodes, self.order),
+                                             "vertical", verdict.fuse, verdict.reason, verdict.rule))
+        if not verdict.recompute:
+            return
+        anchors = a.outside_readers & b.names  # b's nodes that read a, directly or through copies
+        a.outside_readers -= anchors
+        a.consumers.discard(b)
+        b.producers.discard(a)
+        b.copies.update((n.name, n) for n in facts.nodes)
+        for node in facts.nodes:  # b now reads what the copies read, from the kernels that produce it
+            for read in self.reads[node.name]:
+                producer = self.group_of.get(read)
+                if producer is None or producer is b or read in b.copies:
+                    continue
+                producer.consumers.add(b)
+                b.producers.add(producer)
+                producer.outside_readers |= anchors
+        b.loads += loads
+
+    def _copies_problem(self, a: Group, b: Group, kind: str) -> str | None:
+        """A group's copies (Note [Recomputed in each reader]) are recomputed at any index: they must not come
+        to read a value of a reduction in their own kernel, nor join a GEMM template's epilogue."""
+        for group, other in ((a, b), (b, a)):
+            if group.copies and other.template is not None:
+                copies = self._nodes_label(group.copies.values())
+                return f"{copies} are recomputed in that kernel: a template's epilogue recomputes nothing"
+        if kind != "vertical" or not b.copies or not a.has_reduction:
+            return None
+        for copy in b.copies.values():
+            for read in self.reads[copy.name]:
+                if read in a.names and self.depth[read] > 0:
+                    return f"{copy.name}, recomputed in the consumer at any index, reads {read}, which needs a " \
+                           f"reduction of the producer"
+        return None
+
+    def _nodes_label(self, nodes) -> str:
+        ordered = sorted(nodes, key=lambda n: self.order[n.name])
+        if len(ordered) <= 8:
+            return "+".join(n.name for n in ordered)
+        return f"{ordered[0].name}+...+{ordered[-1].name} ({len(ordered)} nodes)"
 
     def _window_reads(self, a: Group, b: Group) -> tuple[int, int]:
         """(the most positions at which one of b's nodes reads one of a's, all of b's loads of a's nodes): Note
-        [Window reads]."""
+        [Window reads] in bodies.py."""
         window, cross = 1, 0
         for name in a.outside_readers & b.names:
             positions = load_positions(self.buffers[name], self.buffers)
@@ -444,7 +428,7 @@ class Scheduler:
                 if read not in self.group_of:
                     continue
                 producer, consumer = self.group_of[read], self.group_of[node.name]
-                if producer is not consumer:
+                if producer is not consumer and read not in consumer.copies:
                     self.consider(producer, consumer, "vertical")
         self._siblings()
         return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices)
@@ -476,12 +460,18 @@ class Scheduler:
 
     def _kernels(self) -> list[Kernel]:
         kernels = []
-        for index, group in enumerate(self._topological(self._unique_groups())):
-            nodes = sorted(group.nodes, key=lambda n: self.order[n.name])
+        groups = self._topological(self._unique_groups())
+        # what copies read from other kernels (Note [Recomputed in each reader]): stored by its own kernel
+        for_copies = {read for group in groups for copy in group.copies for read in self.reads[copy]
+                      if read not in group.names and read not in group.copies}
+        for index, group in enumerate(groups):
+            nodes = sorted(group.nodes + list(group.copies.values()), key=lambda n: self.order[n.name])
             if group.template is not None:  # Note [Template first]
                 nodes = [group.template] + [n for n in nodes if n is not group.template]
-            stored = [n.name for n in nodes if n.name in self.output_names or any(
-                reader not in group.names for reader in self.readers.get(n.name, ()))]
+            stored = [n.name for n in nodes if n.name not in group.copies and (
+                n.name in self.output_names or n.name in for_copies or any(
+                    reader not in group.names and n.name not in self.group_of[reader].copies
+                    for reader in self.readers.get(n.name, ())))]
             if group.template is not None:
                 kept = self._template_kernel(nodes, index, stored)
                 if kept is not None:
@@ -497,7 +487,8 @@ class Scheduler:
                 continue
             rows, red = group.shape
             kind = "reduction" if group.has_reduction else "pointwise"
-            reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name] if r not in group.names))
+            reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name]
+                                       if r not in group.names and r not in group.copies))
             kernels.append(Kernel(f"kernel_{index}", kind, nodes, stored, reads, self._reads_of(nodes), rows, red))
         return kernels
 

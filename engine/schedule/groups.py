@@ -44,7 +44,10 @@ class Group:
     passes: int = 0  # passes over each row: the longest chain of reductions feeding each other
     all_pointwise: bool = True
     has_output: bool = False
-    loads: int = 0  # loads per element, recomputed producers' included (Note [Window reads] in fusion.py)
+    loads: int = 0  # loads per element, recomputed producers' included (Note [Window reads] in bodies.py)
+    # other groups' nodes this one recomputes wherever it reads them, never stores (Note [Recomputed in each
+    # reader] in policy.py); they stay their own group's nodes too
+    copies: dict[str, Buffer] = field(default_factory=dict)
     # -- the group graph (mechanism) --
     position: int = 0  # a topological label: every edge goes from a lower to a higher position
     producers: set["Group"] = field(default_factory=set)
@@ -94,6 +97,10 @@ class Group:
         other or None) is the side whose nodes are only ever recomputed inside the other's: not visible."""
         self.nodes.extend(other.nodes)
         self.names |= other.names
+        if self.copies or other.copies:
+            self.copies.update(other.copies)
+            for name in [n for n in self.copies if n in self.names]:
+                del self.copies[name]  # the merged group computes that node anyway
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
         self.library = self.library or other.library
         self.template = self.template or other.template

@@ -48,6 +48,7 @@ class Verdict:
     reason: str
     rule: str
     inline: bool = False  # fuse by recomputing `first` inside `second`, never storing it
+    recompute: bool = False  # no fusion: the consumer recomputes what it reads of the producer (recompute_in_reader)
 
 
 def _target_name(node) -> str:
@@ -297,7 +298,7 @@ MAX_RECOMPUTED_LOADS = 64  # a 3x3 window over a batch norm + ReLU (5 loads) is 
 def window_read(c: Candidate) -> Verdict | None:
     """A consumer that reads its producer at several positions per element (a pooling window) recomputes the
     producer at each; past MAX_RECOMPUTED_LOADS loads per element the producer is stored once instead (Note
-    [Window reads] in fusion.py: stacked windows multiply)."""
+    [Window reads] in bodies.py: stacked windows multiply)."""
     if c.kind != "vertical" or c.window <= 1 or c.window * c.first.loads <= MAX_RECOMPUTED_LOADS:
         return None
     return Verdict(False, f"the consumer reads the producer at {c.window} positions per element; recomputing it "
@@ -316,6 +317,87 @@ def inline_producer(c: Candidate) -> Verdict | None:
 
 def different_iteration_space(c: Candidate) -> Verdict | None:
     return Verdict(False, _mismatch_text(c), "different_iteration_space")
+
+
+# Note [Recomputed in each reader]
+# Layer norm's backward is a row kernel (the input's gradient: reductions over each row's features) and a
+# column kernel (the weight's and the bias's gradients: sums over the rows of dy * xhat and of dy). Both read
+# dy cast up to float32 and xhat = (x - mean) * rstd, elementwise over the row kernel's elements. Computed in
+# the row kernel, they were stored by it for the column kernel to read back: on an H200, a bf16 transformer
+# block's training step (B=8, T=1024, D=1024) wrote two float32 tensors of 32 MB in each layer norm's row
+# kernel and read them back in its column kernel, 64 MB written and 64 MB read where recomputing them reads dy
+# and x (bf16, 16 MB each) and a mean and an rstd per row: about 50 us of a 1.6 ms step, two layer norms, half
+# of our gap to Inductor (reduce-overhead: 1.605 vs 1.504 ms). Inductor inlines a cheap pointwise node into
+# each of its readers. So a kernel that does not fuse with a producer's kernel (the candidate's decision says
+# why) recomputes the producer's elementwise nodes it reads from their inputs, instead of reading them from
+# memory: they are copied into it (Group.copies, still their own kernel's nodes too), and the producer's
+# kernel stores them only for a reader that does not recompute them. recompute_in_reader takes it when
+# - all it would recompute is elementwise: a reduction's value exists only in the row of its own kernel;
+# - the nodes it reads (the roots) are read at one position per element of the reader, which has as many
+#   elements: each is recomputed once per element, not once per position of a window;
+# - no root is an output or read by a library call or a GEMM template: those store it anyway, and reading it
+#   back costs no more than recomputing it (the qkv gradient of Note [Stored prologues of column reductions]
+#   is such a node: stored once for its GEMM, its bias gradient reads it back);
+# - recomputing loads no more bytes per element than it saves, the roots' store there and their read here
+#   (a smaller buffer broadcast over the elements counts at its share). The cast up from bf16 loads 2 bytes
+#   and saves 8; xhat in bf16 loads 2 + 8/D (x, then the float32 mean and rstd of each row of D) and saves 8,
+#   in float32 4 + 8/D. Should another reader still read a root from memory, this one loads at most twice
+#   what reading it back would have;
+# - within MAX_RECOMPUTED_NODES nodes and MAX_RECOMPUTED_OPS arithmetic ops per element: what is copied into
+#   every reader stays small (Inductor, too, keeps a node that is expensive or read too often stored).
+
+MAX_RECOMPUTED_NODES = 16  # xhat is 3 nodes (a view of x, minus the mean, times rstd), the cast 1
+MAX_RECOMPUTED_OPS = 16  # arithmetic ops per element, in all that one reader recomputes
+
+
+@dataclass(frozen=True)
+class Recomputation:
+    """What `consumer` would recompute of `producer`, a kernel it does not fuse with, instead of reading it
+    back (Note [Recomputed in each reader]). The mechanism finds the facts."""
+    producer: Group
+    consumer: Group
+    roots: list[Buffer]  # the producer's nodes that the consumer reads
+    nodes: list[Buffer]  # the roots and the producer's nodes they read, transitively: what would be copied
+    inputs: list[str]  # the buffers that recomputing them loads
+    blocker: str | None  # why they cannot be computed outside their kernel, or None
+    stored_for: str | None  # a root that is stored anyway, and for what; or None
+    loaded_bytes: float  # bytes per element that recomputing them loads
+    read_bytes: int  # bytes per element of the roots: what the producer would store and the consumer read back
+    ops: int  # arithmetic ops per element
+    knobs: FusionKnobs = FusionKnobs()
+
+
+def recompute_in_reader(r: Recomputation) -> Verdict | None:
+    """A kernel recomputes the cheap elementwise nodes it reads of a producer's kernel instead of reading them
+    from memory (Note [Recomputed in each reader])."""
+    if not r.knobs.enabled:
+        return None
+    roots = ", ".join(n.name for n in r.roots)
+    rule = "recompute_in_reader"
+    if r.blocker:
+        return Verdict(False, f"{roots} read back, not recomputed: {r.blocker}", rule)
+    if r.stored_for:
+        return Verdict(False, f"{roots} read back, not recomputed: {r.stored_for}, so reading it costs no more "
+                              f"than recomputing it", rule)
+    if len(r.nodes) > MAX_RECOMPUTED_NODES:
+        return Verdict(False, f"{roots} read back, not recomputed: recomputing would copy more than "
+                              f"{MAX_RECOMPUTED_NODES} nodes into this kernel", rule)
+    if r.ops > MAX_RECOMPUTED_OPS:
+        return Verdict(False, f"{roots} read back, not recomputed: {r.ops} arithmetic ops per element (more "
+                              f"than {MAX_RECOMPUTED_OPS})", rule)
+    saved = 2 * r.read_bytes  # the producer's store and this kernel's read
+    if r.loaded_bytes > saved:
+        return Verdict(False, f"{roots} read back, not recomputed: recomputing would load "
+                              f"{r.loaded_bytes:.3g} bytes per element, more than the {saved} it saves (stored "
+                              f"there, read back here)", rule)
+    total = len(r.consumer.nodes) + len(r.consumer.copies) + len(r.nodes)
+    if r.knobs.max_nodes is not None and total > r.knobs.max_nodes:
+        return Verdict(False, f"{roots} read back, not recomputed: the kernel would hold {total} IR nodes, over "
+                              f"the cap of {r.knobs.max_nodes} (max_nodes)", rule)
+    return Verdict(True, f"{roots} recomputed here from {', '.join(r.inputs) or 'constants'}: "
+                         f"{r.loaded_bytes:.3g} bytes loaded per element instead of {r.read_bytes} stored there "
+                         f"and read back here; stored only for a reader that does not recompute them (Note "
+                         f"[Recomputed in each reader])", rule, recompute=True)
 
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [

@@ -485,6 +485,8 @@ class Scheduler:
                 kernels.append(Kernel(f"{kind}_{index}", kind, nodes, [n.name for n in nodes],
                                       [r for n in nodes for r in self.reads[n.name]], self._reads_of(nodes)))
                 continue
+            if not stored:  # every reader recomputes its nodes (Note [Recomputed in each reader]): no kernel
+                continue
             rows, red = group.shape
             kind = "reduction" if group.has_reduction else "pointwise"
             reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name]

@@ -1,6 +1,7 @@
-"""cat and constant_pad_nd read each element from one input (Note [Cat and pad read one input]): they match eager
-through the IR evaluator, C++ and Triton (interpreter) for many input kinds, in training too, and the Triton
-kernel of a 3-way cat has one masked load per input (its source and its TTIR for sm_90)."""
+"""cat and constant_pad_nd read each element from one input (Note [Cat and pad read one input]), and the scatters
+into a region read self or src: they match eager through the IR evaluator, C++ and Triton (interpreter) for many
+input kinds, in training too, and the Triton kernel of a 3-way cat has one masked load per input (its source, its
+TTIR and PTX for sm_90)."""
 import ast
 import re
 
@@ -83,6 +84,22 @@ PADS = {
 @pytest.mark.parametrize("case", PADS)
 def test_pad_matches_eager(case, backend):
     fn, inputs = PADS[case]
+    _check(fn, *inputs, backend=backend)
+
+
+SCATTERS = {  # the same masked form picks self or src (engine/lowering/scatters.py)
+    "slice": (lambda x, s: torch.slice_scatter(x, s, 1, 2, 5), (r(3, 6), r(3, 3))),
+    "slice_step": (lambda x, s: torch.slice_scatter(x, s, 0, 1, 8, 3), (r(9, 2), r(3, 2))),
+    "slice_into_zeros": (lambda s: torch.slice_scatter(torch.zeros(4, 8), s * 2, 1, 4), (r(4, 4),)),
+    "select": (lambda x, s: torch.select_scatter(x, s, 1, -1), (r(3, 4, 2), r(3, 2))),
+    "diagonal": (lambda x, s: torch.diagonal_scatter(x, s, 1), (r(4, 5), r(4))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", SCATTERS)
+def test_scatter_matches_eager(case, backend):
+    fn, inputs = SCATTERS[case]
     _check(fn, *inputs, backend=backend)
 
 
@@ -184,6 +201,18 @@ def test_ir_printer_shows_the_guard_of_each_masked_load():
 # --- training ------------------------------------------------------------------------------------------------
 
 
+class Rotary(nn.Module):
+    """Rotary embeddings: the backward of the cat's slices scatters their gradients back (slice_scatter)."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, cos, sin):
+        y = self.proj(x)
+        return (y * cos + _rotate_half(y) * sin).square().sum()
+
+
 class QKVAttention(nn.Module):
     """q, k, v split from one projection: the projection's output gradient is the cat of dq, dk, dv."""
 
@@ -209,3 +238,12 @@ def test_qkv_split_trains_like_eager(backend):
     assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
     backward = next(g for g in exploration.graphs if g.phase == "backward")
     assert any("cat" in op for k in backward.kernels for op in k["ops"]), [k["ops"] for k in backward.kernels]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_rotary_trains_like_eager(backend):
+    torch.manual_seed(0)
+    exploration = engine.explore(Rotary(), (torch.randn(2, 5, 16), torch.randn(5, 16), torch.randn(5, 16)),
+                                 backend=backend, train=True, name="rotary")
+    verify = exploration.verify
+    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]

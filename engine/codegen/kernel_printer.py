@@ -91,6 +91,8 @@ class KernelPrinter(TextHandler):
 
     def masked_value(self, mask, value, other):
         """The body's value where `mask` holds, the value `other` elsewhere."""
+        if value == other:  # a body that reads nothing and gives `other` (a scatter into zeros: its zeros)
+            return value
         return self.where(mask, value, other)
 
     def emit(self, text, dtype, *where):

@@ -17,7 +17,7 @@ import torch
 
 from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
-from engine.ir.indexing import PythonIndexPrinter
+from engine.ir.indexing import Bounded, PythonIndexPrinter
 from engine.ir.ops import compute_dtype, result_dtype
 from engine.schedule.kernel_plan import KernelPlan
 
@@ -232,6 +232,8 @@ class TritonPrinter(KernelPrinter):
         self.loaded.add(name)
         offset, dims = self.index(buffer.storage_offset(index))
         condition = self.mask  # a masked() body's (Note [Masked loads])
+        if condition is not None and not dims and not self.simplified(buffer.storage_offset(index)).has(Bounded):
+            condition = None  # one address for every lane, valid wherever it is used: read it as is (hoisted)
         if condition is not None:
             if condition.dims and not dims:  # a scalar address takes the block shape of its mask (tl.load
                 offset = f"tl.where({condition}, {offset}, 0)"  # refuses a block mask on a scalar pointer)

@@ -1,7 +1,7 @@
 """Functional scatters into a region: slice_scatter, select_scatter, diagonal_scatter.
 
 out = self everywhere except a region that a view of `self` would see, which reads `src` instead. That is a
-pointwise `where(inside region, src[position in src], self)`: the inverse of the view's index map, with the
+pointwise `masked(inside region, src[position in src], self)`: the inverse of the view's index map, with the
 region test written in int64 index arithmetic (so it also holds for size symbols).
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import FloorDiv
+from engine.ir.indexing import Bounded, FloorDiv
 from engine.ir.nodes import TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
@@ -21,14 +21,17 @@ aten = torch.ops.aten
 
 
 def _scatter_node(x, src, region_and_position):
-    """region_and_position(index) -> (inside: bool value, index into src)."""
+    """region_and_position(index) -> (inside: bool value, index into src, Bounded where it leaves src).
+
+    Each element reads one of the two (Note [Masked loads]): src inside the region, self outside it, so the
+    region is not read from self nor the rest from src (the backward of a slice scatters into zeros: one read)."""
     result_dtype = out_dtype()
     compute = compute_dtype(result_dtype)
 
     def inner_fn(index):
         inside, src_index = region_and_position(index)
-        value = ops.where(inside, load_as(src, src_index, compute), load_as(x, index, compute))
-        return value
+        outside = ops.masked(ops.logical_not(inside), lambda: load_as(x, index, compute), ops.constant(0, compute))
+        return ops.masked(inside, lambda: load_as(src, src_index, compute), outside)
 
     return pointwise_node(inner_fn)
 
@@ -64,7 +67,7 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
         if step != 1:
             offset = ops.remainder(_index(relative), ops.constant(step, torch.int64))
             inside = ops.logical_and(inside, ops.eq(offset, ops.constant(0, torch.int64)))
-        position = clamp_index(FloorDiv(sympy.Max(relative, 0), step) if step != 1 else relative, count)
+        position = Bounded(FloorDiv(relative, step) if step != 1 else relative, count)
         return inside, index[:dim] + [position] + index[dim + 1:]
 
     return _scatter_node(x, src, region)
@@ -91,7 +94,7 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
     def region(index):
         k = index[dim1] - row
         inside = ops.logical_and(ops.eq(_index(k), _index(index[dim2] - col)), _in_range(k, 0, length))
-        return inside, [index[d] for d in kept] + [clamp_index(k, length)]
+        return inside, [index[d] for d in kept] + [Bounded(k, length)]
 
     return _scatter_node(x, src, region)
 

@@ -45,6 +45,14 @@ def _full_size_writes(graph, numel, dtype=None):
     return found
 
 
+def _stored_only_for_libraries_and_outputs(graph, numel):
+    """A full-size buffer is stored only for a library call (the linear's weight gradient reads the norm's
+    output) or as the graph's output (the input's gradient), never for another loop kernel to read back."""
+    for kernel, name, _ in _full_size_writes(graph, numel):
+        readers = [k.kind for k in graph.kernels if name in k.reads]
+        assert not readers or set(readers) - {"pointwise", "reduction"}, (kernel, name, readers)
+
+
 # -- layer norm's backward -------------------------------------------------------------------------------------
 
 class NormThenLinear(nn.Module):
@@ -98,11 +106,7 @@ def test_layer_norm_backward_stores_neither_the_cast_nor_xhat(backend, dtype):
     loops = [k for k in backward.kernels if k.kind in ("pointwise", "reduction") and not k.name.endswith("_partials")]
     # the linear's bias gradient, the norm's row kernel, its column kernel: main's count
     assert len(loops) == 3, [(k.name, k.ir_nodes) for k in loops]
-    # a full-size buffer is stored only for a library call (the linear's weight gradient reads the norm's
-    # output) or as the graph's output (the input's gradient), never for another loop kernel to read back
-    for kernel, name, _ in _full_size_writes(backward, numel):
-        readers = [k.kind for k in backward.kernels if name in k.reads]
-        assert not readers or set(readers) - {"pointwise", "reduction"}, (kernel, name, readers)
+    _stored_only_for_libraries_and_outputs(backward, numel)
     if dtype == torch.bfloat16:  # and in bf16 none of them is float32
         assert _full_size_writes(backward, numel, "float32") == []
     recomputed = [d for d in backward.fusion.decisions if d.rule == RULE and d.fused]
@@ -112,6 +116,21 @@ def test_layer_norm_backward_stores_neither_the_cast_nor_xhat(backend, dtype):
         (columns,) = [k for k in loops if set(decision.consumer.split("+")) & set(k.ir_nodes)]
         assert set(decision.producer.split("+")) <= set(columns.ir_nodes)
         assert [nodes[w].size for w in columns.writes] == [[str(shape[-1])]] * 2, columns.writes
+
+
+def test_split_column_kernel_recomputes_in_its_first_stage():
+    """On Triton a long column reduction splits (Note [Column splits]); the recomputed nodes are the first
+    stage's prologue, and it reads dy and x instead of the row kernel's stores."""
+    torch.manual_seed(0)
+    model = NormThenLinear(128, _layer_norm(128))
+    x = torch.randn(2, 2048, 128, requires_grad=True)
+    backward = _graph(_explore(model, (x,), "triton", train=True, templates="off"), "backward")
+    (first,) = [k for k in backward.kernels if k.name.endswith("_partials") and len(k.writes) == 2]
+    assert first.tiling["choice"] == "split", first.tiling
+    # it reads dy (a matmul's result), x and the per-row statistics (the forward's), nothing a loop kernel wrote
+    written = {n for k in backward.kernels if k.kind in ("pointwise", "reduction") for n in k.writes}
+    assert not set(first.reads) & written, first.reads
+    _stored_only_for_libraries_and_outputs(backward, x.numel())
 
 
 def test_the_record_says_what_is_recomputed_and_why():

@@ -398,7 +398,7 @@ class PythonIndexPrinter(_IndexPrinter):  # also the base of the Triton index pr
     max_fn, min_fn = "max", "min"
 
     def _print_Bounded(self, e):  # the masked read's own guard keeps an unused position unread
-        return f"({self._print(e.args[0])})"
+        return self._operand(e.args[0])  # parenthesized as a factor would be: 256*(x - 2048)
 
 
 _C_PRINTER = _IndexPrinter()

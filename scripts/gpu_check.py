@@ -410,10 +410,23 @@ def run_tests(dry_run: bool) -> dict:
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     output = result.stdout + result.stderr
-    print(output[-6000:], flush=True)
+    if os.environ.get("OUT"):  # the whole log: a failure's traceback is above the tail (session 7 lost one)
+        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["OUT"]) / "gpu_tests.log").write_text(output)
+    failures = _failures(output)
+    print(failures[:8000] + output[-6000:], flush=True)
     summary = [line for line in output.splitlines() if " passed" in line or " failed" in line or " error" in line]
     return {"returncode": result.returncode, "summary": summary[-1] if summary else "", "seconds":
-            time.perf_counter() - start, "tail": output[-4000:]}
+            time.perf_counter() - start, "failures": failures[:8000], "tail": output[-4000:]}
+
+
+def _failures(output: str) -> str:
+    """pytest's FAILURES and ERRORS sections (each failed test's traceback), or "" when every test passed."""
+    start = min((i for i in (output.find("= FAILURES ="), output.find("= ERRORS =")) if i >= 0), default=-1)
+    if start < 0:
+        return ""
+    end = output.find("short test summary info", start)
+    return output[output.rfind("\n", 0, start) + 1:output.rfind("\n", 0, end) + 1 if end >= 0 else None]
 
 
 def run_script_section(script: str, arguments: list[str]) -> dict:

@@ -27,3 +27,14 @@ def test_zoo_verdict_is_the_engines():
     assert not wrong["inductor_ok"], wrong
     close = gpu_check.Verdicts(cancellation, (x,), expected, None)("glassbox", [expected[0].clone()])
     assert close["glassbox_ok"] and close["glassbox_judged_by"] == "eager"
+
+
+def test_the_tests_section_keeps_each_failures_traceback():
+    """The GPU tests section reports pytest's FAILURES section, which the output's tail can miss (a -rA
+    summary of 44 tests pushed it out on the H200)."""
+    output = "\n".join(["....F", "=" * 20 + " FAILURES " + "=" * 20, "___ test_a ___", "E   assert 1 == 2",
+                        "=" * 10 + " short test summary info " + "=" * 10, *[f"PASSED t{i}" for i in range(500)],
+                        "FAILED test_a", "1 failed, 500 passed"])
+    failures = gpu_check._failures(output)
+    assert "E   assert 1 == 2" in failures and "PASSED" not in failures and "short test summary" not in failures
+    assert gpu_check._failures("3 passed") == ""

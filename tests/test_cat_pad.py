@@ -103,6 +103,36 @@ def test_scatter_matches_eager(case, backend):
     _check(fn, *inputs, backend=backend)
 
 
+POOLS = {  # padded windows read under their mask too (engine/lowering/pooling.py)
+    "avg_pool_padded": (lambda x: F.avg_pool2d(x, 3, 2, 1), (r(2, 3, 7, 6),)),
+    "avg_pool_without_pad_count": (lambda x: F.avg_pool2d(x, 3, 1, 1, count_include_pad=False), (r(1, 2, 5, 5),)),
+    "max_pool_padded_with_indices": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (r(2, 3, 7, 6),)),
+    "max_pool_of_negatives": (lambda x: F.max_pool2d(-x.abs() - 1, 2, 2, 1), (r(1, 2, 5, 4),)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", POOLS)
+def test_pool_matches_eager(case, backend):
+    fn, inputs = POOLS[case]
+    _check(fn, *inputs, backend=backend)
+
+
+h = torch.float16
+TILED = {  # shapes big enough for C++'s 2D tiles, staged transposed reads and fp16 half rows (masked or not)
+    "transposed_fp16_last_dim": (lambda a, b: torch.cat([a.t(), b.t()], 1) * 2, (r(96, 64, dtype=h), r(40, 64, dtype=h))),
+    "transposed_fp16_first_dim": (lambda a, b: torch.cat([a.t(), b], 0) + 1, (r(96, 64, dtype=h), r(33, 96, dtype=h))),
+    "pad_transposed_bf16": (lambda a: F.pad(a.t(), (3, 5, 1, 2)) * 3, (r(128, 72, dtype=torch.bfloat16),)),
+    "scatter_transposed_fp16": (lambda x, s: torch.slice_scatter(x.t(), s, 1, 7, 71), (r(100, 48, dtype=h), r(48, 64, dtype=h))),
+}
+
+
+@pytest.mark.parametrize("case", TILED)
+def test_tiled_cpp_kernels_match_eager(case):
+    fn, inputs = TILED[case]
+    _check(fn, *inputs, backend="cpp", atol=1e-2)
+
+
 # --- structure -----------------------------------------------------------------------------------------------
 
 

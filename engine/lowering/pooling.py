@@ -12,11 +12,10 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import FloorDiv, product
+from engine.ir.indexing import Bounded, FloorDiv, product
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import (check_dtype, load_as, out_dtype, out_size, pointwise_node, reduction_node,
                                     sympify_size)
-from engine.lowering.creation import clamp_index
 from engine.lowering.registry import Unsupported, current, register_lowering
 
 aten = torch.ops.aten
@@ -49,12 +48,12 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
         source, inside = list(index[:lead]), None
         for d in range(spatial):
             position = window_start(index[lead + d], d) + rindex[d]
-            source.append(clamp_index(position, in_sizes[d]))
+            source.append(Bounded(position, in_sizes[d]))
             p = ops.index_expr(position, torch.int64)
             ok = ops.logical_and(ops.ge(p, ops.constant(0, torch.int64)),
                                  ops.lt(p, ops.index_expr(in_sizes[d], torch.int64)))
             inside = ok if inside is None else ops.logical_and(inside, ok)
-        return ops.where(inside, load_as(x, source, acc), ops.constant(0, acc))
+        return ops.masked(inside, lambda: load_as(x, source, acc), ops.constant(0, acc))  # padding: not read
 
     summed = reduction_node(sum_fn, size=size, reduction_size=[sympy.Integer(k) for k in kernel],
                             reduction_type="sum", dtype=acc)
@@ -130,8 +129,8 @@ def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, acc
                 ok = ops.logical_and(ops.ge(p, ops.constant(0, torch.int64)),
                                      ops.lt(p, ops.index_expr(in_sizes[d], torch.int64)))
                 inside = ok if inside is None else ops.logical_and(inside, ok)
-            source = list(index[:lead]) + [clamp_index(position[d], in_sizes[d]) for d in range(2)]
-            value = load_as(x, source, acc)
+            source = list(index[:lead]) + [Bounded(position[d], in_sizes[d]) for d in range(2)]
+            value = ops.masked(inside, lambda source=source: load_as(x, source, acc), ops.constant(0, acc))
             better = ops.logical_and(inside, ops.logical_or(ops.gt(value, best), ops.isnan(value)))
             best = ops.where(better, value, best)
             where = ops.where(better, ops.index_expr(position[0] * in_sizes[1] + position[1], torch.int64), where)

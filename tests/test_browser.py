@@ -280,6 +280,7 @@ def test_hostile_code_shows_a_clear_message_and_the_next_sample_explores(server,
     choose_sample(page, next_sample)  # a sample nobody explored yet: a fresh worker, not the result cache
     wait_text(page, f"Explored {next_sample}:", FIRST_VIEW_TIMEOUT_MS)
     recovered = time.perf_counter()
+    wait_idle(page)  # until the rerun ends, Streamlit keeps the last run's elements on the page (stale, greyed)
     assert page.locator('[data-testid="stException"]').count() == 0
     assert title not in page.locator('[data-testid="stMain"]').inner_text()
     record_timing(f"hostile {name}: error shown", shown - start)

@@ -3,7 +3,7 @@ policy's recompute_in_reader judges (Note [Recomputed in each reader] in policy.
 asks after a refused vertical candidate and, when the policy agrees, copies the nodes into the consumer."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import sympy
 
@@ -12,11 +12,20 @@ from engine.schedule import policy
 from engine.schedule.bodies import body_ops, load_positions
 from engine.schedule.groups import Group, same_size
 
-if TYPE_CHECKING:
-    from engine.schedule.fusion import Scheduler
+
+class Scheduler(Protocol):
+    """What this module reads of fusion.py's Scheduler (named here, not imported: fusion imports this module,
+    and the layers have no cycles, not even for type checking)."""
+    buffers: dict[str, Buffer]
+    reads: dict[str, tuple[str, ...]]
+    readers: dict[str, Any]
+    order: dict[str, int]
+    group_of: dict[str, Group]
+    output_names: set[str]
+    knobs: Any
 
 
-def find(s: "Scheduler", a: Group, b: Group) -> tuple[policy.Recomputation, int] | None:
+def find(s: Scheduler, a: Group, b: Group) -> tuple[policy.Recomputation, int] | None:
     """The facts of b recomputing every node of a it reads (its roots), and the loads per element that
     recomputing adds to b; None when a root is not an elementwise node of b's own element count, read at
     one position per element (nothing to recompute once per element)."""
@@ -72,7 +81,7 @@ def find(s: "Scheduler", a: Group, b: Group) -> tuple[policy.Recomputation, int]
     return facts, loads - replaced
 
 
-def _stored_anyway(s: "Scheduler", roots: dict[str, Buffer]) -> str | None:
+def _stored_anyway(s: Scheduler, roots: dict[str, Buffer]) -> str | None:
     for name in roots:
         if name in s.output_names:
             return f"{name} is an output, stored anyway"

@@ -17,9 +17,10 @@ Each case goes through engine/tools/train_bench.py's bench_train, as `python -m 
 does (Note [Training-step bench]: what a step is, how gradients are checked, how activation memory is counted,
 for ours, Inductor's min-cut and eager autograd). On a GPU the steps are timed as gpu_check times its cases
 (Note [Fair GPU timing]: Inductor's compile workers shut down, a quiet host, rounds of do_bench medians in a
-rotating order, the median round reported), on the CPU the three compilers take turns step by step. `--small` builds the GPU cases' models at tiny sizes in float32
-and, with `--device cpu`, runs them end to end on the CPU: the dry run (gpu_check.py --dry-run) that checks the
-script without a GPU (default mode only: CUDA graphs need one).
+rotating order, the median round reported), on the CPU the three compilers take turns step by step. `--small`
+builds the GPU cases' models at tiny sizes in float32 and, with `--device cpu`, runs them end to end on the CPU:
+the dry run (gpu_check.py --dry-run) that checks the script without a GPU (default mode only: CUDA graphs need
+one).
 
 In reduce-overhead mode a forward reads its CUDA graph's static copy of the activation, not the caller's
 tensor, and saves that copy for the backward; the saved figures, which leave the inputs out, count it (the

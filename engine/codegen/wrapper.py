@@ -180,11 +180,8 @@ class LibraryCall:
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
     """`t` in the contiguous layout, size-1 dims included (Note [Views for libraries])."""
-    t, strides, running = t.contiguous(), [], 1
-    for size in reversed(t.shape):
-        strides.insert(0, running)
-        running *= size
-    strides = tuple(strides)
+    t = t.contiguous()
+    strides = tuple(int(s) for s in contiguous_strides(tuple(t.shape)))  # the retry's path only: sympy is fine
     return t if t.stride() == strides else t.as_strided(t.shape, strides, t.storage_offset())
 
 

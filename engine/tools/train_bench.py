@@ -139,8 +139,9 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
     Steps are timed taking turns (interleaved_ms), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
-    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in scripts/fair_timing.py). After timing, `profile(who, step)` is called
-    for each compiled step, while Inductor's cache directory still exists (scripts/train_bench.py --profile)."""
+    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in scripts/fair_timing.py).
+    After timing, `profile(who, step)` is called for each compiled step, while Inductor's cache directory still
+    exists (scripts/train_bench.py --profile)."""
     import torch._inductor.config as inductor_config
 
     say = progress or (lambda message: None)

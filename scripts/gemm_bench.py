@@ -59,6 +59,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from fair_timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
+from verdicts import Verdicts  # noqa: E402 - end-to-end cases: the engine's verdict
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 PROFILE_CALLS = 10  # --kernels
@@ -202,7 +203,7 @@ def e2e_cases(device: str) -> tuple[list[dict], list[dict]]:
     from engine.tools.zoo import zoo_specs
 
     specs, skipped = zoo_specs(device, set(E2E_CASES))
-    found = [{"name": spec.name, "model": spec.model, "dtype": None, "tolerance": spec.tolerance,
+    found = [{"name": spec.name, "model": spec.model, "dtype": None, "tolerance": spec.tolerance, "e2e": True,
               "inputs": lambda spec=spec: spec.example_inputs} for spec in specs]
     return found, skipped
 
@@ -316,6 +317,7 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
     torch._dynamo.reset()  # once per case: the runners' compiled entries coexist (Dynamo guards on the backend)
     with torch.no_grad():
         expected = flatten_outputs(model(*inputs))
+        judge = Verdicts(model, inputs, expected, case.get("tolerance")) if case.get("e2e") else None
         for name, runner in runners(model, device, dry_run, wanted).items():
             start = time.perf_counter()
             try:
@@ -328,7 +330,10 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
                 torch.cuda.synchronize()
             report[f"{name}_first_call_s"] = time.perf_counter() - start
             print(f"[gemm]   {name}: first call {report[f'{name}_first_call_s']:.1f} s", flush=True)
-            report[f"{name}_ok"] = all(compare(e, a, tolerance)["ok"] for e, a in zip(expected, actual))
+            if judge is not None:  # an end-to-end model: the engine's verdict (scripts/verdicts.py)
+                report.update(judge(name, actual))
+            else:
+                report[f"{name}_ok"] = all(compare(e, a, tolerance)["ok"] for e, a in zip(expected, actual))
             if report[f"{name}_ok"]:
                 timed[name] = lambda runner=runner: runner(*inputs)
         if run_device == "cuda" or dry_run:  # the dry run takes the same steps, but waits only briefly

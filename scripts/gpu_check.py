@@ -61,6 +61,7 @@ except ImportError as missing:
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
 from fair_timing import QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
+from verdicts import Verdicts  # noqa: E402 - the engine's verdict on outputs (scripts/verdicts.py)
 from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
 
 
@@ -325,42 +326,6 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         if report.get("inductor_ms"):
             report["inductor_over_glassbox"] = report["inductor_ms"] / report["glassbox_ms"]
     return report
-
-
-class Verdicts:
-    """The engine's verdict on a compiled run's outputs (Note [Tolerance policy] in engine/run.py): close to
-    eager, or where not, no less accurate than eager against a float64 run of the model. The float64 reference
-    is computed once per case, only when some output of ours or Inductor's is not close to eager (a bf16 model
-    whose eager output is itself far from the true result: hf_llama_prefill flagged both compilers by a bf16
-    tolerance of this script's own), so the zoo's verdict is the one `explore` gives."""
-
-    def __init__(self, model, inputs, expected: list, tolerance: dict | None):
-        self.model, self.inputs, self.expected, self.tolerance = model, inputs, expected, tolerance
-        self.references, self.fp64_note = None, ""
-
-    def _reference(self) -> list | None:
-        from engine.run import fp64_reference, fresh
-
-        if self.references is None and not self.fp64_note:
-            references, why_not = fp64_reference(self.model, fresh(self.inputs))
-            if references is None or len(references) != len(self.expected):
-                self.fp64_note = why_not or "the float64 run returned a different number of tensors"
-            else:
-                self.references, self.fp64_note = references, "computed (some output not close to eager)"
-        return self.references
-
-    def __call__(self, name: str, actual: list) -> dict:
-        from engine.run import compare_tensor
-
-        if len(actual) != len(self.expected):
-            return {f"{name}_ok": False, f"{name}_max_abs_err": float("inf")}
-        checks = [compare_tensor(e, a, tolerance=self.tolerance) for e, a in zip(self.expected, actual)]
-        if not all(c["ok"] for c in checks) and self._reference() is not None:
-            checks = [compare_tensor(e, a, r, self.tolerance) for e, a, r in zip(self.expected, actual,
-                                                                                  self.references)]
-        return {f"{name}_ok": all(c["ok"] for c in checks),
-                f"{name}_max_abs_err": max((c["max_abs_err"] for c in checks), default=0.0),
-                f"{name}_judged_by": "fp64" if any(c["judged_by"] == "fp64" for c in checks) else "eager"}
 
 
 def _first_call(runner, inputs, device, start) -> float:

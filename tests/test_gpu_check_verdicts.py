@@ -8,6 +8,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gpu_check  # noqa: E402
+from verdicts import Verdicts  # noqa: E402
 
 
 def cancellation(x):
@@ -18,14 +19,14 @@ def test_zoo_verdict_is_the_engines():
     torch.manual_seed(0)
     x = torch.rand(4096, dtype=torch.bfloat16) * 4
     expected = [cancellation(x)]
-    judge = gpu_check.Verdicts(cancellation, (x,), expected, None)
+    judge = Verdicts(cancellation, (x,), expected, None)
     accurate = [x.clone()]  # computed in float32: better than eager
     verdict = judge("glassbox", accurate)
     assert verdict["glassbox_ok"] and verdict["glassbox_judged_by"] == "fp64", verdict
     assert judge.fp64_note.startswith("computed")
     wrong = judge("inductor", [accurate[0] + 20])
     assert not wrong["inductor_ok"], wrong
-    close = gpu_check.Verdicts(cancellation, (x,), expected, None)("glassbox", [expected[0].clone()])
+    close = Verdicts(cancellation, (x,), expected, None)("glassbox", [expected[0].clone()])
     assert close["glassbox_ok"] and close["glassbox_judged_by"] == "eager"
 
 

@@ -209,6 +209,15 @@ class TemplateLaunch:
             found.append(("library", self._library_alone_run(), None))
         return found
 
+    def _compiled_modes(self) -> list[tuple[dict, bool]]:
+        """The (config, from_memory) launches the candidates compile: every tile config computing its tile,
+        and with an epilogue, the epilogue-only configs reading it from memory."""
+        modes = [(config, False) for config in self.backend.configs()]
+        if self.kernel.epilogue:
+            modes += [(config, True) for config in
+                      [self.epilogue_config] + list(getattr(self.backend, "epilogue_configs", list)())]
+        return modes
+
     def default_pick(self) -> str:
         """The candidate default mode would run for this GEMM."""
         candidates = self.candidates()
@@ -226,6 +235,8 @@ class TemplateLaunch:
         if cached:
             results = json.loads(path.read_text())
         else:
+            if hasattr(self.backend, "precompile"):  # Note [Parallel compiles]
+                self.kernel.tuning["precompile"] = self.backend.precompile(self._compiled_modes(), tensors)
             results = measure(candidates, tensors, self.device)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(results))

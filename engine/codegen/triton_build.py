@@ -165,6 +165,12 @@ class TritonLaunch:
             return
         self._launch_and_bind(grid_x, args)
 
+    def warm_spec(self, args) -> tuple | None:
+        """What a compile worker needs to compile this launch for `args` (Note [Parallel compiles])."""
+        from engine.codegen.compile_pool import warm_spec
+
+        return None if self.interpret else warm_spec(self.function, args, {**self.constexprs, **self.options})
+
     def _classes(self, args) -> tuple:
         return tuple(specialization_class(args[i]) for i in self.checked)
 
@@ -282,7 +288,10 @@ def autotune(kernel, jit_function, args, device: str):
     if cached:
         results = json.loads(path.read_text())
     else:
+        from engine.codegen.compile_pool import precompile, warm_spec
+
         results = []
+        kernel.tuning["precompile"] = precompile([warm_spec(jit_function, args, c.kwargs()) for c in configs])
         for config in configs:
             def launch(config=config):
                 jit_function.run(*args, grid=kernel.grid(config), warmup=False, **config.kwargs())

@@ -286,6 +286,16 @@ class TritonTemplateRunner:
     def run(self, tensors, config: dict, acc) -> None:
         self.launcher(config, acc is not None)(tensors, acc)
 
+    def precompile(self, modes: list[tuple[dict, bool]], tensors) -> dict:
+        """Compile these (config, from_memory) launches in the compile workers before they are timed (Note
+        [Parallel compiles]): the arguments a launch passes, with the tile read from memory in the GEMM's
+        dtype and otherwise the first tensor standing in for it, as the launcher passes them."""
+        from engine.codegen.compile_pool import precompile
+
+        tile = self.kernel.template.dtype  # warm specs take a tensor's dtype for the tensor
+        return precompile([self._launch(config, from_memory)[0].warm_spec(
+            [*tensors, tile if from_memory else tensors[0]]) for config, from_memory in modes])
+
     def launcher(self, config: dict, from_memory: bool):
         """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
         place] in gemm_launch.py); the stream is read at each call (a capture may run on another)."""

@@ -111,7 +111,7 @@ class AtenNode(FxNode):
 @dataclass
 class IRNode(Record):
     name: str
-    kind: str  # pointwise | reduction | extern | fallback | multi_output | ...
+    kind: str  # pointwise | reduction | scatter | extern | fallback | multi_output | ...
     size: list[str]
     dtype: str
     aten_origins: list[str] = field(default_factory=list)

@@ -11,8 +11,8 @@ import torch
 from engine.capture import fx_origin_names, user_source_line
 from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import loop_var
-from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction
-from engine.ir.ops import use_handler
+from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scatter
+from engine.ir.ops import ops, use_handler
 from engine.record import (AtenNode, CodeRecord, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode, IRRecord,
                            KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, SourceLine)
 
@@ -82,6 +82,12 @@ def ir_text(node, buffers) -> list[str]:
         elif isinstance(node, Pointwise):
             value = node.inner_fn(index)
             header = f"{node.name}[{', '.join(map(str, index))}] for i in {_sizes(node.size)}:"
+        elif isinstance(node, Scatter):  # Note [Accumulating stores]: a loop over the source, adding
+            index = [loop_var("i", d) for d in range(len(node.ranges))]
+            target, value, keep = node.inner_fn(index)
+            ops.store_add(node.name, target, value, keep)
+            header = f"{node.name} = zeros{_sizes(node.size)}; for i in {_sizes(node.ranges)}:"
+            return [header] + ["    " + line for line in printer.lines]
         else:
             return [_library_text(node)]
     return [header] + ["    " + line for line in printer.lines] + [f"    return {value}"]

@@ -20,6 +20,7 @@ from engine.codegen.cpp_printer import CppKernel, CppPrinter, HalfRows, Staging,
 from engine.codegen.kernel_core import Source, emit_stores
 from engine.codegen.cpp_reduction import reduction_kernel
 from engine.ir.indexing import c_index
+from engine.ir.nodes import Scatter, loop_size
 from engine.ir.ops import use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
@@ -40,7 +41,7 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symb
 
 def _pointwise_split(plan: KernelPlan, kernel: Kernel) -> tuple[sympy.Expr, sympy.Expr]:
     """(outer, inner) trip counts: the inner loop walks the last dim(s) so that it vectorizes."""
-    sizes = max((n.size for n in kernel.stored_nodes), key=len, default=())
+    sizes = max((loop_size(n) for n in kernel.stored_nodes), key=len, default=())
     inner = sympy.Integer(1)
     for size in reversed(sizes):
         if inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer):
@@ -56,6 +57,17 @@ def _pointwise_split(plan: KernelPlan, kernel: Kernel) -> tuple[sympy.Expr, symp
     return outer, inner
 
 
+# Note [Scatter kernels in C++]
+# A kernel that adds into data-dependent places (Note [Accumulating stores] in ir/nodes.py) runs on one thread
+# with a plain `+=`. Threads would need an atomic update for each add, and OpenMP's atomic update of a float
+# is a compare-and-swap loop (gcc): the weight gradient of an embedding, 4096 tokens x 256 (1M adds), took
+# 7.4 ms on 2 threads with `#pragma omp atomic` and 0.60 ms on one thread without (2 cores shared, load ~4).
+# In one thread the adds happen in the source's order, as in the evaluator: the result is deterministic and
+# the IR's. The inner loop carries no `omp simd` pragma, which would let two lanes add into one element when
+# the index varies along it; where it does not (a row of the embedding), gcc proves the addresses distinct and
+# vectorizes the row itself.
+
+
 def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling) -> CppKernel:
     outer, inner = _pointwise_split(plan, kernel)
     xo, xi = sympy.Symbol("xo", integer=True, nonnegative=True), sympy.Symbol("xi", integer=True, nonnegative=True)
@@ -67,29 +79,34 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
         stores, store_tags = emit_stores(printer, plan, kernel.stored_nodes)
     hoisted, hoisted_tags = printer.take_hoisted()
     rows = printer.half_rows
+    # Note [Scatter kernels in C++]: no threads, no simd pragma (two lanes may add into one element)
+    scatter = any(isinstance(n, Scatter) for n in kernel.nodes)
+    simd = "" if scatter else "#pragma omp simd"
     body = Source()
     with body.block():
-        with body.block(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo)", parallel_clause(outer * inner)):
+        with body.block(f"for (int64_t xo = 0; xo < {c_index(outer)}; ++xo)",
+                        "" if scatter else parallel_clause(outer * inner)):
             body.extend(hoisted, hoisted_tags)
             if not rows.rows:
-                with body.block(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi)", "#pragma omp simd"):
+                with body.block(f"for (int64_t xi = 0; xi < {c_index(inner)}; ++xi)", simd):
                     body.extend(printer.lines, printer.line_tags)
                     body.extend(stores, store_tags)
             else:  # the row is walked in chunks that its converted fp16 rows fit
                 with body.block(f"for (int64_t xc = 0; xc < {c_index(inner)}; xc += {HALF_CHUNK})"):
                     body.add(f"const int64_t xn = std::min<int64_t>({HALF_CHUNK}, {c_index(inner)} - xc);")
                     _with_half_rows(body, rows, "for (int64_t xi = xc; xi < xc + xn; ++xi)",
-                                    printer.lines + stores, printer.line_tags + store_tags)
+                                    printer.lines + stores, printer.line_tags + store_tags, simd)
     return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
 
 
 HALF_CHUNK = 1024  # elements of a 1D kernel's inner loop per chunk when it converts fp16 rows (4 KiB a row)
 
 
-def _with_half_rows(body: Source, rows: HalfRows, loop: str, lines: list, tags: list) -> None:
+def _with_half_rows(body: Source, rows: HalfRows, loop: str, lines: list, tags: list,
+                    simd: str = "#pragma omp simd") -> None:
     """The inner loop between its fp16 rows' conversions (Note [Vector half conversions])."""
     body.extend([line for line, _ in rows.before], [tag for _, tag in rows.before])
-    with body.block(loop, "#pragma omp simd"):
+    with body.block(loop, simd):
         body.extend(lines, tags)
     body.extend([line for line, _ in rows.after], [tag for _, tag in rows.after])
 

@@ -252,6 +252,15 @@ class CppPrinter(KernelPrinter):
         index_text, _ = self.index(offset)
         self.stores.append((_store_text(self.buffers[name], index_text, value), self.tag))
 
+    def store_add(self, name, index, value, keep):
+        """Note [Accumulating stores], Note [Scatter kernels in C++]: a plain `+=` in a loop on one thread (the
+        buffer holds the compute type: float, double or an integer)."""
+        index_text, _ = self.index(self.buffers[name].storage_offset(index))
+        if keep is not None and keep.name not in ("true", "1"):
+            self.stores.append((f"if ({keep}) {name}[{index_text}] += {value};", self.tag))
+        else:
+            self.stores.append((f"{name}[{index_text}] += {value};", self.tag))
+
 
 @dataclass
 class HalfRows:

@@ -24,6 +24,7 @@ from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static
                                           choose_config, looped_config_reason)
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
+from engine.ir.nodes import Scatter
 from engine.ir.ops import compute_dtype, use_handler
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
@@ -67,6 +68,7 @@ class TritonKernel:
     line_tags: list = field(default_factory=list)
     tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
     itemsize: int = 4  # the column form's narrowest column read, in bytes: its config counts bytes (triton_config)
+    accumulates: bool = False  # adds into its output (Note [Accumulating stores]): a second run would add twice
 
     def grid(self, config: LaunchConfig | None = None) -> tuple | None:
         rows = static_int(self.rows)
@@ -425,4 +427,5 @@ def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, in
     signature.update({s: "i32" for s in sizes})
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, plan.rows, plan.red, config, int64,
-                        signature, tiling, tags, itemsize=itemsize)
+                        signature, tiling, tags, itemsize=itemsize,
+                        accumulates=any(isinstance(n, Scatter) for n in kernel.nodes))

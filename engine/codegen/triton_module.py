@@ -72,8 +72,10 @@ class TritonModule:
     language = "triton"
 
     def tunable(self, kernel: TritonKernel) -> bool:
-        """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config)."""
-        return self.autotune and not self.interpreter and kernel.grid() is not None
+        """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config); never
+        a kernel that adds into its output (tuning runs it several times on the real buffers)."""
+        return self.autotune and not self.interpreter and kernel.grid() is not None and \
+            not getattr(kernel, "accumulates", False)
 
     def launch_text(self, kernel: TritonKernel) -> str:
         """The wrapper's call: the kernel's bound launch (triton_build.TritonLaunch) with the grid worked out

@@ -320,6 +320,29 @@ class TritonPrinter(KernelPrinter):
         mask = self.block_mask(dims)
         self.stores.append((f"tl.store({name} + ({offset}), {text}{f', mask={mask}' if mask else ''})", self.tag))
 
+    def store_add(self, name, index, value, keep):
+        """Note [Accumulating stores]: an atomic add at a data-dependent offset, over the block. The buffer holds
+        the compute dtype (float32 for half types), so the value goes as it is; relaxed order suffices, as
+        nothing in the kernel reads the buffer."""
+        node = self.buffers[name]
+        dims, shape = self.store_dims, self.store_shape
+        offset, offset_dims = self.index(node.storage_offset(index))
+        if offset_dims != dims:  # the pointer takes the block's shape (a value of fewer dims is broadcast to it)
+            offset = f"{offset} + tl.full({shape}, 0, tl.int32)"
+        text = self.tensor(value) if value.literal else str(value)
+        if compute_dtype(value.dtype) != node.dtype:
+            text = f"{text}.to({tl_type(node.dtype)})"
+        mask = self.block_mask(dims)
+        if keep is not None and keep.literal:
+            if not keep.value:
+                return  # adds nothing anywhere
+        elif keep is not None and keep.dims == dims:  # two blocks of bools: & is safe on them
+            mask = str(keep) if mask is None else f"{keep} & {mask}"
+        elif keep is not None:  # a 0-d condition (Note [No & and | on conditions] in the prelude)
+            mask = f"tl.where({keep}, {mask or f'tl.full({shape}, 1, tl.int1)'}, False)"
+        self.stores.append((f"tl.atomic_add({name} + ({offset}), {text}{f', mask={mask}' if mask else ''}, "
+                            f"sem=\"relaxed\")", self.tag))
+
     # -- arithmetic ----------------------------------------------------------------------------------------
     def arithmetic(self, op: str, args: list[TVar]) -> TVar:
         if op in INTEGER_IDENTITY and not args[0].dtype.is_floating_point:

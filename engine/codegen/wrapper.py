@@ -25,7 +25,7 @@ import sympy
 import torch
 
 from engine.ir.indexing import contiguous_strides, py_index
-from engine.ir.nodes import Extern, Fallback, MultiOutput, TensorArg, TensorValue
+from engine.ir.nodes import Extern, Fallback, MultiOutput, Scatter, TensorArg, TensorValue
 from engine.ir.graph import LoweredGraph
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
@@ -274,6 +274,8 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                                 f"{reused}'s memory")
                 else:
                     body.append(f"{name} = {allocator}({_shape(size)}, {_shape(stride)}, {node.dtype})")
+                if isinstance(node, Scatter):
+                    body.append(f"{name}.zero_()  # the kernel adds into it (Note [Accumulating stores])")
             body.append(launch[kernel.name])
         else:
             for node in kernel.nodes:

@@ -12,7 +12,8 @@ import sympy
 import torch
 
 from engine.ir.indexing import loop_var, py_index
-from engine.ir.nodes import Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, TensorArg, TensorValue
+from engine.ir.nodes import (Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, Scatter, TensorArg,
+                             TensorValue)
 from engine.ir.ops import compute_dtype, ops, reduction_identity, use_handler
 from engine.ir.graph import LoweredGraph
 from engine.ir.strided import strided_view
@@ -122,6 +123,16 @@ class TorchEvaluator:
         node = self.buffers[name]
         self.storages[name] = value.to(node.dtype).reshape(self.shape).contiguous()
 
+    def store_add(self, name, index, value, mask):
+        """Note [Accumulating stores]: every kept element's value added at its place, in the loop's order
+        (index_add_ on the CPU adds one after the other), into the zeroed buffer evaluate_graph made."""
+        offsets = self._index(self.buffers[name].storage_offset(index)).expand(self.shape).reshape(-1)
+        values = torch.as_tensor(value).to(self.storages[name].dtype).expand(self.shape).reshape(-1)
+        if mask is not None:
+            keep = torch.as_tensor(mask).bool().expand(self.shape).reshape(-1)
+            offsets, values = offsets[keep], values[keep]
+        self.storages[name].view(-1).index_add_(0, offsets, values)
+
     def indirect(self, value, size):
         name = f"ind{self._indirect}"
         self._indirect += 1
@@ -193,6 +204,14 @@ def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = No
             index = _grid("i", shape, len(shape), 0, env)
             with use_handler(TorchEvaluator(storages, graph.buffers, env, shape)):
                 ops.store(node.name, index, node.inner_fn(index))
+        elif isinstance(node, Scatter):
+            ranges = [concrete(s) for s in node.ranges]
+            env = dict(sizes)
+            index = _grid("i", ranges, len(ranges), 0, env)
+            storages[node.name] = torch.zeros(shape, dtype=node.dtype)
+            with use_handler(TorchEvaluator(storages, graph.buffers, env, ranges)):
+                target, value, keep = node.inner_fn(index)
+                ops.store_add(node.name, target, value, keep)
         elif isinstance(node, Reduction):
             rshape = [concrete(s) for s in node.reduction_size]
             env = dict(sizes)

@@ -141,6 +141,10 @@ class IRPrinter(TextHandler):
     def store_reduction(self, name, index, value):
         self.store(name, index, value)
 
+    def store_add(self, name, index, value, mask):
+        guard = f" if {mask}" if mask is not None else ""
+        self._line(f"store_add {name}[{py_index(self.buffers[name].storage_offset(index))}] += {value}{guard}")
+
     def _line(self, text):
         self.lines.append(text)
         self.line_tags.append(self.tag)
@@ -208,6 +212,9 @@ class AccessRecorder:
         return Var("reduction", dtype)
 
     def store_reduction(self, name, index, value):
+        self.stores.append((name, tuple(index)))
+
+    def store_add(self, name, index, value, mask):
         self.stores.append((name, tuple(index)))
 
     def __getattr__(self, name):

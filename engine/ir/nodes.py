@@ -92,6 +92,38 @@ class Reduction(Buffer):
         return product(self.reduction_size)
 
 
+# Note [Accumulating stores]
+# A Pointwise or Reduction node loops over its own elements: each is computed once, where it is stored. A
+# scatter-add (an embedding's weight gradient, index_put with accumulate=True, scatter_add) writes to places
+# its data picks, several sources into one place; looping over the output, every element would have to search
+# the sources for those that land on it (Note [Scatter as a search] in lowering/scatters.py). A Scatter node
+# loops over its *source* instead: `inner_fn(index)` yields (the place in this buffer, the value, a bool
+# value saying whether to add at all, or None for always) for each source element, and the kernel adds the
+# value there (ops.store_add: an atomic add in Triton, a `+=` in a one-thread loop in C++, Note [Scatter
+# kernels in C++] in codegen/cpp.py, an ordered index_add_ in the evaluator). The condition keeps out entries that add nothing (an embedding's padding_idx) or point
+# outside the buffer: those are ignored, as the search ignores them (an address is formed for them, never
+# used). So:
+# - the buffer starts at zero: the wrapper zeroes it before the kernel runs (what a lowering adds to, `self`
+#   of a scatter_add, is a pointwise node after it);
+# - it is in the compute dtype (float32 for half types: accumulating in bf16 would round at every add); a
+#   pointwise node after it rounds to the result's dtype;
+# - its value is complete only when its kernel ends: no reader of it shares that kernel, nor any sibling, and
+#   no kernel is moved before it (the scheduler's accumulating_store rule, policy.py); elementwise producers of
+#   its values are computed inside it, as in any pointwise kernel.
+@dataclass(eq=False)
+class Scatter(Buffer):
+    """out = 0; out[target(i)] += value(i) where keep(i), for every i in `ranges` (Note [Accumulating stores])."""
+    ranges: tuple[Expr, ...] = ()  # the source's elements: what the kernel loops over
+    inner_fn: Callable[[Index], tuple[Index, Any, Any]] = None  # index -> (index into this buffer, value, keep)
+    kind = "scatter"
+
+
+def loop_size(node: Buffer) -> tuple[Expr, ...]:
+    """The elements a loop node's kernel walks for it: its own, or a Scatter's source (Note [Accumulating
+    stores])."""
+    return tuple(node.ranges) if isinstance(node, Scatter) else tuple(node.size)
+
+
 @dataclass(frozen=True)
 class TensorArg:
     """Placeholder for a tensor argument of an Extern/Fallback call: a strided view of a node's buffer."""

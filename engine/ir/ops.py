@@ -57,9 +57,13 @@ SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect", "m
 #   reduction(dtype, src_dtype, reduction_type, value) `value` (varying along the reduction axis) reduced to
 #                                                      one value per row; returns that value
 #   store_reduction(buffer_name, index_tuple, value)   a reduction's result, written once per row
+#   store_add(buffer_name, index_tuple, value, mask)   `value` added into the buffer at the index, which
+#                                                      other elements of the loop may add into too, where
+#                                                      the bool `mask` holds (None: everywhere): a Scatter
+#                                                      node's store (Note [Accumulating stores])
 # What a handler does with them is its own: the IR printer writes them as text, the evaluator writes tensors,
 # the code printers emit stores and accumulators (the reduction's update goes into the current pass's loop).
-STRUCTURE = ("store", "reduction", "store_reduction")
+STRUCTURE = ("store", "reduction", "store_reduction", "store_add")
 ALL_OPS = SPECIAL + STRUCTURE + ARITHMETIC
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")

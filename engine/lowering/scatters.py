@@ -9,12 +9,12 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import Bounded, FloorDiv
-from engine.ir.nodes import TensorValue
+from engine.ir.indexing import Bounded, FloorDiv, product
+from engine.ir.nodes import Scatter, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
 from engine.lowering.creation import clamp_index
-from engine.lowering.registry import register_lowering
+from engine.lowering.registry import current, register_lowering
 from engine.lowering.views import _diagonal_geometry
 
 aten = torch.ops.aten
@@ -105,8 +105,81 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
 # `index` (over the whole batch of index tensors for index_put). Adding scatters sum the matching sources;
 # replacing scatters take the last matching entry (torch's CPU loop writes in order, so the last write wins):
 # a max-reduction over the matching positions finds it, and an indirect load reads the source there.
-# The search is quadratic in the index length: fine for the sizes these ops see in models, and generated.
+# The search is quadratic in the index length: fine for small scatters, and generated; larger adding scatters
+# loop over their sources and add atomically instead (Note [Search or atomic add]).
 MAX_SCATTER_SEARCH = 1 << 16
+
+# Note [Search or atomic add]
+# An adding scatter (scatter_add, scatter_reduce "sum" with self included, index_put with accumulate=True, an
+# embedding's weight gradient) has two forms:
+#   search      a Reduction per output element over the index entries (Note [Scatter as a search]): one
+#               kernel, deterministic, and a pointwise node its readers fuse with; elements x entries work
+#   atomic add  a Scatter node over the entries (Note [Accumulating stores] in ir/nodes.py): the wrapper zeroes
+#               a buffer, one kernel adds each entry's value at its place, and a pointwise node adds `self`
+#               (and rounds to half types); entries work, but two launches more and float sums in no fixed
+#               order
+# use_atomic_add picks the atomic add when the search would test more than SEARCH_WORK_LIMIT (element, entry)
+# pairs or cannot be generated at all (more than MAX_SCATTER_SEARCH entries, or symbolic), and the accumulator
+# is a type both backends add atomically (float32/float64/int32/int64: half types accumulate in float32;
+# 8/16-bit integers and bools keep the search). An index_put of 3 entries into 24 elements (72 tests) stays a
+# search, fused into its reader; a scatter_add of 4096 entries into 16384 elements (67M tests) is the atomic
+# add. Under torch.use_deterministic_algorithms(True) the search is kept where it can be generated, and the
+# rest runs eagerly (ATen's deterministic kernels). Entries outside the output are ignored in both forms (the
+# search matches no element for them; the atomic add masks them off); eager raises for them on the CPU.
+SEARCH_WORK_LIMIT = 1 << 20
+ATOMIC_ADD_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def use_atomic_add(accumulator: torch.dtype, elements, entries) -> bool:
+    """Note [Search or atomic add]: True for the atomic add; False for the search (which raises Unsupported
+    itself when it cannot be generated)."""
+    from engine.lowering.registry import Unsupported
+    entries, work = sympy.sympify(entries), sympy.sympify(elements * entries)
+    searchable = entries.is_Integer and int(entries) <= MAX_SCATTER_SEARCH
+    if torch.are_deterministic_algorithms_enabled():
+        if searchable:
+            return False
+        raise Unsupported("deterministic algorithms: a scatter this large runs eagerly (ATen's kernel)")
+    if accumulator not in ATOMIC_ADD_DTYPES:
+        return False
+    return not searchable or not work.is_Integer or int(work) > SEARCH_WORK_LIMIT
+
+
+def scatter_node(size, dtype: torch.dtype, ranges, body) -> TensorValue:
+    """A Scatter node (Note [Accumulating stores]): zeros of `size`, plus body(index) = (target index, value,
+    keep) for each index of `ranges`."""
+    graph = current()
+    node = Scatter(name=graph.new_name(), size=tuple(size), dtype=dtype, device=graph.device,
+                   origins=graph.origins(), ranges=tuple(ranges), inner_fn=body)
+    graph.register(node)
+    return TensorValue(node, tuple(size))
+
+
+def checked_position(value, size, wrap: bool):
+    """(the data-dependent position `value` names along a dim of `size`, whether it lies inside): negative
+    values count from the end where `wrap` (index_put), and point outside otherwise (scatter, embedding)."""
+    value = value if value.dtype == torch.int64 else ops.to_dtype(value, torch.int64)
+    extent = ops.index_expr(size, torch.int64)
+    if wrap:
+        value = ops.where(ops.lt(value, ops.constant(0, torch.int64)), ops.add(value, extent), value)
+    inside = ops.logical_and(ops.ge(value, ops.constant(0, torch.int64)), ops.lt(value, extent))
+    return ops.indirect(value, size), inside
+
+
+def _plus_self(x, added: TensorValue, acc: torch.dtype) -> TensorValue:
+    """self + the atomic add's sums, rounded to the result's dtype (Note [Search or atomic add])."""
+    return pointwise_node(lambda idx: ops.add(load_as(x, idx, acc), added.load(idx)))
+
+
+def _scatter_add_atomic(x, dim, index, src, acc) -> TensorValue:
+    """scatter_add as an atomic add over `index`'s entries: out[..., index[i], ...] += src[i]."""
+    def body(idx):
+        position, inside = checked_position(index.load(list(idx)), x.size[dim], wrap=False)
+        target = list(idx[:dim]) + [position] + list(idx[dim + 1:])
+        value = load_as(src, idx, acc) if isinstance(src, TensorValue) else ops.constant(src, acc)
+        return target, value, inside
+
+    return _plus_self(x, scatter_node(x.size, acc, index.size, body), acc)
 
 
 def _reduction(size, reduction_size, reduction_type, dtype, inner_fn):
@@ -154,9 +227,12 @@ def _combine(kind, a, b):
 def _scatter_reduce(x, dim, index, src, kind, include_self=True):
     """scatter_add / scatter_reduce: self combined with the matching sources (see Note [Scatter as a search])."""
     from engine.lowering.registry import Unsupported
-    dim = _scatter_common(x, dim, index)
     result_dtype = out_dtype()
     acc = compute_dtype(result_dtype)
+    if kind == "sum" and include_self and x.ndim and index.ndim and \
+            use_atomic_add(acc, product(x.size), index.size[normalize_dim(dim, x.ndim)]):
+        return _scatter_add_atomic(x, normalize_dim(dim, x.ndim), index, src, acc)
+    dim = _scatter_common(x, dim, index)
     match, position = _dim_matcher(x, dim, index)
     reduction_type = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[kind]
     if acc == torch.bool and kind != "mean":  # bools combine logically (a 1-bit add would wrap around)
@@ -240,6 +316,26 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     return _scatter_reduce(x, dim, index, src, reduce, include_self)
 
 
+def _index_put_atomic(x, tensors, values, first: int, batch: list, acc) -> TensorValue:
+    """index_put(accumulate=True) as an atomic add over the entries: a loop over x's dims before the indexed
+    ones, the index batch, and the dims after, each adding values[...] at x[..., i0[b], i1[b], ..., rest]."""
+    k, batch_ndim = len(tensors), len(batch)
+    ranges = list(x.size[:first]) + list(batch) + list(x.size[first + k:])
+
+    def body(idx):
+        before, b, rest = idx[:first], idx[first:first + batch_ndim], idx[first + batch_ndim:]
+        positions, keep = [], None
+        for t, dim in zip(tensors, range(first, first + k)):
+            value = t.load([sympy.Integer(0) if s == 1 else b[batch_ndim - t.ndim + d] for d, s in enumerate(t.size)])
+            position, inside = checked_position(value, x.size[dim], wrap=True)
+            positions.append(position)
+            keep = inside if keep is None else ops.logical_and(keep, inside)
+        value = load_as(values, list(before) + list(b) + list(rest), acc)
+        return list(before) + positions + list(rest), value, keep
+
+    return _plus_self(x, scatter_node(x.size, acc, ranges, body), acc)
+
+
 @register_lowering(aten.index_put.default)
 def index_put(x, indices, values, accumulate=False):
     """x[i0, i1, ...] = values (or +=) with index tensors on adjacent dims: a search over the index batch for
@@ -260,9 +356,12 @@ def index_put(x, indices, values, accumulate=False):
         for d, s in enumerate(t.size):
             position = batch_ndim - t.ndim + d
             batch[position] = s if batch[position] == 1 else batch[position]
-    _check_search(product(batch) if batch else sympy.Integer(1))
     result_dtype = out_dtype()
     acc = compute_dtype(result_dtype)
+    entries = product(batch) if batch else sympy.Integer(1)
+    if accumulate and use_atomic_add(acc, product(x.size), entries):
+        return _index_put_atomic(x, tensors, values, first, batch, acc)
+    _check_search(entries)
 
     def split(idx):
         return list(idx[:first]), list(idx[first:first + k]), list(idx[first + k:])

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, TensorValue
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scatter, TensorValue
 from engine.ir.ops import use_handler
 from engine.ir.graph import LoweredGraph
 from engine.schedule import policy, recompute, templates
@@ -112,8 +112,8 @@ class Schedule:
 
 
 def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[str]) -> set[str]:
-    """Names of the Pointwise/Reduction nodes that no output and no library or eager call depends on."""
-    live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction))}
+    """Names of the loop nodes (Pointwise, Reduction, Scatter) that no output and no library or eager call depends on."""
+    live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction, Scatter))}
     for node in reversed(nodes):  # program order is a topological order: readers come after what they read
         if node.name in live:
             live.update(reads[node.name])

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Template
+from engine.ir.indexing import product
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scatter, Template, loop_size
 from engine.schedule.kernel_plan import describe_size
 
 
@@ -38,6 +39,7 @@ class Group:
     reduction: Reduction | None = None  # the earliest reduction: it sets the kernel's loop shape
     reduction_at: int = -1
     reductions: list[Reduction] = field(default_factory=list)
+    scatter: Scatter | None = None  # an accumulating store (Note [Accumulating stores]): no reader joins it
     last_visible: Buffer | None = None  # the latest node that is stored or computed for itself (not inlined)
     last_visible_at: int = -1
     numels: frozenset = frozenset()  # element counts (expanded) of its visible pointwise nodes
@@ -67,6 +69,8 @@ class Group:
         group.last_visible, group.last_visible_at = node, at
         if isinstance(node, Pointwise):
             group.numels = frozenset([canonical(node.numel)])
+        if isinstance(node, Scatter):  # its loop walks its source's elements
+            group.scatter, group.numels = node, frozenset([canonical(product(node.ranges))])
         return group
 
     @property
@@ -78,13 +82,13 @@ class Group:
         """(rows, red) of the loop nest: the first reduction's, else the elements of the last visible node."""
         if self.reduction is not None:
             return self.reduction.numel, self.reduction.reduction_numel
-        return self.last_visible.numel, sympy.Integer(1)
+        return product(loop_size(self.last_visible)), sympy.Integer(1)
 
     def shape_text(self) -> str:
         rows, red = self.shape
         if self.reduction is not None:
             return f"{rows} rows x reduction {red}"
-        return describe_size(self.last_visible.size)
+        return describe_size(loop_size(self.last_visible))
 
     def label(self, program: list[Buffer], order: dict[str, int]) -> str:
         """The group's node names for the record; a long group is abbreviated to its ends and its count."""
@@ -104,6 +108,7 @@ class Group:
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
         self.library = self.library or other.library
         self.template = self.template or other.template
+        self.scatter = self.scatter or other.scatter
         if other.reduction is not None and (self.reduction is None or other.reduction_at < self.reduction_at):
             self.reduction, self.reduction_at = other.reduction, other.reduction_at
         self.reductions = self.reductions + other.reductions

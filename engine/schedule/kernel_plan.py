@@ -20,7 +20,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.ir.indexing import Expr, loop_var, product, simplify_index, unflatten
-from engine.ir.nodes import Buffer, Reduction
+from engine.ir.nodes import Buffer, Reduction, Scatter, loop_size
 from engine.ir.ops import ops
 
 
@@ -59,10 +59,11 @@ class KernelPlan:
 
     def index(self, node: Buffer) -> list[Expr]:
         """Where `node` is computed when the kernel stores it."""
+        size = loop_size(node)  # a Scatter is computed at its source's elements (Note [Accumulating stores])
         if self.role(node) == "full":
             linear = self.x if _same(self.red, 1) else self.x * self.red + self.r
-            return [self.simplify(e) for e in unflatten(linear, node.size)]
-        return [self.simplify(e) for e in unflatten(self.x, node.size)]
+            return [self.simplify(e) for e in unflatten(linear, size)]
+        return [self.simplify(e) for e in unflatten(self.x, size)]
 
     def rindex(self, node: Reduction) -> list[Expr]:
         return [self.simplify(e) for e in unflatten(self.r, node.reduction_size)]
@@ -89,6 +90,10 @@ def reduce_node(plan: KernelPlan, node: Reduction):
 
 def store_node(plan: KernelPlan, node: Buffer) -> None:
     index = plan.index(node)
+    if isinstance(node, Scatter):  # its value goes where its body says, added (Note [Accumulating stores])
+        target, value, keep = node.inner_fn(index)
+        ops.store_add(node.name, target, value, keep)
+        return
     ops.store(node.name, index, node.inner_fn(index))
 
 
@@ -218,7 +223,7 @@ def group_shape(nodes: list[Buffer]) -> tuple[Expr, Expr]:
     reductions = [n for n in nodes if isinstance(n, Reduction)]
     if reductions:
         return reductions[0].numel, reductions[0].reduction_numel
-    return nodes[-1].numel, sympy.Integer(1)  # the last node consumes the others
+    return product(loop_size(nodes[-1])), sympy.Integer(1)  # the last node consumes the others
 
 
 def describe_size(sizes) -> str:

@@ -81,6 +81,9 @@ class Terms:
     def store_reduction(self, name, index, value):
         return None
 
+    def store_add(self, name, index, value, mask):
+        return None
+
     def __getattr__(self, name):
         if name in ARITHMETIC:
             return lambda *args: self.term((name,) + tuple(a.id for a in args),

@@ -79,6 +79,27 @@ def fusion_knobs(c: Candidate) -> Verdict | None:
     return None
 
 
+def accumulating_store(c: Candidate) -> Verdict | None:
+    """A kernel that adds into data-dependent places (Note [Accumulating stores] in ir/nodes.py) is complete
+    only when it ends: no reader of it and no sibling joins it; elementwise producers of its values may."""
+    if c.first.scatter is not None:
+        what = "a reader of it" if c.kind == "vertical" else "a sibling"
+        return Verdict(False, f"{c.first.scatter.name} adds into data-dependent places: its value is complete "
+                              f"only when its kernel ends, so {what} cannot share that kernel (Note "
+                              f"[Accumulating stores])", "accumulating_store")
+    if c.second.scatter is None:
+        return None
+    if c.kind != "vertical":
+        return Verdict(False, f"{c.second.scatter.name} adds into data-dependent places: its kernel takes no "
+                              f"siblings (Note [Accumulating stores])", "accumulating_store")
+    if c.first.has_reduction or c.first.template is not None:
+        producer = c.first.reduction.name if c.first.has_reduction else c.first.template.name
+        return Verdict(False, f"{c.second.scatter.name} adds into data-dependent places over its source's "
+                              f"elements, a loop without rows; {producer} reduces rows (its own kernel stores "
+                              f"the values)", "accumulating_store")
+    return None
+
+
 def template_epilogue(c: Candidate) -> Verdict | None:
     """A GEMM template fuses elementwise consumers of its output as its epilogue (Note [GEMM templates])."""
     if c.first.template is None and c.second.template is None:
@@ -401,7 +422,7 @@ def recompute_in_reader(r: Recomputation) -> Verdict | None:
 
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
-    fusion_knobs, template_epilogue, library_call, window_read, too_many_passes, two_reductions, elementwise,
+    fusion_knobs, accumulating_store, template_epilogue, library_call, window_read, too_many_passes, two_reductions, elementwise,
     horizontal_siblings, stored_prologue_of_column, reduction_prologue, column_reduction_prologue,
     reduction_epilogue, inline_producer, different_iteration_space,
 ]

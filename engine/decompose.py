@@ -3,7 +3,8 @@
 AOTAutograd functionalizes the graph (mutations become copies at the end), lifts parameters to inputs and
 traces with fake tensors (symbolic sizes under dynamic shapes). The decomposition table is torch's core
 ATen table, plus composite ops we would rather build from simple nodes and fuse ourselves (softmax,
-layer norm, batch norm), minus the ops we keep whole as library calls (attention).
+layer norm, batch norm), minus the ops we keep whole: library calls (attention, matmuls) and the embedding's
+backward, which we lower whole.
 All AOTAutograd private API use lives here.
 """
 from __future__ import annotations
@@ -45,8 +46,11 @@ KEEP_AS_LIBRARY = [
     aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_flash_attention.default,
     aten.addmm.default, aten.mm.default, aten.bmm.default,
-    aten.embedding_dense_backward.default,  # Note [Embedding backward as a library call] in lowering/backward.py
 ]
+# Kept whole and lowered as one node: its decomposition is an index_put over the whole weight (zeros, then the
+# tokens' gradients added), with the padding tokens' gradients zeroed by a where() first; whole, the Scatter
+# node of Note [Embedding backward as an atomic add] (lowering/backward.py) masks them off instead.
+LOWERED_WHOLE = [aten.embedding_dense_backward.default]
 
 
 def _core_aten_table() -> dict:
@@ -62,7 +66,7 @@ def _core_aten_table() -> dict:
 def decomposition_table() -> dict:
     table = _core_aten_table()
     table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
-    for op in KEEP_AS_LIBRARY:
+    for op in KEEP_AS_LIBRARY + LOWERED_WHOLE:
         table.pop(op, None)
     return table
 

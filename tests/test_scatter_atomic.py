@@ -1,12 +1,15 @@
 """Adding scatters as atomic adds (Note [Accumulating stores] in engine/ir/nodes.py, Note [Search or atomic add]
-in engine/lowering/scatters.py): scatter_add and index_put(accumulate=True) loop over their entries and add each
+in engine/lowering/scatters.py, Note [Embedding backward as an atomic add] in engine/lowering/backward.py):
+scatter_add, index_put(accumulate=True) and an embedding's weight gradient loop over their entries and add each
 at its place; through the IR evaluator, the C++ backend and the Triton interpreter they match eager, with ids
-repeated, negative (index_put) and out of range (ignored); small ones stay a search; no reader of an accumulated
-buffer shares its kernel."""
+repeated, negative (index_put), out of range (ignored) and padding_idx; small ones stay a search; no reader of
+an accumulated buffer shares its kernel; the Triton kernel compiles for an H200 (sm_90)."""
 import pytest
 import torch
+from torch import nn
 
 import engine
+from engine.codegen import triton_build
 from engine.ir.evaluator import evaluate_graph
 from engine.lowering.scatters import MAX_SCATTER_SEARCH, SEARCH_WORK_LIMIT
 from tests.lowered_graphs import lowered
@@ -171,3 +174,100 @@ def test_readers_stay_out_and_producers_come_in(backend):
     source = graph.code["source"]
     assert ("tl.atomic_add" in source) if backend == "triton" else (" += " in source)
     assert ".zero_()" in graph.code["wrapper"]
+
+
+# --- the embedding's weight gradient ------------------------------------------------------------------------
+
+
+def _embedding_model(dtype, padding_idx):
+    torch.manual_seed(5)
+    return nn.Sequential(nn.Embedding(50, 16, padding_idx=padding_idx), nn.Linear(16, 4)).to(dtype)
+
+
+def _backward(exploration):
+    return next(g for g in exploration.graphs if g.phase == "backward")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("padding_idx", [None, 1])
+def test_embedding_gradient_matches_eager(backend, dtype, padding_idx):
+    """Repeated ids add up, padding tokens add nothing (their row's gradient stays 0), in every dtype."""
+    model = _embedding_model(dtype, padding_idx)
+    ids = torch.tensor([[1, 7, 7, 49, 1, 0], [0, 1, 1, 1, 7, 3]])
+    exploration = engine.explore(model, (ids,), backend=backend, train=True)
+    verify = exploration.verify
+    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert any(e["name"] == "param:0.weight" and e["ok"] for e in verify["gradients"]), verify["gradients"]
+    backward = _backward(exploration)
+    kinds = {n["name"]: n["kind"] for n in backward.ir["nodes"]}
+    kernels = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"]]
+    assert kernels and all(k["kind"] == "pointwise" for k in kernels), kernels
+    assert any(kinds[n] == "scatter" for k in kernels for n in k["ir_nodes"])
+    assert not [k for k in backward.kernels if k["kind"] in ("extern", "fallback")
+                and "aten::embedding_dense_backward" in k["ops"]]
+
+
+def test_embedding_gradient_with_padding_through_the_evaluator():
+    """The IR itself (before any code generation) gives eager's gradient, padding row zero."""
+    torch.manual_seed(6)
+    grad = torch.randn(3, 5, 8)
+    ids = torch.tensor([[2, 2, 0, 9, 2], [0, 0, 1, 9, 3], [4, 4, 4, 4, 2]])
+
+    def fn(grad, ids):
+        return torch.ops.aten.embedding_dense_backward(grad, ids, 10, 2, False)
+
+    graph = lowered(fn, grad, ids)
+    assert _kinds(graph) == ["scatter"], _kinds(graph)
+    (out,) = _evaluate(graph, [grad, ids])
+    torch.testing.assert_close(out, fn(grad, ids))
+    assert not out[2].any()
+
+
+def test_scale_grad_by_freq_stays_a_library_call():
+    model = nn.Embedding(20, 4, scale_grad_by_freq=True)
+    exploration = engine.explore(model, (torch.tensor([[1, 1, 3], [5, 1, 3]]),), backend="cpp", train=True)
+    assert exploration.verify["ok"]
+    backward = _backward(exploration)
+    assert any(k["kind"] == "extern" and "aten::embedding_dense_backward" in k["ops"] for k in backward.kernels)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_decoder_training_generates_the_embedding_gradient(backend):
+    """A LLaMA-style decoder (gpt_decoder sample) trains like eager with its embedding's weight gradient a
+    generated atomic-add kernel: no library call left for it in the backward."""
+    from engine.tools.model_file import load_model_file
+    spec = load_model_file("gpt_decoder")
+    exploration = engine.explore(spec.model.train(), spec.example_inputs, backend=backend, train=True,
+                                 name="gpt_decoder", tolerance=spec.tolerance)
+    verify = exploration.verify
+    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert any("embed" in e["name"] and e["ok"] for e in verify["gradients"]), verify["gradients"]
+    backward = _backward(exploration)
+    embedding = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"]]
+    assert embedding and all(k["kind"] == "pointwise" for k in embedding), embedding
+    assert any("atomic add" in k["tiling"]["reason"] for k in embedding)
+
+
+def test_atomic_kernel_compiles_for_sm90():
+    """The generated atomic-add kernel compiles to PTX and SASS for an H200 (sm_90) without a GPU."""
+    if not triton_build.ptxas_available():
+        pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
+    torch.manual_seed(4)
+    weight, ids = torch.randn(512, 64, dtype=torch.bfloat16), torch.randint(0, 512, (4, 256))
+
+    def fn(weight, ids):
+        return nn.functional.embedding(ids, weight).float().square().sum()
+
+    weight.requires_grad_(True)
+    exploration = engine.explore(fn, (weight, ids), backend="triton", train=True)
+    assert exploration.verify["ok"], exploration.verify
+    backward = next(g for g in exploration.graphs if g.phase == "backward")
+    (atomic,) = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"] and
+                 "atomic" in k["tiling"]["reason"]]
+    config = atomic["triton"]["gpu_config"]
+    asm = triton_build.kernel_assembly(backward.code["source"], atomic["name"], atomic["triton"]["signature"],
+                                       {"XBLOCK": config["XBLOCK"]}, config["num_warps"])
+    assert not asm.get("error"), asm.get("error")
+    adds = [line for line in asm["ptx"].splitlines() if ".add." in line and ("red." in line or "atom." in line)]
+    assert ".target sm_90" in asm["ptx"] and adds, asm["ptx"][:2000]  # red.global.gpu.relaxed.add.v4.f32

@@ -85,9 +85,10 @@ def test_recomputation_changes_the_saved_set():
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
-def test_embedding_backward_is_a_library_call_not_a_search(backend):
-    """Note [Embedding backward as a library call]: the weight gradient scatters each token's gradient into its
-    row (ATen's kernel), instead of every row searching all the tokens; repeated ids add up."""
+def test_embedding_backward_is_an_atomic_add_not_a_search(backend):
+    """Note [Embedding backward as an atomic add]: the weight gradient is a generated kernel that adds each
+    token's gradient into its row, instead of every row searching all the tokens (or ATen's library call);
+    repeated ids add up."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 4))
     exploration = _train(model, (torch.tensor([[1, 7, 7, 49], [0, 1, 1, 1]]),), backend=backend)
@@ -96,8 +97,12 @@ def test_embedding_backward_is_a_library_call_not_a_search(backend):
     ops = {k["kind"]: [] for k in backward.kernels}
     for kernel in backward.kernels:
         ops[kernel["kind"]] += kernel["ops"]
-    assert "aten::embedding_dense_backward" in ops["extern"]
-    assert not any("index_put" in op for op in sum(ops.values(), [])), ops
+    assert "aten::embedding_dense_backward" in ops["pointwise"]
+    assert "aten::embedding_dense_backward" not in ops.get("extern", []) + ops.get("fallback", [])
+    assert not [k for k in backward.kernels if k["kind"] == "reduction"
+                and "aten::embedding_dense_backward" in k["ops"]], "the gradient is a search"
+    scatters = {n["name"] for n in backward.ir["nodes"] if n["kind"] == "scatter"}
+    assert scatters and not any("index_put" in op for op in sum(ops.values(), [])), ops
 
 
 def test_matmul_outputs_are_saved_not_recomputed():

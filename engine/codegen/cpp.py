@@ -20,7 +20,7 @@ from engine.codegen.cpp_printer import CppKernel, CppPrinter, HalfRows, Staging,
 from engine.codegen.kernel_core import Source, emit_stores
 from engine.codegen.cpp_reduction import reduction_kernel
 from engine.ir.indexing import c_index
-from engine.ir.nodes import Scatter, loop_size
+from engine.ir.nodes import loop_size
 from engine.ir.ops import use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
@@ -80,7 +80,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     hoisted, hoisted_tags = printer.take_hoisted()
     rows = printer.half_rows
     # Note [Scatter kernels in C++]: no threads, no simd pragma (two lanes may add into one element)
-    scatter = any(isinstance(n, Scatter) for n in kernel.nodes)
+    scatter = kernel.accumulates
     simd = "" if scatter else "#pragma omp simd"
     body = Source()
     with body.block():

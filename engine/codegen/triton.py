@@ -24,7 +24,6 @@ from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static
                                           choose_config, looped_config_reason)
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
-from engine.ir.nodes import Scatter
 from engine.ir.ops import compute_dtype, use_handler
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
@@ -428,4 +427,4 @@ def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, in
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, plan.rows, plan.red, config, int64,
                         signature, tiling, tags, itemsize=itemsize,
-                        accumulates=any(isinstance(n, Scatter) for n in kernel.nodes))
+                        accumulates=kernel.accumulates)

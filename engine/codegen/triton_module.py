@@ -75,7 +75,7 @@ class TritonModule:
         """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config); never
         a kernel that adds into its output (tuning runs it several times on the real buffers)."""
         return self.autotune and not self.interpreter and kernel.grid() is not None and \
-            not getattr(kernel, "accumulates", False)
+            not kernel.accumulates
 
     def launch_text(self, kernel: TritonKernel) -> str:
         """The wrapper's call: the kernel's bound launch (triton_build.TritonLaunch) with the grid worked out

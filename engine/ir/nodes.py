@@ -100,9 +100,9 @@ class Reduction(Buffer):
 # loops over its *source* instead: `inner_fn(index)` yields (the place in this buffer, the value, a bool
 # value saying whether to add at all, or None for always) for each source element, and the kernel adds the
 # value there (ops.store_add: an atomic add in Triton, a `+=` in a one-thread loop in C++, Note [Scatter
-# kernels in C++] in codegen/cpp.py, an ordered index_add_ in the evaluator). The condition keeps out entries that add nothing (an embedding's padding_idx) or point
-# outside the buffer: those are ignored, as the search ignores them (an address is formed for them, never
-# used). So:
+# kernels in C++] in codegen/cpp.py, an ordered index_add_ in the evaluator). The condition keeps out entries
+# that add nothing (an embedding's padding_idx) or point outside the buffer: those are ignored, as the search
+# ignores them (an address is formed for them, never used). So:
 # - the buffer starts at zero: the wrapper zeroes it before the kernel runs (what a lowering adds to, `self`
 #   of a scatter_add, is a pointwise node after it);
 # - it is in the compute dtype (float32 for half types: accumulating in bf16 would round at every add); a

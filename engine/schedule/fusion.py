@@ -86,6 +86,12 @@ class Kernel:
     def plan(self) -> KernelPlan:
         return KernelPlan(self.nodes, self.rows, self.red)
 
+    @property
+    def accumulates(self) -> bool:
+        """Whether it adds into data-dependent places of a zeroed buffer (a Scatter node, Note [Accumulating
+        stores]): a second run would add twice, and it writes in place into nothing else."""
+        return any(isinstance(n, Scatter) for n in self.nodes)
+
 
 @dataclass
 class Schedule:
@@ -112,7 +118,8 @@ class Schedule:
 
 
 def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[str]) -> set[str]:
-    """Names of the loop nodes (Pointwise, Reduction, Scatter) that no output and no library or eager call depends on."""
+    """Names of the loop nodes (Pointwise, Reduction, Scatter) that no output and no library or eager call
+    depends on."""
     live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction, Scatter))}
     for node in reversed(nodes):  # program order is a topological order: readers come after what they read
         if node.name in live:

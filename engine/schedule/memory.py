@@ -8,7 +8,7 @@ import sympy
 import torch
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Scatter, TensorValue
+from engine.ir.nodes import Buffer, Extern, TensorValue
 from engine.ir.graph import LoweredGraph
 from engine.ir.ops import use_handler
 from engine.ir.indexing import simplify_index
@@ -103,12 +103,6 @@ def _in_place_source(kernel: Kernel, output: Buffer, candidates: list[Buffer], g
     return None
 
 
-def _accumulates(kernel: Kernel) -> bool:
-    """A kernel of Scatter nodes adds into a zeroed buffer at data-dependent places (Note [Accumulating
-    stores]): it writes in place into nothing else."""
-    return any(isinstance(n, Scatter) for n in kernel.nodes)
-
-
 def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict, in_place: bool = False) -> MemoryPlan:
     """Greedy reuse: a buffer takes the memory of a buffer of the same size and dtype that just died.
 
@@ -134,7 +128,7 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict, in_plac
         # Note [In-place epilogues]: library outputs this pointwise kernel reads for the last time
         dying_here = [graph.buffers[n] for n in kernel.reads if last_use.get(n) == index and n not in outputs
                       and isinstance(graph.buffers[n], Extern) and graph.buffers[n].target in FRESH_OUTPUTS] \
-            if in_place and kernel.kind == "pointwise" and not _accumulates(kernel) else []
+            if in_place and kernel.kind == "pointwise" and not kernel.accumulates else []
         for name in kernel.stored:
             node = graph.buffers[name]
             life = BufferLife(name, _bytes(node, hints), index, end if name in outputs else last_use.get(name, index))

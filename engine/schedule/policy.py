@@ -422,9 +422,9 @@ def recompute_in_reader(r: Recomputation) -> Verdict | None:
 
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
-    fusion_knobs, accumulating_store, template_epilogue, library_call, window_read, too_many_passes, two_reductions, elementwise,
-    horizontal_siblings, stored_prologue_of_column, reduction_prologue, column_reduction_prologue,
-    reduction_epilogue, inline_producer, different_iteration_space,
+    fusion_knobs, accumulating_store, template_epilogue, library_call, window_read, too_many_passes,
+    two_reductions, elementwise, horizontal_siblings, stored_prologue_of_column, reduction_prologue,
+    column_reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
 ]
 
 

@@ -235,3 +235,23 @@ def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch
     assert len(choices) == 2 and all(c is not None for c in choices), choices
     by_plain = sorted(choices, key=lambda c: c["plain_ms"])
     assert not by_plain[1]["replays"] and by_plain[0]["replays"], choices  # the GEMM takes longer plainly too
+
+
+def test_large_inputs_are_refilled_one_by_one_and_small_ones_together(fake_cuda, monkeypatch):
+    """Note [Refilling inputs]: a copied input of LARGE_COPY_BYTES or more gets its own copy_, the rest share
+    one foreach copy; either way every replay computes with the new call's values."""
+    monkeypatch.setattr(triton_build, "LARGE_COPY_BYTES", 64 * 4)  # 64 float32 elements and up are large
+    foreach_calls = []
+    real_foreach = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda dst, src: (foreach_calls.append(len(dst)),
+                                                                    real_foreach(dst, src)))
+    bias = torch.randn(64)
+    call = CudaGraphCall(affine, static_inputs=frozenset({2}))
+    for step in range(4):
+        x, weight = torch.randn(64), torch.randn(1)  # x is large, the broadcast weight small
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    (entry,) = call.graphs.values()
+    assert entry["copied"] == [0, 1] and entry["fixed"] == [2]
+    assert [i for _, i in entry["large"]] == [0] and entry["small"][1] == [1]
+    assert foreach_calls == [1, 1]  # the two replays' small copy, one tensor each

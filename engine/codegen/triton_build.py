@@ -559,6 +559,30 @@ pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None) 
 storage_use_count = torch._C._storage_Use_Count  # holders of a storage: any tensor or view over it
 
 
+# Note [Refilling inputs]
+# Before each replay the copied inputs (Note [Which inputs a CUDA graph reads in place]) are written into the
+# recording's buffers. One torch._foreach_copy_ does that in one launch, which is what a graph with many small
+# copied inputs needs; but its kernel (multi_tensor_apply) gives each thread block one chunk of 64K elements,
+# so a few large tensors get few blocks. On the H200 (gemm_bench --kernels, proj_residual M=512, bf16,
+# 2026-12-02) it took 15.3 us to copy the activation and the residual, 4 MiB each (64 blocks for 132 SMs,
+# ~1 TB/s), beside the 23.5 us GEMM: the replayed call spent 42.8 us on the device where the plain one
+# spent 27.1. A training step refills more: the incoming gradient of a Llama LM head's logits is 64 MiB. So
+# an input of LARGE_COPY_BYTES or more is copied by its own copy_ (ATen's elementwise copy, which spreads
+# over the whole GPU), and the smaller ones still go in one foreach launch; the extra launches are cheap, a
+# replayed call's host being ahead of the GPU. The device time after this change is not measured yet (the
+# session's H200 time ran out): tests/test_cuda_graph_replay.py checks the split and the values on the CPU.
+LARGE_COPY_BYTES = 1 << 20
+
+
+def refill(entry: dict, args: list) -> None:
+    """Copy a replay's copied inputs into the recording's buffers (Note [Refilling inputs])."""
+    for static, i in entry["large"]:
+        static.copy_(args[i])
+    statics, indices = entry["small"]
+    if statics:
+        torch._foreach_copy_(statics, [args[i] for i in indices])
+
+
 class CudaGraphCall:
     """`call`, replayed as a CUDA graph (Note [CUDA graph replay]); `sizes` are the graph's size symbols as
     (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
@@ -603,8 +627,7 @@ class CudaGraphCall:
                 if entry["handed_over"]:
                     self._give_up(key)  # Note [Gradients a replay hands over]
                 return self.call(list(args))
-            if entry["copied"]:
-                torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
+            refill(entry, args)
             entry["graph"].replay()
             return list(entry["outputs"])
         pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
@@ -619,6 +642,8 @@ class CudaGraphCall:
                  all(h[i] == p for h in history) and (self.static_inputs is None or i in self.static_inputs)))]
         copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]
         statics = [args[i].clone() for i in copied]
+        large = [n for n, i in enumerate(copied) if statics[n].nbytes >= LARGE_COPY_BYTES]  # Note [Refilling inputs]
+        small = [n for n in range(len(copied)) if n not in large]
         static_args = list(args)
         for i, static in zip(copied, statics):
             static_args[i] = static
@@ -642,7 +667,8 @@ class CudaGraphCall:
             torch._C._add_cached_tensor(t)
             self.cached[id(t)] = t
         self.graphs[key] = {"graph": graph, "fixed": fixed, "pointers": history[-1], "copied": copied,
-                            "statics": statics, "outputs": outputs, "inputs": static_args, "guarded": guarded,
+                            "statics": statics, "large": [(statics[n], copied[n]) for n in large],
+                            "small": ([statics[n] for n in small], [copied[n] for n in small]), "outputs": outputs, "inputs": static_args, "guarded": guarded,
                             "handed_over": handed_over, "storages": storages, "aliased": aliased}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)
@@ -651,8 +677,7 @@ class CudaGraphCall:
         """Note [Replay or launch, timed]: time replays against plain calls once, keep the faster, and answer
         this call the chosen way."""
         def replay():
-            if entry["copied"]:
-                torch._foreach_copy_(entry["statics"], [args[i] for i in entry["copied"]])
+            refill(entry, args)
             entry["graph"].replay()
 
         replay_ms = device_ms_per_call(replay)

@@ -29,7 +29,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -91,23 +90,6 @@ def _clone(tensors):
 def _strided():
     import torch
     return torch.strided
-
-
-def _leaves_equal(a, b) -> bool:
-    """Equality of the outputs' structure and non-tensor leaves (tensor values are compared elsewhere)."""
-    import torch
-    from torch.utils import _pytree as pytree
-
-    la, sa = pytree.tree_flatten(a)
-    lb, sb = pytree.tree_flatten(b)
-    if sa != sb or len(la) != len(lb):
-        return False
-    for x, y in zip(la, lb):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if not isinstance(x, torch.Tensor) and x != y and not (x != x and y != y):
-            return False
-    return True
 
 
 def _outputs_identical(a, b) -> bool:
@@ -173,13 +155,6 @@ def _describe(error: BaseException) -> str:
 _CAPTURE_ERRORS = ("Unsupported", "TorchRuntimeError", "UserError", "InternalTorchDynamoError",
                    "GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException",
                    "UnsupportedOperatorException", "ObservedException", "SkipFrame", "PendingUnbackedSymbolNotFound")
-
-
-def _engine_frames(error: BaseException) -> bool:
-    """The exception went through Glassbox code (engine/) at its deepest frames."""
-    tb = error.__traceback__
-    frames = traceback.extract_tb(tb) if tb else []
-    return any("/engine/" in f.filename for f in frames)
 
 
 def classify_error(error: BaseException) -> tuple[str, str]:
@@ -277,8 +252,6 @@ def run_sample(op, sample, backend: str = "cpp", timeout: int = 60) -> dict:
 
 
 def iter_samples(op, dtype, limit: int):
-    import torch
-
     if not op.supports_dtype(dtype, "cpu"):
         return
     try:

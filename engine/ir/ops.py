@@ -83,14 +83,6 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:
-    if reduction_type in ("argmax", "argmin"):
-        return torch.int64
-    if reduction_type in ("any", "all"):
-        return torch.bool
-    return src_dtype
-
-
 def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
     if reduction_type == "sum":
         return False if dtype == torch.bool else 0

@@ -19,6 +19,10 @@ def _elementwise(x):
     return torch.relu(x) + 1, x * 2
 
 
+def _empty_like_filled(x):
+    return torch.empty_like(x).fill_(2.0) * x + 1  # empty_like of a channels-last x: aten.empty_permuted
+
+
 def _conv_then_add(x, w):
     return torch.nn.functional.conv2d(x, w, padding=1) + x
 
@@ -29,7 +33,9 @@ def _conv_then_add(x, w):
     (_elementwise, lambda: (torch.randn(2, 6, 4, 3).to(memory_format=CHANNELS_LAST),)),
     (_elementwise, lambda: (torch.randn(2, 6, 4, 3),)),
     (_conv_then_add, lambda: (torch.randn(1, 4, 6, 6).to(memory_format=CHANNELS_LAST), torch.randn(4, 4, 3, 3))),
-], ids=["se_channels_last", "elementwise_channels_last", "elementwise_nchw", "conv_add_channels_last"])
+    (_empty_like_filled, lambda: (torch.randn(2, 3, 4, 5).to(memory_format=CHANNELS_LAST),)),
+], ids=["se_channels_last", "elementwise_channels_last", "elementwise_nchw", "conv_add_channels_last",
+        "empty_like_channels_last"])
 def test_outputs_have_eagers_values_and_strides(backend, fn, make):
     inputs = make()
     expected = fn(*inputs)
@@ -42,6 +48,15 @@ def test_outputs_have_eagers_values_and_strides(backend, fn, make):
         # the stride of a size-1 dim says nothing about the layout
         assert [s for s, n in zip(ours.stride(), ours.shape) if n != 1] == \
             [s for s, n in zip(theirs.stride(), theirs.shape) if n != 1], (ours.stride(), theirs.stride())
+
+
+def test_empty_permuted_is_lowered_not_run_eagerly():
+    """empty_like of a channels-last tensor decomposes to aten.empty_permuted (torchvision MobileNetV3's training
+    dropout mask, scripts/model_sweep.py): an allocation like empty_strided, so a generated kernel, no Fallback."""
+    x = torch.randn(2, 3, 4, 5).to(memory_format=CHANNELS_LAST)
+    exploration = engine.explore(_empty_like_filled, (x,), backend="cpp")
+    assert exploration.verify["ok"], exploration.verify
+    assert not [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
 
 
 def test_a_channels_last_output_is_stored_in_place_not_copied():

@@ -1,4 +1,4 @@
-"""Functional scatters into a region: slice_scatter, select_scatter, diagonal_scatter.
+"""Functional scatters into a region: slice_scatter, select_scatter, diagonal_scatter, as_strided_scatter.
 
 out = self everywhere except a region that a view of `self` would see, which reads `src` instead. That is a
 pointwise `masked(inside region, src[position in src], self)`: the inverse of the view's index map, with the
@@ -95,6 +95,62 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
         k = index[dim1] - row
         inside = ops.logical_and(ops.eq(_index(k), _index(index[dim2] - col)), _in_range(k, 0, length))
         return inside, [index[d] for d in kept] + [Bounded(k, length)]
+
+    return _scatter_node(x, src, region)
+
+
+# Note [Inverting a strided view]
+# as_strided_scatter(self, src, size, stride, offset) is self with the elements that self's storage shows
+# through as_strided(size, stride, offset) replaced by src: AOTAutograd writes the gradient of an as_strided
+# view this way (torchvision ConvNeXt's avgpool + flatten in training: zeros, as_strided_scatter, as_strided).
+# Each output element at storage position p must find the view index k with offset + sum(k_i * stride_i) = p,
+# if any. Where the view's dims nest (sorted by stride, each stride exceeds the farthest position the smaller
+# dims reach, sum(stride_j * (size_j - 1)) over them), that k is unique and found greedily from the largest
+# stride down: k_i = r // stride_i, r -= k_i * stride_i; p is in the view iff p >= offset, every k_i < size_i
+# and r ends at 0. Overlapping views (two indexes at one place: which write wins is ATen's loop order),
+# symbolic strides and non-contiguous self (its storage order is not its index order) run eagerly.
+
+
+def _nested_dims(size, stride):
+    """The view's dims of more than one element, largest stride first, if they nest (Note [Inverting a
+    strided view]); None if they do not."""
+    dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: stride[d])
+    reach = 0  # the farthest position the dims so far reach
+    for d in dims:
+        if stride[d] <= reach:
+            return None
+        reach += stride[d] * (size[d] - 1)
+    return dims[::-1]
+
+
+@register_lowering(aten.as_strided_scatter.default)
+def as_strided_scatter(x, src, size, stride, storage_offset=None):
+    from engine.ir.indexing import linearize
+    from engine.lowering.registry import Unsupported
+
+    if not all(isinstance(v, int) for v in (*size, *stride, storage_offset or 0)):
+        raise Unsupported("as_strided_scatter with symbolic sizes or strides runs eagerly")
+    if not current().out_meta.is_contiguous():
+        raise Unsupported("as_strided_scatter into a non-contiguous tensor runs eagerly")
+    if 0 in size:
+        raise Unsupported("as_strided_scatter of an empty view runs eagerly")
+    dims = _nested_dims(size, stride)
+    if dims is None:
+        raise Unsupported(f"as_strided_scatter through an overlapping view (size {list(size)}, stride "
+                          f"{list(stride)}) runs eagerly: which write wins is ATen's loop order")
+    offset = storage_offset or 0
+
+    def region(index):
+        rest = ops.sub(_index(linearize(index, x.size)), ops.constant(offset, torch.int64))
+        inside = ops.ge(rest, ops.constant(0, torch.int64))
+        position = [sympy.Integer(0)] * len(size)
+        for d in dims:
+            step = ops.constant(stride[d], torch.int64)
+            k = ops.floordiv(rest, step)
+            rest = ops.sub(rest, ops.mul(k, step))
+            inside = ops.logical_and(inside, ops.lt(k, ops.constant(size[d], torch.int64)))
+            position[d] = ops.indirect(k, sympy.Integer(size[d]))
+        return ops.logical_and(inside, ops.eq(rest, ops.constant(0, torch.int64))), position
 
     return _scatter_node(x, src, region)
 

@@ -13,7 +13,7 @@ import torch
 from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
 from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
-from engine.ir.indexing import FloorDiv, ModIndex, c_index
+from engine.ir.indexing import Bounded, FloorDiv, ModIndex, c_index, upper_bound
 from engine.ir.nodes import Buffer
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
@@ -141,6 +141,8 @@ class CppPrinter(KernelPrinter):
         self.rounded: dict[str, tuple] = {}  # a to_dtype(half) value -> (its dtype, the value before rounding)
         self.staging: Staging | None = None  # 2D tiles: transposed reads go through a tile (Note [Staged reads])
         self.half_rows: HalfRows | None = None  # fp16 rows converted whole (Note [Vector half conversions])
+        self.index_values: dict[str, sympy.Expr] = {}  # an index_expr's or integer constant's value, by Var name
+        self.index_tests: list[sympy.Expr] = []  # a - b of each comparison of two index values (Note [Cat pieces])
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -171,6 +173,61 @@ class CppPrinter(KernelPrinter):
         if reduction_type in ("argmax", "argmin"):
             return Var(f"acc_{node}_index", torch.int64, False)
         return Var(f"acc_{node}", dtype, False)
+
+    def simplified(self, expr) -> sympy.Expr:
+        """As KernelPrinter's, and a Bounded position that the loop ranges keep inside its bound is the plain
+        position (a cat piece's read needs no clamp: Note [Cat pieces])."""
+        expr = super().simplified(expr)
+        if expr.has(Bounded):
+            expr = expr.replace(lambda e: isinstance(e, Bounded) and self._within(e.args[0], 0, e.args[1] - 1),
+                                lambda e: e.args[0])
+        return expr
+
+    def _bounds(self, expr) -> tuple[int | None, int | None]:
+        """(lowest, highest) value of an index expression over the loop ranges, each None when unknown."""
+        expr = sympy.expand(expr)
+        if expr.is_Integer:
+            return int(expr), int(expr)
+        constant, rest = expr.as_coeff_Add()
+        low = int(constant) if constant.is_Integer and rest.is_nonnegative else None
+        high = upper_bound(expr, self.index_ranges)
+        return low, int(high) if high is not None and high.is_Integer else None
+
+    def _within(self, expr, low: int, high) -> bool:
+        lo, hi = self._bounds(expr)
+        return lo is not None and hi is not None and sympy.sympify(high).is_Integer and low <= lo and hi <= high
+
+    # Note [Folded index tests]
+    # A comparison of two index values (a cat's `position >= start`, a pad's `position < size`) is decided
+    # where the loop ranges decide it: its value is the constant true or false, and a masked() body under a
+    # false mask is not printed at all (its loads are not read, Note [Masked loads]). In an unsplit kernel
+    # this rarely fires; in a cat piece (Note [Cat pieces]) every test of the cat dim folds, so the piece is
+    # the body of its own input alone. Each comparison's difference (in the plan's variables) is kept in
+    # `index_tests`, from which generate_kernel finds the cuts of a cat.
+    COMPARISONS = ("lt", "le", "gt", "ge")
+
+    def arithmetic(self, op, args):
+        if op in self.COMPARISONS and all(a.name in self.index_values for a in args):
+            difference = sympy.expand(self.index_values[args[0].name] - self.index_values[args[1].name])
+            self.index_tests.append(difference - 1 if op in ("gt", "le") else difference)  # as `d >= 0`, `d < 0`
+            low, high = self._bounds(self.simplified(difference))
+            decided = {"lt": (high is not None and high < 0, low is not None and low >= 0),
+                       "le": (high is not None and high <= 0, low is not None and low > 0),
+                       "gt": (low is not None and low > 0, high is not None and high <= 0),
+                       "ge": (low is not None and low >= 0, high is not None and high < 0)}[op]
+            if decided[0] or decided[1]:
+                return self.constant(decided[0], torch.bool)
+        if op == "logical_and" and any(a.name in ("true", "false") for a in args):
+            a, b = args
+            if "false" in (a.name, b.name):
+                return self.constant(False, torch.bool)
+            return b if a.name == "true" else a
+        return super().arithmetic(op, args)
+
+    def masked(self, mask, body, other):
+        if mask.name == "false":  # Note [Folded index tests]: never read
+            return other
+        return super().masked(mask, body, other)
 
     # -- ops -------------------------------------------------------------------------------------------------
     def index(self, expr) -> tuple[str, bool]:
@@ -211,11 +268,17 @@ class CppPrinter(KernelPrinter):
         return self.emit(access, buffer.dtype, varying)
 
     def constant(self, value, dtype):
-        return Var(c_constant(value, dtype), dtype, False)
+        var = Var(c_constant(value, dtype), dtype, False)
+        if not (dtype.is_floating_point or dtype == torch.bool):
+            self.index_values[var.name] = sympy.Integer(int(value))
+        return var
 
     def index_expr(self, expr, dtype):
         text, varying = self.index(expr)
-        return self.emit(f"static_cast<{c_type(dtype)}>({text})", dtype, varying)
+        var = self.emit(f"static_cast<{c_type(dtype)}>({text})", dtype, varying)
+        if not (dtype.is_floating_point or dtype == torch.bool):
+            self.index_values[var.name] = sympy.sympify(expr)
+        return var
 
     def to_dtype(self, x, dtype):
         if dtype == torch.bool:
@@ -228,6 +291,8 @@ class CppPrinter(KernelPrinter):
         return self.emit(f"static_cast<{c_type(dtype)}>({x})", dtype, x.varying)
 
     def where(self, cond, a, b):
+        if cond.name in ("true", "false"):  # Note [Folded index tests]
+            return a if cond.name == "true" else b
         return self.emit(f"{cond} ? {a} : {b}", a.dtype, cond.varying or a.varying or b.varying)
 
     def declare_indirect(self, symbol, value, size):
@@ -394,9 +459,13 @@ class CppKernel:
     size_args: list[str]
     tiling: Tiling
     line_tags: list = field(default_factory=list)  # one per source line
+    pieces: dict | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp.py)
 
     def record_fields(self) -> dict:
-        return {"tiling": self.tiling.record()}
+        tiling = self.tiling.record()
+        if self.pieces is not None:
+            tiling["pieces"] = self.pieces
+        return {"tiling": tiling}
 
 
 def parallel_clause(work) -> str:

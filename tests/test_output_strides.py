@@ -59,6 +59,18 @@ def test_empty_permuted_is_lowered_not_run_eagerly():
     assert not [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
 
 
+def test_new_empty_and_new_empty_strided_are_lowered_not_run_eagerly():
+    """Allocations from a tensor (Falcon's training step allocates with new_empty_strided in its backward,
+    scripts/model_sweep.py): generated kernels with eager's values, no Fallback."""
+    def fn(x):
+        return x.new_empty_strided((4, 3), (1, 4)).fill_(3.0) * x.t(), x.new_empty((3, 4)).fill_(1.0) + x
+
+    x = torch.randn(3, 4)
+    exploration = engine.explore(fn, (x,), backend="cpp")
+    assert exploration.verify["ok"], exploration.verify
+    assert not [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
+
+
 def test_a_channels_last_output_is_stored_in_place_not_copied():
     """The output's own kernel writes it channels-last: one kernel, and the record lists it as so stored."""
     x = torch.randn(2, 8, 5, 5).to(memory_format=CHANNELS_LAST)

@@ -28,11 +28,13 @@ def full_like(x, fill_value, **kwargs):
 
 
 @register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default,
-                   aten.zeros.default, aten.new_zeros.default, aten.zeros_like.default, aten.empty_like.default)
+                   aten.new_empty.default, aten.new_empty_strided.default, aten.zeros.default,
+                   aten.new_zeros.default, aten.zeros_like.default, aten.empty_like.default)
 def zeros(*args, **kwargs):
     # empty's contents are unspecified; zeros are a valid choice and keep results deterministic. empty_permuted
     # is what empty_like of a channels-last tensor decomposes to (the mask under a training dropout's
-    # bernoulli_ in torchvision's MobileNetV3): its layout, like empty_strided's, is the buffer's, not the values'.
+    # bernoulli_ in torchvision's MobileNetV3), new_empty_strided what autograd allocates in Falcon's backward:
+    # their layout, like empty_strided's, is the buffer's, not the values'.
     dtype = compute_dtype(out_dtype())
     return make_pointwise(lambda: ops.constant(0, dtype))
 

@@ -84,7 +84,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
         return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
     dim, bounds = cuts  # Note [Cat pieces]: one loop nest per piece, in one parallel region
     body = Source()
-    region = parallel_clause(plan.rows).replace("parallel for", "parallel")
+    region = parallel_clause(plan.rows, loop=False)
     with body.block(), body.block("", region) if region else contextlib.nullcontext():
         printers = [_pointwise_loops(body, plan, buffers, nodes, sizes, (dim, start, end),
                                      "#pragma omp for nowait" if region else "")

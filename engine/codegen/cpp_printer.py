@@ -468,11 +468,13 @@ class CppKernel:
         return {"tiling": tiling}
 
 
-def parallel_clause(work) -> str:
+def parallel_clause(work, loop: bool = True) -> str:
+    """The OpenMP pragma for `work` elements: a parallel loop, or with `loop` False a parallel region whose
+    loops share it out themselves (Note [Cat pieces]); none when the work is too small for threads."""
     if work.is_Integer and int(work) < PARALLEL_MIN_ELEMENTS:
         return ""
     condition = "" if work.is_Integer else f" if({c_index(work)} >= {PARALLEL_MIN_ELEMENTS})"
-    return f"#pragma omp parallel for{condition}"
+    return f"#pragma omp parallel{' for' if loop else ''}{condition}"
 
 
 def _store_text(node: Buffer, index_text: str, value: Var) -> str:

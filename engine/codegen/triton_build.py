@@ -668,7 +668,8 @@ class CudaGraphCall:
             self.cached[id(t)] = t
         self.graphs[key] = {"graph": graph, "fixed": fixed, "pointers": history[-1], "copied": copied,
                             "statics": statics, "large": [(statics[n], copied[n]) for n in large],
-                            "small": ([statics[n] for n in small], [copied[n] for n in small]), "outputs": outputs, "inputs": static_args, "guarded": guarded,
+                            "small": ([statics[n] for n in small], [copied[n] for n in small]),
+                            "outputs": outputs, "inputs": static_args, "guarded": guarded,
                             "handed_over": handed_over, "storages": storages, "aliased": aliased}
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return list(outputs)

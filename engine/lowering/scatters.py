@@ -9,12 +9,12 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import Bounded, FloorDiv, product
+from engine.ir.indexing import Bounded, FloorDiv, linearize, product
 from engine.ir.nodes import Scatter, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
 from engine.lowering.creation import clamp_index
-from engine.lowering.registry import current, register_lowering
+from engine.lowering.registry import Unsupported, current, register_lowering
 from engine.lowering.views import _diagonal_geometry
 
 aten = torch.ops.aten
@@ -125,9 +125,6 @@ def _nested_dims(size, stride):
 
 @register_lowering(aten.as_strided_scatter.default)
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
-    from engine.ir.indexing import linearize
-    from engine.lowering.registry import Unsupported
-
     if not all(isinstance(v, int) for v in (*size, *stride, storage_offset or 0)):
         raise Unsupported("as_strided_scatter with symbolic sizes or strides runs eagerly")
     if not current().out_meta.is_contiguous():
@@ -189,7 +186,6 @@ ATOMIC_ADD_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 def use_atomic_add(accumulator: torch.dtype, elements, entries) -> bool:
     """Note [Search or atomic add]: True for the atomic add; False for the search (which raises Unsupported
     itself when it cannot be generated)."""
-    from engine.lowering.registry import Unsupported
     entries, work = sympy.sympify(entries), sympy.sympify(elements * entries)
     searchable = entries.is_Integer and int(entries) <= MAX_SCATTER_SEARCH
     if torch.are_deterministic_algorithms_enabled():
@@ -244,7 +240,6 @@ def _reduction(size, reduction_size, reduction_type, dtype, inner_fn):
 
 
 def _check_search(length):
-    from engine.lowering.registry import Unsupported
     if not length.is_Integer or int(length) > MAX_SCATTER_SEARCH:
         raise Unsupported(f"scatter search over {length} index entries (generated up to {MAX_SCATTER_SEARCH})")
 
@@ -267,7 +262,6 @@ def _dim_matcher(x, dim, index):
 
 
 def _scatter_common(x, dim, index):
-    from engine.lowering.registry import Unsupported
     if x.ndim == 0 or index.ndim == 0:
         raise Unsupported("scatter on a 0-dim tensor runs eagerly")
     dim = normalize_dim(dim, x.ndim)
@@ -282,7 +276,6 @@ def _combine(kind, a, b):
 
 def _scatter_reduce(x, dim, index, src, kind, include_self=True):
     """scatter_add / scatter_reduce: self combined with the matching sources (see Note [Scatter as a search])."""
-    from engine.lowering.registry import Unsupported
     result_dtype = out_dtype()
     acc = compute_dtype(result_dtype)
     if kind == "sum" and include_self and x.ndim and index.ndim and \
@@ -397,7 +390,6 @@ def index_put(x, indices, values, accumulate=False):
     """x[i0, i1, ...] = values (or +=) with index tensors on adjacent dims: a search over the index batch for
     the entries that point at each element (Note [Scatter as a search])."""
     from engine.ir.indexing import linearize, product, unflatten
-    from engine.lowering.registry import Unsupported
 
     present = [i for i, t in enumerate(indices) if t is not None]
     if not present or present != list(range(present[0], present[-1] + 1)):

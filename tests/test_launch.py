@@ -307,3 +307,97 @@ def test_bench_runs_each_mode_beside_inductors_same_mode():
     [spec] = load_cases("softmax")
     report = bench(spec, with_inductor=False, min_run_time=0.01, mode="max-autotune")
     assert report["mode"] == "max-autotune" and report["verify"]["glassbox"]["ok"]
+
+
+# --- static launches (Note [Static launches]) -------------------------------------------------------------------
+
+class FakeStaticLauncher:
+    """Stands in for torch._C._StaticCudaLauncher: records what it loads and launches."""
+
+    def __init__(self):
+        self.loaded, self.launches = [], []
+
+    def _load_kernel(self, path, name, shared, device):
+        self.loaded.append((open(path, "rb").read(), name, shared, device))
+        return "module", 1234, 32, 0  # torch 2.13: the module first
+
+    def _launch_kernel(self, *args):
+        self.launches.append(args)
+
+
+class StaticCompiled(FakeCompiled):
+    """A compiled kernel of `k(x, out, n, one, XBLOCK: constexpr)` where Triton made `one` (== 1) a constant."""
+
+    def __init__(self, **meta):
+        super().__init__()
+        self.asm, self.hash = {"cubin": b"\x7fELF-cubin"}, "abc123"
+        fn = type("Fn", (), {"arg_names": ["x", "out", "n", "one", "XBLOCK"], "__name__": "k"})()
+        self.src = type("Src", (), {"fn": fn, "constants": {(3,): 1, (4,): 128},
+                                    "signature": {"x": "*fp32", "out": "*bf16", "n": "i32", "one": "i32",
+                                                  "XBLOCK": "constexpr"}})()
+        defaults = {"name": "k", "num_warps": 4, "shared": 0, "global_scratch_size": 0, "profile_scratch_size": 0,
+                    "num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
+        self.metadata = type("Meta", (), {**defaults, **meta})()
+
+
+def static_jit(monkeypatch, **meta):
+    from engine.codegen import static_launch
+
+    fake = FakeStaticLauncher()
+    monkeypatch.setattr(static_launch, "_launcher", lambda: fake)
+    monkeypatch.setattr(static_launch, "_current_device", lambda: 0)
+    jit = FakeJit()
+    jit.compiled = StaticCompiled(**meta)
+    return jit, fake
+
+
+def test_a_bound_kernel_launches_through_torchs_c_launcher_without_constants(monkeypatch):
+    jit, fake = static_jit(monkeypatch)
+    launch = triton_build.TritonLaunch(jit, {"XBLOCK": 128}, {"num_warps": 4}, checked=(0, 2), interpret=False)
+    x, out = torch.empty(64), torch.empty(64, dtype=torch.bfloat16)
+    launch(1, 77, x, out, 64, 1)
+    assert len(jit.runs) == 1 and fake.loaded == [(b"\x7fELF-cubin", "k", 0, 0)]
+    launch(5, 77, x, out, 64, 1)
+    assert len(jit.runs) == 1 and not jit.compiled.calls, "a static launch does not call Triton's launcher"
+    function, grid_x, grid_y, grid_z, warps, shared, types, args, stream = fake.launches[-1]
+    assert (function, grid_x, grid_y, grid_z, warps, shared, stream) == (1234, 5, 1, 1, 4, 0, 77)
+    # x, out and n are passed; `one` (a constant) and XBLOCK (a constexpr) are not; two scratch pointers
+    assert types == "OOiOO" and args[:3] == (x, out, 64) and args[3:] == (None, None)
+
+
+def test_the_generated_launcher_calls_the_c_launcher_too(monkeypatch):
+    jit, fake = static_jit(monkeypatch)
+
+    class Kernel:
+        name = "kernel_0"
+        config = type("Config", (), {"kwargs": lambda self: {"XBLOCK": 128, "num_warps": 4}})()
+
+    namespace = {}
+    triton_build.bind_launch(Kernel(), jit, False, (0, 2), None, namespace)
+    x, out = torch.empty(64), torch.empty(64, dtype=torch.bfloat16)
+    namespace["kernel_0"](1, 9, x, out, 64, 1)
+    namespace["kernel_0"](3, 9, x, out, 64, 1)
+    assert len(jit.runs) == 1 and not jit.compiled.calls
+    assert fake.launches[-1][1] == 3 and fake.launches[-1][6:] == ("OOiOO", (x, out, 64, None, None), 9)
+    namespace["kernel_0"](3, 9, x, out, 63, 1)  # another specialization: JITFunction.run again
+    assert len(jit.runs) == 2
+
+
+@pytest.mark.parametrize("meta", [{"global_scratch_size": 64}, {"num_ctas": 2}, {"launch_pdl": True}])
+def test_kernels_the_c_launcher_cannot_launch_keep_tritons_launcher(monkeypatch, meta):
+    jit, fake = static_jit(monkeypatch, **meta)
+    launch = triton_build.TritonLaunch(jit, {"XBLOCK": 128}, {"num_warps": 4}, checked=(), interpret=False)
+    x, out = torch.empty(64), torch.empty(64, dtype=torch.bfloat16)
+    launch(1, None, x, out, 64, 1)
+    launch(1, None, x, out, 64, 1)
+    assert launch.static is None and launch.static_refusal and not fake.launches
+    assert len(jit.compiled.calls) == 1, "the bound path launches it"
+
+
+def test_a_tensor_descriptor_argument_keeps_tritons_launcher(monkeypatch):
+    jit, fake = static_jit(monkeypatch)
+    jit.compiled.src.signature = {**jit.compiled.src.signature, "x": "tensordesc<fp32[64, 64]>"}
+    launch = triton_build.TritonLaunch(jit, {"XBLOCK": 128}, {"num_warps": 4}, checked=(), interpret=False)
+    launch(1, None, torch.empty(64), torch.empty(64), 64, 1)
+    launch(1, None, torch.empty(64), torch.empty(64), 64, 1)
+    assert launch.static is None and "tensordesc" in launch.static_refusal and len(jit.compiled.calls) == 1

@@ -1,13 +1,18 @@
-"""Pooling: average pooling as a Reduction over the kernel window, then a division by the window's size;
-max pooling (with its indices) as an elementwise max over the unrolled window.
+"""Pooling: average pooling as a Reduction over the kernel window, then a division by the window's size, and
+its gradient as a gather over the windows covering each input position; max pooling (with its indices) as an
+elementwise max over the unrolled window.
 
 Note [Average pooling window]
 For output position o along a spatial dim of input size H (kernel k, stride s, padding p), torch's CPU kernel
 takes the window [o*s - p, min(o*s - p + k, H + p)); positions outside [0, H) read as zero. The divisor is
 the window's size with the padding counted (count_include_pad) or without it, unless divisor_override is set.
 Both are index expressions (Min/Max of loop variables), so one kernel serves every window, edges included.
+A clamp that no window reaches (the last window ends at or before H + p, or H) is left out where the sizes
+decide it, so the common pools divide by a constant (a 2x2 stride-2 pool by 4).
 """
 from __future__ import annotations
+
+import itertools
 
 import sympy
 import torch
@@ -26,6 +31,24 @@ def _per_dim(value, n, default=None):
         value = default
     value = list(value) if isinstance(value, (list, tuple)) else [value]
     return value * n if len(value) == 1 else value
+
+
+def _avg_divisor(outputs, kernel, stride, padding, in_sizes, out_sizes, count_include_pad, divisor_override):
+    """The divisor of the window of output position `outputs` (one per spatial dim), Note [Average pooling
+    window]."""
+    if divisor_override:
+        return sympy.Integer(int(divisor_override))
+    sizes = []
+    for d, o in enumerate(outputs):
+        k, s, p, size = kernel[d], stride[d], padding[d], in_sizes[d]
+        start = o * s - p
+        last_end = (out_sizes[d] - 1) * s - p + k  # the last window's end before any clamp
+        end = start + k if sympy.Le(last_end, size + p) is sympy.true else sympy.Min(start + k, size + p)
+        if not count_include_pad:
+            start = sympy.Max(start, 0) if p else start
+            end = end if sympy.Le(last_end, size) is sympy.true else sympy.Min(end, size)
+        sizes.append(end - start)
+    return product(sizes)
 
 
 def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
@@ -58,22 +81,11 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
     summed = reduction_node(sum_fn, size=size, reduction_size=[sympy.Integer(k) for k in kernel],
                             reduction_type="sum", dtype=acc)
 
-    def divisor(index):
-        if divisor_override:
-            return sympy.Integer(int(divisor_override))
-        sizes = []
-        for d in range(spatial):
-            start = window_start(index[lead + d], d)
-            end = sympy.Min(start + kernel[d], in_sizes[d] + padding[d])
-            if not count_include_pad:
-                start, end = sympy.Max(start, 0), sympy.Min(end, in_sizes[d])
-            sizes.append(end - start)
-        return product(sizes)
-
     def inner_fn(index):
         divide = ops.truediv if acc.is_floating_point else ops.truncdiv
-        value = divide(summed.load(index), ops.index_expr(divisor(index), acc))
-        return value
+        divisor = _avg_divisor(index[lead:], kernel, stride, padding, in_sizes, size[lead:], count_include_pad,
+                               divisor_override)
+        return divide(summed.load(index), ops.index_expr(divisor, acc))
 
     return pointwise_node(inner_fn, computed_in=acc)
 
@@ -88,6 +100,148 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
 def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     return _avg_pool(x, 3, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+# Note [Average pooling backward as a gather]
+# An average pool's gradient sends each output gradient back over its window, divided by the window's divisor.
+# Eager's kernels scatter it (a loop over windows adding into the input gradient); as a scatter, overlapping
+# windows would add into the same element. Turned around, each input-gradient element is the sum, over the
+# windows that cover it, of their output gradient / divisor: a function of its own position, an ordinary node.
+# Along one spatial dim the windows covering input position h are a run of consecutive outputs o:
+# - avg_pool (kernel k, stride s, padding p): window o starts at o*s - p and covers h iff
+#   o*s - p <= h < o*s - p + k, that is ceil((h + p - k + 1) / s) <= o <= floor((h + p) / s), clipped to
+#   [0, OH). The run starts at floor(max(h + p + s - k, 0) / s) (ceil(a / s) is floor((a + s - 1) / s), and
+#   the max keeps FloorDiv's operand non-negative where the run would start before 0) and holds at most
+#   ceil(k / s) outputs. Clamping a window's end at H + p (ceil mode's last window) only cuts positions past
+#   the input, which no gradient element sits at; it matters for the divisor alone.
+# - adaptive pooling (input H, output OH): window o is [floor(o*H/OH), ceil((o+1)*H/OH)); it covers h iff
+#   floor(h*OH/H) <= o < ceil((h+1)*OH/H). The longest run is counted over h at lowering time (sizes are
+#   static there; a symbolic size runs eagerly), 2 for a downsampling pool, more when OH > H.
+# The node visits the run's first `count` outputs per dim, the ones past the run's end masked off (they
+# read nothing: the gradient of a position no window covers, stride > kernel or the input's ragged end,
+# is 0), each its output gradient divided by its own window's divisor (Note [Average pooling window];
+# the adaptive divisor is the window's size). Per dim the outputs are visited in increasing order, and
+# combinations with the first spatial dim outermost. Up to MAX_UNROLLED_WINDOW visits the sum is unrolled
+# into an elementwise node, as max pooling's window is (DenseNet's 2x2 stride-2 transition: one load and a
+# multiply by 1/4 per element); a longer run (a stride-1 pool with a wide kernel, an adaptive pool that
+# upsamples) is a Reduction over the visits, so no window size falls back to eager.
+
+
+def _gather_windows(grad: TensorValue, lead: int, runs, divisor):
+    """The input gradient as a gather over the covering windows (Note [Average pooling backward as a
+    gather]): along spatial dim d, `runs[d]` is (count, cover) where cover(h) is the first output covering
+    input position h and the end of their run; `divisor(outputs)` is the divisor of one window."""
+    check_dtype(grad.dtype)
+    result_dtype = out_dtype()
+    check_dtype(result_dtype)
+    acc = compute_dtype(result_dtype)
+    spatial = len(runs)
+    out_sizes = grad.size[lead:]
+
+    def visit(index, offsets):
+        outputs, inside = [], None
+        for d in range(spatial):
+            first, end = runs[d][1](index[lead + d])
+            o = first + offsets[d]
+            outputs.append(o)
+            within = sympy.Lt(o, end)
+            if within is sympy.true:  # the run's first output, where the sizes show it always exists
+                continue
+            ok = ops.lt(ops.index_expr(o, torch.int64), ops.index_expr(end, torch.int64))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        source = list(index[:lead]) + [Bounded(o, out_sizes[d]) for d, o in enumerate(outputs)]
+
+        def share():
+            return ops.truediv(load_as(grad, source, acc), ops.index_expr(divisor(outputs), acc))
+        return share() if inside is None else ops.masked(inside, share, ops.constant(0, acc))
+
+    counts = [count for count, _ in runs]
+    if product(counts) <= MAX_UNROLLED_WINDOW:
+        def unrolled(index):
+            total = None
+            for offsets in itertools.product(*[range(c) for c in counts]):
+                term = visit(index, offsets)
+                total = term if total is None else ops.add(total, term)
+            return total
+        return pointwise_node(unrolled, computed_in=acc)
+    size = out_size()
+    summed = reduction_node(visit, size=size, reduction_size=[sympy.Integer(c) for c in counts],
+                            reduction_type="sum", dtype=acc)
+    return pointwise_node(summed.load, size=size, computed_in=acc)
+
+
+def _avg_pool_backward(grad, x, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
+    kernel = [int(k) for k in _per_dim(kernel_size, spatial)]
+    stride = [int(s) for s in _per_dim(stride, spatial, kernel)]
+    padding = [int(p) for p in _per_dim(padding, spatial, [0])]
+    lead = x.ndim - spatial
+    in_sizes = x.size[lead:]
+
+    def run(d):
+        k, s, p = kernel[d], stride[d], padding[d]
+        windows = grad.size[lead + d]
+        # the run of the last input position ends within the outputs unless ceil mode or a ragged end cut it
+        clipped = sympy.Le(FloorDiv(in_sizes[d] - 1 + p, s) + 1, windows) is not sympy.true
+        return -(-k // s), lambda h: (FloorDiv(sympy.Max(h + p + s - k, 0), s),
+                                      sympy.Min(FloorDiv(h + p, s) + 1, windows) if clipped else FloorDiv(h + p, s) + 1)
+
+    def divisor(outputs):
+        return _avg_divisor(outputs, kernel, stride, padding, in_sizes, grad.size[lead:], count_include_pad,
+                            divisor_override)
+
+    return _gather_windows(grad, lead, [run(d) for d in range(spatial)], divisor)
+
+
+@register_lowering(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override=None):
+    # ceil_mode only decides how many windows there are: grad_output's size says it
+    return _avg_pool_backward(grad_output, x, 2, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+@register_lowering(aten.avg_pool3d_backward.default)
+def avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override=None):
+    return _avg_pool_backward(grad_output, x, 3, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+def _adaptive_start(o, size: int, out: int):
+    return FloorDiv(o * size, out)
+
+
+def _adaptive_end(o, size: int, out: int):
+    return FloorDiv((o + 1) * size + out - 1, out)
+
+
+def _adaptive_avg_pool_backward(grad_output, x, spatial: int):
+    lead = x.ndim - spatial
+    in_sizes, out_sizes = x.size[lead:], grad_output.size[lead:]
+    if not all(isinstance(s, sympy.Integer) for s in [*in_sizes, *out_sizes]):
+        raise Unsupported("an adaptive pool's gradient over symbolic sizes runs eagerly (its windows are counted "
+                          "at lowering time: Note [Average pooling backward as a gather])")
+    sizes = [(int(h), int(o)) for h, o in zip(in_sizes, out_sizes)]
+
+    def run(size: int, out: int):
+        # the outputs covering h are [floor(h*out/size), ceil((h+1)*out/size)): a window's bounds, roles swapped
+        count = max(-(-(h + 1) * out // size) - h * out // size for h in range(size))
+        return count, lambda h: (_adaptive_start(h, out, size), _adaptive_end(h, out, size))
+
+    def divisor(outputs):
+        return product([_adaptive_end(o, size, out) - _adaptive_start(o, size, out)
+                        for o, (size, out) in zip(outputs, sizes)])
+
+    return _gather_windows(grad_output, lead, [run(size, out) for size, out in sizes], divisor)
+
+
+@register_lowering(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad_output, x):
+    return _adaptive_avg_pool_backward(grad_output, x, 2)
+
+
+@register_lowering(aten._adaptive_avg_pool3d_backward.default)
+def adaptive_avg_pool3d_backward(grad_output, x):
+    # the forward (_adaptive_avg_pool3d) has no lowering and runs eagerly; its gradient is the same gather
+    return _adaptive_avg_pool_backward(grad_output, x, 3)
 
 
 # Note [Max pooling as our kernel]

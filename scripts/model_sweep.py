@@ -300,7 +300,7 @@ def run_one(name: str, train: bool) -> dict:
         exploration = pipeline.explore(model, inputs, backend="cpp", device="cpu", name=name, train=train)
     except Exception as error:
         return {"status": "crash", "message": f"{type(error).__name__}: {str(error)[:600]}",
-                "traceback": traceback.format_exc()[-3000:], "seconds": time.perf_counter() - start}
+                "traceback": traceback.format_exc()[-3000:], "seconds": round(time.perf_counter() - start, 1)}
     summary = summarize(exploration)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     if summary["graph_failures"]:
@@ -325,7 +325,7 @@ def run_child(name: str, library: str, train: bool, timeout: float, tv_python: s
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     return {"status": "crash", "message": f"child exited {done.returncode} without a result: "
-                                          f"{done.stderr[-600:]}", "seconds": time.perf_counter() - start}
+                                          f"{done.stderr[-600:]}", "seconds": round(time.perf_counter() - start, 1)}
 
 
 def table(rows: list[dict]) -> str:

@@ -155,6 +155,7 @@ def _merged_signature(printers: list[CppPrinter]) -> SimpleNamespace:
     """What finish_kernel reads of a printer (Note [Signature from the printer]), over all the pieces."""
     return SimpleNamespace(loaded=set().union(*(p.loaded for p in printers)),
                            index_symbols=set().union(*(p.index_symbols for p in printers)),
+                           # keyed by (loop variable, extent): the pieces share xo/xi, each with its own extent
                            index_ranges={(k, v): v for p in printers for k, v in p.index_ranges.items()})
 
 

@@ -29,6 +29,7 @@ from engine.ir.nodes import Extern, Fallback, MultiOutput, Scatter, TensorArg, T
 from engine.ir.graph import LoweredGraph
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
+from engine.schedule.templates import MATMULS
 
 
 GENERATED = ("pointwise", "reduction", "template")  # kernels we generate (the others are library/eager calls)
@@ -343,16 +344,13 @@ def raw_stream(index: int) -> int:
 # fake tensor says channels-last): comparing it literally cost MobileNetV3 18 copies a call.
 
 
-# The matmuls allocate their result themselves, always row-major: a promise of that layout needs no check. In a
-# Llama-style training step (87 matmuls) the check was a Python call each, on a host-bound step.
-ROW_MAJOR_RESULTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                     torch.ops.aten.baddbmm.default}
-
-
 def _layout_certain(node) -> bool:
-    """Whether the library is known to return `node`'s promised layout (Note [Library output layout])."""
+    """Whether the library is known to return `node`'s promised layout (Note [Library output layout]): the
+    matmuls (mm, addmm, bmm, baddbmm) allocate their result themselves, always row-major, so a promise of that
+    layout needs no check. In a Llama-style training step (87 matmuls) the check was a Python call each, on a
+    host-bound step."""
     return isinstance(node, Extern) and not isinstance(node, (Fallback, MultiOutput)) and \
-        node.target in ROW_MAJOR_RESULTS and tuple(node.stride) == tuple(contiguous_strides(tuple(node.size)))
+        node.target in MATMULS and tuple(node.stride) == tuple(contiguous_strides(tuple(node.size)))
 
 
 def with_layout(tensor, size, stride):

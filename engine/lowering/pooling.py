@@ -33,6 +33,12 @@ def _per_dim(value, n, default=None):
     return value * n if len(value) == 1 else value
 
 
+def _window(kernel_size, stride, padding, spatial: int) -> tuple[list[int], list[int], list[int]]:
+    """A pool's kernel, stride (default: the kernel) and padding (default 0), one int per spatial dim."""
+    kernel = [int(k) for k in _per_dim(kernel_size, spatial)]
+    return kernel, [int(s) for s in _per_dim(stride, spatial, kernel)], [int(p) for p in _per_dim(padding, spatial, [0])]
+
+
 def _avg_divisor(outputs, kernel, stride, padding, in_sizes, out_sizes, count_include_pad, divisor_override):
     """The divisor of the window of output position `outputs` (one per spatial dim), Note [Average pooling
     window]."""
@@ -52,9 +58,7 @@ def _avg_divisor(outputs, kernel, stride, padding, in_sizes, out_sizes, count_in
 
 
 def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
-    kernel = [int(k) for k in _per_dim(kernel_size, spatial)]
-    stride = [int(s) for s in _per_dim(stride, spatial, kernel)]
-    padding = [int(p) for p in _per_dim(padding, spatial, [0])]
+    kernel, stride, padding = _window(kernel_size, stride, padding, spatial)
     size = out_size()
     result_dtype = out_dtype()
     check_dtype(x.dtype)
@@ -171,9 +175,7 @@ def _gather_windows(grad: TensorValue, lead: int, runs, divisor):
 
 
 def _avg_pool_backward(grad, x, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
-    kernel = [int(k) for k in _per_dim(kernel_size, spatial)]
-    stride = [int(s) for s in _per_dim(stride, spatial, kernel)]
-    padding = [int(p) for p in _per_dim(padding, spatial, [0])]
+    kernel, stride, padding = _window(kernel_size, stride, padding, spatial)
     lead = x.ndim - spatial
     in_sizes = x.size[lead:]
 
@@ -293,9 +295,7 @@ def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, acc
 
 @register_lowering(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    kernel = [int(k) for k in _per_dim(kernel_size, 2)]
-    stride = [int(s) for s in _per_dim(stride, 2, kernel)]
-    padding = [int(p) for p in _per_dim(padding, 2, [0])]
+    kernel, stride, padding = _window(kernel_size, stride, padding, 2)
     dilation = [int(d) for d in _per_dim(dilation, 2, [1])]
     if not x.dtype.is_floating_point:
         raise Unsupported(f"max pooling of {x.dtype} runs eagerly (generated only for floating types)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import Bounded, FloorDiv, linearize, product
+from engine.ir.indexing import Bounded, FloorDiv, linearize, product, unflatten
 from engine.ir.nodes import Scatter, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
@@ -389,8 +389,6 @@ def _index_put_atomic(x, tensors, values, first: int, batch: list, acc) -> Tenso
 def index_put(x, indices, values, accumulate=False):
     """x[i0, i1, ...] = values (or +=) with index tensors on adjacent dims: a search over the index batch for
     the entries that point at each element (Note [Scatter as a search])."""
-    from engine.ir.indexing import linearize, product, unflatten
-
     present = [i for i, t in enumerate(indices) if t is not None]
     if not present or present != list(range(present[0], present[-1] + 1)):
         raise Unsupported("index_put with non-adjacent index tensors runs eagerly")

@@ -215,7 +215,8 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
                              keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,
                              hand_over_outputs=aten.phase == "backward",
-                             choose_by_timing=options.mode == "max-autotune" and aten.phase == "inference")
+                             choose_by_timing=options.mode == "max-autotune" and aten.phase == "inference",
+                             guess_in_place=aten.phase == "inference")
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

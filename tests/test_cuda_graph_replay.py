@@ -257,3 +257,54 @@ def test_large_inputs_are_refilled_one_by_one_and_small_ones_together(fake_cuda,
     assert entry["copied"] == [0, 1] and entry["fixed"] == [2]
     assert [i for _, i in entry["large"]] == [0] and entry["small"][1] == [1]
     assert foreach_calls == [1, 1]  # the two replays' small copy, one tensor each
+
+
+def test_an_inference_graph_called_with_the_same_tensors_reads_them_in_place(fake_cuda, monkeypatch):
+    """Note [Inputs that come back]: the same activation at every call (a benchmark or serving loop) is read where
+    it is, with no refill; values written into it between calls are seen by the next replay."""
+    copies = []
+    monkeypatch.setattr(triton_build, "refill", lambda entry, args: copies.append(entry["copied"]))
+    weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True)
+    for step in range(5):
+        x.mul_(1.5)  # new values at the same address
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    (entry,) = call.graphs.values()
+    assert entry["guessed"] and entry["fixed"] == [0, 1, 2] and entry["copied"] == []
+    assert entry["graph"].replays == 4 and copies == [[]] * 3  # replays 3-5 refill nothing
+
+
+def test_the_guess_ends_at_the_first_input_that_moves(fake_cuda):
+    """Note [Inputs that come back]: an activation that kept its address through the warm-up and then moves drops
+    the in-place recording for good; the graph records again copying it, and every output stays right."""
+    weight, bias = torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True)
+    x = torch.randn(8)
+    guessed = None
+    for step in range(7):
+        if step >= 3:
+            x = torch.randn(8)  # a new tensor each call from here on, wherever the allocator puts it
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+        if step == 2:
+            guessed = call.graphs[()]
+            assert guessed["guessed"] and guessed["copied"] == []
+    (entry,) = call.graphs.values()
+    assert entry is not guessed and not entry["guessed"] and not call.guess_in_place
+    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
+    assert guessed["graph"].replays == 2 and entry["graph"].replays == 4  # recorded at step 3, replayed 4-6
+
+
+def test_a_timed_choice_is_timed_again_when_the_guess_ends(fake_cuda, monkeypatch):
+    timed = iter([0.05, 0.40, 0.05, 0.40])
+    monkeypatch.setattr(triton_build, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
+    weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True, choose_by_timing=True)
+    for step in range(6):
+        if step == 4:
+            x = torch.randn(8)
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    assert call.choice == {"replay_ms": 0.05, "plain_ms": 0.40, "replays": True}
+    assert next(timed, None) is None  # timed twice: on the guessed recording and on the copying one

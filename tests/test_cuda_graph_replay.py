@@ -216,9 +216,9 @@ def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch
     linear = torch.nn.Linear(4096, 11008, bias=False).cuda().to(torch.bfloat16)
     gemm = engine.compile(lambda x: torch.nn.functional.silu(linear(x)), backend="triton", device="cuda",
                           mode="max-autotune")
-    x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        for _ in range(4):
+        for _ in range(4):  # a new activation each call: its replay copies it (Note [Inputs that come back])
+            x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
             torch.testing.assert_close(gemm(x), torch.nn.functional.silu(linear(x)), atol=2e-2, rtol=2e-2)
 
     w = torch.randn(64, 64, device="cuda") / 8
@@ -273,6 +273,20 @@ def test_an_inference_graph_called_with_the_same_tensors_reads_them_in_place(fak
     (entry,) = call.graphs.values()
     assert entry["guessed"] and entry["fixed"] == [0, 1, 2] and entry["copied"] == []
     assert entry["graph"].replays == 4 and copies == [[]] * 3  # replays 3-5 refill nothing
+
+
+@pytest.mark.parametrize("replay_ms, plain_ms, replays", [(0.0330, 0.0328, True), (0.040, 0.030, False)])
+def test_a_copy_free_replay_takes_a_tie(fake_cuda, monkeypatch, replay_ms, plain_ms, replays):
+    """Note [Replay or launch, timed]: with nothing to copy, a replay runs the plain call's kernels with less host
+    work, so it replays unless it times REPLAY_MARGIN slower."""
+    timed = iter([replay_ms, plain_ms])
+    monkeypatch.setattr(triton_build, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
+    weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True, choose_by_timing=True)
+    for _ in range(4):
+        (out,) = call([x, weight, bias])
+        torch.testing.assert_close(out, x * weight + bias)
+    assert call.choice["replays"] is replays and call.launch_plainly is not replays
 
 
 def test_the_guess_ends_at_the_first_input_that_moves(fake_cuda):

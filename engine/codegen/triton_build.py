@@ -564,11 +564,12 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
 # A graph called with the same tensors again replays with no copy at all (Note [Inputs that come back]), and
 # then a tie goes the other way: such a replay runs the very kernels a plain call runs, so the device's clock
 # cannot tell them apart, but it costs less host time, which this timing does not see, because the caller's
-# own cost comes on top of both: Dynamo's frame and guards and AOTAutograd's wrapper took ~35 us a call on the
-# H200's host (.diag/host_gemm2.py: a Dynamo-only backend 38-42 us a call against eager's 22-36, AOTAutograd's
-# aot_eager 56-62). proj_residual at M = 512 timed the plain call's 27 us of kernels against the same replayed,
-# launched plainly, and took ~60 us of host time a call queued back to back. So a copy-free replay replays
-# unless it times REPLAY_MARGIN slower than the plain call. If the inputs later move, the choice is timed again.
+# own cost (Dynamo's frame and guards, AOTAutograd's wrapper) comes on top of both and makes a small call
+# host-bound. proj_residual at M = 512 in max-autotune (H200, .diag/choice.py, one process): replayed with
+# nothing copied, 24-25 us of host time a call and 27.9 us a call back to back, against eager's 29.9; launched
+# plainly, our wrapper alone spends ~15 us of host time (cProfile) on the cuBLAS call and the epilogue's launch,
+# on top of the same caller cost. So a copy-free replay replays unless it times REPLAY_MARGIN slower than the
+# plain call. If the inputs later move, the choice is timed again.
 TIMED_CALLS = 10
 REPLAY_MARGIN = 0.05
 
@@ -741,10 +742,10 @@ class CudaGraphCall:
     def _end_guess(self, key) -> None:
         """Note [Inputs that come back]: an input moved, so the guess is over: drop the recording that read it in
         place and record again, copying it, from this call on; a timed choice is timed again on the new one."""
-        del self.graphs[key]
+        entry = self.graphs.pop(key)
+        self.output_pointers -= _output_pointers(entry["outputs"])
         self.guess_in_place = False
         self.choice = None
-        self.output_pointers = {p for e in self.graphs.values() for p in _output_pointers(e["outputs"])}
 
     def _give_up(self, key) -> None:
         """Note [Gradients a replay hands over]: the recording's outputs that someone still holds are theirs now;

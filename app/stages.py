@@ -244,17 +244,22 @@ def _number(value) -> str:
 
 
 def bench_stage(record: Exploration, graph_index: int, key: str) -> None:
-    bench = state.cached("bench")
+    bench = state.cached_bench()
     case = _bench_case(bench)
     st.plotly_chart(charts.stage_times_figure(record.timings,
                                               (case or {}).get("inductor_compile_s")),
                     width="stretch", key=f"{key}_stage_chart", config={"displayModeBar": False})
-    if st.button("Run benchmark: eager vs Glassbox vs Inductor", key=f"{key}_bench",
-                 help="Runs in a worker; Inductor's cold compile takes 10-40 s on a small CPU."):
-        bench = state.run_bench()
+    left, right = st.columns([2, 3])
+    with_inductor = right.toggle("with Inductor", key=f"{key}_bench_inductor",
+                                 help="Also time torch.compile (Inductor): its cold compile adds 10-40 s on a "
+                                      "small CPU.")
+    if left.button("Run benchmark: eager vs Glassbox" + (" vs Inductor" if with_inductor else ""),
+                   key=f"{key}_bench", help="Runs in a worker, the runners taking turns in rounds; a few seconds "
+                                            "without Inductor."):
+        bench = state.run_bench(with_inductor)
         case = _bench_case(bench)
     if bench is None:
-        st.caption("Timing is on demand: Inductor's cold compile is slow. Press the button to measure.")
+        st.caption("Timing is on demand: press the button to measure.")
     elif bench.problem is not None:
         ui.show_problem(bench.problem, state.user_source(), state.model_path_name())
     if case:
@@ -267,8 +272,10 @@ def bench_stage(record: Exploration, graph_index: int, key: str) -> None:
                            config={"displayModeBar": False})
         st.plotly_chart(charts.compile_figure(case, record.timings), width="stretch",
                         key=f"{key}_compile_chart", config={"displayModeBar": False})
-        st.caption(f"{case.get('threads', '?')} threads, device {case.get('device', '?')}; medians of "
-                   "torch.utils.benchmark. On a shared CPU, trust the ratios more than the absolute times.")
+        if case.get("load_warning"):
+            st.warning(case["load_warning"])
+        for line in teaching.bench_case_lines(case):
+            st.caption(line)
     graph = _graph(record, graph_index)
     kernels = graph.kernels if graph else []
     if kernels:

@@ -477,14 +477,16 @@ STOPPED: dict[str, tuple[str, list[str]]] = {
 
 def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
           on_tick: Callable[[float], None] | None = None, min_time: float = 0.2,
-          memory_gb: float = MEMORY_GB) -> Outcome:
-    """`python -m engine bench FILE --json`: eager vs Glassbox vs Inductor, in one worker."""
+          memory_gb: float = MEMORY_GB, with_inductor: bool = True) -> Outcome:
+    """`python -m engine bench FILE --json --quick`: eager vs Glassbox (vs Inductor, whose cold compile takes
+    tens of seconds, when `with_inductor`), in one worker: the CLI's own bench and timing (Note [Fair timing])."""
     name = model_file_name(label)
     # like explore's record, the bench document is written even when benching fails, its errors[] saying why
     finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--record-out",
                                         str(workdir / "bench.json"), "--backend", options.backend,
-                                        "--device", options.device, "--min-time", str(min_time),
-                                        *options.mode_args()] + (["--train"] if options.train else []),
+                                        "--device", options.device, "--min-time", str(min_time), "--quick",
+                                        *options.mode_args()] + (["--train"] if options.train else [])
+                                       + ([] if with_inductor else ["--no-inductor"]),
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json",),
                        on_tick=on_tick)
     text = finished.files.get("bench.json")

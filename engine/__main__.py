@@ -127,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "is the CPU benchmark suite.")
     common(bench)
     bench.add_argument("--threads", type=int, metavar="N",
-                       help="threads for torch and for our OpenMP kernels; applied before anything compiles "
-                            "(see Note [Threads] in engine/tools/bench.py)")
+                       help="threads for torch and for our OpenMP kernels; applied before anything compiles. "
+                            "Default: the cores the machine has free before each case")
+    bench.add_argument("--quick", action="store_true",
+                       help="skip the warm compile in a fresh process (the app's bench: seconds, not tens)")
     bench.add_argument("--templates", type=template_choices, default=("auto",), metavar="auto|on|off",
                        help="GEMM templates, one or more comma-separated (e.g. on,off): each a row of its own, "
                             "side by side in one process; Inductor is timed once per model and mode")
@@ -142,8 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--profile", action="store_true",
                        help="also time every Glassbox kernel (each case gets `kernels` and `machine`)")
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
-                       help="seconds of timing per measurement, at least (blocked_autorange's min_run_time; "
-                            "default 0.5)")
+                       help="seconds of timing per runner, at least, over at least 7 interleaved rounds "
+                            "(default 0.5)")
     compare = commands.add_parser("compare", help="what-if: two explorations of one model and their diff",
                                   description="Explore a model under two settings (A and B) and show their "
                                               "differences: kernels, code and time. Keys: backend, device, "
@@ -326,9 +328,6 @@ def bench_command(args) -> tuple[dict, int]:
     if not cases:
         raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
     reports, errors = [], []
-    if os.getloadavg()[0] > 0.5:
-        print(f"Note: the load average is {os.getloadavg()[0]:.2f}; other work on this machine skews the "
-              "timings (ratios less than absolute times).", file=sys.stderr)
     # One Inductor cache directory for the whole session (see the bench() docstring).
     with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as inductor_dir:
         inductor_runs: dict = {}  # (model, mode) -> the first case's Inductor figures (the templates rows share them)
@@ -341,7 +340,7 @@ def bench_command(args) -> tuple[dict, int]:
                 reports.append(measure(spec, backend=args.backend, threads=args.threads, device=args.device,
                                        with_inductor=not args.no_inductor and first, min_run_time=args.min_time,
                                        inductor_cache_dir=inductor_dir, progress=progress, mode=mode,
-                                       templates=templates))
+                                       templates=templates, **({} if args.train else {"fresh": not args.quick})))
                 if first:
                     inductor_runs[spec.name, mode] = reports[-1]
                 else:

@@ -26,7 +26,7 @@ Runners, side by side in one process on the same inputs (every output checked ag
                   so this runner shows what Inductor's plans take without the replays' input copies
 Times: on the GPU the median of GPU_ROUNDS rounds of triton.testing.do_bench medians, the runners in turn in
 each round, after Inductor's compile workers are shut down and the host is quiet (Note [Fair GPU timing] in
-scripts/fair_timing.py: in the H200 run of 2026-12-02, before it, gb_template ran the very plan gb_library
+engine/runtime/timing.py: in the H200 run of 2026-12-02, before it, gb_template ran the very plan gb_library
 runs at M=512, cuBLAS kept by cuda_refusal, and timed 0.095 ms against 0.074); on the CPU (shared, loaded
 machines) the fastest of many single calls, the runners interleaved call by call (cpu_best_of); the load
 average before and after is printed with the table. On a shared, oversubscribed CPU run it with
@@ -58,7 +58,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from fair_timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
+from engine.runtime.timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
 from verdicts import Verdicts  # noqa: E402 - end-to-end cases: the engine's verdict
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
@@ -432,7 +432,7 @@ def table(reports: list[dict], load: list) -> str:
 
 
 def timing_notes(reports: list[dict]) -> list[str]:
-    """The GPU rounds' widest spread and the host's busy cores when timing began (fair_timing.py)."""
+    """The GPU rounds' widest spread and the host's busy cores when timing began (engine/runtime/timing.py)."""
     lines = []
     spreads = [(max(v) / min(v), r["name"], key[:-len("_rounds_ms")]) for r in reports for key, v in r.items()
                if key.endswith("_rounds_ms") and v and min(v) > 0]

@@ -31,7 +31,7 @@ Needs torch, triton, sympy and pytest only (no streamlit, no network). Each case
 output is checked against eager before anything is timed; times are triton.testing.do_bench medians (it
 flushes the L2 cache between runs), taken once Inductor's compile workers are shut down and the host is quiet,
 in rounds with the runners' order rotating, the median round reported (Note [Fair GPU timing] in
-scripts/fair_timing.py; the rounds are in the JSON). GB/s counts each distinct input tensor once plus the
+engine/runtime/timing.py; the rounds are in the JSON). GB/s counts each distinct input tensor once plus the
 outputs; the copy case (device to device) is the bandwidth limit the others are read against.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ except ImportError as missing:
              "is needed), e.g. `pip install sympy`, and run again.")
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
-from fair_timing import QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
+from engine.runtime.timing import QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
 from verdicts import Verdicts  # noqa: E402 - the engine's verdict on outputs (scripts/verdicts.py)
 from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
 
@@ -147,8 +147,8 @@ def cases(device: str, small: bool) -> list[dict]:
 
 def timer(device: str):
     """measure(functions) -> (the host's busy cores when timing began, name -> milliseconds of each round).
-    On a GPU, Note [Fair GPU timing] (scripts/fair_timing.py): Inductor's compile workers shut down, a quiet
-    host, then fair_timing.GPU_ROUNDS rounds of do_bench medians, the runners in a rotating order; on the CPU
+    On a GPU, Note [Fair GPU timing] (engine/runtime/timing.py): Inductor's compile workers shut down, a quiet
+    host, then timing.GPU_ROUNDS rounds of do_bench medians, the runners in a rotating order; on the CPU
     (--dry-run) one plain-loop median each."""
     if device == "cuda":
         quiet = QuietHost()  # one per run: a host busy by itself is waited on once

@@ -56,7 +56,7 @@ from engine.tools.bench import set_threads  # noqa: E402
 from engine.tools.model_file import ModelSpec, load_model_file  # noqa: E402
 from engine.tools.train_bench import bench_train  # noqa: E402
 from engine.tools import train_profile  # noqa: E402
-from fair_timing import GPU_ROUNDS, QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
+from engine.runtime.timing import GPU_ROUNDS, QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
 
 
 def _sample_namespace(sample: str) -> dict:
@@ -124,7 +124,7 @@ def _hf_llama(batch: int, tokens: int) -> tuple:
 
 
 def gpu_timer(min_time: float):
-    """Note [Fair GPU timing] (scripts/fair_timing.py), as gpu_check's: Inductor's compile workers shut down and
+    """Note [Fair GPU timing] (engine/runtime/timing.py), as gpu_check's: Inductor's compile workers shut down and
     a quiet host, then rounds of do_bench medians (CUDA events, the L2 cache flushed), the three steps in a
     rotating order; a step's time is the median of its rounds, its spread the slowest round minus the fastest.
     The rounds share `min_time` seconds of timing per step."""

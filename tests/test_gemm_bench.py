@@ -1,4 +1,4 @@
-"""scripts/gemm_bench.py and the timing it takes from scripts/fair_timing.py (Note [Fair GPU timing]):
+"""scripts/gemm_bench.py and the timing it takes from engine/runtime/timing.py (Note [Fair GPU timing]):
 Inductor's compile workers are shut down and the host waited on before timing, the GPU runners are timed in
 rounds in a rotating order and reported by the median round, the JSON is written after every case, and
 --kernels sums a runner's GPU kernels; checked with stand-ins for do_bench, /proc/stat and the profiler, and
@@ -29,7 +29,8 @@ def bench():
 
 @pytest.fixture(scope="module")
 def fair():
-    return _script("fair_timing")
+    from engine.runtime import timing
+    return timing
 
 
 def test_gpu_runners_are_timed_in_rotating_rounds(fair, monkeypatch):

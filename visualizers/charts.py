@@ -56,42 +56,55 @@ def sum_numbers(values: dict) -> float:
     return float(sum(v for v in (values or {}).values() if isinstance(v, (int, float))))
 
 
+def _verdict(case: dict, key: str) -> dict | None:
+    return (case.get("verdicts") or {}).get(key)
+
+
 def bench_figure(case: dict, height: int = 300) -> go.Figure:
-    """Steady-state milliseconds per call: eager, Glassbox, Inductor, with speedups over eager as labels."""
-    systems = [("eager", case.get("eager_ms")), ("Glassbox", case.get("glassbox_ms")),
-               ("Inductor", case.get("inductor_ms"))]
-    systems = [(name, ms) for name, ms in systems if isinstance(ms, (int, float))]
-    eager = case.get("eager_ms")
-    labels = []
-    for name, ms in systems:
-        speedup = f" ({eager / ms:.2f}x eager)" if isinstance(eager, (int, float)) and ms and name != "eager" else ""
-        labels.append(f"{ms:.3f} ms{speedup}")
-    figure = go.Figure(go.Bar(x=[n for n, _ in systems], y=[ms for _, ms in systems], text=labels,
-                              textposition="outside",
-                              marker_color=[SYSTEM_COLOURS[n] for n, _ in systems],
+    """Steady-state milliseconds per call: eager, Glassbox, Inductor, each with its spread (the interquartile
+    range of the interleaved rounds) as an error bar and in its label."""
+    systems = [("eager", "eager"), ("Glassbox", "glassbox"), ("Inductor", "inductor")]
+    systems = [(name, case.get(f"{who}_ms"), case.get(f"{who}_iqr_ms")) for name, who in systems
+               if isinstance(case.get(f"{who}_ms"), (int, float))]
+    labels = [f"{ms:.3f} ms" + (f" ±{spread:.3f}" if isinstance(spread, (int, float)) else "")
+              for _, ms, spread in systems]
+    spreads = [spread / 2 if isinstance(spread, (int, float)) else 0 for _, _, spread in systems]
+    figure = go.Figure(go.Bar(x=[n for n, _, _ in systems], y=[ms for _, ms, _ in systems], text=labels,
+                              textposition="outside", error_y=dict(type="data", array=spreads, visible=True),
+                              marker_color=[SYSTEM_COLOURS[n] for n, _, _ in systems],
                               hovertemplate="%{x}: %{y:.4f} ms<extra></extra>"))
-    values = [ms for _, ms in systems if ms and ms > 0]
+    values = [ms for _, ms, _ in systems if ms and ms > 0]
     log = bool(values) and max(values) / min(values) > 30  # one bar would flatten the others
-    figure.update_layout(yaxis_title="ms per call (median)" + (", log scale" if log else ""), showlegend=False,
-                         yaxis_type="log" if log else "linear")
-    return _layout(figure, "Time per call", height)
+    figure.update_layout(yaxis_title="ms per call (median of rounds)" + (", log scale" if log else ""),
+                         showlegend=False, yaxis_type="log" if log else "linear")
+    if log:
+        figure.update_yaxes(dtick=1)  # a label at every decade
+    return _layout(figure, "Time per call (± interquartile range)", height)
 
 
 def speedup_figure(case: dict, height: int = 260) -> go.Figure:
-    """Speedup over eager (higher is better) for Glassbox and Inductor."""
+    """Speedup over eager (higher is better) for Glassbox and Inductor, each bar with the range its ratio could
+    take (from the quartiles); a ratio the bench could not judge (a spread too wide) is grey and says so."""
     eager = case.get("eager_ms")
     bars = []
-    for name, key in (("Glassbox", "glassbox_ms"), ("Inductor", "inductor_ms")):
+    for name, key, verdict_key in (("Glassbox", "glassbox_ms", "speedup_vs_eager"),
+                                   ("Inductor", "inductor_ms", "inductor_speedup_vs_eager")):
         ms = case.get(key)
         if isinstance(eager, (int, float)) and isinstance(ms, (int, float)) and ms > 0:
-            bars.append((name, eager / ms))
-    figure = go.Figure(go.Bar(x=[b[0] for b in bars], y=[b[1] for b in bars],
-                              text=[f"{b[1]:.2f}x" for b in bars], textposition="outside",
-                              marker_color=[SYSTEM_COLOURS[b[0]] for b in bars]))
+            verdict = _verdict(case, verdict_key) or {}
+            value = eager / ms
+            judged = verdict.get("judged", True)
+            bars.append((name, value, verdict.get("low", value), verdict.get("high", value), judged))
+    figure = go.Figure(go.Bar(
+        x=[b[0] for b in bars], y=[b[1] for b in bars],
+        text=[f"{b[1]:.2f}x" if b[4] else "too noisy to judge" for b in bars], textposition="outside",
+        error_y=dict(type="data", symmetric=False, array=[b[3] - b[1] for b in bars],
+                     arrayminus=[b[1] - b[2] for b in bars], visible=True),
+        marker_color=[SYSTEM_COLOURS[b[0]] if b[4] else "#cbd5e1" for b in bars]))
     figure.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", annotation_text="eager",
                      annotation_position="top left")
     figure.update_layout(yaxis_title="speedup over eager", showlegend=False)
-    return _layout(figure, "Speedup over eager", height)
+    return _layout(figure, "Speedup over eager (bars: the range from the quartiles)", height)
 
 
 def compile_figure(case: dict, timings: dict | None = None, height: int = 240) -> go.Figure:

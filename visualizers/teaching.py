@@ -146,7 +146,7 @@ def bench_text(record: Exploration) -> list[str]:
     machine = record.machine
     kernels = [k for k in record.kernels if k.time_ms is not None]
     if not kernels:
-        return ["No per-kernel profile in this exploration (explore with the profile on)."]
+        return ["No per-kernel profile in this exploration: the **Profile** page times every kernel."]
     slowest = max(kernels, key=lambda k: k.time_ms)
     line = (f"`{slowest.name}` ({' + '.join(_short(o) for o in slowest.ops) or slowest.kind}) "
             f"takes the most time: {slowest.time_ms:.4f} ms")
@@ -158,9 +158,27 @@ def bench_text(record: Exploration) -> list[str]:
                  f"({machine['copy_gbps']:.1f} GB/s)" if fraction <= 1 else
                  f", at {slowest.gbps:.1f} GB/s: faster than the measured memory copy "
                  f"({machine['copy_gbps']:.1f} GB/s), so its data sits in the caches")
-    lines = [line + "."]
-    if machine.get("load_warning"):
-        lines.append(f"Careful: {machine['load_warning']}.")
+    return [line + "."]
+
+
+def bench_case_lines(case: dict) -> list[str]:
+    """What a bench case's figures rest on, in words: the threads and why, how busy the machine was, and each
+    ratio the bench could not judge (Note [Fair timing] in engine/runtime/timing.py)."""
+    lines = []
+    rounds = len(case.get("eager_rounds_ms") or [])
+    how = f"medians of {rounds} interleaved rounds, ± their interquartile range" if rounds else "medians"
+    threads = case.get("threads_reason") or f"{case.get('threads', '?')} threads"
+    lines.append(f"{how}; {threads}; device {case.get('device', '?')}.")
+    during = case.get("others_cores_during")
+    if isinstance(during, (int, float)):
+        lines.append(f"Other processes kept {during:.1f} of {case.get('cpus', '?')} CPUs busy while timing "
+                     f"(load average {case.get('load_avg_1m', 0):.2f}).")
+    names = {"speedup_vs_eager": "Glassbox vs eager", "inductor_speedup_vs_eager": "Inductor vs eager",
+             "ratio_vs_inductor": "Glassbox vs Inductor"}
+    for key, verdict in (case.get("verdicts") or {}).items():
+        if not verdict.get("judged"):
+            lines.append(f"{names.get(key, key)}: too noisy to judge — the spreads allow anything from "
+                         f"{verdict['low']:.2f}x to {verdict['high']:.2f}x. Run it again on a quieter machine.")
     return lines
 
 

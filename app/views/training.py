@@ -12,7 +12,7 @@ import streamlit as st
 from app import state, training, ui
 from app.safe_text import md_text
 from engine.record import Exploration, GraphRecord
-from visualizers import charts, graphs
+from visualizers import charts, graphs, teaching
 from visualizers import partition as partition_view
 
 CHART_CONFIG = {"displayModeBar": False}
@@ -91,11 +91,11 @@ def _bench_case(outcome) -> dict | None:
 
 def _memory_and_bench(partition: dict, key: str) -> None:
     st.markdown("#### Activation memory and a timed training step")
-    bench = state.cached("bench")  # the bench of this request: a training step, as the toggle is on
+    bench = state.cached_bench()  # the bench of this request: a training step, as the toggle is on
     if st.button("Benchmark a training step: eager vs Glassbox vs Inductor", key=f"{key}_bench",
                  help="Runs in a worker: forward, loss, backward, each compiler taking turns; every gradient "
                       "checked first. Inductor's cold compile of both graphs takes a minute on a small CPU."):
-        bench = state.run_bench()
+        bench = state.run_bench(with_inductor=True)
     case = _bench_case(bench)
     if bench is not None and bench.problem is not None:
         ui.show_problem(bench.problem, state.user_source(), state.model_path_name())
@@ -120,10 +120,10 @@ def _memory_and_bench(partition: dict, key: str) -> None:
             st.warning(f"{who}'s gradients differ from eager's (max rel error {check.get('max_rel_err'):.2e})")
     if case.get("inductor_error"):
         st.warning(f"Inductor failed: {case['inductor_error']}")
-    load = case.get("load_avg_1m")
-    st.caption(f"a training step per call (gradients cleared, forward, loss, backward); {case.get('threads', '?')} "
-               f"threads, device {case.get('device', '?')}, load average {load:.2f} on {case.get('cpus', '?')} CPUs;"
-               " medians of single steps, the compilers taking turns" if isinstance(load, (int, float)) else "")
+    st.caption("a training step per call (gradients cleared, forward, loss, backward), the compilers taking "
+               "turns")
+    for line in teaching.bench_case_lines(case):
+        st.caption(line)
 
 
 def render() -> None:

@@ -1,9 +1,10 @@
 """Benchmark a model side by side in one process: eager, Glassbox (engine.compile) and torch.compile (Inductor).
 
-Every number in a report comes from the same process, the same inputs and the same thread count, so the ratios
-are meaningful even where the absolute times are not (on a shared CPU, absolute times drift; ratios measured
-back to back drift much less). Steady-state times are medians from torch.utils.benchmark's blocked_autorange,
-all under torch.no_grad(). Before any timing, both compiled outputs are checked against eager (run.verify).
+Every number in a report comes from the same process, the same inputs and the same thread count. The three
+runners are compiled and checked against eager first (run.verify), then timed taking turns in rounds, under
+torch.no_grad(), with the thread count the machine has free: engine/runtime/timing.py, Note [Fair timing]
+(the app's bench is this one, run in a worker). A ratio whose runners' spreads are too wide is reported as
+"too noisy to judge" (`verdicts`).
 
 Note [Cold and warm compiles]
 `compile_s` is Glassbox's cold compile: Dynamo capture through g++ to the first result, with a fresh, empty
@@ -19,11 +20,12 @@ Glassbox's C++ kernels use OpenMP. The OpenMP runtime is shared with torch (torc
 and our libraries bind to it), so `torch.set_num_threads(n)` sets the thread count our kernels use from the
 calling thread, and OMP_NUM_THREADS is read once, when the runtime starts. set_threads() therefore does both,
 and callers (the CLI) should call it before the first compile of the process: that is why the CLI applies
---threads before loading any model. torch.utils.benchmark.Timer runs with one thread unless told otherwise,
-so every Timer here gets `num_threads` explicitly; otherwise eager and our kernels would be timed on one core.
+--threads before loading any model. Without --threads, each case takes the cores the machine has free just
+before it (timing.free_threads): a thread on a core another process keeps busy stalls the parallel loops.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,12 +40,11 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.benchmark import Timer
 
 from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
-from engine.profile import machine_load
 from engine.run import verify
+from engine.runtime.timing import Timing, free_threads, interleaved, ratio, timed_in_rounds
 
 SUITE = "suite"  # the CLI's name for the CPU benchmark suite below
 
@@ -87,11 +88,10 @@ def environment(name: str, value: str) -> Iterator[None]:
 
 
 def median_ms(fn: Callable, inputs: tuple, threads: int, min_run_time: float, label: str) -> tuple[float, float]:
-    """Steady-state milliseconds per call: the median over blocked_autorange's blocks, and their interquartile
-    range (the spread a reader needs to trust a ratio on a shared machine)."""
-    timer = Timer(stmt="fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads, label=label)
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return measurement.median * 1e3, measurement.iqr * 1e3
+    """Steady-state milliseconds per call of one runner alone, and its spread: interleaved() with one runner
+    (Note [Fair timing] in engine/runtime/timing.py); `threads` must already be set (set_threads)."""
+    timing = interleaved({label: lambda: fn(*inputs)}, min_run_time)[label]
+    return timing.median_ms, timing.spread_ms
 
 
 def first_call_seconds(compiled: Callable, inputs: tuple) -> tuple[float, Any]:
@@ -119,15 +119,21 @@ def on_device(spec: ModelSpec, device: str) -> tuple[Any, tuple]:
 
 def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
           with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
-          progress: Callable[[str], None] | None = None, mode: str = "default", templates: str = "auto") -> dict:
+          progress: Callable[[str], None] | None = None, mode: str = "default", templates: str = "auto",
+          fresh: bool = True) -> dict:
     """Time `spec`'s model under eager, Glassbox and Inductor. The report:
 
     name, backend, device, threads      what was measured, with how many threads
+    threads_reason, others_cores_before why that many (the cores other processes used before timing)
     mode                                torch.compile's mode, the same for Glassbox and Inductor
     templates                           Glassbox's GEMM templates: auto, on or off (Options.templates)
     eager_ms, glassbox_ms, inductor_ms  steady-state median milliseconds per call
-    eager_iqr_ms, glassbox_iqr_ms, ...  their spread: the interquartile range over the timed blocks
+    eager_iqr_ms, glassbox_iqr_ms, ...  their spread: the interquartile range of the rounds
+    eager_rounds_ms, ...                every round's ms per call (Note [Fair timing])
+    verdicts                            {speedup_vs_eager, inductor_speedup_vs_eager, ratio_vs_inductor:
+                                        {ratio, low, high, judged, text}}: judged, or too noisy to judge
     load_avg_1m, cpus, load_warning     the machine's load while measuring (a warning when it skews them)
+    others_cores_during                 cores other processes kept busy while timing (steal_cores_during)
     compile_s, compile_warm_s           Glassbox's cold and warm compile-to-first-result seconds
     compile_fresh                       a warm compile in a new process (Note [Fresh-process warm compile]):
                                         {imports_s, first_call_s, ours_s, stages_s}; cpp on the CPU only
@@ -137,64 +143,88 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     verify                              {"glassbox": {ok, max_abs_err, max_rel_err}, "inductor": {...}}
     inductor_error                      only when torch.compile failed: its exception, in one line
 
-    with_inductor=False skips torch.compile (its keys are then None): Inductor's cold compile takes tens of
+    fresh=False skips the fresh-process compile (the app's quick bench). with_inductor=False skips
+    torch.compile (its keys are then None): Inductor's cold compile takes tens of
     seconds on a small CPU. inductor_cache_dir: a directory to use as TORCHINDUCTOR_CACHE_DIR; default, a fresh
     temporary one. A caller timing several models passes one empty directory for all of them: Inductor's compile
     workers keep the cache directory they started with, so it must outlive the whole session. A model that
     raises when run eagerly raises ModelFileError (pointing at the user's line) before anything is compiled.
     """
     say = progress or (lambda message: None)
-    if threads is not None:
-        set_threads(threads)
-    threads = torch.get_num_threads()
+    threads, why = choose_threads(threads, device)
     model, inputs = on_device(spec, device)
     report: dict[str, Any] = {
         "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode,
-        "templates": templates,
+        "templates": templates, **why,
         "eager_ms": None, "glassbox_ms": None, "inductor_ms": None,
         "compile_s": None, "compile_warm_s": None, "compile_fresh": None, "inductor_compile_s": None,
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {},
     }
-    with torch.no_grad():
+    with torch.no_grad(), contextlib.ExitStack() as stack:
         run_eager(dataclasses.replace(spec, model=model, example_inputs=inputs))
-        say("eager")
-        report["eager_ms"], report["eager_iqr_ms"] = median_ms(model, inputs, threads, min_run_time, f"{spec.name} eager")
+        runners: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
 
         # Glassbox: cold, then warm (Note [Cold and warm compiles]); the warm-compiled callable is the one timed.
-        with tempfile.TemporaryDirectory(prefix="glassbox-bench-") as cache, \
-                environment("GLASSBOX_CACHE_DIR", cache):
-            say("glassbox compile (cold)")
-            torch._dynamo.reset()
-            cold = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
-            report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
-            say("glassbox compile (warm)")
-            torch._dynamo.reset()
-            compiled = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
-            report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
-            checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
-            report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
-            if backend == "cpp" and device == "cpu":
-                say("glassbox compile (warm, fresh process)")
-                report["compile_fresh"] = in_fresh_process(case_key(spec))
-            say("glassbox")
-            report["glassbox_ms"], report["glassbox_iqr_ms"] = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} glassbox")
+        cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="glassbox-bench-"))
+        stack.enter_context(environment("GLASSBOX_CACHE_DIR", cache))
+        say("glassbox compile (cold)")
         torch._dynamo.reset()
+        cold = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
+        report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
+        say("glassbox compile (warm)")
+        torch._dynamo.reset()
+        compiled = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
+        report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
+        checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
+        report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
+        if fresh and backend == "cpp" and device == "cpu":
+            say("glassbox compile (warm, fresh process)")
+            report["compile_fresh"] = in_fresh_process(case_key(spec))
+        runners["glassbox"] = lambda: compiled(*inputs)
 
-        if with_inductor:
+        if with_inductor:  # Dynamo keeps one cache entry per backend: ours and Inductor's live side by side
             try:
-                compile_s, check, milliseconds = bench_inductor(spec, model, inputs, threads, min_run_time,
-                                                                inductor_cache_dir, say, mode)  # ms: (median, iqr)
+                report["inductor_compile_s"], report["verify"]["inductor"], inductor = compile_inductor(
+                    spec, model, inputs, stack, inductor_cache_dir, say, mode)
+                runners["inductor"] = lambda: inductor(*inputs)
             except Exception as error:  # noqa: BLE001 - the reference failing must not discard our numbers
                 first_line = (str(error).strip().splitlines() or [""])[0][:300]
                 report["inductor_error"] = f"{type(error).__name__}: {first_line}"
-            else:
-                report.update(inductor_compile_s=compile_s, inductor_ms=milliseconds[0],
-                              inductor_iqr_ms=milliseconds[1])
-                report["verify"]["inductor"] = check
-                report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
-    report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
-    report.update(machine_load())  # load_avg_1m, cpus, load_warning: what skews these figures
+        say("timing " + ", ".join(runners) + ", taking turns")
+        timings, load = timed_in_rounds(runners, min_run_time, threads, device, why.get("others_cores_before"))
+    torch._dynamo.reset()
+    report.update(figures(timings))
+    report.update(load)  # load_avg_1m, cpus, others' cores before and during, load_warning
     return report
+
+
+def choose_threads(threads: int | None, device: str) -> tuple[int, dict]:
+    """The thread count to time with, and why: the caller's, else on the CPU the cores the machine has free
+    (free_threads, Note [Fair timing]); applied with set_threads."""
+    if threads is not None:
+        set_threads(threads)
+        return threads, {"threads_reason": f"{threads} thread{'s' if threads != 1 else ''}, as asked"}
+    if device != "cpu":
+        return torch.get_num_threads(), {"threads_reason": "the host's threads launch GPU work"}
+    threads, why = free_threads()
+    set_threads(threads)
+    return threads, why
+
+
+def figures(timings: dict[str, Timing]) -> dict:
+    """A bench report's figures from interleaved timings: each runner's median, spread and rounds, and the two
+    ratios with their verdicts (`verdicts`: judged, or too noisy to judge)."""
+    out: dict[str, Any] = {"timing_method": "interleaved rounds (Note [Fair timing])"}
+    for who, timing in timings.items():
+        out[f"{who}_ms"], out[f"{who}_iqr_ms"] = timing.median_ms, timing.spread_ms
+        out[f"{who}_rounds_ms"] = timing.rounds_ms
+    eager, ours, theirs = (timings.get(who) for who in ("eager", "glassbox", "inductor"))
+    out["speedup_vs_eager"] = eager.median_ms / ours.median_ms if eager and ours else None
+    out["ratio_vs_inductor"] = ours.median_ms / theirs.median_ms if ours and theirs else None
+    out["verdicts"] = {key: verdict for key, verdict in (
+        ("speedup_vs_eager", ratio(eager, ours)), ("inductor_speedup_vs_eager", ratio(eager, theirs)),
+        ("ratio_vs_inductor", ratio(ours, theirs))) if verdict is not None}
+    return out
 
 
 def share_inductor(report: dict, measured: dict) -> None:
@@ -209,25 +239,19 @@ def share_inductor(report: dict, measured: dict) -> None:
         report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
 
 
-def bench_inductor(spec: ModelSpec, model, inputs: tuple, threads: int, min_run_time: float,
-                   cache_dir: str | None, say: Callable[[str], None],
-                   mode: str = "default") -> tuple[float, dict, tuple[float, float]]:
-    """Inductor's cold compile seconds (no FX graph cache, an empty cache directory), its verify summary and
-    its steady-state milliseconds, in the same torch.compile mode as ours."""
+def compile_inductor(spec: ModelSpec, model, inputs: tuple, stack: contextlib.ExitStack, cache_dir: str | None,
+                     say: Callable[[str], None], mode: str = "default") -> tuple[float, dict, Callable]:
+    """Inductor's cold compile seconds (no FX graph cache, an empty cache directory, both kept for the rest of
+    `stack`), its verify summary and its compiled callable, in the same torch.compile mode as ours."""
     import torch._inductor.config as inductor_config
 
-    with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as own_dir:
-        with environment("TORCHINDUCTOR_CACHE_DIR", cache_dir or own_dir), \
-                inductor_config.patch(fx_graph_cache=False):
-            say("inductor compile (cold)")
-            torch._dynamo.reset()
-            compiled = torch.compile(model, mode=None if mode == "default" else mode)
-            compile_s, outputs = first_call_seconds(compiled, inputs)
-            check = verify_summary(verify(model, inputs, outputs, spec.tolerance))
-            say("inductor")
-            milliseconds = median_ms(compiled, inputs, threads, min_run_time, f"{spec.name} inductor")
-        torch._dynamo.reset()
-    return compile_s, check, milliseconds
+    own_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True))
+    stack.enter_context(environment("TORCHINDUCTOR_CACHE_DIR", cache_dir or own_dir))
+    stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+    say("inductor compile (cold)")
+    compiled = torch.compile(model, mode=None if mode == "default" else mode)
+    compile_s, outputs = first_call_seconds(compiled, inputs)
+    return compile_s, verify_summary(verify(model, inputs, outputs, spec.tolerance)), compiled
 
 
 # --- the CPU benchmark suite ---------------------------------------------------------------------------------

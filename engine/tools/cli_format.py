@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from engine.record import STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, RunRecord
+from engine.runtime.timing import TOO_NOISY
 from engine.tools import train_format
 from engine.tools.units import human_bytes
 
@@ -197,6 +198,15 @@ def _ms_spread(case: dict, who: str) -> str:
     return _ms(case.get(f"{who}_ms")) + (f"±{spread:.3f}" if isinstance(spread, (int, float)) else "")
 
 
+def _judged(case: dict, key: str, value) -> str:
+    """A ratio as the bench judged it (Note [Fair timing]): "1.23x", or "too noisy to judge" when the runners'
+    spreads were too wide for it; older reports without verdicts print the plain ratio."""
+    verdict = (case.get("verdicts") or {}).get(key)
+    if verdict is not None and not verdict.get("judged"):
+        return "too noisy"
+    return _ratio(value)
+
+
 def _speedup(case: dict, who: str) -> float | None:
     eager, ms = case.get("eager_ms"), case.get(f"{who}_ms")
     return eager / ms if isinstance(eager, (int, float)) and isinstance(ms, (int, float)) and ms > 0 else None
@@ -218,8 +228,10 @@ def bench_table(cases: list[dict]) -> str:
         settings = [s for s in settings if s not in ("default", "templates auto")]
         rows.append([case.get("name", "?") + (f" ({', '.join(settings)})" if settings else ""), _ms_spread(case, "eager"),
                      _ms_spread(case, "glassbox"), _ms_spread(case, "inductor"),
-                     f"{_ratio(_speedup(case, 'glassbox'))} / {_ratio(_speedup(case, 'inductor'))}",
-                     _ratio(case.get("ratio_vs_inductor")), compile_text, seconds(case.get("inductor_compile_s"))])
+                     f"{_judged(case, 'speedup_vs_eager', _speedup(case, 'glassbox'))} / "
+                     f"{_judged(case, 'inductor_speedup_vs_eager', _speedup(case, 'inductor'))}",
+                     _judged(case, "ratio_vs_inductor", case.get("ratio_vs_inductor")), compile_text,
+                     seconds(case.get("inductor_compile_s"))])
         if case.get("inductor_error"):
             notes.append(f"{case.get('name', '?')}: Inductor failed: {case['inductor_error']}")
         for who, check in (case.get("verify") or {}).items():
@@ -231,14 +243,20 @@ def bench_table(cases: list[dict]) -> str:
     lines = [" | ".join(str(cell).ljust(width) if i == 0 else str(cell).rjust(width)
                         for i, (cell, width) in enumerate(zip(row, widths))) for row in [header] + rows]
     lines.insert(1, "-+-".join("-" * width for width in widths))
-    mean = geomean(case.get("ratio_vs_inductor") for case in cases if not case.get("error"))
+    mean = geomean(case.get("ratio_vs_inductor") for case in cases if not case.get("error")
+                   and (case.get("verdicts") or {}).get("ratio_vs_inductor", {}).get("judged", True))
     lines.append("")
     lines.append(f"geomean glassbox/inductor: {_ratio(mean)}" + ("  (below 1x: Glassbox is faster)" if mean else ""))
-    lines.append("speedup over eager = eager ms / ms: higher is better; ± is the interquartile range of the timed "
-                 "blocks")
-    threads = sorted({case.get("threads") for case in cases if case.get("threads")})
-    if threads:
-        lines.append(f"threads: {', '.join(map(str, threads))}")
+    lines.append("speedup over eager = eager ms / ms: higher is better; ± is the interquartile range of the "
+                 "interleaved rounds; \"too noisy\" where a spread is over a quarter of its median")
+    for reason in dict.fromkeys(case.get("threads_reason") or f"{case.get('threads')} threads" for case in cases
+                                if case.get("threads")):
+        lines.append(f"threads: {reason}")
+    for case in cases:
+        noisy = [v["text"] for v in (case.get("verdicts") or {}).values() if not v.get("judged")]
+        if noisy:
+            lines.append(f"{case.get('name', '?')}: {TOO_NOISY}: the ratios could lie anywhere in "
+                         + ", ".join(text.removeprefix(TOO_NOISY).strip() for text in noisy))
     fresh = [case["compile_fresh"] for case in cases if case.get("compile_fresh")]
     if fresh:
         lines.append("fresh: a warm compile in a new process, after its imports; Glassbox's own stages took "

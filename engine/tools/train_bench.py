@@ -18,7 +18,6 @@ anyway). So eager's figure is autograd's own choice, ours is engine/partition.py
 from __future__ import annotations
 
 import copy
-import statistics
 import tempfile
 import time
 from typing import Any, Callable
@@ -27,8 +26,8 @@ import torch
 from torch import nn
 
 from engine.pipeline import compile as glassbox_compile
-from engine.profile import machine_load
-from engine.tools.bench import environment, on_device, set_threads
+from engine.runtime.timing import load_summary, timed_in_rounds
+from engine.tools.bench import choose_threads, environment, figures, on_device
 from engine.tools.model_file import ModelSpec
 from engine.train_verify import default_loss
 
@@ -104,30 +103,6 @@ def _tolerance(model, inputs: tuple) -> float:
     return 5e-2 if half else 1e-3
 
 
-def interleaved_ms(steps: dict[str, Callable[[], Any]], min_run_time: float, device: str = "cpu") -> dict:
-    """Median and interquartile range (ms) of single steps, the compilers taking turns step by step: on a shared
-    machine the load changes from second to second, and taking turns gives each the same share of it, so the
-    ratios hold where back-to-back blocks would not; a median of single steps drops the steps another process
-    interrupted."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {who: [] for who in steps}
-    for fn in steps.values():
-        fn()
-    start = time.perf_counter()
-    while time.perf_counter() - start < min_run_time * len(steps) or min(map(len, times.values())) < 5:
-        for who, fn in steps.items():
-            sync()
-            begin = time.perf_counter()
-            fn()
-            sync()
-            times[who].append((time.perf_counter() - begin) * 1e3)
-    out = {}
-    for who, values in times.items():
-        quartiles = statistics.quantiles(values, n=4)
-        out[who] = (statistics.median(values), quartiles[2] - quartiles[0])
-    return out
-
-
 def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
                 with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
                 progress: Callable[[str], None] | None = None, mode: str = "default",
@@ -138,23 +113,21 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     ratio_vs_inductor = glassbox_ms / inductor_ms, compile_s and inductor_compile_s: the first step's seconds,
     verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
-    Steps are timed taking turns (interleaved_ms), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
-    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in scripts/fair_timing.py).
+    Steps are timed taking turns in rounds (Note [Fair timing] in engine/runtime/timing.py), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
+    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in engine/runtime/timing.py).
     After timing, `profile(who, step)` is called for each compiled step, while Inductor's cache directory still
     exists (scripts/train_bench.py --profile)."""
     import torch._inductor.config as inductor_config
 
     say = progress or (lambda message: None)
-    if threads is not None:
-        set_threads(threads)
-    threads = torch.get_num_threads()
+    threads, why = choose_threads(threads, device)
     model, inputs = on_device(spec, device)
     if isinstance(model, nn.Module):
         model.train()
     inputs = prepare_inputs(model, inputs)
     report: dict[str, Any] = {
         "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode, "train": True,
-        "templates": templates,
+        "templates": templates, **why,
         "eager_ms": None, "glassbox_ms": None, "inductor_ms": None, "compile_s": None, "inductor_compile_s": None,
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {}, "saved_bytes": {},
     }
@@ -181,10 +154,15 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
                 first_line = (str(error).strip().splitlines() or [""])[0][:300]
                 report["inductor_error"] = f"{type(error).__name__}: {first_line}"
         say("timing the steps, taking turns" if measure is None else "timing the steps")
-        timed = interleaved_ms({who: s[0] for who, s in steps.items()}, min_run_time, device) if measure is None \
-            else measure({who: s[0] for who, s in steps.items()})
-        for who, (median, spread) in timed.items():
-            report[f"{who}_ms"], report[f"{who}_iqr_ms"] = median, spread
+        if measure is None:  # Note [Fair timing]: rounds taking turns, with their spread and verdicts
+            timings, load = timed_in_rounds({who: s[0] for who, s in steps.items()}, min_run_time, threads,
+                                            device, why.get("others_cores_before"))
+            report.update(figures(timings))
+        else:
+            load = load_summary(why.get("others_cores_before"), {}, threads)
+            for who, (median, spread) in measure({who: s[0] for who, s in steps.items()}).items():
+                report[f"{who}_ms"], report[f"{who}_iqr_ms"] = median, spread
+        for who in steps:
             report["saved_bytes"][who] = steps[who][1]()
         for who, (fn, _) in steps.items():
             if profile is not None and who != "eager":
@@ -193,7 +171,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     report["speedup_vs_eager"] = report["eager_ms"] / report["glassbox_ms"]
     if report.get("inductor_ms"):
         report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
-    report.update(machine_load())  # load_avg_1m, cpus, load_warning: what skews these figures
+    report.update(load)  # load_avg_1m, cpus, others' cores before and during, load_warning
     return report
 
 

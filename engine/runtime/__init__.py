@@ -1,0 +1,1 @@
+"""The runtime: what happens once code exists (building, launching, timing)."""

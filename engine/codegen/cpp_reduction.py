@@ -19,6 +19,7 @@ from engine.ir.ops import use_handler
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import Inliner, KernelPlan
 from engine.schedule.online_softmax import online_passes
+from engine.schedule.policy import MAX_REDUCTION_PASSES
 from engine.schedule.tiling import Tiling
 
 # Note [Reductions in C++]
@@ -112,9 +113,26 @@ def _row_cache_nodes(kernel: Kernel, plan: KernelPlan, buffers, passes) -> list[
                     compute(node, plan.index(node))
         for name in evaluated:
             seen_in[name] = seen_in.get(name, 0) + 1
-    return [name for name, count in seen_in.items()
-            if count > 1 and plan.role(buffers[name]) == "full" and _uses_expensive_op(buffers[name], buffers)
-            and int(plan.red) * _cache_itemsize(buffers[name].dtype) <= ROW_CACHE_BYTES]
+    chain = len(passes) > MAX_REDUCTION_PASSES  # Note [Row cache of a persistent chain]
+    cached, total = [], 0
+    for name, count in seen_in.items():
+        size = int(plan.red) * _cache_itemsize(buffers[name].dtype)
+        if count < 2 or plan.role(buffers[name]) != "full" or size > ROW_CACHE_BYTES:
+            continue
+        if _uses_expensive_op(buffers[name], buffers) or chain and total + size <= CHAIN_CACHE_BYTES:
+            cached.append(name)
+            total += size
+    return cached
+
+
+# Note [Row cache of a persistent chain]
+# A kernel past MAX_REDUCTION_PASSES holds a chain of row reductions over short rows (Note [Persistent
+# chains] in policy.py): 32 layer norms are 64 passes, and pass k's values are computed from pass k-1's,
+# which are computed from pass k-2's, and so on back to the input: recomputed in every pass, the kernel's
+# code grows with the square of the chain (2635 lines and 5 s of g++ for 32 layer norms over rows of 64).
+# So in such a kernel every value two passes need is kept in the row cache, cheap or not (up to
+# CHAIN_CACHE_BYTES of stack a thread): each pass reads the previous one's values back, the code is linear.
+CHAIN_CACHE_BYTES = 1 << 20
 
 
 def _cache_itemsize(dtype) -> int:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import sympy
 
-PERSISTENT_LIMIT = 8192
+from engine.schedule.kernel_plan import PERSISTENT_ROW
+
+PERSISTENT_LIMIT = PERSISTENT_ROW  # the scheduler's persistent rows are this form's (Note [Persistent chains])
 GPU_SMS = 132  # an H200's streaming multiprocessors: the column form wants at least a program for each
 INTERPRETER_TILE = 1 << 15  # elements per program under the interpreter
 # the column form counts bytes of its column reads (Note [Column config]): a program reads a line of each row

@@ -37,7 +37,8 @@ from engine.ir.graph import LoweredGraph
 from engine.schedule import policy, recompute, templates
 from engine.schedule.bodies import body_ops, load_positions, node_reads
 from engine.schedule.groups import Group, same_size
-from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable, reduction_passes
+from engine.schedule.kernel_plan import PERSISTENT_ROW, Inliner, KernelPlan, NotFusable, reduction_passes
+from engine.schedule.strides import column_access, kernel_accesses
 
 # names of the legality checks, in the record beside the policy's rule names
 LEGAL_ORDER = "legal_order"  # the kernels can still run in an order (no cycle)
@@ -179,6 +180,7 @@ class Scheduler:
         self.depth = {n.name: int(isinstance(n, Reduction)) for n in self.nodes}  # Note [Reduction passes]
         self.decisions: list[FusionDecision] = []
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
+        self._strided_rows: dict[tuple, bool] = {}  # (node, rows, red) -> reads strided along a row (_persistent_row)
 
     def _template_or_node(self, node: Buffer) -> Buffer:
         """A matmul the template policy takes becomes a Template node (Note [GEMM templates])."""
@@ -306,6 +308,33 @@ class Scheduler:
             return str(reason)
         return None
 
+    def _persistent_row(self, a: Group, b: Group) -> str | None:
+        """Why the merged kernel's rows are held whole in one block, or None when they are looped or strided
+        (Note [Persistent chains] in policy.py). Each node's own reads are probed once per loop shape (its
+        producers read as memory, where it reads them), so a long chain costs O(nodes) probes in all; a row
+        is strided when any reduction or full-size node of the kernel reads along the row with a stride."""
+        reducing = [g for g in (a, b) if g.has_reduction]
+        if not reducing:
+            return None
+        rows, red = reducing[0].shape
+        if not (sympy.sympify(red).is_Integer and int(red) <= PERSISTENT_ROW):
+            return None
+        plan = KernelPlan([], rows, red)
+        for node in a.nodes + b.nodes:
+            if not isinstance(node, (Pointwise, Reduction)):
+                continue
+            if isinstance(node, Pointwise) and plan.role(node) != "full":
+                continue  # a per-row value does not move along the row
+            key = (node.name, rows, red)
+            if key not in self._strided_rows:
+                own = KernelPlan([node], rows, red)
+                accesses = kernel_accesses([node], own, self.buffers, [node.name])
+                self._strided_rows[key] = column_access(own, accesses) is not None
+            if self._strided_rows[key]:
+                return None  # read strided along the row: column tiles loop over it (Note [Column tiles in C++])
+        return f"each row of {red} elements fits one block (at most {PERSISTENT_ROW}) and is read along its " \
+               f"contiguous axis, so it is read once whatever the passes"
+
     # -- candidates -------------------------------------------------------------------------------------------
     def consider(self, a: Group, b: Group, kind: str) -> bool:
         """One candidate: the policy's verdict, then legality; recorded, and merged when both agree."""
@@ -313,8 +342,9 @@ class Scheduler:
         passes = max(a.passes, b.passes, max(depths.values(), default=0))
         only_feeds = kind == "vertical" and a.all_pointwise and not a.has_output and a.outside_readers <= b.names
         window, cross = self._window_reads(a, b) if kind == "vertical" else (1, 0)
+        persistent = self._persistent_row(a, b) if passes > policy.MAX_REDUCTION_PASSES else None
         verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible,
-                                                 window=window))
+                                                 window=window, persistent_row=persistent))
         if kind == "horizontal" and (not verdict.fuse or self._path_through_others(a, b)
                                      or b in a.consumers or a in b.consumers):
             return False  # siblings are only candidates when the policy would fuse them and neither reads the other

@@ -7,7 +7,7 @@ is legal (no cycle between kernels, one valid loop nest); it never second-guesse
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import sympy
@@ -40,6 +40,9 @@ class Candidate:
     # the group's nodes that are stored or computed for themselves (not only inlined into a reader)
     visible: Callable[[Group], list[Buffer]] = field(default=lambda group: group.nodes)
     window: int = 1  # vertical: the most positions at which one of second's nodes reads one of first's
+    # over MAX_REDUCTION_PASSES only: why the merged kernel's rows are held whole (Note [Persistent chains]),
+    # or None when they are looped
+    persistent_row: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,23 @@ def library_call(c: Candidate) -> Verdict | None:
     return None
 
 
+# Note [Persistent chains]
+# Each pass over a row re-reads it (Note [Reduction passes]), and a pass's producers are recomputed there: a
+# looped row pays both per pass, so a kernel takes at most MAX_REDUCTION_PASSES. A row that fits one block
+# (a static PERSISTENT_ROW elements or fewer, walked along its contiguous axis) is read once whatever the
+# passes: Triton's persistent form keeps it in registers and computes every producer once for all passes, and
+# a C++ thread walks it again in its own L1 cache (an expensive value two passes need is kept in the row cache,
+# Note [Row cache] in codegen/cpp_reduction.py). So such rows have no pass limit: a chain of 32 softmaxes over
+# rows of 64 is one kernel (Inductor keeps it in registers too), where the limit cut it into 16 kernels and
+# 15 round trips through memory. A column reduction (strided along the row: Triton's column form loops over
+# it) keeps the limit, as a looped row does. The mechanism finds the fact (fusion.py `_persistent_row`) only
+# for candidates over the limit; the decision's reason says which rule let the passes through.
+
+
 def too_many_passes(c: Candidate) -> Verdict | None:
-    if c.passes > MAX_REDUCTION_PASSES:
-        return Verdict(False, f"would need {c.passes} passes over each row (limit {MAX_REDUCTION_PASSES})",
-                       "too_many_passes")
+    if c.passes > MAX_REDUCTION_PASSES and c.persistent_row is None:
+        return Verdict(False, f"would need {c.passes} passes over each row (limit {MAX_REDUCTION_PASSES}: each "
+                              f"pass re-reads a looped row)", "too_many_passes")
     return None
 
 
@@ -432,5 +448,9 @@ def decide(candidate: Candidate) -> Verdict:
     for rule in RULES:
         verdict = rule(candidate)
         if verdict is not None:
+            if verdict.fuse and candidate.passes > MAX_REDUCTION_PASSES:  # Note [Persistent chains]
+                verdict = replace(verdict, reason=f"{verdict.reason}; {candidate.passes} passes over each row, "
+                                                  f"past the limit of {MAX_REDUCTION_PASSES} for looped rows: "
+                                                  f"{candidate.persistent_row} (Note [Persistent chains])")
             return verdict
     raise AssertionError("the last rule always decides")

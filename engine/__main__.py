@@ -1,7 +1,8 @@
 """The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
 
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
-                                            [--templates auto|on|off] [--json] [--out DIR] [--verbose] [--profile]
+                                            [--templates auto|on|off] [--rewrites PASSES] [--json] [--out DIR]
+                                            [--verbose] [--profile]
     python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
                                             [--threads N] [--no-inductor] [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
@@ -57,6 +58,16 @@ def compile_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def rewrite_choices(text: str) -> str:
+    """--rewrites: checked here, so a wrong pass name is a usage error that lists the passes."""
+    from engine.rewrite import resolve
+    try:
+        resolve(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    return text
+
+
 def template_choices(text: str) -> tuple[str, ...]:
     """bench --templates: one or more of auto, on, off, comma-separated (each a case of its own)."""
     from engine.schedule.templates import MODES as TEMPLATE_MODES
@@ -101,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
                              help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets "
                                   "the heuristic decide and say why, on forces them, off keeps library calls")
+        command.add_argument("--rewrites", type=rewrite_choices, default="default", metavar="PASSES",
+                             help="graph rewrites before lowering: default, none, all, the passes to run "
+                                  "(attention,...) or the ones to turn off (-attention)")
 
     explore = commands.add_parser("explore", help="compile a model once and show every stage",
                                   description="Compile a model once, recording every stage, and summarize it.")
@@ -230,7 +244,7 @@ def explore_command(args) -> tuple[dict, int]:
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
-            mode=single_mode(args), templates=args.templates)
+            mode=single_mode(args), templates=args.templates, rewrites=args.rewrites)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -278,7 +292,7 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
         print(missing_protection_words(), file=sys.stderr)
     options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args),
-               "--templates", args.templates]
+               "--templates", args.templates, "--rewrites", args.rewrites]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train)) if on]
     result = run_sandboxed(worker_command(args.target, options),

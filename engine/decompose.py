@@ -104,3 +104,55 @@ def split_joint(joint_gm: torch.fx.GraphModule, saved_values: list, saved_sym_no
     from `saved_values` (in place) any the backward does not read."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
     return _extract_fwd_bwd_modules(joint_gm, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs)
+
+
+def will_train(example_inputs) -> bool:
+    """Whether AOTAutograd will trace a joint forward+backward graph for these inputs (it does when grad mode is
+    on and an input requires grad; parameters are inputs of Dynamo's graphs)."""
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def trace_forward(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
+    """Dynamo's graph as a functional ATen graph traced without autograd, with Dynamo's metadata on it, so that
+    AOTAutograd can trace the joint graph from it instead of from `gm` (Note [Where rewrites run] in
+    engine/rewrite/__init__.py). Raises ValueError(why) where that graph could not stand in for `gm`: it mutates
+    an input, returns an alias of one, or takes other inputs than `gm` does."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    from torch._guards import TracingContext
+
+    traced: dict = {}
+
+    def keep(aten_gm, _inputs):
+        context = TracingContext.try_get()
+        traced["gm"], traced["meta"] = aten_gm, getattr(context, "fw_metadata", None)
+
+        def unused(*_):
+            raise RuntimeError("the forward traced for the rewrites is never run")
+
+        return unused
+
+    with torch.no_grad():
+        aot_module_simplified(gm, list(example_inputs), fw_compiler=keep, inference_compiler=keep,
+                              decompositions=decomposition_table())
+    forward, meta = traced.get("gm"), traced.get("meta")
+    if forward is None or meta is None:
+        raise ValueError("AOTAutograd gave no forward graph")
+    if any(info.mutates_data or info.mutates_metadata for info in meta.input_info):
+        raise ValueError("it mutates an input (a batch norm's running statistics, an in-place update)")
+    if any(info.output_type != OutputType.non_alias for info in meta.output_info) or meta.num_intermediate_bases:
+        raise ValueError("it returns a view of an input or of another output")
+    old = list(gm.graph.find_nodes(op="placeholder"))
+    new = list(forward.graph.find_nodes(op="placeholder"))
+    if len(old) != len(new) or getattr(meta, "tokens", None):
+        raise ValueError(f"its ATen graph takes {len(new)} inputs where Dynamo's takes {len(old)}")
+    for before, after in zip(old, new):  # what AOTAutograd reads from a Dynamo graph (static inputs, sources)
+        if hasattr(before, "_dynamo_source"):
+            after._dynamo_source = before._dynamo_source
+        for key in ("tensor_dict", "grapharg", "example_value"):
+            if key in before.meta:
+                after.meta[key] = before.meta[key]
+    for key, value in gm.meta.items():
+        forward.meta.setdefault(key, value)
+    if hasattr(gm, "_param_name_to_source"):
+        forward._param_name_to_source = gm._param_name_to_source
+    return forward

@@ -25,22 +25,22 @@ import builtins
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
 
-from engine import capture, codegen, report
+from engine import capture, codegen, report, rewrite
 from engine import run as run_module
 from engine.codegen.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
-from engine.decompose import aot_compile, static_inputs
+from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
 from engine.lowering.layout import LAYOUTS
 from engine.partition import make_partition_fn
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
-                           GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RunRecord, SourceFile)
+                           GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RewriteRecord, RunRecord, SourceFile)
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
@@ -60,8 +60,12 @@ class Options:
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto = a heuristic decides, on = forced, off
     train: bool = False  # explore: run a training step (engine/train_verify.py); compile always trains
     layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
+    # graph rewrites (Note [Rewrite stage]): None = the default passes, "none", "all", "a,b", "-a"; resolved to
+    # the tuple of pass names that run
+    rewrites: Any = None
 
     def __post_init__(self):
+        object.__setattr__(self, "rewrites", rewrite.resolve(self.rewrites))
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.mode not in MODES:
@@ -104,6 +108,9 @@ class FxGraph:
     example_inputs: list
     compile_aten: Callable[[str], Callable]  # phase -> ((ATen GraphModule, fake inputs) -> callable)
     partition_fn: Callable
+    # a training graph's before-joint rewrites (Note [Where rewrites run]): forward ATen graph -> the graph
+    # AOTAutograd traces the joint from
+    rewrite_forward: Callable[[torch.fx.GraphModule, list], torch.fx.GraphModule] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,10 @@ class AtenGraph:
     example_inputs: list
     phase: str = "inference"  # inference | forward | backward
     static_inputs: frozenset[int] | None = None  # parameters and buffers (decompose.static_inputs)
+    fx_names: frozenset[str] = frozenset()  # Dynamo's graph's node names (the rewrites' fx_origins)
+    before_joint: bool = False  # a training graph's forward, rewritten before AOTAutograd traces the joint
+    rewrites: tuple = ()  # what the rewrite stage did: rewrite.Outcome per match and refusal
+    before: torch.fx.GraphModule | None = None  # the graph before the rewrites, when one applied
 
 
 @dataclass(frozen=True)
@@ -164,9 +175,42 @@ def capture_stage(program: Program, options: Options) -> Captured:
 
 
 def decompose_stage(fx: FxGraph, options: Options) -> Callable:
-    """AOTAutograd: FX graph -> functional ATen graph(s), handed to fx.compile_aten; returns the graph's callable."""
-    return aot_compile(fx.gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
+    """AOTAutograd: FX graph -> functional ATen graph(s), handed to fx.compile_aten; returns the graph's callable.
+    A graph that will train gets its before-joint rewrites first (Note [Where rewrites run])."""
+    gm = fx.gm
+    if fx.rewrite_forward is not None and will_train(fx.example_inputs) and \
+            any(rewrite.REWRITES[name].before_joint for name in options.rewrites):
+        gm = fx.rewrite_forward(gm, fx.example_inputs)
+    return aot_compile(gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
                        fx.partition_fn, fx.compile_aten("inference"))
+
+
+def rewrite_stage(aten: AtenGraph, options: Options) -> AtenGraph:
+    """The graph rewrites (engine/rewrite/, Note [Rewrite stage]) on a copy of the ATen graph: an inference graph
+    gets every pass; a training graph's before-joint passes ran on its forward before AOTAutograd traced the
+    joint (Note [Where rewrites run]), so its forward and backward get the others."""
+    if aten.before_joint:
+        chosen = [name for name in options.rewrites if rewrite.REWRITES[name].before_joint]
+    elif aten.phase == "inference":
+        chosen = list(options.rewrites)
+    else:
+        chosen = [name for name in options.rewrites if not rewrite.REWRITES[name].before_joint]
+    if not chosen:
+        return aten
+    gm = copy_graph_module(aten.gm)
+    graph = rewrite.run_rewrites(rewrite.RewriteGraph(gm, aten.phase, options.device, aten.phase != "inference",
+                                                      set(aten.fx_names)), chosen)
+    applied = any(outcome.applied for outcome in graph.outcomes)
+    return replace(aten, gm=gm if applied else aten.gm, rewrites=tuple(graph.outcomes),
+                   before=aten.gm if applied else None)
+
+
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy a pass may edit: new nodes (their meta dicts copied, the values in them shared), same attributes."""
+    graph = torch.fx.Graph()
+    output = graph.graph_copy(gm.graph, {})
+    graph.output(output)
+    return torch.fx.GraphModule(gm, graph)
 
 
 def lower_stage(aten: AtenGraph, options: Options) -> Lowered:
@@ -237,14 +281,15 @@ class Stage:
 
 STAGES = [
     Stage("capture", capture_stage),      # Program -> Captured         Dynamo; each graph -> decompose
-    Stage("decompose", decompose_stage),  # FxGraph -> callable         AOTAutograd; the forward graph -> lower
+    Stage("decompose", decompose_stage),  # FxGraph -> callable         AOTAutograd; the forward graph -> rewrite
+    Stage("rewrite", rewrite_stage),      # AtenGraph -> AtenGraph      named passes: attention, ... (rewrite/)
     Stage("lower", lower_stage),          # AtenGraph -> Lowered        loop IR (lowering/)
     Stage("schedule", schedule_stage),    # Lowered -> Scheduled        fusion + memory plan (schedule/)
     Stage("codegen", codegen_stage),      # Scheduled -> Generated      kernels + wrapper (codegen/)
     Stage("build", build_stage),          # Generated -> CompiledGraph  compile and load (build.py)
     Stage("run", run_stage),              # Captured -> verify          outputs vs eager (run.py)
 ]
-GRAPH_STAGES = ("lower", "schedule", "codegen", "build")  # one graph's own compile: what may fall back
+GRAPH_STAGES = ("rewrite", "lower", "schedule", "codegen", "build")  # one graph's own compile: what may fall back
 assert tuple(s.name for s in STAGES) == STAGE_NAMES, "record.STAGE_NAMES lists the stages for the readers"
 
 
@@ -317,9 +362,26 @@ class Compilation:
 
             return compile_phase
 
+        def rewrite_forward(fx_gm: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
+            """Note [Where rewrites run]: the before-joint passes on the graph's forward, traced without autograd."""
+            fx_names = frozenset(n.name for n in gm.graph.nodes)
+            try:
+                forward = trace_forward(fx_gm, inputs)
+            except ValueError as why:
+                if graph is not None:
+                    graph.rewrites.append(RewriteRecord(
+                        rewrite="(before the joint graph)", applied=False, nodes=[], where="forward",
+                        reason=f"the training graph was not rewritten before AOTAutograd traced it: {why}"))
+                return fx_gm
+            done = self.run("rewrite", AtenGraph(forward, list(inputs), "forward", None, fx_names, before_joint=True))
+            if graph is not None:
+                report.add_rewrites(graph, done, gm)
+            return done.gm if done.before is not None else fx_gm
+
         outer, self._graph = self._graph, graph
         try:
-            compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler, make_partition_fn(on_partition)))
+            compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler, make_partition_fn(on_partition),
+                                                     rewrite_forward))
         finally:
             self._graph = outer
         if graph is not None:
@@ -343,11 +405,17 @@ class Compilation:
             self._graph = outer
 
     def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str) -> Callable:
-        artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase))
+        artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase),
+                                  frozenset(n.name for n in fx_gm.graph.nodes))
+        rewritten = artifact
         stage_name = GRAPH_STAGES[0]
         try:
             for stage_name in GRAPH_STAGES:
                 artifact = self.run(stage_name, artifact)
+                if stage_name == "rewrite":
+                    rewritten = artifact
+                    if graph is not None:
+                        report.add_rewrites(graph, rewritten, fx_gm)
         except Exception as error:  # Note [Internal failure falls back to eager]
             self._fall_back(graph, stage_name, error, fx_gm, aten_gm)
             return eager_call(aten_gm)
@@ -356,7 +424,7 @@ class Compilation:
         if graph is not None:
             hints = size_hints(compiled.lowered, aten_inputs)
             try:
-                report.fill_graph_record(graph, fx_gm, aten_gm, compiled, hints)
+                report.fill_graph_record(graph, fx_gm, rewritten.gm, compiled, hints)
             except Exception as error:  # a record we cannot write is our bug too (Note [Strict record])
                 self._fall_back(graph, "report", error, fx_gm, aten_gm)
                 return eager_call(aten_gm)
@@ -464,10 +532,11 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
             mode: str = "default", templates: str = "auto", layout: str = "auto",
-            on_stage: Callable[[str, float], None] | None = None) -> Callable:
+            on_stage: Callable[[str, float], None] | None = None, rewrites=None) -> Callable:
     """Like torch.compile(model, mode=mode), with Glassbox as the backend. on_stage(name, seconds) hears every
-    stage's time (the fresh-process measure of engine/tools/fresh_compile.py)."""
-    options = Options(backend, device, dynamic, mode, templates=templates, layout=layout)
+    stage's time (the fresh-process measure of engine/tools/fresh_compile.py). rewrites: the graph rewrites
+    (None: the default passes; "none"; "attention,..."; "-attention": Note [Rewrite stage])."""
+    options = Options(backend, device, dynamic, mode, templates=templates, layout=layout, rewrites=rewrites)
     return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
 
@@ -475,19 +544,20 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
-            loss_fn: Callable | None = None, layout: str = "auto") -> Exploration:
+            loss_fn: Callable | None = None, layout: str = "auto", rewrites=None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
     forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
     from engine.profile import Profiler
 
-    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout)
+    options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
+                      rewrites=rewrites)
     exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
                               description=description,
                               options=OptionsRecord(dynamic=dynamic, mode=mode, fusion=fusion, train=train,
                                                     max_fused_nodes=max_fused_nodes, templates=templates,
-                                                    layout=layout))
+                                                    layout=layout, rewrites=list(options.rewrites)))
     profiler = Profiler(device) if profile else None
     compilation = Compilation(options, exploration, profiler=profiler)
     capture.reset()

@@ -27,10 +27,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
-STAGE_NAMES = ("capture", "decompose", "lower", "schedule", "codegen", "build", "run")
+STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
 # replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
@@ -222,6 +222,20 @@ class FallbackRecord(Record):
 
 
 @dataclass
+class RewriteRecord(Record):
+    """One match (applied) or near-miss (refused) of a graph rewrite (engine/rewrite/, Note [Rewrite stage])."""
+    rewrite: str  # the pass's name
+    applied: bool  # false: a near-miss, refused for `reason`
+    nodes: list[str]  # the matched ATen nodes (in graphs[].aten_before when applied, else in graphs[].aten)
+    reason: str
+    replacement: list[str] = field(default_factory=list)  # the new ATen nodes (in graphs[].aten)
+    replacement_text: str = ""
+    fx_origins: list[str] = field(default_factory=list)  # the Dynamo FX nodes the matched nodes came from
+    source: list[SourceLine] = field(default_factory=list)  # the user's lines
+    where: str = "inference"  # the graph it ran on: inference, forward (before the joint graph), backward
+
+
+@dataclass
 class GraphRecord(Record):
     index: int
     phase: str = "inference"  # inference | forward | backward
@@ -238,6 +252,9 @@ class GraphRecord(Record):
     profile: dict[str, Any] = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms, ...
     # in training (engine/partition.py): a forward graph's saved and recomputed values; a backward's forward graph
     partition: dict[str, Any] = field(default_factory=dict)
+    rewrites: list[RewriteRecord] = field(default_factory=list)  # every pass's matches and refusals, in order
+    # the ATen graph before the rewrites, when one applied (graphs[].aten is the graph after, the one lowered)
+    aten_before: list[AtenNode] = field(default_factory=list)
 
 
 # --- the model's run --------------------------------------------------------------------------------------------
@@ -314,6 +331,7 @@ class OptionsRecord(Record):
     max_fused_nodes: int | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto | on | off
     layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
+    rewrites: list[str] | None = None  # the graph rewrites that ran, in order (engine/rewrite/); null: the record predates them
 
 
 @dataclass

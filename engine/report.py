@@ -14,7 +14,7 @@ from engine.ir.indexing import loop_var
 from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scatter
 from engine.ir.ops import ops, use_handler
 from engine.record import (AtenNode, CodeRecord, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode, IRRecord,
-                           KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, SourceLine)
+                           KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, RewriteRecord, SourceLine)
 
 
 def _meta(node: torch.fx.Node) -> dict:
@@ -67,6 +67,21 @@ def fx_nodes(gm: torch.fx.GraphModule) -> list[FxNode]:
 def aten_nodes(aten_gm: torch.fx.GraphModule, fx_gm: torch.fx.GraphModule) -> list[AtenNode]:
     fx_names = {n.name for n in fx_gm.graph.nodes}
     return [AtenNode(**_node_fields(node), fx_origins=fx_origin_names(node, fx_names)) for node in aten_gm.graph.nodes]
+
+
+def add_rewrites(record: GraphRecord, aten, fx_gm) -> None:
+    """The rewrite stage's matches and refusals (pipeline.AtenGraph.rewrites) and, when one applied, the graph
+    before them (Note [Rewrite stage])."""
+    where = "forward" if aten.before_joint else aten.phase
+    for outcome in aten.rewrites:
+        record.rewrites.append(RewriteRecord(
+            rewrite=outcome.rewrite, applied=outcome.applied, nodes=list(outcome.nodes), reason=outcome.reason,
+            replacement=list(outcome.replacement), replacement_text=outcome.replacement_text,
+            fx_origins=list(outcome.fx_origins), where=where,
+            source=[SourceLine(filename, lineno, linecache.getline(filename, lineno).strip())
+                    for filename, lineno in outcome.sources]))
+    if aten.before is not None:
+        record.aten_before = aten_nodes(aten.before, fx_gm)
 
 
 def ir_text(node, buffers) -> list[str]:

@@ -2,7 +2,7 @@
 included: a cycle hidden in a function is still a cycle).
 
     record                       the record's data types (standard library only)
-    ir < lowering < schedule < build < codegen < run, capture, decompose < report < pipeline < reference
+    ir < lowering < schedule < build < codegen < run, capture, decompose, rewrite < report < pipeline < reference
                                  the compiler core
     tools                        engine/tools/*: may use the core, never the reverse
     visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
@@ -28,6 +28,7 @@ RANKS = [
     ("engine.build", 4),
     ("engine.codegen", 5),
     ("engine.run", 6), ("engine.capture", 6), ("engine.break_fixes", 6), ("engine.decompose", 6),
+    ("engine.rewrite", 6),
     ("engine.report", 7),
     ("engine.pipeline", 8), ("engine", 8),
     ("engine.reference", 9),

@@ -14,7 +14,8 @@ aten = torch.ops.aten
 EXTERN_OPS = [aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
               aten.convolution.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
               aten._scaled_dot_product_efficient_attention.default,
-              aten._scaled_dot_product_flash_attention.default]
+              aten._scaled_dot_product_flash_attention.default,
+              aten.scaled_dot_product_attention.default]  # made by the attention rewrite (engine/rewrite/attention.py)
 
 
 # Note [Convolution bias in the epilogue]

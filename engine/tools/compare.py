@@ -33,6 +33,7 @@ KEYS = {
     "mode": ", ".join(MODES), "fusion": "on, off", "max_nodes": "a positive integer",
     "compiler": ", ".join(COMPILERS), "file": "a model file or sample name",
     "templates": ", ".join(TEMPLATE_MODES),
+    "rewrites": "default, none, all, the passes to run (attention,...) or -PASS to turn one off",
 }
 
 
@@ -51,6 +52,7 @@ class Side:
     compiler: str = "glassbox"
     file: str | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates])
+    rewrites: str = "default"  # graph rewrites (Note [Rewrite stage]): engine.rewrite.resolve's setting
 
     def label(self) -> str:
         defaults = Side()
@@ -89,6 +91,13 @@ def parse_side(settings: list[str]) -> Side:
             if value.lower() not in BOOLEANS:
                 raise SettingError(f"{key}={value!r} is not valid: {key} is one of {KEYS[key]}")
             values[key] = BOOLEANS[value.lower()]
+        elif key == "rewrites":
+            from engine.rewrite import resolve
+            try:
+                resolve(value)
+            except ValueError as error:
+                raise SettingError(f"rewrites={value!r} is not valid: {error}") from error
+            values[key] = value
         elif key == "max_nodes":
             if not value.isdigit() or int(value) < 1:
                 raise SettingError(f"max_nodes={value!r} is not valid: max_nodes is {KEYS[key]}")
@@ -119,7 +128,7 @@ def explore_side(spec, side: Side, profile: bool = True) -> dict:
             model, inputs, backend=side.backend, device=side.device, dynamic=True if side.dynamic else None,
             name=spec.name, source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=profile, mode=side.mode, fusion=side.fusion,
-            max_fused_nodes=side.max_nodes, templates=side.templates)
+            max_fused_nodes=side.max_nodes, templates=side.templates, rewrites=side.rewrites)
     except Exception as error:  # noqa: BLE001 - a failing side is part of the comparison, not its end
         return {"model": spec.name, "graphs": [], "errors": [{"stage": "compile",
                                                               "message": f"{type(error).__name__}: {error}"}]}

@@ -1,0 +1,141 @@
+"""The rewrite registry: named passes over the ATen graph, in order, each recording what it did and refused.
+
+    @register_rewrite("attention", "matmul, scale, mask, softmax, matmul -> scaled_dot_product_attention")
+    def attention(graph: RewriteGraph) -> None: ...
+
+A pass finds its pattern, checks that the replacement is legal, and either replaces the matched nodes
+(`graph.matched(...)`) or says why not (`graph.refused(...)`): a near-miss is data, never silence.
+Passes run in registration order (the order of the imports in engine/rewrite/__init__.py); `resolve()` turns
+the user's `rewrites=` setting into the tuple of passes that run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from engine.rewrite.edit import node_sources, origin_names
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    name: str
+    summary: str
+    fn: Callable[["RewriteGraph"], None]
+    default: bool = True  # on unless the user turns it off; freezing is asked for by its own option
+    before_joint: bool = False  # in training it must run before AOTAutograd traces the joint graph (Note [Where rewrites run])
+
+
+REWRITES: dict[str, Rewrite] = {}
+
+
+class DuplicateRewrite(Exception):
+    """Two passes under one name: the later would silently replace the earlier."""
+
+
+def register_rewrite(name: str, summary: str, default: bool = True, before_joint: bool = False):
+    def decorate(fn):
+        if name in REWRITES:
+            raise DuplicateRewrite(f"a rewrite named {name!r} is already registered ({REWRITES[name].fn.__module__})")
+        REWRITES[name] = Rewrite(name, summary, fn, default, before_joint)
+        return fn
+
+    return decorate
+
+
+def resolve(setting: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The passes a `rewrites=` setting turns on, in pipeline order.
+
+    None or "default": every default pass. "none": no pass. "all": every pass. Otherwise names, comma-separated
+    or a list: plain names are exactly the passes that run; names prefixed with "-" turn a default pass off
+    ("-attention": the defaults without attention). An unknown name is an error that lists the known ones."""
+    if setting is None:
+        items: list[str] = ["default"]
+    elif isinstance(setting, str):
+        items = [item.strip() for item in setting.split(",") if item.strip()]
+    else:
+        items = [str(item).strip() for item in setting]
+    if items in (["default"], []):
+        return tuple(name for name, rewrite in REWRITES.items() if rewrite.default) if items else ()
+    if items == ["none"]:
+        return ()
+    if items == ["all"]:
+        return tuple(REWRITES)
+    removed = {item[1:] for item in items if item.startswith("-")}
+    kept = {item for item in items if not item.startswith("-")}
+    unknown = sorted((removed | kept) - set(REWRITES))
+    if unknown:
+        raise ValueError(f"unknown rewrite(s) {', '.join(unknown)}; the passes are {', '.join(REWRITES)} "
+                         "(or default, none, all; -NAME turns one off)")
+    if removed and kept:
+        raise ValueError("rewrites: give either the passes to run (attention,padding) or the ones to turn off "
+                         "(-attention), not both")
+    if removed:
+        return tuple(name for name, rewrite in REWRITES.items() if rewrite.default and name not in removed)
+    return tuple(name for name in REWRITES if name in kept)
+
+
+@dataclass
+class Outcome:
+    """One match (applied) or near-miss (refused) of a pass, in graph terms; report.py makes it record data."""
+    rewrite: str
+    applied: bool
+    nodes: list[str]  # the matched ATen nodes (a refusal: the nodes it looked at)
+    reason: str
+    replacement: list[str] = field(default_factory=list)  # the new nodes
+    replacement_text: str = ""  # the replacement, readable
+    fx_origins: list[str] = field(default_factory=list)
+    sources: list[tuple[str, int]] = field(default_factory=list)  # the user's (file, line)s
+
+
+@dataclass
+class RewriteGraph:
+    """The graph a pass rewrites, and what the passes said about it. `phase` is inference, forward (before the
+    joint graph of a training graph is traced) or backward; `constants` maps get_attr targets the freezing pass
+    made to their tensors."""
+    gm: torch.fx.GraphModule
+    phase: str = "inference"
+    device: str = "cpu"
+    training: bool = False  # the graph is traced for a training step (dropout draws)
+    fx_names: set[str] = field(default_factory=set)  # Dynamo's graph's node names: the records' fx_origins
+    outcomes: list[Outcome] = field(default_factory=list)
+    current: str = ""  # the pass running
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.gm.graph
+
+    def matched(self, nodes: list[torch.fx.Node], replacement: list[torch.fx.Node], text: str, reason: str) -> None:
+        self.outcomes.append(Outcome(self.current, True, [n.name for n in nodes], reason,
+                                     [n.name for n in replacement], text, origin_names(nodes, self.fx_names), node_sources(nodes)))
+
+    def erase_unused(self, nodes: list[torch.fx.Node]) -> None:
+        """Erase the matched nodes nothing reads any more, users first (not a graph-wide dead-code pass: an
+        unused random op elsewhere still draws its numbers)."""
+        for node in sorted(set(nodes), key=self._order().__getitem__, reverse=True):
+            if not node.users and node.op == "call_function":
+                self.graph.erase_node(node)
+
+    def _order(self) -> dict:
+        return {node: number for number, node in enumerate(self.graph.nodes)}
+
+    def refused(self, nodes: list[torch.fx.Node], reason: str) -> None:
+        self.outcomes.append(Outcome(self.current, False, [n.name for n in nodes], reason,
+                                     fx_origins=origin_names(nodes, self.fx_names), sources=node_sources(nodes)))
+
+
+def run_rewrites(graph: RewriteGraph, names: Iterable[str], before_joint: bool | None = None) -> RewriteGraph:
+    """Run the named passes in registration order (only those with before_joint == `before_joint`, if given)."""
+    wanted = set(names)
+    for name, rewrite in REWRITES.items():
+        if name not in wanted or (before_joint is not None and rewrite.before_joint != before_joint):
+            continue
+        graph.current = name
+        before = len(graph.outcomes)
+        rewrite.fn(graph)
+        if any(outcome.applied for outcome in graph.outcomes[before:]):
+            graph.graph.lint()
+    graph.gm.recompile()
+    graph.current = ""
+    return graph

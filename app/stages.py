@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, training, ui
+from app import state, take_away, training, ui
 from app.safe_text import description_markdown, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
@@ -168,6 +168,7 @@ def code_stage(record: Exploration, graph_index: int, key: str) -> None:
         ui.show_code(body, language, first_line=start,
                      caption=f"{len(kernels)} kernels ({language}); lines {start}+ of the module (the prelude "
                              "of helpers is under 'whole module')", max_height=640)
+        take_away.download_pane(record, graph, key)  # Note [Kernel reproducers]
     elif view == "wrapper":
         ui.show_code(code.wrapper if code else "", "python", caption="the Python wrapper: allocates, calls kernels",
                      max_height=640)

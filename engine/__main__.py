@@ -7,6 +7,8 @@
                                             [--threads N] [--no-inductor] [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
     python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
+    python -m engine repro   FILE_OR_SAMPLE|RECORD.json [--kernel NAME] [--graph N] [--out FILE]
+                                            (a standalone reproducer: engine/tools/repro_file.py)
 
 Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, a graph that fell back to eager because
 our compile of it raised, or outputs that differ from eager);
@@ -178,6 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
     exploration_choices(report)
     report.add_argument("--profile", action="store_true", help="time every kernel (a roofline in the report)")
     report.add_argument("--inductor", action="store_true", help="add Inductor's code and kernels")
+
+    repro = commands.add_parser("repro", help="take a kernel away: one runnable Python file that checks and times it",
+                                description="Explore a model (or read a record.json) and write a standalone "
+                                            "reproducer of one generated kernel (--kernel), or of every generated "
+                                            "kernel of a graph (--graph): its source, inputs in the recorded "
+                                            "layouts, the eager reference from the same ATen ops, a check and a "
+                                            "timing loop (Note [Kernel reproducers]).")
+    common(repro)
+    exploration_choices(repro)
+    repro.add_argument("--kernel", metavar="NAME", help="the kernel, e.g. kernel_0 (default: every kernel)")
+    repro.add_argument("--graph", type=int, metavar="N", help="the graph (default: the first with the kernel)")
+    repro.add_argument("--out", metavar="FILE", help="where to write (default: repro_<model>_<kernel>.py)")
     return parser
 
 
@@ -194,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         with stdout_to_stderr() if args.json else nullcontext():
             check_device(getattr(args, "device", "cpu"))
             command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
-                       "report": report_command}[args.command]
+                       "report": report_command, "repro": repro_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
@@ -447,6 +461,32 @@ def report_command(args) -> tuple[dict, int]:
     print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no network needed.",
           file=sys.stderr)
     return {"report": str(out), "errors": record.get("errors") or []}, code
+
+
+# --- repro ---------------------------------------------------------------------------------------------------
+
+
+def repro_command(args) -> tuple[dict, int]:
+    """Note [Kernel reproducers] in engine/reproducer.py: explore (or read a record), write one file."""
+    from engine.tools.repro_file import ReproError, repro_text
+
+    if args.target.endswith(".json") and Path(args.target).is_file():
+        record = json.loads(Path(args.target).read_text(encoding="utf-8"))
+    else:
+        explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False,
+                                             "profile": False, "inductor": False})
+        with stdout_to_stderr():
+            record, _ = explore_command(explore_args)
+    try:
+        text = repro_text(record, args.graph, args.kernel)
+    except ReproError as error:
+        raise Failure(f"repro: {error}", EXIT_USER_ERROR) from error
+    out = Path(args.out or f"repro_{record.get('model', 'model')}_{args.kernel or 'graph' + str(args.graph or 0)}.py")
+    out.write_text(text, encoding="utf-8")
+    if not args.json:
+        print(f"Wrote {out}: run it with `python {out}` (it checks the kernel against eager and times it).")
+    return {"repro": str(out), "model": record.get("model"), "kernel": args.kernel, "graph": args.graph,
+            "errors": record.get("errors") or []}, EXIT_OK
 
 
 # --- shared --------------------------------------------------------------------------------------------------

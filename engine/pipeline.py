@@ -39,6 +39,7 @@ from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
 from engine.lowering.layout import LAYOUTS
 from engine.partition import make_partition_fn
+from engine.reproducer import fill_repro
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
                            GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RewriteRecord, RunRecord, SourceFile)
 from engine.schedule.fusion import Schedule, schedule
@@ -425,6 +426,7 @@ class Compilation:
             hints = size_hints(compiled.lowered, aten_inputs)
             try:
                 report.fill_graph_record(graph, fx_gm, rewritten.gm, compiled, hints)
+                fill_repro(graph, compiled, rewritten.gm, hints)
             except Exception as error:  # a record we cannot write is our bug too (Note [Strict record])
                 self._fall_back(graph, "report", error, fx_gm, aten_gm)
                 return eager_call(aten_gm)

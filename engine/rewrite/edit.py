@@ -92,4 +92,7 @@ def strip_casts(node: torch.fx.Node, path: list) -> torch.fx.Node:
 
 
 def _only_dtype(node: torch.fx.Node) -> bool:
-    return set(node.kwargs) <= {"dtype"} and len(node.args) <= 2
+    """A cast that changes the dtype only (not the device, the shape or the values' order)."""
+    out, source = val(node), val(node.args[0])
+    return (isinstance(out, torch.Tensor) and isinstance(source, torch.Tensor) and out.shape == source.shape
+            and out.device == source.device and len(node.args) <= 2)

@@ -88,6 +88,11 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
             lines.append(f"    {kernel.name}: {kernel.reason or 'no reason recorded'}")
     else:
         lines.append("  Fallbacks to eager: none")
+    for rewrite in graph.rewrites:  # Note [Rewrite stage]: every match and near-miss, with its user line
+        where = f" (line {rewrite.source[-1].lineno})" if rewrite.source else ""
+        verdict = "rewrote" if rewrite.applied else "refused"
+        lines.append(f"  Rewrite {rewrite.rewrite} {verdict}{where}: "
+                     f"{rewrite.replacement_text if rewrite.applied else rewrite.reason}")
     decisions = graph.fusion.decisions if graph.fusion else []
     fused = sum(1 for d in decisions if d.fused)
     lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")

@@ -235,7 +235,8 @@ def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, list(graph.size_vars),
                                      mode=options.mode)
     launches = {k.name: module.launch_text(k) for k in module.kernels}
-    wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches)
+    wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches,
+                               prologue=list(getattr(module, "call_prologue", ())))
     return Generated(scheduled, module, wrapper)
 
 

@@ -322,12 +322,32 @@ class CppModule:
     line_kernel: list  # per source line: (kernel name, LineTag) or None
     autotune: bool = False  # mode="max-autotune": GEMM templates time their tile configs at the first launch
     language = "cpp"
+    # once per call, before the kernels: torch's thread count for every parallel region (Note [Kernel threads])
+    call_prologue = ("gb_threads()  # kernels run on torch.get_num_threads() threads (Note [Kernel threads])",)
 
     def launch_text(self, kernel: CppKernel) -> str:
         if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
             return kernel.launch_text()
         args = [f"{name}.data_ptr()" for name in kernel.args] + kernel.size_args
         return f"{kernel.name}({', '.join(args)})"
+
+
+class ThreadCount:
+    """Hands torch.get_num_threads() of the calling thread to a library's kernels when it changed (Note [Kernel
+    threads] in cpp_prelude.h): about 0.1 us a call, once per graph call."""
+
+    def __init__(self, setter):
+        import ctypes
+        import torch
+
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+        self.setter, self.get_num_threads, self.threads = setter, torch.get_num_threads, 0
+
+    def __call__(self) -> None:
+        threads = self.get_num_threads()
+        if threads != self.threads:
+            self.setter(threads)
+            self.threads = threads
 
 
 def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> bool:
@@ -339,6 +359,7 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
     path, cache_hit = build_library(module.source)
     library = load_library(path)
     namespace["_library"] = library  # keeps the shared library loaded as long as the wrapper lives
+    namespace["gb_threads"] = ThreadCount(library.gb_set_threads)
     for kernel in module.kernels:
         function = getattr(library, kernel.name)
         function.restype = None

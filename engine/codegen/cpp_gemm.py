@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.codegen.cpp_printer import STORAGE_TYPES, CppPrinter
+from engine.codegen.cpp_printer import STORAGE_TYPES, THREADS, CppPrinter
 from engine.codegen.kernel_core import Source
 from engine.codegen.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
@@ -390,7 +390,7 @@ def generate_template(kernel: Kernel, buffers: dict) -> CppTemplateKernel:
             _stream_prologue(spec, out)
         out.add(f"const int64_t tiles_m = ({spec.m} + tile_m - 1) / tile_m;")
         out.add(f"const int64_t tiles_n = ({spec.n} + tile_n - 1) / tile_n;")
-        parallel = "#pragma omp parallel for" if spec.rows * spec.n * spec.k >= PARALLEL_MIN_FLOPS else ""
+        parallel = f"#pragma omp parallel for {THREADS}" if spec.rows * spec.n * spec.k >= PARALLEL_MIN_FLOPS else ""
         with out.block(f"for (int64_t tile = 0; tile < {spec.batch} * tiles_m * tiles_n; ++tile)", parallel):
             out.add("const int64_t b = tile / (tiles_m * tiles_n);")
             out.add("const int64_t m0 = tile / tiles_n % tiles_m * tile_m;")

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <omp.h>
 #if defined(__SSE2__)
 #include <immintrin.h>  // Note [Vector transposes], Note [Vector half conversions]
 #endif
@@ -22,6 +23,16 @@ GB_SIMD_DECLARE(erfcf)
 #undef GB_SIMD_DECLARE
 }
 #endif
+
+// Note [Kernel threads]: every parallel region of a kernel runs on gb_threads threads, which the wrapper sets
+// from torch.get_num_threads() of the calling thread before each call (engine/codegen/cpp.py ThreadCount).
+// OpenMP's own default is the caller's ICV, which torch.set_num_threads sets only in the thread that called
+// it and only where torch shares our OpenMP runtime: a kernel called from another thread (or beside a torch
+// built with another runtime) took OMP_NUM_THREADS threads instead, more than torch was asked for.
+// Until the wrapper sets it (a kernel called on its own, as the profiler may), OpenMP's default stands.
+static int gb_threads = 0;
+extern "C" void gb_set_threads(int threads) { gb_threads = threads; }
+static inline int gb_thread_count() { return gb_threads > 0 ? gb_threads : omp_get_max_threads(); }
 
 // Half types live in memory as 16-bit patterns and are computed in float.
 // Note [Branch-free half conversions]: every fp16 load and store of a kernel that is not a contiguous row of

@@ -26,6 +26,7 @@ C_TYPES = {
 }
 STORAGE_TYPES = {**C_TYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting OpenMP threads costs more than it saves
+THREADS = "num_threads(gb_thread_count())"  # every parallel region's clause (Note [Kernel threads] in cpp_prelude.h)
 
 LIBM = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos",
         "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
@@ -474,7 +475,7 @@ def parallel_clause(work, loop: bool = True) -> str:
     if work.is_Integer and int(work) < PARALLEL_MIN_ELEMENTS:
         return ""
     condition = "" if work.is_Integer else f" if({c_index(work)} >= {PARALLEL_MIN_ELEMENTS})"
-    return f"#pragma omp parallel{' for' if loop else ''}{condition}"
+    return f"#pragma omp parallel{' for' if loop else ''}{condition} {THREADS}"
 
 
 def _store_text(node: Buffer, index_text: str, value: Var) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from engine.codegen.cpp_printer import (CppKernel, CppPrinter, Staging, c_constant, c_type, finish_kernel,
+from engine.codegen.cpp_printer import (THREADS, CppKernel, CppPrinter, Staging, c_constant, c_type, finish_kernel,
                                        parallel_clause)
 from engine.codegen.kernel_core import (FLAG_REDUCTIONS, Source, accumulator_type, emit_epilogue, emit_stores, run_pass,
                                         stores_by_role)
@@ -68,7 +68,7 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
 
 def _row_loop(plan: KernelPlan, printer: CppPrinter, body: Source, lines: list, tags: list) -> None:
     """The epilogue's walk of a row (on all threads for a split reduction: Note [Split reductions in C++])."""
-    pragma = "#pragma omp parallel for simd" if printer.split else "#pragma omp simd"
+    pragma = f"#pragma omp parallel for simd {THREADS}" if printer.split else "#pragma omp simd"
     with body.block(f"for (int64_t r0 = 0; r0 < {c_index(plan.red)}; ++r0)", pragma):
         body.extend(lines, tags)
 
@@ -260,7 +260,7 @@ def _emit_split_loop(accumulators: list[_Accumulator], updates, update_tags, cla
     tags = [LineTag(a.node) for a in accumulators]
     pragma = ""
     if parallel:
-        pragma = " ".join(["#pragma omp parallel for"] + [f"reduction({SIMD_CLAUSE[a.kind]}:{a.name})"
+        pragma = " ".join(["#pragma omp parallel for", THREADS] + [f"reduction({SIMD_CLAUSE[a.kind]}:{a.name})"
                                                           for a in accumulators] + clauses)
     with body.block():  # a scope per pass: every pass declares its own row_blocked
         body.add(f"const int64_t row_blocked = ({row}) / {lanes} * {lanes};")

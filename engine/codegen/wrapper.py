@@ -234,8 +234,9 @@ def _call_args(value, buffers, constants: dict, held: dict) -> str:
 
 
 def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryPlan,
-                     launch: dict[str, str]) -> WrapperSource:
-    """`launch[kernel.name]` is the call text for a generated kernel (backend specific)."""
+                     launch: dict[str, str], prologue: list[str] = ()) -> WrapperSource:
+    """`launch[kernel.name]` is the call text for a generated kernel (backend specific); `prologue`, lines the
+    backend runs once per call before any kernel (C++: the thread count, Note [Kernel threads])."""
     lines = ["def call(args):"]
     body: list[str] = []
     constants: dict = {}
@@ -256,6 +257,8 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
             body.append(f"{buf.name} = {buf.name}.to({_literal(torch.device(device))})  # a {buf.input_device} "
                         f"input read by a kernel on {device}")
     body.append("args.clear()")
+    if any(k.kind in GENERATED for k in kernels):
+        body.extend(prologue)
     allocator = f"empty_strided_{torch.device(device).type}"
     constants[allocator] = empty_strided_for(device)
     if str(device).startswith("cuda") and any(k.kind in GENERATED for k in kernels):

@@ -16,9 +16,9 @@ kernels are built too. Python-level warm-up (imports of Dynamo's and Inductor's 
 case runs first; run a throwaway case first when that matters.
 
 Note [Threads]
-Glassbox's C++ kernels use OpenMP. The OpenMP runtime is shared with torch (torch's libgomp is already loaded,
-and our libraries bind to it), so `torch.set_num_threads(n)` sets the thread count our kernels use from the
-calling thread, and OMP_NUM_THREADS is read once, when the runtime starts. set_threads() therefore does both,
+Glassbox's C++ kernels use OpenMP, on torch.get_num_threads() threads of the calling thread, handed to them
+by the wrapper at each call (Note [Kernel threads] in engine/codegen/cpp_prelude.h); OMP_NUM_THREADS is read
+once, when the runtime starts, and sets torch's default. set_threads() therefore does both,
 and callers (the CLI) should call it before the first compile of the process: that is why the CLI applies
 --threads before loading any model. Without --threads, each case takes the cores the machine has free just
 before it (timing.free_threads): a thread on a core another process keeps busy stalls the parallel loops.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, take_away, training, ui
+from app import compile_trace, state, take_away, training, ui
 from app.safe_text import description_markdown, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
@@ -250,6 +250,7 @@ def bench_stage(record: Exploration, graph_index: int, key: str) -> None:
     st.plotly_chart(charts.stage_times_figure(record.timings,
                                               (case or {}).get("inductor_compile_s")),
                     width="stretch", key=f"{key}_stage_chart", config={"displayModeBar": False})
+    compile_trace.compile_pane(record, key)  # Note [Compile trace]: when each stage and pass ran
     left, right = st.columns([2, 3])
     with_inductor = right.toggle("with Inductor", key=f"{key}_bench_inductor",
                                  help="Also time torch.compile (Inductor): its cold compile adds 10-40 s on a "

@@ -22,8 +22,7 @@ def download_pane(record: Exploration, graph: GraphRecord, key: str) -> None:
                    "templates have none).")
         return
     names = [k.name for k in kernels]
-    left, middle, right = st.columns([2, 2, 2], vertical_alignment="bottom")
-    chosen = left.selectbox("Kernel to take away", names, key=f"{key}_repro_kernel",
+    chosen = st.selectbox("Kernel to take away", names, key=f"{key}_repro_kernel",
                             help="A standalone Python file: the kernel's source loaded by Glassbox's loader, random "
                                  "inputs in the recorded layouts, the eager reference from the same ATen ops, a "
                                  "check and a timing loop")
@@ -34,9 +33,10 @@ def download_pane(record: Exploration, graph: GraphRecord, key: str) -> None:
     except ReproError as error:
         st.caption(str(error))
         return
+    middle, right = st.columns(2)
     middle.download_button("Download reproducer", one, file_name=f"repro_{record.model}_{chosen}.py",
                            mime="text/x-python", key=f"{key}_repro_download", icon=":material/download:")
-    right.download_button(f"Graph {graph.index}: all {len(names)} kernels", whole,
+    right.download_button(f"Whole graph {graph.index}", whole, help=f"all {len(names)} kernels of the graph",
                           file_name=f"repro_{record.model}_graph{graph.index}.py", mime="text/x-python",
                           key=f"{key}_repro_graph_download", icon=":material/download:")
     kernel = kernels[names.index(chosen)]

@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also compile with real Inductor and add its code and kernels to the record")
     explore.add_argument("--profile", action="store_true",
                          help="time every kernel: time_ms, GB/s, FLOP/s and share of the call (engine/profile.py)")
+    explore.add_argument("--trace", metavar="FILE",
+                         help="write a Chrome/Perfetto trace (trace-event JSON) of the compile (every stage and "
+                              "pass) and of a run (kernels on a timeline; implies --profile), and print the "
+                              "compile's cost per stage and pass (engine/tools/trace_file.py)")
     explore.add_argument("--sandbox", action="store_true",
                          help="run the model in a separate, limited worker process (Note [Sandbox])")
     explore.add_argument("--timeout", type=positive_limit("seconds"), default=120.0, metavar="S",
@@ -249,6 +253,8 @@ def explore_command(args) -> tuple[dict, int]:
     from engine.train_verify import TrainingInputError
 
     spec = spec_on_device(load_model_file(args.target), args.device)
+    if getattr(args, "trace", None):
+        args.profile = True  # the run's half of the trace is the profiled call's kernels
     # Run it eagerly first: a model that raises is the user's error, and caught here it is reported at their
     # line, without the compiler's (and torch's logging's) tracebacks about the same failure.
     run_eager(spec)
@@ -277,6 +283,8 @@ def explore_command(args) -> tuple[dict, int]:
     if args.out:
         written = write_outputs(record, Path(args.out))
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
+    if getattr(args, "trace", None):
+        write_trace(record, Path(args.trace), quiet=args.json)
     fallbacks = [error for error in exploration.errors if error.kind == "fallback"]
     if fallbacks:  # the model ran (eagerly where we failed): a Glassbox bug, reported as one (exit 1)
         if args.verbose:
@@ -296,6 +304,16 @@ def explore_command(args) -> tuple[dict, int]:
               + (f" {problems[0]}" if problems else ""), file=sys.stderr)
         return record, EXIT_FAILED
     return record, EXIT_OK
+
+
+def write_trace(record: dict, path: Path, quiet: bool) -> None:
+    """explore --trace: the trace-event JSON, and the compile's cost in words (stderr under --json)."""
+    from engine.tools.trace_file import compile_cost, cost_lines, trace_events
+
+    path.write_text(json.dumps(trace_events(record)), encoding="utf-8")
+    print("\n".join(cost_lines(compile_cost(record)) + [f"Wrote the trace to {path}: open it in "
+                                                        "ui.perfetto.dev or chrome://tracing"]),
+          file=sys.stderr if quiet else sys.stdout)
 
 
 def sandboxed_explore(args) -> tuple[dict, int]:

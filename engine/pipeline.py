@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine import capture, codegen, report, rewrite
+from engine import capture, codegen, report, rewrite, spans
 from engine import run as run_module
 from engine.codegen.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
@@ -220,11 +220,14 @@ def lower_stage(aten: AtenGraph, options: Options) -> Lowered:
 
 def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
     graph = lowered.graph
-    scheduled = schedule(graph, FusionKnobs(options.fusion, options.max_fused_nodes),
-                         TemplateOptions(options.templates, options.backend, options.mode, options.device))
-    scheduled, graph = split_reductions(scheduled, graph, options.backend)  # may add workspace buffers
-    memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs),
-                         in_place=options.backend == "triton" and options.mode != "max-autotune")
+    with spans.span("fusion"):  # Note [Compile trace]: the passes of a stage, timed
+        scheduled = schedule(graph, FusionKnobs(options.fusion, options.max_fused_nodes),
+                             TemplateOptions(options.templates, options.backend, options.mode, options.device))
+    with spans.span("split reductions"):
+        scheduled, graph = split_reductions(scheduled, graph, options.backend)  # may add workspace buffers
+    with spans.span("memory plan"):
+        memory = plan_memory(scheduled.kernels, graph, size_hints(graph, lowered.aten.example_inputs),
+                             in_place=options.backend == "triton" and options.mode != "max-autotune")
     # (Note [In-place epilogues]; max-autotune times a kernel by running it repeatedly on its real arguments)
     return Scheduled(Lowered(lowered.aten, graph), scheduled, memory)
 
@@ -232,11 +235,14 @@ def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
 def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     graph = scheduled.lowered.graph
     backend = codegen.backend_module(options.backend)
-    module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, list(graph.size_vars),
-                                     mode=options.mode)
-    launches = {k.name: module.launch_text(k) for k in module.kernels}
-    wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches,
-                               prologue=list(getattr(module, "call_prologue", ())))
+    with spans.span("kernels") as kernels_span:
+        module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, list(graph.size_vars),
+                                         mode=options.mode)
+        kernels_span["args"]["kernels"] = len(module.kernels)
+    with spans.span("wrapper"):
+        launches = {k.name: module.launch_text(k) for k in module.kernels}
+        wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches,
+                                   prologue=list(getattr(module, "call_prologue", ())))
     return Generated(scheduled, module, wrapper)
 
 
@@ -254,8 +260,12 @@ def replays_cuda_graphs(options: Options) -> bool:
 def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     scheduled = generated.scheduled
     namespace = wrapper_namespace(generated.wrapper)
-    cache_hit = codegen.backend_module(options.backend).load_kernels(generated.module, namespace, options.device)
-    call = load_wrapper(generated.wrapper, namespace)
+    module = generated.module
+    with spans.span("compile and load kernels", language=module.language, kernels=len(module.kernels)) as built:
+        cache_hit = codegen.backend_module(options.backend).load_kernels(module, namespace, options.device)
+    built["args"].update(spans.build_cost(module.language, module.source, cache_hit, built.get("dur_s", 0.0)))
+    with spans.span("load wrapper"):
+        call = load_wrapper(generated.wrapper, namespace)
     if replays_cuda_graphs(options):
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
@@ -317,7 +327,9 @@ class Compilation:
         self._clocks.append(0.0)
         start = time.perf_counter()
         try:
-            return stage_named(name).fn(artifact, self.options)
+            with spans.span(name, "stage") as entry:
+                entry["graph"] = self._graph  # its index once it joins the record (Note [Compile trace])
+                return stage_named(name).fn(artifact, self.options)
         finally:
             wall = time.perf_counter() - start
             own = wall - self._clocks.pop()
@@ -576,8 +588,10 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
                                if isinstance(x, torch.Tensor) else InputSpec(type(x).__name__) for x in inputs]
     log.begin_call(exploration.inputs)
     program = Program(model, inputs, log, compilation.compile_fx, tolerance, step)
-    captured = compilation.run("capture", program)
-    exploration.verify = compilation.run("run", captured)
+    with spans.collecting() as trace:
+        captured = compilation.run("capture", program)
+        exploration.verify = compilation.run("run", captured)
+    exploration.trace = spans.finished(trace, lambda graph: graph_number(graph, exploration))
     if profiler is not None:  # after the run: not a stage of the compiler, timed under its own name
         start = time.perf_counter()
         profiler.measure(exploration)
@@ -613,6 +627,11 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         exploration.errors.append(ErrorRecord(kind="no_graph", stage="capture", inputs=exploration.inputs,
                                               message=f"Dynamo captured no graph, so the model ran eagerly: {why}"))
     return exploration
+
+
+def graph_number(graph: GraphRecord | None, exploration: Exploration) -> int | None:
+    """A span's graph as its index in the record (None: not a graph's, or a graph Dynamo abandoned)."""
+    return graph.index if graph is not None and any(g is graph for g in exploration.graphs) else None
 
 
 def compile_reference(model: Callable, dynamic: bool | None = None) -> Callable:

@@ -237,6 +237,42 @@ def time_graph(compiled, args: list, device: str, min_time: float = MIN_TIME_S) 
             "timed_call_ms": statistics.median([clock.read(m) for m in instrumented])}
 
 
+class _Marked(_Timed):
+    """Stands in for one kernel and keeps (name, start mark, end mark) of each launch, in launch order."""
+
+    def _timed(self, target: Callable, args, kwargs):
+        started = self.clock.start()
+        result = target(*args, **kwargs)
+        self.sink.append((self.name, started, self.clock.start()))
+        return result
+
+
+def kernel_timeline(compiled, args: list, device: str) -> list[dict]:
+    """One call of the graph with each launch's start and end (ms since the call began): the run's part of
+    the trace (Note [Compile trace] in engine/spans.py). CPU: perf_counter; GPU: CUDA events (device times)."""
+    function = _raw_wrapper(compiled.call)
+    namespace = function.__globals__
+    clock = _Clock(device)
+    entries = {key: name for key, name in _namespace_entries(compiled).items() if key in namespace}
+    originals = {key: namespace[key] for key in entries}
+    marks: list = []
+    namespace.update({key: _Marked(originals[key], name, clock, marks) for key, name in entries.items()})
+    try:
+        with torch.no_grad():
+            begin = clock.start()
+            function(list(args))
+            end = clock.start()
+    finally:
+        namespace.update(originals)
+    clock.sync()
+
+    def ms(mark) -> float:
+        return begin.elapsed_time(mark) if clock.cuda else (mark - begin) * 1e3
+
+    return [{"kernel": name, "start_ms": ms(start), "dur_ms": ms(stop) - ms(start)} for name, start, stop in marks] + \
+        [{"kernel": "call", "start_ms": 0.0, "dur_ms": ms(end)}]
+
+
 # --- the machine's roofs -------------------------------------------------------------------------------------
 
 
@@ -326,6 +362,7 @@ class Profiler:
         for graph_record, compiled, hints, saved in self.graphs:
             if saved and any(g is graph_record for g in exploration.graphs):  # Note [Restarted analysis]
                 profile_into(graph_record, compiled, saved, hints, self.device, self.min_time)
+                graph_record.profile["timeline"] = kernel_timeline(compiled, saved, self.device)
         exploration.machine = {**machine_roofs(self.device), **machine_load()}
 
 

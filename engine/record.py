@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -358,6 +358,9 @@ class Exploration(Record):
     errors: list[ErrorRecord] = field(default_factory=list)
     inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
     machine: dict[str, Any] = field(default_factory=dict)  # with --profile: copy GB/s, matmul GFLOP/s, load
+    # when each stage and pass ran: {name, cat (stage | pass), start_s, dur_s, graph, args} (Note [Compile trace]
+    # in engine/spans.py); the build's args say whether the cache had the kernels and what it saved
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
     def add_time(self, stage: str, seconds: float) -> None:
         """Add to a stage's seconds, keeping `timings` in pipeline order (stages finish nested, out of order)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, ui
+from app import compile_trace, state, ui
 from app.safe_text import md_text
 from visualizers import html_report, memory, roofline, teaching
 
@@ -36,6 +36,7 @@ else:
     figure = roofline.kernel_time_figure(record)
     if figure is not None:
         st.plotly_chart(figure, key="profile_times", width="stretch")
+    compile_trace.run_pane(record)  # one call's kernels on a timeline, and the trace to download
     figure = roofline.roofline_figure(record)
     if figure is not None:
         st.plotly_chart(figure, key="profile_roofline", width="stretch")

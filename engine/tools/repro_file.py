@@ -174,7 +174,12 @@ def load(case):
         from engine.build import build_library, load_library
 
         path, _ = build_library(case["source"])
-        function = getattr(load_library(path), case["name"])
+        library = load_library(path)
+        function = getattr(library, case["name"])
+        threads = getattr(library, "gb_set_threads", None)  # as the wrapper does: torch's thread count
+        if threads is not None:
+            threads.argtypes, threads.restype = [ctypes.c_int], None
+            threads(torch.get_num_threads())
         function.restype = None
         function.argtypes = [ctypes.c_void_p] * len(case["args"]) + [ctypes.c_int64] * len(case["size_args"])
 

@@ -1,0 +1,43 @@
+"""Compile cost and the trace (Note [Compile trace] in engine/spans.py): the bench stage's compile timeline and
+cache facts, the profile page's run timeline, and the trace-event JSON to download (ui.perfetto.dev)."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from engine.record import Exploration
+from engine.tools.trace_file import compile_cost, trace_events
+from visualizers import timeline
+
+
+def _download(document: dict, name: str, key: str) -> None:
+    st.download_button("Download the trace (Chrome / Perfetto JSON)", json.dumps(document), mime="application/json",
+                       file_name=f"{name}-trace.json", key=key, icon=":material/download:",
+                       help="Open it in ui.perfetto.dev or chrome://tracing: the compile's stages and passes, and "
+                            "(after profiling) a run's kernels")
+
+
+def compile_pane(record: Exploration, key: str) -> None:
+    data = record.to_json()
+    figure = timeline.compile_timeline_figure(data)
+    if figure is None:
+        return
+    cost = compile_cost(data)
+    st.plotly_chart(figure, width="stretch", key=f"{key}_compile_timeline", config={"displayModeBar": False})
+    builds = cost["builds"]
+    words = [f"graph {b['graph']}: " + ("cache hit" + (f", saved {b['saved_s']:.2f} s of a {b['cold_s']:.2f} s cold "
+                                                        "build" if b.get("saved_s") is not None else "")
+                                        if b["cache_hit"] else f"cold build, {b['seconds']:.2f} s")
+             for b in builds]
+    st.caption(f"Compile {cost['total_s']:.2f} s in all; kernels built: " + ("; ".join(words) or "none") + ".")
+    _download(trace_events(data), record.model or "model", f"{key}_trace_download")
+
+
+def run_pane(record: Exploration) -> None:
+    data = record.to_json()
+    figure = timeline.run_timeline_figure(data)
+    if figure is None:
+        return
+    st.plotly_chart(figure, width="stretch", key="profile_run_timeline")
+    _download(trace_events(data), record.model or "model", "profile_trace_download")

@@ -1,0 +1,52 @@
+"""The explorer's answers no other tool gives, in a real browser (Playwright + Debian's Chromium; the app server
+from tests/test_browser.py's fixture): a kernel's reproducer downloaded from the code stage runs standalone and
+matches eager; the bench stage draws the compile timeline and offers the trace. With GLASSBOX_SHOTS=DIR,
+screenshots are saved there."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+
+
+def test_download_a_kernels_reproducer_and_run_it(server, browser, tmp_path):
+    page = new_page(browser)
+    page.goto(f"{server}/?sample=softmax&stage=code")
+    button = page.get_by_role("button", name="Download reproducer", exact=True).first
+    button.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    button.scroll_into_view_if_needed()
+    shot(page, "code_reproducer")
+    with page.expect_download() as download:
+        button.click()
+    path = tmp_path / download.value.suggested_filename
+    download.value.save_as(path)
+    assert path.name.endswith("kernel_0.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, str(path), "--iters", "1"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ": ok," in result.stdout
+
+
+def test_the_bench_stage_draws_the_compile_timeline_and_offers_the_trace(server, browser, tmp_path):
+    page = new_page(browser)
+    page.goto(f"{server}/?sample=layernorm&stage=bench")
+    page.get_by_text("Compile timeline").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    chart = page.locator(".stPlotlyChart").filter(has_text="Compile timeline")
+    assert chart.locator(".bars path, .barlayer path").count() >= 8  # a bar per stage and pass
+    chart.scroll_into_view_if_needed()
+    shot(page, "bench_compile_timeline")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the trace (Chrome / Perfetto JSON)").first.click()
+    path = tmp_path / "trace.json"
+    download.value.save_as(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {"capture", "run"} <= {e["name"] for e in events if e.get("cat") == "stage"}

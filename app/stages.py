@@ -12,16 +12,19 @@ from app import compile_trace, state, take_away, training, ui
 from app.safe_text import description_markdown, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
+from visualizers import rewrites as rewrite_views
 from visualizers import code as code_html
 
 # The compiler's stages (engine/record.py STAGE_NAMES) as the stepper names their artifacts; build has no pane of
 # its own (its output is the code's), and bench follows run.
-LABELS = {"capture": "capture", "decompose": "ATen", "lower": "loop IR", "schedule": "fusion", "codegen": "code",
+LABELS = {"capture": "capture", "decompose": "ATen", "rewrite": "rewrites", "lower": "loop IR", "schedule": "fusion", "codegen": "code",
           "run": "run"}
 STAGES = [LABELS[name] for name in STAGE_NAMES if name in LABELS] + ["bench"]
 STAGE_HELP = {
     "capture": "Dynamo's FX graph(s): what torch.compile captured from your Python, split at graph breaks.",
     "ATen": "The functional ATen graph after decomposition: the ops the compiler really lowers.",
+    "rewrites": "Named graph rewrites before lowering (attention -> one library call, ...): each match with the "
+                "nodes it replaced, why, and your lines; each near-miss with why not.",
     "loop IR": "Each ATen op as a loop body over its index space: loads, math, reductions.",
     "fusion": "Which IR nodes were fused into one kernel, and why the others were not.",
     "code": "The generated kernels and the Python wrapper that calls them.",
@@ -84,6 +87,54 @@ def aten_stage(record: Exploration, graph_index: int, key: str) -> None:
     _graph_stage(record, graph_index, key, "aten")
     if graph_index is not None and record.graphs:
         training.partition_pane(_graph(record, graph_index), key)  # a forward graph's saved/recomputed values
+
+
+def rewrites_stage(record: Exploration, graph_index: int, key: str) -> None:
+    """The graph before and after the rewrites with the matched nodes marked, the passes with their counts, each
+    match's reason and your lines, and the near-misses with why not (Note [Rewrite stage])."""
+    graph = _graph(record, graph_index)
+    ran = record.options.rewrites
+    st.caption("passes that ran: " + (", ".join(ran) if ran else "none") + " (turn them off with --rewrites)"
+               if ran is not None else "this record predates the rewrite stage")
+    if graph is None or not graph.rewrites:
+        st.info("No rewrite matched in this graph, and none came close.")
+        return
+    st.dataframe(rewrite_views.passes(graph), hide_index=True, width="content")
+    found = rewrite_views.matches(graph)
+    chosen = None
+    if len(found) > 1:
+        labels = ["all"] + [f"{number + 1}: {m.rewrite} at {rewrite_views.lines_text(m) or 'no line'}"
+                            for number, m in enumerate(found)]
+        picked = st.selectbox("Mark", labels, key=f"{key}_rewrite_pick")
+        chosen = None if picked == "all" else labels.index(picked) - 1
+    before_marked, after_marked = rewrite_views.marked_nodes(graph, chosen)
+    before = rewrite_views.before_graph(graph)
+    panes = st.columns(2) if before is not None else [st.container()]
+    if before is not None:
+        with panes[0]:
+            st.markdown(f"**Before** — :red[{len(before_marked)} matched nodes]")
+            ui.show_graph(graphs.graph_dot(before, "aten", graphs.DrawOptions(highlight=before_marked)),
+                          len(before["aten"]))
+    with panes[-1]:
+        st.markdown("**After** — :red[the replacement]" if before is not None else
+                    "**The graph** — :red[what the near-misses looked at]")
+        ui.show_graph(graphs.graph_dot(graph, "aten", graphs.DrawOptions(highlight=after_marked)), len(graph.aten))
+    for match in found if chosen is None else found[chosen:chosen + 1]:
+        st.markdown(f"**{md_text(match.rewrite)}**: {md_text(match.reason)}")
+        st.code(match.replacement_text, language="text")
+        lines = sorted({s.lineno for s in match.source})
+        source = record.source.text or ""
+        if lines and source and all(s.filename == record.source.filename for s in match.source):
+            snippet, first = code_html.crop(source, lines, context=1)
+            ui.show_code(snippet, "python", hl_lines=lines, first_line=first,
+                         caption=f"your lines {', '.join(map(str, lines))}", max_height=200)
+        elif match.source:
+            st.caption("your lines: " + md_text(rewrite_views.lines_text(match)))
+    refused = rewrite_views.refusal_rows(graph)
+    if refused:
+        st.markdown(f"**Near-misses** ({len(refused)}) — why not")
+        st.dataframe(refused, hide_index=True, width="stretch",
+                     column_config={"why not": st.column_config.TextColumn(width="large")})
 
 
 def ir_stage(record: Exploration, graph_index: int, key: str) -> None:
@@ -292,5 +343,5 @@ def _bench_case(outcome) -> dict | None:
     return cases[0] if cases else None
 
 
-RENDERERS = {"capture": capture_stage, "ATen": aten_stage, "loop IR": ir_stage, "fusion": fusion_stage,
+RENDERERS = {"capture": capture_stage, "ATen": aten_stage, "rewrites": rewrites_stage, "loop IR": ir_stage, "fusion": fusion_stage,
              "code": code_stage, "run": run_stage, "bench": bench_stage}

@@ -129,3 +129,17 @@ def test_ttir_has_no_error_tokens():
 def test_long_code_lines_wrap_instead_of_being_clipped():
     page = highlight_html("x = " + "a + " * 200 + "1\n", "python")
     assert "white-space:pre-wrap" in page and "white-space:pre}" not in page
+
+
+@needs_dot
+def test_report_has_the_rewrites_section_with_the_matched_nodes_marked():
+    spec = load_model_file("handwritten_attention")
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
+                            source={"filename": spec.filename, "text": spec.source}).to_json()
+    page = report_html(record)
+    section = page.split("<h3>Rewrites</h3>", 1)[1].split("<h3>", 1)[0]
+    assert "attention" in section and "compute attention" in section  # the pass, its count and the reason
+    marked = re.findall(r'<g id="[^"]*" class="node gb&#45;selected">\s*<title>([^<]*)</title>', section)
+    assert len(marked) >= 10 and any("bmm" in name for name in marked), marked
+    after = page.split("<h3>ATen graph</h3>", 1)[1].split("<h3>Rewrites</h3>", 1)[0]
+    assert "scaled_dot_product_attention" in after and "gb&#45;selected" in after

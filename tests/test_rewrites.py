@@ -231,3 +231,19 @@ def test_cli_rewrites_flag_and_compare_key(tmp_path):
     assert parse_side(["rewrites=-attention"]).rewrites == "-attention"
     with pytest.raises(SettingError, match="attention"):
         parse_side(["rewrites=nope"])
+
+
+def test_the_matched_nodes_leave_nothing_dead_behind():
+    """matmul's batching of q, k and v (expand, clone, view) goes with the matmuls: the graph after the rewrite
+    has no node nobody reads (the sample's value is a select of a permute, so its batching has a clone)."""
+    from engine.tools.model_file import load_model_file
+    spec = load_model_file("handwritten_attention")
+    graph = engine.explore(spec.model, spec.example_inputs).graphs[0]
+    assert _attention_matches_in(graph)
+    read = {arg for node in graph.aten for arg in node.args}
+    dead = [n.name for n in graph.aten if n.op == "call_function" and n.name not in read]
+    assert not dead, dead
+
+
+def _attention_matches_in(graph):
+    return [r for r in graph.rewrites if r.applied]

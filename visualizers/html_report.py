@@ -19,6 +19,7 @@ import shutil
 import subprocess
 
 from visualizers import graphs, roofline
+from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
 DOT_TIMEOUT_S = 60
@@ -174,6 +175,29 @@ def _verify_html(verify: dict) -> str:
         f" — {esc(verify.get('problem'))}" if verify.get("problem") else "")
 
 
+def rewrites_html(graph: dict) -> str:
+    """The rewrite stage: passes with counts, the graph before with the matched nodes marked, each match's
+    replacement, reason and user lines, and the near-misses with why not (the app's Rewrites stage)."""
+    index = graph.get("index", 0)
+    out = ["<h3>Rewrites</h3>", table([{key: esc(value) for key, value in row.items()}
+                                        for row in rewrite_views.passes(graph)])]
+    before = rewrite_views.before_graph(graph)
+    marked, _ = rewrite_views.marked_nodes(graph)
+    if before is not None:
+        options, note = _draw_options(before, "aten")
+        options.highlight = marked
+        out.append(f"<h4>Before the rewrites ({len(marked)} matched nodes marked; the ATen graph above is after)</h4>"
+                   + graph_section(graphs.graph_dot(before, "aten", options), f"g{index}-rewrites",
+                                   len(before["aten"]), note))
+    out.append("<h4>Matches</h4>" + table([{key: esc(value) for key, value in row.items()}
+                                            for row in rewrite_views.match_rows(graph)]))
+    refused = rewrite_views.refusal_rows(graph)
+    if refused:
+        out.append("<h4>Near-misses</h4>" + table([{key: esc(value) for key, value in row.items()}
+                                                    for row in refused]))
+    return "".join(out)
+
+
 def graph_html(record: dict, graph: dict, figures: list) -> str:
     index = graph.get("index", 0)
     out = [f'<h2 id="graph{index}">Graph {index}</h2>']
@@ -185,8 +209,13 @@ def graph_html(record: dict, graph: dict, figures: list) -> str:
     for which, title in (("fx", "Dynamo's FX graph"), ("aten", "ATen graph")):
         if graph.get(which):
             options, note = _draw_options(graph, which)
+            if which == "aten" and rewrite_views.matches(graph):  # the rewrites' replacements (section below)
+                options.highlight = rewrite_views.marked_nodes(graph)[1]
+                note = (note + "; " if note else "") + "marked: what the rewrites put in (see Rewrites below)"
             dot = graphs.graph_dot(graph, which, options)
             out.append(f"<h3>{title}</h3>" + graph_section(dot, f"g{index}-{which}", len(graph[which]), note))
+    if graph.get("rewrites"):
+        out.append(rewrites_html(graph))
     if (graph.get("ir") or {}).get("nodes"):
         text, _ = ir_listing(graph)
         out.append("<h3>Loop IR</h3>" + highlight_html(text, "ir", max_height=600))

@@ -59,7 +59,7 @@ def _rewrite_at(graph: RewriteGraph, second: torch.fx.Node) -> None:
         out = next(iter(second.users))  # bmm's (B*H, L, E) back to (B, H, L, E)
         matched.append(out)
     probs, _ = _logical(second.args[0], matched)
-    value, value_path = _logical(second.args[1], [])
+    value, _ = _logical(second.args[1], matched)  # its batching views die with the matmul
     probs = strip_casts(probs, matched)
     dropout_p, dropout_train = 0.0, False
     if is_call(probs, {operator.getitem}) and is_call(probs.args[0], {aten.native_dropout.default}) \

@@ -12,6 +12,13 @@ stages carries the callback for them (Program.compile_fx, FxGraph.compile_aten),
 runs every stage the same way: it times the stage's own wall time, excluding the stages it called (measured
 directly, a stack of clocks, not a total minus the others), adds it to the record and to `on_stage`.
 
+Note [Compiling outside the fake mode]
+AOTAutograd calls its compilers while its FakeTensorMode is still the active dispatch mode, so any tensor our
+compile makes (a constant moved to the kernels' device, a workspace, a padded weight) would come out fake and
+the first call would die on "Cannot access data pointer of Tensor (e.g. FakeTensor)": every CPU constant a GPU
+kernel read sent the whole graph to eager (torchvision Swin-T, Hugging Face DeBERTa-v2). Our compile needs the
+fake inputs' metadata, never the mode, so lower..build run with the mode unset, as real code.
+
 Note [Internal failure falls back to eager]
 An exception inside our own compile of a graph (lower, schedule, codegen, build, or writing its record), or in
 our compiled call on its first run, is our bug, never the user's: the graph runs its ATen graph eagerly instead, the record says so
@@ -24,13 +31,13 @@ from __future__ import annotations
 import builtins
 import time
 import traceback
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from engine import capture, codegen, report, rewrite, spans
+from engine import capture, codegen, fallbacks, report, rewrite, spans
 from engine import run as run_module
 from engine.codegen.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
@@ -414,7 +421,8 @@ class Compilation:
             graph.phase = phase
         outer, self._graph = self._graph, graph  # a backward compiles later, outside compile_fx
         try:
-            return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph, phase)
+            with unset_fake_temporarily():  # Note [Compiling outside the fake mode]
+                return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph, phase)
         finally:
             self._graph = outer
 
@@ -435,7 +443,10 @@ class Compilation:
             return eager_call(aten_gm)
         compiled: CompiledGraph = artifact
         call = compiled.call
-        if graph is not None:
+        if graph is None:  # compile(): no record to list the ops we run eagerly (Note [A fallback is loud])
+            for eager_ops in fallbacks.op_fallbacks(compiled.lowered.nodes, aten_gm):
+                fallbacks.warn(eager_ops)
+        else:
             hints = size_hints(compiled.lowered, aten_inputs)
             try:
                 report.fill_graph_record(graph, fx_gm, rewritten.gm, compiled, hints)
@@ -447,14 +458,14 @@ class Compilation:
                 call = self.profiler.watch(graph, compiled, hints)
             # Note [Wrapper overhead]: the first call measures the wrapper's own cost into the record
             call = MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], graph.code.overhead)
-        return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error))
+        return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error, fx_gm))
 
     def _fall_back(self, graph: GraphRecord | None, stage_name: str, error: BaseException, fx_gm=None,
                    aten_gm=None) -> None:
         message = (f"our {stage_name} stage raised {type(error).__name__}: {str(error).strip()[:2000]}; the graph "
                    "ran eagerly instead (its ATen graph, op by op)")
-        if graph is None or self.exploration is None:
-            warnings.warn(f"Glassbox: {message}", stacklevel=2)  # compile(): no record to say it in
+        if graph is None or self.exploration is None:  # compile(): no record to say it in
+            fallbacks.warn(fallbacks.graph_fallback(stage_name, error, fx_gm))
             return
         if aten_gm is not None and not graph.aten:
             graph.aten = report.aten_nodes(aten_gm, fx_gm)

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine import fallbacks
 from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
 from engine.run import verify
@@ -142,6 +143,10 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     ratio_vs_inductor                   glassbox_ms / inductor_ms (below 1: Glassbox is faster)
     verify                              {"glassbox": {ok, max_abs_err, max_rel_err}, "inductor": {...}}
     inductor_error                      only when torch.compile failed: its exception, in one line
+    fallbacks                           graphs that ran eagerly because our compile or first run failed,
+                                        "fell back: <stage> stage, <reason>"; then glassbox_ms is eager's
+                                        own time and the two ratios are None (Note [A fallback is loud])
+    eager_ops                           ops we ran eagerly in compiled graphs, "ran eagerly: <ops> (<reason>)"
 
     fresh=False skips the fresh-process compile (the app's quick bench). with_inductor=False skips
     torch.compile (its keys are then None): Inductor's cold compile takes tens of
@@ -169,12 +174,15 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
         stack.enter_context(environment("GLASSBOX_CACHE_DIR", cache))
         say("glassbox compile (cold)")
         torch._dynamo.reset()
-        cold = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
-        report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
-        say("glassbox compile (warm)")
-        torch._dynamo.reset()
-        compiled = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
-        report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
+        with fallbacks.collected() as eager_runs:  # Note [A fallback is loud]: the row says so
+            cold = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
+            report["compile_s"], cold_outputs = first_call_seconds(cold, inputs)
+            say("glassbox compile (warm)")
+            torch._dynamo.reset()
+            compiled = glassbox_compile(model, backend=backend, device=device, mode=mode, templates=templates)
+            report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
+        report["fallbacks"] = list(dict.fromkeys(run.row_text() for run in eager_runs if run.scope == "graph"))
+        report["eager_ops"] = list(dict.fromkeys(run.row_text() for run in eager_runs if run.scope == "op"))
         checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
         report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
         if fresh and backend == "cpp" and device == "cpu":
@@ -194,6 +202,10 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
         timings, load = timed_in_rounds(runners, min_run_time, threads, device, why.get("others_cores_before"))
     torch._dynamo.reset()
     report.update(figures(timings))
+    if report["fallbacks"]:  # eager's time is not ours: no ratio of ours stands
+        report["speedup_vs_eager"] = report["ratio_vs_inductor"] = None
+        for key in ("speedup_vs_eager", "ratio_vs_inductor"):
+            report["verdicts"].pop(key, None)
     report.update(load)  # load_avg_1m, cpus, others' cores before and during, load_warning
     return report
 
@@ -235,7 +247,7 @@ def share_inductor(report: dict, measured: dict) -> None:
             report[key] = measured[key]
     if "inductor" in measured.get("verify", {}):
         report["verify"]["inductor"] = measured["verify"]["inductor"]
-    if report.get("glassbox_ms") and report.get("inductor_ms"):
+    if report.get("glassbox_ms") and report.get("inductor_ms") and not report.get("fallbacks"):
         report["ratio_vs_inductor"] = report["glassbox_ms"] / report["inductor_ms"]
 
 

@@ -231,12 +231,14 @@ def bench_table(cases: list[dict]) -> str:
         compile_text = " / ".join(map(seconds, (case.get("compile_s"), case.get("compile_warm_s"), fresh)))
         settings = [case.get("mode", "default"), f"templates {case.get('templates', 'auto')}"]
         settings = [s for s in settings if s not in ("default", "templates auto")]
+        fell_back = case.get("fallbacks") or []  # Note [A fallback is loud]: eager's time, not ours
+        ours = "fell back" if fell_back else _judged(case, "speedup_vs_eager", _speedup(case, "glassbox"))
         rows.append([case.get("name", "?") + (f" ({', '.join(settings)})" if settings else ""), _ms_spread(case, "eager"),
                      _ms_spread(case, "glassbox"), _ms_spread(case, "inductor"),
-                     f"{_judged(case, 'speedup_vs_eager', _speedup(case, 'glassbox'))} / "
-                     f"{_judged(case, 'inductor_speedup_vs_eager', _speedup(case, 'inductor'))}",
-                     _judged(case, "ratio_vs_inductor", case.get("ratio_vs_inductor")), compile_text,
-                     seconds(case.get("inductor_compile_s"))])
+                     f"{ours} / {_judged(case, 'inductor_speedup_vs_eager', _speedup(case, 'inductor'))}",
+                     "fell back" if fell_back else _judged(case, "ratio_vs_inductor", case.get("ratio_vs_inductor")),
+                     compile_text, seconds(case.get("inductor_compile_s"))])
+        notes += [f"{case.get('name', '?')}: {text}" for text in fell_back + (case.get("eager_ops") or [])]
         if case.get("inductor_error"):
             notes.append(f"{case.get('name', '?')}: Inductor failed: {case['inductor_error']}")
         for who, check in (case.get("verify") or {}).items():

@@ -47,6 +47,8 @@ KEEP_AS_LIBRARY = [
     aten._scaled_dot_product_flash_attention.default,
     aten.addmm.default, aten.mm.default, aten.bmm.default,
 ]
+if hasattr(aten, "_scaled_dot_product_cudnn_attention"):
+    KEEP_AS_LIBRARY.append(aten._scaled_dot_product_cudnn_attention.default)
 # Kept whole and lowered as one node: its decomposition is an index_put over the whole weight (zeros, then the
 # tokens' gradients added), with the padding tokens' gradients zeroed by a where() first; whole, the Scatter
 # node of Note [Embedding backward as an atomic add] (lowering/backward.py) masks them off instead.

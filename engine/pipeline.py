@@ -29,6 +29,7 @@ it eagerly first), and Dynamo's own failures stay Dynamo's.
 from __future__ import annotations
 
 import builtins
+import math
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from engine import run as run_module
 from engine.codegen.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
+from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
 from engine.lowering.layout import LAYOUTS
@@ -243,7 +245,7 @@ def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     graph = scheduled.lowered.graph
     backend = codegen.backend_module(options.backend)
     with spans.span("kernels") as kernels_span:
-        module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, list(graph.size_vars),
+        module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, graph.size_symbols(),
                                          mode=options.mode)
         kernels_span["args"]["kernels"] = len(module.kernels)
     with spans.span("wrapper"):
@@ -510,7 +512,7 @@ class FirstRunGuard:
 
 
 def wrapper_namespace(wrapper: WrapperSource) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
+    namespace: dict[str, Any] = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
                                  "with_layout": with_layout, "strided_view": strided_view}
     namespace.update(wrapper.constants)
     return namespace
@@ -535,6 +537,10 @@ def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
             hint = node.shape_env.size_hint(node.expr)
         if hint is not None:
             hints[symbol] = int(hint)
+    if len(hints) == len(lowered.size_vars):  # Note [Derived sizes]: from the input sizes, as the wrapper does
+        values = {str(symbol): hint for symbol, hint in hints.items()}
+        for symbol, expr in lowered.derived_sizes.items():
+            values[str(symbol)] = hints[symbol] = derived.evaluate(expr, values)
     return hints
 
 

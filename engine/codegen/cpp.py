@@ -363,7 +363,8 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
     for kernel in module.kernels:
         function = getattr(library, kernel.name)
         function.restype = None
-        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [ctypes.c_int64] * len(kernel.size_args)
+        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [
+            ctypes.c_double if size in kernel.float_sizes else ctypes.c_int64 for size in kernel.size_args]
         if hasattr(kernel, "template"):
             from engine.codegen.cpp_gemm import CppTemplateRunner
             from engine.codegen.gemm_launch import TemplateLaunch

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from engine.codegen.kernel_core import Source, buffer_arguments, size_arguments
+from engine.codegen.kernel_core import Source, buffer_arguments, float_sizes, size_arguments
 from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, c_index, upper_bound
@@ -461,6 +461,7 @@ class CppKernel:
     tiling: Tiling
     line_tags: list = field(default_factory=list)  # one per source line
     pieces: dict | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp.py)
+    float_sizes: tuple[str, ...] = ()  # size arguments passed as doubles (Note [Derived sizes])
 
     def record_fields(self) -> dict:
         tiling = self.tiling.record()
@@ -493,7 +494,8 @@ def _signature(kernel: Kernel, buffers: dict, printer: CppPrinter, size_symbols)
     params = [f"{'' if name in kernel.stored else 'const '}{STORAGE_TYPES[buffers[name].dtype]}* __restrict__ {name}"
               for name in names]
     sizes = size_arguments(size_symbols, printer)
-    params += [f"const int64_t {s}" for s in sizes]
+    floats = float_sizes(size_symbols)
+    params += [f"const {'double' if s in floats else 'int64_t'} {s}" for s in sizes]
     return f'extern "C" void {kernel.name}({", ".join(params)})', names, sizes
 
 
@@ -501,4 +503,6 @@ def finish_kernel(kernel, buffers, body: Source, printer: CppPrinter, size_symbo
     header, names, sizes = _signature(kernel, buffers, printer, size_symbols)
     lines = [header] + body.lines
     tags = [None] + body.tags
-    return CppKernel(kernel.name, "\n".join(lines), names, sizes, tiling, tags)
+    floats = float_sizes(size_symbols)
+    return CppKernel(kernel.name, "\n".join(lines), names, sizes, tiling, tags,
+                     float_sizes=tuple(s for s in sizes if s in floats))

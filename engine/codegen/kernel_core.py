@@ -24,6 +24,7 @@ import sympy
 import torch
 
 from engine.codegen.provenance import LineTag
+from engine.ir import derived
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import compute_dtype, reduction_identity
 from engine.schedule.fusion import Kernel
@@ -147,6 +148,11 @@ def emit_epilogue(printer, kernel: Kernel, plan: KernelPlan, body: Source, begin
 def buffer_arguments(kernel: Kernel, printer) -> list[str]:
     """Pointer arguments in signature order: the buffers the body loads, then the ones it stores."""
     return [name for name in kernel.reads if name in printer.loaded] + list(kernel.stored)
+
+
+def float_sizes(size_symbols) -> set[str]:
+    """The size arguments that are float scalars, not integers (Note [Derived sizes])."""
+    return {str(s) for s in size_symbols if derived.is_float(s)}
 
 
 def size_arguments(size_symbols, printer) -> list[str]:

@@ -18,7 +18,8 @@ import sympy
 import torch
 
 from engine.codegen.kernel_core import (FLAG_REDUCTIONS, PythonSource, accumulator_type, buffer_arguments,
-                                        emit_epilogue, emit_stores, run_pass, size_arguments, stores_by_role)
+                                        emit_epilogue, emit_stores, float_sizes, run_pass, size_arguments,
+                                        stores_by_role)
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
@@ -419,11 +420,12 @@ def _finish(kernel, plan, buffers, printer, body, size_symbols, form, config, in
     constexprs = ["XBLOCK"] + ({"pointwise": [], "tiled": ["YBLOCK"]}.get(form, ["RBLOCK"]))
     params = args + sizes + [f"{c}: tl.constexpr" for c in constexprs]
     header = ["@triton.jit", f"def {kernel.name}({', '.join(params)}):"]
-    prologue = [f"    {s} = {s}.to(tl.int64)" for s in sizes] if int64 else []
+    floats = float_sizes(size_symbols)  # Note [Derived sizes]
+    prologue = [f"    {s} = {s}.to(tl.int64)" for s in sizes if s not in floats] if int64 else []
     lines = header + prologue + body.lines
     tags = [None] * (len(header) + len(prologue)) + body.tags
     signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
-    signature.update({s: "i32" for s in sizes})
+    signature.update({s: "fp32" if s in floats else "i32" for s in sizes})
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(kernel.name, "\n".join(lines), args, sizes, form, plan.rows, plan.red, config, int64,
                         signature, tiling, tags, itemsize=itemsize,

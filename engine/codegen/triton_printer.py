@@ -271,8 +271,9 @@ class TritonPrinter(KernelPrinter):
                 return self.emit(f"tl.full([], {literal(int(expr), dtype)}, tl.int64)", dtype)
             return self.constant(int(expr), dtype)
         text, dims = self.index(expr)
-        if not dims:  # sizes only: a scalar, made a tensor of the index type first
-            text = f"tl.full([], {text}, tl.int64)"
+        if not dims:  # sizes only: a scalar, made a tensor of the index type first (a float derived size's
+            # value stays a float: Note [Derived sizes])
+            text = f"tl.full([], {text}, {'tl.int64' if expr.is_integer else 'tl.float32'})"
         if dtype == torch.bool:
             return self.emit(f"({text}) != 0", dtype, dims)
         return self.emit(f"({text}).to({tl_type(compute_dtype(dtype))})", dtype, dims)

@@ -24,6 +24,7 @@ from functools import partial
 import sympy
 import torch
 
+from engine.ir import derived
 from engine.ir.indexing import contiguous_strides, py_index
 from engine.ir.nodes import Extern, Fallback, MultiOutput, Scatter, TensorArg, TensorValue
 from engine.ir.graph import LoweredGraph
@@ -246,6 +247,8 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
             body.append(f"{buf.name} = args[{position}]")
     for symbol, (position, dim) in graph.size_vars.items():
         body.append(f"{symbol} = args[{position}]" + (f".size({dim})" if dim is not None else ""))
+    for symbol, expr in graph.derived_sizes.items():  # Note [Derived sizes]
+        body.append(f"{symbol} = {derived.py_value(expr)}")
     device = graph.device
     kernel_reads = {n for k in kernels if k.kind in GENERATED for n in k.reads}
     for const in graph.constants:

@@ -11,6 +11,7 @@ import math
 import sympy
 import torch
 
+from engine.ir import derived
 from engine.ir.indexing import loop_var, py_index
 from engine.ir.nodes import (Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, Scatter, TensorArg,
                              TensorValue)
@@ -189,8 +190,13 @@ def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = No
     for symbol, (position, dim) in graph.size_vars.items():
         value = inputs[position]
         sizes[str(symbol)] = int(value.shape[dim] if dim is not None else value)
-    concrete = lambda e: int(sympy.sympify(e).subs({sympy.Symbol(k, integer=True, positive=True): v
-                                                    for k, v in sizes.items()}))
+    for symbol, expr in graph.derived_sizes.items():  # Note [Derived sizes]
+        sizes[str(symbol)] = derived.evaluate(expr, sizes)
+
+    def concrete(e) -> int:
+        e = sympy.sympify(e)
+        return int(e.subs({s: sizes[str(s)] for s in e.free_symbols if str(s) in sizes}))
+
     storages = {} if storages is None else storages
     for buf in graph.inputs:
         if buf is not None:

@@ -20,3 +20,8 @@ class LoweredGraph:
     size_vars: dict[sympy.Symbol, tuple[int, int | None]]  # symbol -> (placeholder position, dim or None)
     device: str
     layout: dict = field(default_factory=dict)  # the 4D tensors' layout and why (lowering/layout.py)
+    derived_sizes: dict[sympy.Symbol, Any] = field(default_factory=dict)  # symbol -> expr (Note [Derived sizes])
+
+    def size_symbols(self) -> list[sympy.Symbol]:
+        """Every symbol a kernel may take as a size argument: the inputs' sizes, then the derived ones."""
+        return list(self.size_vars) + list(self.derived_sizes)

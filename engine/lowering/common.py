@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from engine.ir import indexing
+from engine.ir import derived, indexing
 from engine.ir.indexing import Expr, FloorDiv, ModIndex
 from engine.ir.nodes import Extern, Pointwise, Reduction, TensorValue
 from engine.ir.ops import compute_dtype, ops
@@ -38,9 +38,13 @@ def _from_torch_sympy(expr, table: dict) -> Expr:
 
 def sympify_size(value) -> Expr:
     """A size (int or SymInt) as an index expression. Sizes under dynamic shapes may hold torch's FloorDiv
-    (the length of x[::2] is (s0 + 1)//2): those become Glassbox's FloorDiv/ModIndex."""
+    (the length of x[::2] is (s0 + 1)//2): those become Glassbox's FloorDiv/ModIndex; what index arithmetic
+    cannot spell becomes a derived size (Note [Derived sizes])."""
     expr = indexing.sympify_size(value)
-    return _from_torch_sympy(expr, _torch_integer_functions()) if isinstance(expr, sympy.Basic) and expr.args else expr
+    if not (isinstance(expr, sympy.Basic) and expr.args):
+        return expr
+    expr = _from_torch_sympy(expr, _torch_integer_functions())
+    return current().name_size(expr) if derived.needs_name(expr) else expr  # Note [Derived sizes]
 
 
 def out_size() -> tuple[Expr, ...]:

@@ -18,13 +18,13 @@ aten = torch.ops.aten
 def full(size_or_value, fill_value=None, **kwargs):
     value = size_or_value if fill_value is None else fill_value
     dtype = compute_dtype(out_dtype())
-    return make_pointwise(lambda: ops.constant(value, dtype))
+    return make_pointwise(lambda: load_as(value, (), dtype))  # a number, or a size under dynamic shapes
 
 
 @register_lowering(aten.full_like.default)
 def full_like(x, fill_value, **kwargs):
     dtype = compute_dtype(out_dtype())
-    return make_pointwise(lambda: ops.constant(fill_value, dtype))
+    return make_pointwise(lambda: load_as(fill_value, (), dtype))
 
 
 @register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default,

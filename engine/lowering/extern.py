@@ -16,6 +16,8 @@ EXTERN_OPS = [aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbm
               aten._scaled_dot_product_efficient_attention.default,
               aten._scaled_dot_product_flash_attention.default,
               aten.scaled_dot_product_attention.default]  # made by the attention rewrite (engine/rewrite/attention.py)
+if hasattr(aten, "_scaled_dot_product_cudnn_attention"):  # what SDPA dispatches to under dynamic shapes on CUDA
+    EXTERN_OPS.append(aten._scaled_dot_product_cudnn_attention.default)
 
 
 # Note [Convolution bias in the epilogue]

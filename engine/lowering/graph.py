@@ -7,6 +7,7 @@ import sympy
 import torch
 import torch.fx
 
+from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import Expr
 from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
@@ -34,12 +35,22 @@ class GraphLowering(torch.fx.Interpreter):
         self.inputs: list[InputBuffer | None] = []
         self.constants: list[Constant] = []
         self.size_vars: dict[sympy.Symbol, tuple[int, int | None]] = {}
+        self.derived_sizes: dict[sympy.Symbol, Expr] = {}  # Note [Derived sizes]
         self.current_node: torch.fx.Node | None = None
 
     # -- used by lowerings -------------------------------------------------------------------------------
     @property
     def out_meta(self):
         return self.current_node.meta["val"]
+
+    def name_size(self, expr: Expr) -> sympy.Symbol:
+        """The derived size that stands for `expr` (Note [Derived sizes]): one symbol per expression."""
+        for symbol, known in self.derived_sizes.items():
+            if known == expr:
+                return symbol
+        symbol = derived.new_symbol(len(self.derived_sizes), expr)
+        self.derived_sizes[symbol] = expr
+        return symbol
 
     def new_name(self) -> str:
         return f"buf{len(self.buffers)}"
@@ -254,5 +265,6 @@ def lower(gm: torch.fx.GraphModule, device: str, layout: str = "auto", phase: st
     finally:
         registry.set_current(previous)
     return LoweredGraph(inputs=graph.inputs, constants=graph.constants, nodes=graph.nodes,
-                        buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars, device=device,
+                        buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars,
+                        derived_sizes=graph.derived_sizes, device=device,
                         layout=decision.record(graph.channels_last))

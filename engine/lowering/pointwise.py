@@ -124,8 +124,8 @@ def _isfinite(x):
                           compute=x.dtype)
 
 
-@register_lowering(aten.div.Tensor, aten.div.Scalar)
-def _true_div(a, b):
+@register_lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
+def _true_div(a, b):  # true_divide: what a float scale computed from sizes becomes under dynamic shapes
     return make_pointwise(ops.truediv, a, b)
 
 
@@ -212,6 +212,12 @@ def _leaky_relu(x, negative_slope=0.01):
 def _copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     if device is not None and torch.device(device).type != torch.device(x.node.device).type:
         raise Unsupported(f"copy to another device ({device}) runs eagerly")
+    return make_pointwise(lambda v: v, x)
+
+
+@register_lowering(torch.ops.prims.convert_element_type)
+def _convert_element_type(x, dtype):
+    """A cast: what _to_copy(x, dtype=...) becomes in the graphs AOTAutograd traces under dynamic shapes."""
     return make_pointwise(lambda v: v, x)
 
 

@@ -446,7 +446,7 @@ class Compilation:
         compiled: CompiledGraph = artifact
         call = compiled.call
         if graph is None:  # compile(): no record to list the ops we run eagerly (Note [A fallback is loud])
-            for eager_ops in fallbacks.op_fallbacks(compiled.lowered.nodes, aten_gm):
+            for eager_ops in fallbacks.op_fallbacks(compiled.lowered.nodes, rewritten.gm):
                 fallbacks.warn(eager_ops)
         else:
             hints = size_hints(compiled.lowered, aten_inputs)

@@ -82,7 +82,7 @@ def _toolchain() -> tuple[str, tuple[str, ...]]:
     if record is not None:
         try:
             record.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(record, json.dumps({"version": version, "native_flags": list(native)}))
+            atomic_write(record, json.dumps({"version": version, "native_flags": list(native)}))
         except OSError:
             pass  # an unwritable cache only costs the probe next time
     return version, native
@@ -255,7 +255,7 @@ def _intact(target: Path) -> bool:
         return False
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     fd, tmp_path = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     with os.fdopen(fd, "w") as out:
         out.write(text)
@@ -264,7 +264,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _compile(source: str, directory: Path, run=subprocess.run) -> Path:
     target = directory / "kernels.so"
-    _atomic_write(directory / "kernels.cpp", source)
+    atomic_write(directory / "kernels.cpp", source)
     fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
     command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(directory / "kernels.cpp"),
@@ -274,7 +274,7 @@ def _compile(source: str, directory: Path, run=subprocess.run) -> Path:
         os.unlink(tmp_path)
         raise BuildError(f"g++ failed on generated code:\n{result.stderr[-4000:]}")
     os.replace(tmp_path, target)
-    _atomic_write(directory / "kernels.so.sha256", _checksum(target))
+    atomic_write(directory / "kernels.so.sha256", _checksum(target))
     return target
 
 

@@ -11,20 +11,23 @@ if str(ROOT) not in sys.path:
 # Note [Parallel test workers]
 # CI runs the suite on two pytest-xdist workers (.ci/run: `-n 2 --dist loadgroup`): most tests compile in one
 # thread or wait on one subprocess, so a second worker uses the second core. Two rules keep that safe and cheap:
-# - Each worker has its own compile cache, a folder of the run's GLASSBOX_CACHE_DIR named after the worker.
-#   Some tests look at the whole cache (tests/test_cache_trust.py lists its libraries before and after a job,
-#   and rewrites the toolchain record); the other worker's builds landing in it meanwhile would be noise. The
-#   cost is that a kernel both workers need is built twice, well under a second of g++ each.
+# - The workers share one compile cache (the run's GLASSBOX_CACHE_DIR), so a kernel both need is built once.
+#   Sharing is safe because every cache write is atomic and builders of one key take a lock (Note [Compile
+#   cache] in engine/build.py). The tests that look at the whole cache (tests/test_cache_trust.py
+#   lists its libraries before and after a job and rewrites the toolchain record) give their module a cache
+#   of its own, so the other worker's builds landing meanwhile are not noise there.
 # - Tests of a module that uses a module-scoped fixture (a Streamlit server and a browser, the hostile suite's
 #   outcomes, a traced 2000-op graph) stay on one worker, so the fixture is made once, as in a serial run; every
 #   other test is sent on its own, to whichever worker is free. xdist 3.8 does that by renaming the tests, which
 #   pytest 9.2 no longer honours: requirements-dev.txt keeps pytest below 9.2, and
 #   pytest_collection_finish below stops the run if the groups are lost.
+#
+# Note [Two lanes]
+# `pytest -m "not slow"` is the developer's loop; `pytest` (and .ci/run) runs everything. A module is marked
+# slow (pytestmark = pytest.mark.slow) when it drives whole processes rather than the compiler: the hostile
+# suite, the browser, sandboxed and isolated workers, and the sweeps (the OpInfo subset, the model zoo). They
+# take most of the suite's time; each compiler stage keeps its own fast tests in the other lane.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
-if _worker:
-    _base = os.environ.get("GLASSBOX_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "glassbox")
-    os.environ["GLASSBOX_CACHE_DIR"] = os.path.join(_base, f"xdist-{_worker}")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks

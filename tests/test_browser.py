@@ -25,7 +25,8 @@ FIRST_VIEW_TIMEOUT_MS = 240_000  # a cold worker imports torch and compiles; CI 
 STEP_TIMEOUT_MS = 120_000
 
 playwright_api = pytest.importorskip("playwright.sync_api")
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
 
 TIMINGS: dict[str, float] = {}
 

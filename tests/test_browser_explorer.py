@@ -23,7 +23,8 @@ from engine.tools.model_file import load_model_file
 from visualizers.html_report import report_html
 
 sync_api = pytest.importorskip("playwright.sync_api")
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}"),
+pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}"),
               pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz's dot is not installed")]
 
 # the graph_break sample, opening with blank lines and CRLF line ends: its breaks' lines must still be the

@@ -17,6 +17,18 @@ from engine.tools.procfs import leftovers
 from engine.tools.sandbox import Limits, explore_command, run_sandboxed
 
 needs_bwrap = pytest.mark.skipif(bool(isolation.bwrap_problem()), reason=isolation.bwrap_problem() or "")
+pytestmark = pytest.mark.slow  # sandboxed explorations (Note [Two lanes], tests/conftest.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_cache(tmp_path_factory):
+    """These tests list and rewrite the whole cache: a cache of their own, so builds of tests running beside
+    them on another worker are not in it (Note [Parallel test workers], tests/conftest.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        build._toolchain.cache_clear()
+        yield
+    build._toolchain.cache_clear()
 
 
 def _source(value: int) -> str:

@@ -9,6 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import hostile_suite  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the hostile suite: ~30 sandboxed jobs (Note [Two lanes], tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):

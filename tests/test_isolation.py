@@ -19,6 +19,8 @@ from engine.tools import isolation
 from engine.tools.procfs import leftovers
 from engine.tools.sandbox import Limits, SandboxedProcess, Standby, explore_command, run_sandboxed
 
+pytestmark = pytest.mark.slow  # sandboxed workers under bubblewrap (Note [Two lanes], tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(bool(isolation.bwrap_problem()), reason=isolation.bwrap_problem() or "")
 

@@ -14,6 +14,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import opinfo_sweep  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a subset of the OpInfo sweep (Note [Two lanes], tests/conftest.py)
+
 UNARY = ["abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfinv", "exp", "expm1", "floor", "log",
          "log1p", "log2", "neg", "reciprocal", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "tan",
          "tanh", "trunc", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",

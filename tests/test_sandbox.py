@@ -8,6 +8,8 @@ import pytest
 
 from engine.tools.sandbox import Limits, explore_command, run_sandboxed
 
+pytestmark = pytest.mark.slow  # sandboxed workers that run into their limits (Note [Two lanes], tests/conftest.py)
+
 
 def _model_file(tmp_path, body: str) -> str:
     path = tmp_path / "model.py"

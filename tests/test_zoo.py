@@ -7,6 +7,8 @@ import engine
 from engine.tools.bench import load_cases
 from engine.tools.zoo import missing_library, zoo_cases, zoo_specs
 
+pytestmark = pytest.mark.slow  # the model zoo's sweep (Note [Two lanes], tests/conftest.py)
+
 CASES = zoo_cases()
 
 

@@ -59,7 +59,7 @@ from typing import Callable
 
 import torch
 
-from engine.build import cache_dir
+from engine.build import atomic_write, cache_dir
 from engine.ir.nodes import TensorArg, Template
 from engine.schedule.templates import default_takes_template
 
@@ -239,7 +239,7 @@ class TemplateLaunch:
                 self.kernel.tuning["precompile"] = self.backend.precompile(self._compiled_modes(), tensors)
             results = measure(candidates, tensors, self.device)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(results))
+            atomic_write(path, json.dumps(results))  # another process may read it meanwhile
         incumbent = self.default_pick()
         winner, why = pick_winner(results, incumbent)
         self.kernel.tuning.update(candidates=results, winner=winner, default_pick=incumbent, why=why,

@@ -564,7 +564,7 @@ def compare(source: str, label: str, side_a: list[str], side_b: list[str], edite
 
 def profile(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
             on_tick: Callable[[float], None] | None = None, memory_gb: float = MEMORY_GB) -> Outcome:
-    """`explore FILE --profile --json`: the record with every kernel timed (engine/profile.py)."""
+    """`explore FILE --profile --json`: the record with every kernel timed (engine/runtime/profile.py)."""
     name = model_file_name(label)
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--json", "--profile",
                                         *options.cli_args()],

@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--inductor", action="store_true",
                          help="also compile with real Inductor and add its code and kernels to the record")
     explore.add_argument("--profile", action="store_true",
-                         help="time every kernel: time_ms, GB/s, FLOP/s and share of the call (engine/profile.py)")
+                         help="time every kernel: time_ms, GB/s, FLOP/s and share of the call "
+                              "(engine/runtime/profile.py)")
     explore.add_argument("--trace", metavar="FILE",
                          help="write a Chrome/Perfetto trace (trace-event JSON) of the compile (every stage and "
                               "pass) and of a run (kernels on a timeline; implies --profile), and print the "

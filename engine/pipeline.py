@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from engine import capture, codegen, fallbacks, report, rewrite, spans
 from engine import run as run_module
-from engine.codegen.triton_build import CudaGraphCall
+from engine.runtime.triton_build import CudaGraphCall
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
 from engine.ir import derived
@@ -328,7 +328,7 @@ class Compilation:
     options: Options
     exploration: Exploration | None = None
     on_stage: Callable[[str, float], None] | None = None
-    profiler: Any = None  # engine/profile.py's Profiler: keeps each graph to time its kernels after the run
+    profiler: Any = None  # engine/runtime/profile.py's Profiler: keeps each graph to time its kernels after the run
     _clocks: list = field(default_factory=list)  # per running stage: seconds spent in the stages it called
     _graph: GraphRecord | None = None  # the graph being compiled
 
@@ -550,7 +550,7 @@ def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
 def make_backend(options: Options, exploration: Exploration | None = None, profiler=None,
                  on_stage: Callable[[str, float], None] | None = None) -> Callable:
     """A Dynamo backend: FX graph -> (AOTAutograd) -> our compiler. Records into `exploration` if given; a
-    `profiler` (engine/profile.py) keeps each graph to time its kernels after the run."""
+    `profiler` (engine/runtime/profile.py) keeps each graph to time its kernels after the run."""
     return Compilation(options, exploration, on_stage, profiler).compile_fx
 
 
@@ -578,10 +578,10 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
             loss_fn: Callable | None = None, layout: str = "auto", rewrites=None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
-    then timed (engine/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
+    then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
     forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
-    from engine.profile import Profiler
+    from engine.runtime.profile import Profiler
 
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
                       rewrites=rewrites)

@@ -33,10 +33,10 @@ SCHEMA_VERSION = 6
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
-# replay] in codegen/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
+# replay] in runtime/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
 # templates against the library, and on a GPU replays CUDA graphs too, as Inductor's max-autotune does
 # (pipeline.replays_cuda_graphs), except an inference graph that it times faster launched plainly (Note
-# [Replay or launch, timed] in codegen/triton_build.py).
+# [Replay or launch, timed] in runtime/triton_build.py).
 MODES = ("default", "reduce-overhead", "max-autotune")
 
 
@@ -181,8 +181,8 @@ class KernelRecord(Record):
     tiling: dict[str, Any] | None = None  # how its loops are tiled, with the reason
     triton: dict[str, Any] | None = None  # Triton's launch config, grid, signature, autotuning
     template: dict[str, Any] | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
-    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (codegen/triton_build.add_assembly)
-    # with --profile (engine/profile.py): median time, its interquartile range, share of the graph's call,
+    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (runtime/triton_build.add_assembly)
+    # with --profile (engine/runtime/profile.py): median time, its interquartile range, share of the graph's call,
     # achieved rates and the FLOP estimate
     time_ms: float | None = None
     time_iqr_ms: float | None = None

@@ -2,7 +2,7 @@
 
 Note [Kernel reproducers]
 A reproducer is one Python file that runs one generated kernel away from the model: the kernel's source,
-loaded by the project's own loader (g++ through engine.build, Triton through triton_build.load_source), its
+loaded by the project's own loader (g++ through engine.runtime.build, Triton through triton_build.load_source), its
 arguments with the recorded sizes, strides and dtypes (random values from a seed), the eager reference computed
 by the very ATen ops the kernel was lowered from, a check and a timing loop. The file is written from the
 record (engine/tools/repro_file.py), so the app, the CLI and a saved record.json all write the same file; what

@@ -69,7 +69,7 @@ def finished(spans: list, number) -> list[dict]:
 
 
 def _seconds_path(language: str, source: str):
-    from engine.build import cache_dir
+    from engine.runtime.build import cache_dir
 
     key = hashlib.sha256(f"{language}\0{source}".encode()).hexdigest()[:32]
     return cache_dir() / "build_seconds" / key

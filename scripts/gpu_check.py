@@ -289,7 +289,7 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         runners = {"eager": model}
         torch._dynamo.reset()
         start = time.perf_counter()
-        from engine.codegen import triton_build
+        from engine.runtime import triton_build
         triton_build.DIRECT_LAUNCH = case.get("launch", "bound") == "bound"  # read when kernels load
         runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode,
                                              layout=case.get("layout", "auto"))
@@ -411,7 +411,7 @@ def run_gemm_section(dry_run: bool, sizes: str) -> dict:
 
 
 def run_profile_section(dry_run: bool) -> dict:
-    """Per-kernel profile on the GPU (engine/profile.py: CUDA events per kernel, copy GB/s roof) beside
+    """Per-kernel profile on the GPU (engine/runtime/profile.py: CUDA events per kernel, copy GB/s roof) beside
     Inductor's kernel times (torch.profiler), and one compare (fusion on vs off) timed on the device."""
     device = "cpu" if dry_run else "cuda"
     results = {}

@@ -496,7 +496,7 @@ def run_case(case: Case, workdir: Path) -> Outcome:
 
 
 def _shared_cache() -> Path:
-    from engine.build import cache_dir
+    from engine.runtime.build import cache_dir
     return cache_dir()
 
 

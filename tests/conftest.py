@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 # thread or wait on one subprocess, so a second worker uses the second core. Two rules keep that safe and cheap:
 # - The workers share one compile cache (the run's GLASSBOX_CACHE_DIR), so a kernel both need is built once.
 #   Sharing is safe because every cache write is atomic and builders of one key take a lock (Note [Compile
-#   cache] in engine/build.py). The tests that look at the whole cache (tests/test_cache_trust.py
+#   cache] in engine/runtime/build.py). The tests that look at the whole cache (tests/test_cache_trust.py
 #   lists its libraries before and after a job and rewrites the toolchain record) give their module a cache
 #   of its own, so the other worker's builds landing meanwhile are not noise there.
 # - Tests of a module that uses a module-scoped fixture (a Streamlit server and a browser, the hostile suite's

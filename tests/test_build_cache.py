@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from engine import build
+from engine.runtime import build
 
 SOURCE = 'extern "C" int answer() { return 42; }\n'
 
@@ -53,8 +53,8 @@ def test_concurrent_builders_of_one_key_compile_once(cache, tmp_path):
     script = tmp_path / "builder.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(build.Path(build.__file__).resolve().parents[1])!r})
-        from engine.build import build_library
+        sys.path.insert(0, {str(build.Path(build.__file__).resolve().parents[2])!r})
+        from engine.runtime.build import build_library
         path, hit = build_library({SOURCE!r})
         import ctypes
         print(hit, ctypes.CDLL(str(path)).answer())

@@ -1,4 +1,4 @@
-"""A compile cache no job can poison (Note [Trusted builder] in engine/build.py, engine/tools/builder.py)."""
+"""A compile cache no job can poison (Note [Trusted builder] in engine/runtime/build.py, engine/tools/builder.py)."""
 import ctypes
 import hashlib
 import json
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from engine import build
+from engine.runtime import build
 from engine.tools import isolation
 from engine.tools.builder import TrustedBuilder
 from engine.tools.procfs import leftovers
@@ -160,7 +160,7 @@ def test_a_sandboxed_exploration_builds_through_the_trusted_builder(tmp_path):
 
 @needs_bwrap
 def test_a_process_below_the_worker_without_the_builders_socket_builds_privately():
-    inner = f"from engine import build; print(build.build_library({_source(uuid.uuid4().int % 1000)!r})[0])"
+    inner = f"from engine.runtime import build; print(build.build_library({_source(uuid.uuid4().int % 1000)!r})[0])"
     outer = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {inner!r}], check=True)"
     result = run_sandboxed([sys.executable, "-c", outer], Limits(timeout_s=120))
     assert result.ok, result.explain()

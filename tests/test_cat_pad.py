@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import engine
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.ir.evaluator import TorchEvaluator
 from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, loop_var, simplify_index

@@ -134,7 +134,7 @@ def test_byte_splits_match_eager(backend, case):
 
 def test_byte_split_stages_compile_for_sm90_without_a_gpu():
     """Both stages compile for an H200 with their GPU configs (stage 1 of bfloat16: 64 outputs x 64 steps)."""
-    from engine.codegen import triton_build
+    from engine.runtime import triton_build
     if not triton_build.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     fn, make, _ = CASES["bf16_2048_columns"]

@@ -4,7 +4,7 @@ source gives eager's answer under the Triton interpreter when launched with that
 import pytest
 import torch
 
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.codegen.triton_config import MANY_COLUMNS, choose_config
 from engine.pipeline import AtenGraph, Options, stage_named
 from engine.tools.aten_graphs import capture_aten

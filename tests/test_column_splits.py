@@ -80,7 +80,7 @@ def test_no_split_when_a_full_store_does_not_divide():
 
 
 def test_column_split_stages_compile_for_sm90_without_a_gpu():
-    from engine.codegen import triton_build
+    from engine.runtime import triton_build
     if not triton_build.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     for fn, make, _ in (CASES["few_columns_clamped"], CASES["se_mean_with_full_store"], CASES["avgpool_half"]):

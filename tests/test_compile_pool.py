@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.codegen import compile_pool, triton_build
+from engine.runtime import compile_pool, triton_build
 
 SOURCE = '''
 import triton

@@ -12,8 +12,8 @@ import contextlib
 import pytest
 import torch
 
-from engine.codegen import triton_build
-from engine.codegen.triton_build import CudaGraphCall
+from engine.runtime import triton_build
+from engine.runtime.triton_build import CudaGraphCall
 
 
 class FakeGraph:

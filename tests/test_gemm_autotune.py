@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import gemm_launch
+from engine.runtime import gemm_launch
 
 
 def _templates(exploration):

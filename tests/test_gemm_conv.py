@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import gemm_launch
+from engine.runtime import gemm_launch
 
 TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=1e-1, rtol=5e-2)}
 

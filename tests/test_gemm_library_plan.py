@@ -1,5 +1,5 @@
 """A template whose max-autotune winner is the library call runs default mode's plan for it (Note [Library plan
-in place] in codegen/gemm_launch.py): the same library op and no extra buffer or copy, the epilogue written in
+in place] in runtime/gemm_launch.py): the same library op and no extra buffer or copy, the epilogue written in
 place into the library's output on Triton; and outputs equal eager on every path. Under the Triton
 interpreter (no GPU): tuning is forced on (load_kernels tunes only on a GPU) and measure is replaced so that
 the library wins; the aten ops a call dispatches are recorded outside the kernels' own launches (the
@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 import engine
-from engine.codegen import gemm_launch, triton_build
+from engine.runtime import gemm_launch, triton_build
 from engine.codegen.triton_gemm import TritonTemplateRunner
 from engine.pipeline import Options, compile_graph
 from test_templates import SwiGLU

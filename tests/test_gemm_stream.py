@@ -133,7 +133,7 @@ def test_swiglu_gemms_all_stream_in_default_mode():
 def test_stream_form_without_avx512(march, dtype, monkeypatch, tmp_path):
     """The stream form's other paths, compiled for CPUs this one stands in for: AVX2 + FMA (2x4 blocks of 8
     lanes; bf16 converted to float32) and no vector ISA beyond SSE2 (one lane, plain arithmetic)."""
-    from engine import build
+    from engine.runtime import build
 
     native = build.native_flags()
     kept = tuple(f for f in native if not f.startswith(("-march", "-mprefer-vector-width")))

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.codegen.triton_gemm import TritonTemplateKernel
 from engine.codegen.triton_module import generate_module
 from engine.lowering.graph import lower

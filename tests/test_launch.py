@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.codegen.wrapper import LibraryCall, generate_wrapper
 from engine.lowering.graph import lower
 from engine.schedule.fusion import schedule

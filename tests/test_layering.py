@@ -2,7 +2,7 @@
 included: a cycle hidden in a function is still a cycle).
 
     record                       the record's data types (standard library only)
-    ir < lowering < schedule < build < codegen < run, capture, decompose, rewrite < report < pipeline < reference
+    ir < lowering < schedule < codegen, runtime < run, capture, decompose, rewrite < report < pipeline < reference
                                  the compiler core
     tools                        engine/tools/*: may use the core, never the reverse
     visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
@@ -25,8 +25,7 @@ RANKS = [
     ("engine.ir", 1),
     ("engine.lowering", 2),
     ("engine.schedule", 3),
-    ("engine.build", 4),
-    ("engine.codegen", 5),
+    ("engine.codegen", 5), ("engine.runtime", 5),
     ("engine.run", 6), ("engine.capture", 6), ("engine.break_fixes", 6), ("engine.decompose", 6),
     ("engine.rewrite", 6),
     ("engine.report", 7),

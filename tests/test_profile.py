@@ -1,4 +1,4 @@
-"""Per-kernel profile (engine/profile.py): times, rates and estimates in the record; the compiled model is
+"""Per-kernel profile (engine/runtime/profile.py): times, rates and estimates in the record; the compiled model is
 unchanged by being profiled; the CLI's --profile."""
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 import engine
-from engine.profile import machine_roofs
+from engine.runtime.profile import machine_roofs
 from engine.tools.model_file import load_model_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_profiling_leaves_the_compiled_model_as_it_was():
     spec = load_model_file("mlp")
     torch._dynamo.reset()
     from engine.pipeline import Options, capture, make_backend
-    from engine.profile import Profiler
+    from engine.runtime.profile import Profiler
     from engine.record import Exploration
 
     exploration = Exploration(model="mlp", backend="cpp", device="cpu")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import engine
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.ir.evaluator import evaluate_graph
 from engine.lowering.scatters import MAX_SCATTER_SEARCH, SEARCH_WORK_LIMIT
 from tests.lowered_graphs import lowered

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import engine
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.schedule import gemm_tiles, templates
 
 TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
@@ -310,7 +310,7 @@ def test_gpu_template_matches_eager(name, dtype, layout, mode):
 def test_library_then_epilogue_path_matches_eager(name, backend, monkeypatch):
     """The other mode of the same kernel (Note [Template or library at run time]): the library call writes
     the tile, the kernel runs only the epilogue; max-autotune picks it when it is faster."""
-    from engine.codegen import gemm_launch
+    from engine.runtime import gemm_launch
 
     monkeypatch.setattr(gemm_launch.TemplateLaunch, "_template_run", lambda self, config: self._library_run(config))
     dtype = torch.float32 if backend == "cpp" else torch.bfloat16

@@ -1,4 +1,4 @@
-"""Training under mode="reduce-overhead" (Note [Training under CUDA graphs] in codegen/triton_build.py), on the CPU.
+"""Training under mode="reduce-overhead" (Note [Training under CUDA graphs] in runtime/triton_build.py), on the CPU.
 
 The whole pipeline runs with the C++ backend, and torch.cuda's graph capture is replaced by a stand-in that
 behaves like one: a call made while a graph is being captured runs once (its outputs are allocated as the
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import engine.pipeline as pipeline
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.tools.model_file import load_model_file
 from test_cuda_graph_replay import FakeGraph, fake_capture, fake_cuda  # noqa: F401 - the stand-in capture of CudaGraphCall's own tests
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import triton_build
+from engine.runtime import triton_build
 from engine.tools.model_file import load_model_file
 from samples import sample_names
 

@@ -1,7 +1,7 @@
 """The per-kernel profile as charts (plotly): time per kernel beside Inductor's, and a roofline.
 
 Both read the record only: kernels' time_ms / bytes / flops / gflops and the machine's measured roofs
-(engine/profile.py). A record explored without the profile has none of them; the functions then return None.
+(engine/runtime/profile.py). A record explored without the profile has none of them; the functions then return None.
 """
 from __future__ import annotations
 

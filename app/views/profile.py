@@ -21,7 +21,7 @@ elif outcome.problem is not None and not outcome.record:
     ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
 else:
     record = outcome.record
-    machine = record.machine  # engine/profile.py's measured roofs: free-form, a dict
+    machine = record.machine  # engine/runtime/profile.py's measured roofs: free-form, a dict
     if machine.get("load_warning"):
         st.warning(md_text(machine["load_warning"]))
     for line in teaching.bench_text(record):

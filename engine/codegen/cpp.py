@@ -354,7 +354,7 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
     """Compile the module (or take it from the cache) and put one ctypes function per kernel in namespace."""
     import ctypes
 
-    from engine.build import build_library, load_library
+    from engine.runtime.build import build_library, load_library
 
     path, cache_hit = build_library(module.source)
     library = load_library(path)
@@ -367,7 +367,7 @@ def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> boo
             ctypes.c_double if size in kernel.float_sizes else ctypes.c_int64 for size in kernel.size_args]
         if hasattr(kernel, "template"):
             from engine.codegen.cpp_gemm import CppTemplateRunner
-            from engine.codegen.gemm_launch import TemplateLaunch
+            from engine.runtime.gemm_launch import TemplateLaunch
 
             function.argtypes = [ctypes.c_void_p] * (len(kernel.args) + 1) + [ctypes.c_int64] * 3
             function = TemplateLaunch(kernel, CppTemplateRunner(kernel, function), device,

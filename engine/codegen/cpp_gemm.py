@@ -20,7 +20,7 @@ import torch
 
 from engine.codegen.cpp_printer import STORAGE_TYPES, THREADS, CppPrinter
 from engine.codegen.kernel_core import Source
-from engine.codegen.gemm_launch import TemplateKernel
+from engine.runtime.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template
@@ -432,7 +432,7 @@ class CppTemplateRunner:
     in_place = False  # the kernel's pointers are __restrict__: its tile is never one of its outputs
 
     def __init__(self, kernel: CppTemplateKernel, function):
-        from engine.build import compiler
+        from engine.runtime.build import compiler
 
         self.kernel, self.function, self.version = kernel, function, compiler()
 

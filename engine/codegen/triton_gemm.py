@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from engine.codegen.gemm_launch import TemplateKernel
+from engine.runtime.gemm_launch import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton import SIGNATURE_TYPES
 from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
@@ -268,7 +268,7 @@ class TritonTemplateRunner:
         return [] if self.kernel.interpreter else [c.kwargs() for c in EPILOGUE_ONLY_CONFIGS]
 
     def _launch(self, config: dict, from_memory: bool):
-        from engine.codegen.triton_build import TritonLaunch
+        from engine.runtime.triton_build import TritonLaunch
 
         key = (tuple(config.items()), from_memory)
         if key not in self.launches:
@@ -290,7 +290,7 @@ class TritonTemplateRunner:
         """Compile these (config, from_memory) launches in the compile workers before they are timed (Note
         [Parallel compiles]): the arguments a launch passes, with the tile read from memory in the GEMM's
         dtype and otherwise the first tensor standing in for it, as the launcher passes them."""
-        from engine.codegen.compile_pool import precompile
+        from engine.runtime.compile_pool import precompile
 
         tile = self.kernel.template.dtype  # warm specs take a tensor's dtype for the tensor
         return precompile([self._launch(config, from_memory)[0].warm_spec(

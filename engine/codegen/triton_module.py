@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.codegen import triton_build
-from engine.codegen.gemm_launch import TemplateLaunch
+from engine.runtime import triton_build
+from engine.runtime.gemm_launch import TemplateLaunch
 from engine.codegen.triton import TritonKernel, generate_kernel
 from engine.codegen.triton_gemm import TritonTemplateRunner, generate_template
 from engine.schedule.fusion import Kernel

@@ -376,7 +376,7 @@ def cpu_multiplies_bf16_pairs() -> bool:
 def default_takes_template(spec: GemmSpec, has_epilogue: bool, backend: str, device: str,
                            output_stored: bool = False) -> bool:
     """Would default mode run this GEMM as the template (not the library call)? max-autotune's incumbent
-    (Note [Autotune against the default's pick] in codegen/gemm_launch.py)."""
+    (Note [Autotune against the default's pick] in runtime/gemm_launch.py)."""
     options = TemplateOptions("auto", backend, "default", device)
     small = backend == "triton" and min(spec.m, spec.n, spec.k) < TENSOR_CORE_MIN
     wanted = has_epilogue or cpu_alone_reason(spec, options) is not None

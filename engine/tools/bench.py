@@ -55,8 +55,8 @@ def in_fresh_process(case_name: str, timeout_s: float = 300) -> dict:
     compile cache; Note [Fresh-process warm compile])."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    # in a sandboxed worker, builds go over the socket GLASSBOX_BUILDER_FD to the trusted builder (engine/build.py):
-    # the child needs that descriptor too (subprocess closes every other one by default)
+    # in a sandboxed worker, builds go over the socket GLASSBOX_BUILDER_FD to the trusted builder
+    # (engine/runtime/build.py): the child needs that descriptor too (subprocess closes every other one by default)
     builder = os.environ.get("GLASSBOX_BUILDER_FD")
     result = subprocess.run([sys.executable, "-m", "engine.tools.fresh_compile", case_name], capture_output=True,
                             text=True, timeout=timeout_s, env=env, pass_fds=(int(builder),) if builder else ())

@@ -1,9 +1,9 @@
 """The trusted builder: compiles C++ for sandboxed workers into the shared compile cache (Note [Trusted builder]
-in engine/build.py).
+in engine/runtime/build.py).
 
 One `TrustedBuilder` serves one worker over a socket pair (the worker's end is inherited as GLASSBOX_BUILDER_FD),
 from a thread of the process that started the worker. A request carries only the generated source; the flags,
-the compiler and the cache key are the builder's (engine.build), and g++ itself runs in a sandbox of its own
+the compiler and the cache key are the builder's (engine.runtime.build), and g++ itself runs in a sandbox of its own
 (bubblewrap where it works: no network, no processes to see, only the cache entry writable; a time limit),
 since the source comes from a job and could `#include` a file to read it back in an error message.
 """
@@ -13,7 +13,7 @@ import socket
 import subprocess
 import threading
 
-from engine import build
+from engine.runtime import build
 from engine.tools import isolation
 
 COMPILE_TIMEOUT_S = 600.0

@@ -2,7 +2,7 @@
 
 `repro_text(record, graph, kernel)` is a pure function of the record's JSON (no torch here): the CLI's
 `python -m engine repro`, the app's "download reproducer" and a saved record.json all give the same file. The
-file imports torch and the project's loaders (engine.build for C++, engine.codegen.triton_build for Triton), so
+file imports torch and the project's loaders (engine.runtime.build for C++, engine.runtime.triton_build for Triton), so
 it runs from a Glassbox checkout (it puts the checkout it was written from on sys.path when it still exists).
 """
 from __future__ import annotations
@@ -171,7 +171,7 @@ def load(case):
     import ctypes
 
     if case["language"] == "cpp":
-        from engine.build import build_library, load_library
+        from engine.runtime.build import build_library, load_library
 
         path, _ = build_library(case["source"])
         library = load_library(path)
@@ -186,7 +186,7 @@ def load(case):
         def run(tensors, sizes):
             function(*[t.data_ptr() for t in tensors], *sizes)
         return run
-    from engine.codegen.triton_build import load_source
+    from engine.runtime.triton_build import load_source
 
     launch = case["launch"]
     module, _ = load_source(case["source"], interpret=launch["interpret"])

@@ -8,7 +8,7 @@ for memory and processes), with
   - a clean environment: only what Python and the compiler need; no inherited secrets
   - its own work directory (HOME too), removed afterwards, or by the next start when its owner was killed
     (Note [Work directories]); the compile cache read-only, builds by the trusted builder (Note [Trusted
-    builder] in engine/build.py)
+    builder] in engine/runtime/build.py)
   - a wall-time limit, and a CPU-time limit (RLIMIT_CPU, a backstop should the watcher itself die)
   - a memory limit: this module's polling of the resident memory of every process of the job plus its private
     tmpfs and memfds, with the cgroup's limit a little above it as the kernel's backstop (Note [Memory
@@ -210,7 +210,7 @@ def clean_environment(workdir: Path, extra: dict[str, str] | None = None, isolat
 
 
 def _shared_cache() -> Path | None:
-    from engine.build import cache_dir
+    from engine.runtime.build import cache_dir
     try:
         return cache_dir()
     except OSError:  # the worker warns and builds without a cache (Note [Compile cache])

@@ -59,7 +59,7 @@ from typing import Callable
 
 import torch
 
-from engine.build import atomic_write, cache_dir
+from engine.runtime.build import atomic_write, cache_dir
 from engine.ir.nodes import TensorArg, Template
 from engine.schedule.templates import default_takes_template
 

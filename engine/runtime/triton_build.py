@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine.build import cache_dir
+from engine.runtime.build import cache_dir
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
 _IMPORT_LOCK = threading.Lock()
@@ -172,7 +172,7 @@ class TritonLaunch:
 
     def warm_spec(self, args) -> tuple | None:
         """What a compile worker needs to compile this launch for `args` (Note [Parallel compiles])."""
-        from engine.codegen.compile_pool import warm_spec
+        from engine.runtime.compile_pool import warm_spec
 
         return None if self.interpret else warm_spec(self.function, args, {**self.constexprs, **self.options})
 
@@ -293,7 +293,7 @@ def autotune(kernel, jit_function, args, device: str):
     if cached:
         results = json.loads(path.read_text())
     else:
-        from engine.codegen.compile_pool import precompile, warm_spec
+        from engine.runtime.compile_pool import precompile, warm_spec
 
         results = []
         kernel.tuning["precompile"] = precompile([warm_spec(jit_function, args, c.kwargs()) for c in configs])

@@ -1,7 +1,7 @@
 """The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
 
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
-                                            [--templates auto|on|off] [--rewrites PASSES] [--json] [--out DIR]
+                                            [--templates auto|on|off] [--rewrites PASSES] [--freeze] [--json] [--out DIR]
                                             [--verbose] [--profile]
     python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
                                             [--threads N] [--no-inductor] [--profile]
@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
                              help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets "
                                   "the heuristic decide and say why, on forces them, off keeps library calls")
+        command.add_argument("--freeze", action="store_true",
+                             help="inference only: parameters and buffers become constants, constant work and "
+                                  "convolution + batch norm are folded at compile time (Note [Freezing])")
         command.add_argument("--rewrites", type=rewrite_choices, default="default", metavar="PASSES",
                              help="graph rewrites before lowering: default, none, all, the passes to run "
                                   "(attention,...) or the ones to turn off (-attention)")
@@ -253,6 +256,9 @@ def explore_command(args) -> tuple[dict, int]:
     import engine
     from engine.train_verify import TrainingInputError
 
+    if args.freeze and args.train:
+        raise Failure("--freeze is for inference: a training step updates the parameters it would bake in",
+                      EXIT_USER_ERROR)
     spec = spec_on_device(load_model_file(args.target), args.device)
     if getattr(args, "trace", None):
         args.profile = True  # the run's half of the trace is the profiled call's kernels
@@ -265,7 +271,7 @@ def explore_command(args) -> tuple[dict, int]:
             dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
             source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
-            mode=single_mode(args), templates=args.templates, rewrites=args.rewrites)
+            mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -327,7 +333,8 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args),
                "--templates", args.templates, "--rewrites", args.rewrites]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
-                                      ("--profile", args.profile), ("--train", args.train)) if on]
+                                      ("--profile", args.profile), ("--train", args.train),
+                                      ("--freeze", args.freeze)) if on]
     result = run_sandboxed(worker_command(args.target, options),
                            Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
     if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():

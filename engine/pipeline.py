@@ -73,9 +73,12 @@ class Options:
     # graph rewrites (Note [Rewrite stage]): None = the default passes, "none", "all", "a,b", "-a"; resolved to
     # the tuple of pass names that run
     rewrites: Any = None
+    freezing: bool = False  # inference only: parameters and buffers become constants (Note [Freezing])
 
     def __post_init__(self):
-        object.__setattr__(self, "rewrites", rewrite.resolve(self.rewrites))
+        object.__setattr__(self, "rewrites", rewrite.resolve(self.rewrites, self.freezing))
+        if self.freezing and self.train:
+            raise ValueError("freezing=True is for inference: a training step updates the parameters it would bake in")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.mode not in MODES:
@@ -133,6 +136,7 @@ class AtenGraph:
     before_joint: bool = False  # a training graph's forward, rewritten before AOTAutograd traces the joint
     rewrites: tuple = ()  # what the rewrite stage did: rewrite.Outcome per match and refusal
     before: torch.fx.GraphModule | None = None  # the graph before the rewrites, when one applied
+    real_inputs: list | None = None  # Dynamo's example inputs (real tensors): the values freezing bakes in
 
 
 @dataclass(frozen=True)
@@ -208,8 +212,11 @@ def rewrite_stage(aten: AtenGraph, options: Options) -> AtenGraph:
     if not chosen:
         return aten
     gm = copy_graph_module(aten.gm)
+    if aten.phase != "inference":  # Note [Freezing]: inference only (a training graph's weights move)
+        chosen = [name for name in chosen if not rewrite.REWRITES[name].needs_freezing]
     graph = rewrite.run_rewrites(rewrite.RewriteGraph(gm, aten.phase, options.device, aten.phase != "inference",
-                                                      set(aten.fx_names)), chosen)
+                                                      set(aten.fx_names), aten.real_inputs, aten.static_inputs),
+                                 chosen)
     applied = any(outcome.applied for outcome in graph.outcomes)
     return replace(aten, gm=gm if applied else aten.gm, rewrites=tuple(graph.outcomes),
                    before=aten.gm if applied else None)
@@ -376,7 +383,7 @@ class Compilation:
                 record = graph
                 if graph is not None and phase == "backward":  # its own graph, compiled on first backward
                     record = GraphRecord(index=-1, fx=graph.fx)
-                call = self.compile_aten(gm, aten_gm, aten_inputs, record, phase)
+                call = self.compile_aten(gm, aten_gm, aten_inputs, record, phase, example_inputs)
                 if record is not None and phase == "backward":
                     backward.append(record)
                     if graph.index >= 0:  # else (dynamic shapes: compiled at once) after the forward joins
@@ -418,19 +425,22 @@ class Compilation:
 
     # AOTAutograd calls this once per graph and phase, with the functional ATen graph (FxGraph.compile_aten)
     def compile_aten(self, fx_gm: torch.fx.GraphModule, aten_gm: torch.fx.GraphModule, aten_inputs,
-                     graph: GraphRecord | None, phase: str) -> Callable:
+                     graph: GraphRecord | None, phase: str, real_inputs=None) -> Callable:
         if graph is not None:
             graph.phase = phase
         outer, self._graph = self._graph, graph  # a backward compiles later, outside compile_fx
         try:
             with unset_fake_temporarily():  # Note [Compiling outside the fake mode]
-                return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph, phase)
+                return self._compile_phase(fx_gm, aten_gm, aten_inputs, graph, phase, real_inputs)
         finally:
             self._graph = outer
 
-    def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str) -> Callable:
+    def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str,
+                       real_inputs=None) -> Callable:
         artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase),
-                                  frozenset(n.name for n in fx_gm.graph.nodes))
+                                  frozenset(n.name for n in fx_gm.graph.nodes),
+                                  real_inputs=list(real_inputs) if real_inputs is not None and phase == "inference"
+                                  else None)
         rewritten = artifact
         stage_name = GRAPH_STAGES[0]
         try:
@@ -564,11 +574,13 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
             mode: str = "default", templates: str = "auto", layout: str = "auto",
-            on_stage: Callable[[str, float], None] | None = None, rewrites=None) -> Callable:
+            on_stage: Callable[[str, float], None] | None = None, rewrites=None, freezing: bool = False) -> Callable:
     """Like torch.compile(model, mode=mode), with Glassbox as the backend. on_stage(name, seconds) hears every
     stage's time (the fresh-process measure of engine/tools/fresh_compile.py). rewrites: the graph rewrites
-    (None: the default passes; "none"; "attention,..."; "-attention": Note [Rewrite stage])."""
-    options = Options(backend, device, dynamic, mode, templates=templates, layout=layout, rewrites=rewrites)
+    (None: the default passes; "none"; "attention,..."; "-attention": Note [Rewrite stage]). freezing: parameters
+    and buffers become constants, folded at compile time (inference only; Note [Freezing])."""
+    options = Options(backend, device, dynamic, mode, templates=templates, layout=layout, rewrites=rewrites,
+                      freezing=freezing)
     return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
 
@@ -576,7 +588,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             dynamic: bool | None = None, dynamic_inputs=(), name: str = "model", source: dict | None = None,
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
-            loss_fn: Callable | None = None, layout: str = "auto", rewrites=None) -> Exploration:
+            loss_fn: Callable | None = None, layout: str = "auto", rewrites=None,
+            freezing: bool = False) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
@@ -584,12 +597,13 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     from engine.runtime.profile import Profiler
 
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
-                      rewrites=rewrites)
+                      rewrites=rewrites, freezing=freezing)
     exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
                               description=description,
                               options=OptionsRecord(dynamic=dynamic, mode=mode, fusion=fusion, train=train,
                                                     max_fused_nodes=max_fused_nodes, templates=templates,
-                                                    layout=layout, rewrites=list(options.rewrites)))
+                                                    layout=layout, rewrites=list(options.rewrites),
+                                                    freezing=freezing))
     profiler = Profiler(device) if profile else None
     compilation = Compilation(options, exploration, profiler=profiler)
     capture.reset()

@@ -335,6 +335,7 @@ class OptionsRecord(Record):
     templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto | on | off
     layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
     rewrites: list[str] | None = None  # the graph rewrites that ran, in order (engine/rewrite/); null: the record predates them
+    freezing: bool = False  # parameters and buffers were constants, folded at compile time (Note [Freezing])
 
 
 @dataclass

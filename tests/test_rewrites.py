@@ -111,7 +111,8 @@ def test_rewrites_off_keeps_the_matmuls():
 
 def test_resolve_names_the_passes():
     assert "attention" in resolve(None) and resolve("none") == () and resolve("attention") == ("attention",)
-    assert "attention" not in resolve("-attention") and resolve("all") == tuple(REWRITES)
+    assert "attention" not in resolve("-attention") and resolve("all", freezing=True) == tuple(REWRITES)
+    assert not any(REWRITES[name].needs_freezing for name in resolve("all"))  # those run with freezing=True only
     with pytest.raises(ValueError, match="attention"):
         resolve("atention")
 

@@ -15,7 +15,9 @@ from typing import Callable, Iterable
 
 import torch
 
-from engine.rewrite.edit import node_sources, origin_names
+from torch._guards import detect_fake_mode
+
+from engine.rewrite.edit import add_node, node_sources, origin_names
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,9 @@ class Rewrite:
     name: str
     summary: str
     fn: Callable[["RewriteGraph"], None]
-    default: bool = True  # on unless the user turns it off; freezing is asked for by its own option
+    default: bool = True  # on unless the user turns it off
     before_joint: bool = False  # in training it must run before AOTAutograd traces the joint graph (Note [Where rewrites run])
+    needs_freezing: bool = False  # runs only with freezing=True (Note [Freezing])
 
 
 REWRITES: dict[str, Rewrite] = {}
@@ -34,17 +37,23 @@ class DuplicateRewrite(Exception):
     """Two passes under one name: the later would silently replace the earlier."""
 
 
-def register_rewrite(name: str, summary: str, default: bool = True, before_joint: bool = False):
+def register_rewrite(name: str, summary: str, default: bool = True, before_joint: bool = False,
+                     needs_freezing: bool = False):
     def decorate(fn):
         if name in REWRITES:
             raise DuplicateRewrite(f"a rewrite named {name!r} is already registered ({REWRITES[name].fn.__module__})")
-        REWRITES[name] = Rewrite(name, summary, fn, default, before_joint)
+        REWRITES[name] = Rewrite(name, summary, fn, default, before_joint, needs_freezing)
         return fn
 
     return decorate
 
 
-def resolve(setting: str | Iterable[str] | None) -> tuple[str, ...]:
+def resolve(setting: str | Iterable[str] | None, freezing: bool = False) -> tuple[str, ...]:
+    """resolve_names(setting), without the passes that need freezing=True unless it is on."""
+    return tuple(name for name in resolve_names(setting) if freezing or not REWRITES[name].needs_freezing)
+
+
+def resolve_names(setting: str | Iterable[str] | None) -> tuple[str, ...]:
     """The passes a `rewrites=` setting turns on, in pipeline order.
 
     None or "default": every default pass. "none": no pass. "all": every pass. Otherwise names, comma-separated
@@ -99,6 +108,9 @@ class RewriteGraph:
     device: str = "cpu"
     training: bool = False  # the graph is traced for a training step (dropout draws)
     fx_names: set[str] = field(default_factory=set)  # Dynamo's graph's node names: the records' fx_origins
+    inputs: list | None = None  # the graph's real inputs (Dynamo's example inputs), for freezing
+    static_inputs: frozenset | None = None  # which of them are parameters and buffers
+    constants: dict = field(default_factory=dict)  # get_attr target -> tensor, made by the freezing passes
     outcomes: list[Outcome] = field(default_factory=list)
     current: str = ""  # the pass running
 
@@ -109,6 +121,14 @@ class RewriteGraph:
     def matched(self, nodes: list[torch.fx.Node], replacement: list[torch.fx.Node], text: str, reason: str) -> None:
         self.outcomes.append(Outcome(self.current, True, [n.name for n in nodes], reason,
                                      [n.name for n in replacement], text, origin_names(nodes, self.fx_names), node_sources(nodes)))
+
+    def add_node(self, target, args: tuple, kwargs: dict, origins) -> torch.fx.Node:
+        return add_node(self.graph, target, args, kwargs, origins)
+
+    def fake(self, value: torch.Tensor) -> torch.Tensor:
+        """A fake tensor of `value` in the graph's fake mode (a new node's meta['val'])."""
+        mode = detect_fake_mode([node.meta.get("val") for node in self.graph.find_nodes(op="placeholder")])
+        return mode.from_tensor(value, static_shapes=True) if mode is not None else value
 
     def erase_unused(self, nodes: list[torch.fx.Node]) -> None:
         """Erase the matched nodes nothing reads any more, users first (not a graph-wide dead-code pass: an

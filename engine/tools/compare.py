@@ -34,6 +34,7 @@ KEYS = {
     "compiler": ", ".join(COMPILERS), "file": "a model file or sample name",
     "templates": ", ".join(TEMPLATE_MODES),
     "rewrites": "default, none, all, the passes to run (attention,...) or -PASS to turn one off",
+    "freezing": "on, off",
 }
 
 
@@ -53,6 +54,7 @@ class Side:
     file: str | None = None
     templates: str = "auto"  # GEMM templates (Note [GEMM templates])
     rewrites: str = "default"  # graph rewrites (Note [Rewrite stage]): engine.rewrite.resolve's setting
+    freezing: bool = False  # parameters and buffers as constants (Note [Freezing])
 
     def label(self) -> str:
         defaults = Side()
@@ -63,7 +65,7 @@ class Side:
 
 def _text(key: str, value) -> str:
     if isinstance(value, bool):
-        return ("on" if value else "off") if key == "fusion" else ("true" if value else "false")
+        return ("on" if value else "off") if key in ("fusion", "freezing") else ("true" if value else "false")
     return str(value)
 
 
@@ -87,7 +89,7 @@ def parse_side(settings: list[str]) -> Side:
         if key in ("backend", "device", "mode", "compiler", "templates"):
             values[key] = _choice(key, value.lower(), {"backend": BACKENDS, "device": DEVICES, "mode": MODES,
                                                        "compiler": COMPILERS, "templates": TEMPLATE_MODES}[key])
-        elif key in ("dynamic", "fusion"):
+        elif key in ("dynamic", "fusion", "freezing"):
             if value.lower() not in BOOLEANS:
                 raise SettingError(f"{key}={value!r} is not valid: {key} is one of {KEYS[key]}")
             values[key] = BOOLEANS[value.lower()]
@@ -128,7 +130,7 @@ def explore_side(spec, side: Side, profile: bool = True) -> dict:
             model, inputs, backend=side.backend, device=side.device, dynamic=True if side.dynamic else None,
             name=spec.name, source={"filename": spec.filename, "text": spec.source}, description=spec.description,
             tolerance=spec.tolerance, profile=profile, mode=side.mode, fusion=side.fusion,
-            max_fused_nodes=side.max_nodes, templates=side.templates, rewrites=side.rewrites)
+            max_fused_nodes=side.max_nodes, templates=side.templates, rewrites=side.rewrites, freezing=side.freezing)
     except Exception as error:  # noqa: BLE001 - a failing side is part of the comparison, not its end
         return {"model": spec.name, "graphs": [], "errors": [{"stage": "compile",
                                                               "message": f"{type(error).__name__}: {error}"}]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import compile_trace, state, take_away, training, ui
+from app import compile_trace, numerics_pane, state, take_away, training, ui
 from app.safe_text import description_markdown, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
@@ -283,6 +283,7 @@ def run_stage(record: Exploration, graph_index: int, key: str) -> None:
                      column_config={"max abs error": st.column_config.NumberColumn(format="%.3e"),
                                     "max rel error": st.column_config.NumberColumn(format="%.3e")})
     training.gradients_pane(verify)
+    numerics_pane.render(record, _graph(record, graph_index), key)  # Note [Numerics bisect]
     runs = tables.run_rows(record)
     if runs:
         st.markdown("**Other inputs** (`dynamic_inputs`): recompiles and numerics")

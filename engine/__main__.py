@@ -292,6 +292,8 @@ def explore_command(args) -> tuple[dict, int]:
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
     if getattr(args, "trace", None):
         write_trace(record, Path(args.trace), quiet=args.json)
+    if not args.json:
+        print("\n".join(cli_bisect_lines(record)))
     fallbacks = [error for error in exploration.errors if error.kind == "fallback"]
     if fallbacks:  # the model ran (eagerly where we failed): a Glassbox bug, reported as one (exit 1)
         if args.verbose:
@@ -311,6 +313,29 @@ def explore_command(args) -> tuple[dict, int]:
               + (f" {problems[0]}" if problems else ""), file=sys.stderr)
         return record, EXIT_FAILED
     return record, EXIT_OK
+
+
+def cli_bisect_lines(record: dict) -> list[str]:
+    """The numerics bisect in words (Note [Numerics bisect] in engine/divergence.py)."""
+    lines = []
+    for graph in record.get("graphs") or []:
+        bisect = graph.get("bisect") or {}
+        if not bisect:
+            continue
+        if bisect.get("status") == "clean":
+            lines.append(f"Numerics bisect, graph {graph['index']}: clean ({bisect['compared']} kernel outputs "
+                         "compared: exact or within tolerance)")
+        elif bisect.get("culprit"):
+            culprit = bisect["culprit"]
+            line = culprit.get("user_line") or {}
+            lines.append(f"Numerics bisect, graph {graph['index']}: diverges first at {culprit['kernel']} "
+                         f"({' + '.join(culprit.get('ops') or [])}), max abs err {culprit['max_abs_err']:.3g} from "
+                         f"inputs off by {culprit['input_max_abs_err']:.3g}"
+                         + (f"; your line {line['lineno']}: {line.get('line', '')}" if line else ""))
+        else:
+            lines.append(f"Numerics bisect, graph {graph['index']}: {bisect.get('status')} "
+                         f"{bisect.get('reason', '')}".rstrip())
+    return lines
 
 
 def write_trace(record: dict, path: Path, quiet: bool) -> None:

@@ -336,6 +336,7 @@ class Compilation:
     exploration: Exploration | None = None
     on_stage: Callable[[str, float], None] | None = None
     profiler: Any = None  # engine/runtime/profile.py's Profiler: keeps each graph to time its kernels after the run
+    bisector: Any = None  # engine/divergence.py's Bisector: keeps each graph to bisect its numerics after the run
     _clocks: list = field(default_factory=list)  # per running stage: seconds spent in the stages it called
     _graph: GraphRecord | None = None  # the graph being compiled
 
@@ -468,6 +469,8 @@ class Compilation:
                 return eager_call(aten_gm)
             if self.profiler is not None:
                 call = self.profiler.watch(graph, compiled, hints)
+            if self.bisector is not None:  # Note [Numerics bisect]: keeps the first arguments
+                call = self.bisector.watch(graph, compiled, rewritten.gm, hints, call)
             # Note [Wrapper overhead]: the first call measures the wrapper's own cost into the record
             call = MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], graph.code.overhead)
         return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error, fx_gm))
@@ -594,6 +597,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
     forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
+    from engine.divergence import Bisector, should_bisect
     from engine.runtime.profile import Profiler
 
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
@@ -605,7 +609,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
                                                     layout=layout, rewrites=list(options.rewrites),
                                                     freezing=freezing))
     profiler = Profiler(device) if profile else None
-    compilation = Compilation(options, exploration, profiler=profiler)
+    bisector = None if train else Bisector()
+    compilation = Compilation(options, exploration, profiler=profiler, bisector=bisector)
     capture.reset()
     unimplemented_before = torch._dynamo.utils.counters["unimplemented"].copy()  # frames Dynamo will skip
     log = capture.CaptureLog()
@@ -623,6 +628,9 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         captured = compilation.run("capture", program)
         exploration.verify = compilation.run("run", captured)
     exploration.trace = spans.finished(trace, lambda graph: graph_number(graph, exploration))
+    if bisector is not None and should_bisect(exploration.verify):  # Note [Numerics bisect]
+        bisector.run(exploration)
+    bisector = compilation.bisector = None  # let the kept arguments go
     if profiler is not None:  # after the run: not a stage of the compiler, timed under its own name
         start = time.perf_counter()
         profiler.measure(exploration)

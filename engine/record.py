@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -255,6 +255,9 @@ class GraphRecord(Record):
     profile: dict[str, Any] = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms, ...
     # in training (engine/partition.py): a forward graph's saved and recomputed values; a backward's forward graph
     partition: dict[str, Any] = field(default_factory=dict)
+    # when the outputs are not exactly eager's: each kernel's outputs against eager's ATen values (exact, within
+    # tolerance, diverging), the first culprit kernel and its user line (Note [Numerics bisect] in engine/divergence.py)
+    bisect: dict[str, Any] = field(default_factory=dict)
     rewrites: list[RewriteRecord] = field(default_factory=list)  # every pass's matches and refusals, in order
     # the ATen graph before the rewrites, when one applied (graphs[].aten is the graph after, the one lowered)
     aten_before: list[AtenNode] = field(default_factory=list)

@@ -50,3 +50,19 @@ def test_the_bench_stage_draws_the_compile_timeline_and_offers_the_trace(server,
     download.value.save_as(path)
     events = json.loads(path.read_text())["traceEvents"]
     assert {"capture", "run"} <= {e["name"] for e in events if e.get("cat") == "stage"}
+
+
+def test_the_run_stage_shows_the_numerics_bisect_on_the_graph(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/?sample=layernorm&stage=run")
+    page.get_by_text("Numerics bisect, graph 0").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("A clean graph").first.wait_for()
+    pane = page.locator("[data-testid='stVerticalBlock']").filter(has_text="Numerics bisect").last
+    graph = page.locator(".stGraphVizChart svg").last
+    graph.wait_for()
+    assert graph.locator("g.node").count() >= 5
+    fills = graph.locator("g.node path, g.node polygon").evaluate_all("els => els.map(e => e.getAttribute('fill'))")
+    assert "#dcfce7" in fills or "#fef9c3" in fills  # nodes coloured exact / within tolerance
+    graph.scroll_into_view_if_needed()
+    shot(page, "run_numerics_bisect")
+    assert pane.count() >= 1

@@ -72,7 +72,8 @@ def compile_cost(record: dict) -> dict:
                            "cold_s": args.get("cold_s"), "saved_s": args.get("saved_s"),
                            "language": args.get("language"), "kernels": args.get("kernels")})
     timings = dict(record.get("timings") or {})
-    return {"stages": timings, "total_s": sum(v for k, v in timings.items() if k != "profile"), "passes": passes,
+    return {"stages": timings, "total_s": sum(v for k, v in timings.items() if k != "profile"),
+            "passes": passes,
             "builds": builds, "cache_hits": sum(1 for b in builds if b["cache_hit"]),
             "saved_s": sum(b["saved_s"] or 0.0 for b in builds)}
 

@@ -105,7 +105,7 @@ def test_rewrites_off_keeps_the_matmuls():
     for setting in ("none", "-attention", []):
         record = engine.explore(hand_written, _qkv(), rewrites=setting)
         assert record.verify["ok"]
-        assert not _attention_matches(record) and record.options.rewrites == []
+        assert not _attention_matches(record) and "attention" not in record.options.rewrites
         assert any("bmm" in op for op in _ops(record))
 
 

@@ -16,7 +16,7 @@ SDPA's own backward) is marked before_joint, and for a graph that will train, th
 Dynamo graph to ATen once without autograd, runs those passes on that forward graph, and gives AOTAutograd the
 rewritten graph to trace the joint from (decompose.trace_forward); the record keeps them on the forward graph.
 """
-from engine.rewrite import freezing, attention  # noqa: F401,I001  (registration order is pipeline order)
+from engine.rewrite import freezing, attention, padding  # noqa: F401,I001  (registration order is pipeline order)
 from engine.rewrite.registry import REWRITES, Outcome, RewriteGraph, register_rewrite, resolve, run_rewrites
 
 __all__ = ["REWRITES", "Outcome", "RewriteGraph", "register_rewrite", "resolve", "run_rewrites"]

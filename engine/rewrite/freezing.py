@@ -21,7 +21,7 @@ import math
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
-from engine.rewrite.edit import VIEWS, inherit_provenance, is_call, shape
+from engine.rewrite.edit import VIEWS, is_call, shape
 from engine.rewrite.registry import RewriteGraph, register_rewrite
 
 aten = torch.ops.aten
@@ -29,17 +29,6 @@ aten = torch.ops.aten
 VIEW_OPS = VIEWS | {aten.permute.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
                     aten.expand.default, aten.t.default, aten.transpose.int, aten.slice.Tensor, aten.select.int}
 MAX_FOLDED_BYTES = 1 << 30  # a constant the fold would make bigger than this stays computed (an expand's copy)
-
-
-def _constant(graph: RewriteGraph, name: str, value: torch.Tensor, origins) -> torch.fx.Node:
-    target = f"_frozen_{len(graph.constants)}_{name}"
-    graph.constants[target] = value
-    graph.gm.register_buffer(target, value)
-    node = graph.graph.get_attr(target)
-    with unset_fake_temporarily():
-        node.meta["val"] = graph.fake(value)
-    inherit_provenance(node, origins)
-    return node
 
 
 @register_rewrite("freezing", "parameters and buffers become constants; constant subgraphs are folded "
@@ -59,7 +48,7 @@ def freezing(graph: RewriteGraph) -> None:
         with unset_fake_temporarily():  # the compile runs under AOTAutograd's fake mode
             value = value.detach()
         with graph.graph.inserting_before(node.next):
-            constant = _constant(graph, "param", value, [node])
+            constant = graph.constant_node("param", value, [node])
         node.replace_all_uses_with(constant)
         frozen.append(node)
     if not frozen:
@@ -110,7 +99,7 @@ def _fold_constants(graph: RewriteGraph) -> None:
         with graph.graph.inserting_before(node):
             with unset_fake_temporarily():
                 value = value.contiguous()
-            constant = _constant(graph, str(node.name), value, [node])
+            constant = graph.constant_node(str(node.name), value, [node])
         node.replace_all_uses_with(constant)
         folded.append(node)
         made.append(constant)
@@ -130,7 +119,7 @@ def _fold_constants(graph: RewriteGraph) -> None:
 AFFINE = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor}
 
 
-def _constant_value(graph: RewriteGraph, node) -> torch.Tensor | None:
+def constant_value(graph: RewriteGraph, node) -> torch.Tensor | None:
     """The value of a constant (a get_attr the freezing made) or of a view of one, evaluated; else None."""
     if isinstance(node, (int, float)) and not isinstance(node, bool):
         return torch.tensor(float(node), dtype=torch.float64)
@@ -139,7 +128,7 @@ def _constant_value(graph: RewriteGraph, node) -> torch.Tensor | None:
     if node.op == "get_attr" and node.target in graph.constants:
         return graph.constants[node.target]
     if node.op == "call_function" and node.target in VIEW_OPS and len(node.all_input_nodes) == 1:
-        inner = _constant_value(graph, node.args[0])
+        inner = constant_value(graph, node.args[0])
         if inner is None:
             return None
         with unset_fake_temporarily():
@@ -167,14 +156,14 @@ def conv_bn(graph: RewriteGraph) -> None:
         if node.op != "call_function" or node._erased:
             continue
         if is_call(node, {aten.convolution.default}) and not node.args[6]:
-            weight = _constant_value(graph, node.args[1])
-            bias = _constant_value(graph, node.args[2]) if node.args[2] is not None else None
+            weight = constant_value(graph, node.args[1])
+            bias = constant_value(graph, node.args[2]) if node.args[2] is not None else None
             if weight is not None and (node.args[2] is None or bias is not None):
                 _fold_into(graph, node, weight, bias, channel_dim=1, kind="convolution")
         elif is_call(node, {aten.addmm.default, aten.mm.default}):
             mat = node.args[2] if node.target is aten.addmm.default else node.args[1]
-            weight_t = _constant_value(graph, mat)
-            bias = _constant_value(graph, node.args[0]) if node.target is aten.addmm.default else None
+            weight_t = constant_value(graph, mat)
+            bias = constant_value(graph, node.args[0]) if node.target is aten.addmm.default else None
             if weight_t is not None and (node.target is aten.mm.default or bias is not None):
                 _fold_into(graph, node, weight_t, bias, channel_dim=1, kind="linear")
     drop_unused_constants(graph)
@@ -197,7 +186,7 @@ def _fold_into(graph: RewriteGraph, producer: torch.fx.Node, weight: torch.Tenso
             user = next(iter(node.users))
             if not is_call(user, AFFINE) or len(user.args) != 2 or user.kwargs or user.args[0] is not node:
                 break
-            value = _constant_value(graph, user.args[1])
+            value = constant_value(graph, user.args[1])
             vector = _per_channel(value, channels, channel_dim, len(out_shape)) if value is not None else None
             if vector is None or shape(user) != out_shape:
                 break
@@ -224,8 +213,8 @@ def _fold_into(graph: RewriteGraph, producer: torch.fx.Node, weight: torch.Tenso
     last = chain[-1]
     with graph.graph.inserting_before(last):
         origins = [producer, *chain]
-        weight_node = _constant(graph, f"{kind}_weight", new_weight, origins)
-        bias_node = _constant(graph, f"{kind}_bias", new_bias, origins)
+        weight_node = graph.constant_node(f"{kind}_weight", new_weight, origins)
+        bias_node = graph.constant_node(f"{kind}_bias", new_bias, origins)
         if kind == "convolution":
             args = (producer.args[0], weight_node, bias_node, *producer.args[3:])
             replacement = graph.add_node(aten.convolution.default, args, {}, origins)

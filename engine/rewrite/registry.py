@@ -17,7 +17,7 @@ import torch
 
 from torch._guards import detect_fake_mode
 
-from engine.rewrite.edit import add_node, node_sources, origin_names
+from engine.rewrite.edit import add_node, inherit_provenance, node_sources, origin_names
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,16 @@ class RewriteGraph:
 
     def add_node(self, target, args: tuple, kwargs: dict, origins) -> torch.fx.Node:
         return add_node(self.graph, target, args, kwargs, origins)
+
+    def constant_node(self, name: str, value: torch.Tensor, origins) -> torch.fx.Node:
+        """A get_attr of `value`, a constant of the graph from now on (freezing, a padded frozen weight)."""
+        target = f"_frozen_{len(self.constants)}_{name}"
+        self.constants[target] = value
+        self.gm.register_buffer(target, value)
+        node = self.graph.get_attr(target)
+        node.meta["val"] = self.fake(value)
+        inherit_provenance(node, origins)
+        return node
 
     def fake(self, value: torch.Tensor) -> torch.Tensor:
         """A fake tensor of `value` in the graph's fake mode (a new node's meta['val'])."""

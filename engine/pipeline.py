@@ -284,7 +284,7 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
         call = load_wrapper(generated.wrapper, namespace)
     if replays_cuda_graphs(options):
         aten = scheduled.lowered.aten
-        call = CudaGraphCall(call, list(scheduled.lowered.graph.size_vars.values()),
+        call = CudaGraphCall(call, scheduled.lowered.graph.key_positions(),
                              keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,
                              hand_over_outputs=aten.phase == "backward",
                              choose_by_timing=options.mode == "max-autotune" and aten.phase == "inference",
@@ -553,7 +553,8 @@ def size_hints(lowered: LoweredGraph, example_inputs) -> dict:
     if len(hints) == len(lowered.size_vars):  # Note [Derived sizes]: from the input sizes, as the wrapper does
         values = {str(symbol): hint for symbol, hint in hints.items()}
         for symbol, expr in lowered.derived_sizes.items():
-            values[str(symbol)] = hints[symbol] = derived.evaluate(expr, values)
+            if not isinstance(expr, derived.InputItem):  # an input's value is no size (fake here besides)
+                values[str(symbol)] = hints[symbol] = derived.evaluate(expr, values)
     return hints
 
 

@@ -71,3 +71,39 @@ def test_a_cast_under_dynamic_shapes_is_lowered(backend):
 
     exploration = _explore_clean(scale_by_length, (torch.randn(3, 8),), [(torch.randn(3, 20),)], backend)
     assert not [k.reason for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
+
+
+def _scaled(x, scale: float):  # under dynamic shapes Dynamo passes the float as a 0-d float64 CPU tensor
+    return torch.relu(x) * scale + 1.0
+
+
+def test_a_cpu_scalar_of_a_gpu_graph_is_read_on_the_host():
+    # CPU stand-in for Note [CPU scalars on the GPU]: lowered for "cuda", the scalar is an InputItem derived
+    # value, no kernel reads its tensor, and the IR (run by the reference evaluator) gives eager's values.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from engine.ir.evaluator import evaluate_graph
+    from engine.lowering.graph import lower
+
+    x, scale = torch.randn(4, 8), torch.tensor(0.5, dtype=torch.float64)
+    gm = make_fx(lambda x, s: torch.ops.aten.add(torch.ops.aten.mul(torch.ops.aten.relu(x), s), 1.0),
+                 tracing_mode="fake")(x, scale)
+    lowered = lower(gm, "cuda")
+    assert derived.input_items(lowered.derived_sizes) == [1] and lowered.key_positions()[-1] == (1, None)
+    for value in (0.5, -3.25):
+        scale = torch.tensor(value, dtype=torch.float64)
+        (out,) = evaluate_graph(lowered, [x, scale])
+        torch.testing.assert_close(out, _scaled(x, value))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_float_argument_of_a_dynamic_gpu_graph_changes_between_calls(mode):
+    x = torch.randn(64, 128, device="cuda")
+    compiled = engine.compile(_scaled, backend="triton", device="cuda", dynamic=True, mode=mode)
+    for value in (0.5, 2.0, 0.5, -1.5):  # a new value is honoured, also by a replayed CUDA graph
+        torch.testing.assert_close(compiled(x, value), _scaled(x, value))
+    exploration = engine.explore(_scaled, (x, 0.5), backend="triton", device="cuda", dynamic=True)
+    assert exploration.verify["ok"] and not exploration.errors, exploration.errors
+    assert "args[3].item()" in exploration.graphs[0].code.wrapper  # read on the host, not copied to the GPU

@@ -16,6 +16,7 @@ import sympy
 import torch
 
 from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
+from engine.ir import derived
 from engine.ir.handlers import Var
 from engine.ir.indexing import Bounded, PythonIndexPrinter
 from engine.ir.ops import compute_dtype, result_dtype
@@ -273,7 +274,7 @@ class TritonPrinter(KernelPrinter):
         text, dims = self.index(expr)
         if not dims:  # sizes only: a scalar, made a tensor of the index type first (a float derived size's
             # value stays a float: Note [Derived sizes])
-            text = f"tl.full([], {text}, {'tl.int64' if expr.is_integer else 'tl.float32'})"
+            text = f"tl.full([], {text}, {'tl.float32' if derived.is_float(expr) else 'tl.int64'})"
         if dtype == torch.bool:
             return self.emit(f"({text}) != 0", dtype, dims)
         return self.emit(f"({text}).to({tl_type(compute_dtype(dtype))})", dtype, dims)

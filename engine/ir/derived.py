@@ -8,6 +8,13 @@ rewriting them as integer division is wrong wherever the float rounds (float(0.3
 rational 0.29999...*10 to 2). So lowering names each such expression once, a derived size (ds0, ds1, ...): the
 wrapper computes it in Python from the input sizes exactly as torch does (Python floats), and kernels take it as
 an argument like a size symbol: int64 when torch says the value is an integer, a double scalar otherwise.
+
+Note [CPU scalars on the GPU]
+Under dynamic shapes Dynamo passes a model's Python floats (an RMSNorm's eps, a RoPE base) as 0-d float64 CPU
+tensors. A GPU kernel cannot read CPU memory, and copying each to the device per call cost the H200 Llama ten
+pageable host-to-device copies, ~0.87 ms of host time a call (1.24x Inductor). Such an input is instead read
+on the host (`.item()`, an InputItem derived value) and reaches kernels as a scalar argument, as Inductor does;
+a CUDA graph keys its recordings on those values as on sizes, so a new value records anew.
 """
 from __future__ import annotations
 
@@ -18,6 +25,21 @@ import sympy
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, PythonIndexPrinter
 
 _INDEX_FUNCTIONS = (FloorDiv, ModIndex, Bounded, sympy.Max, sympy.Min)
+
+
+class InputItem(sympy.Function):
+    """The float value of the 0-d tensor input at a position, read on the host (Note [CPU scalars on the GPU])."""
+    nargs = 1
+
+
+class IntInputItem(InputItem):
+    """InputItem of an integer tensor."""
+    is_integer = True
+
+
+def input_items(derived_sizes: dict) -> list[int]:
+    """The input positions whose values the derived sizes read."""
+    return [int(expr.args[0]) for expr in derived_sizes.values() if isinstance(expr, InputItem)]
 
 
 def needs_name(expr) -> bool:
@@ -35,13 +57,15 @@ def needs_name(expr) -> bool:
 
 
 def new_symbol(position: int, expr: sympy.Expr) -> sympy.Symbol:
-    if expr.is_integer:
-        return sympy.Symbol(f"ds{position}", integer=True, nonnegative=True)
+    if expr.is_integer:  # a size is never negative; an input's value may be
+        return sympy.Symbol(f"ds{position}", integer=True, nonnegative=not isinstance(expr, InputItem) or None)
     return sympy.Symbol(f"ds{position}", real=True)
 
 
-def is_float(symbol) -> bool:
-    return not sympy.sympify(symbol).is_integer
+def is_float(expr) -> bool:
+    """Whether a size-like expression is float-valued: it names a float derived size (every other symbol, a
+    loop variable or a size, is an integer)."""
+    return any(not symbol.is_integer for symbol in sympy.sympify(expr).free_symbols)
 
 
 class _SizePrinter(PythonIndexPrinter):
@@ -93,6 +117,9 @@ class _SizePrinter(PythonIndexPrinter):
 
     _print_FloatPow = _print_PowByNatural
 
+    def _print_InputItem(self, e):
+        return f"args[{int(e.args[0])}].item()"
+
     def _print_Identity(self, e):
         return self._print(e.args[0])
 
@@ -108,7 +135,8 @@ def py_value(expr) -> str:
     return _PRINTER.doprint(expr)
 
 
-def evaluate(expr, values: dict[str, int | float]) -> int | float:
-    """`expr`'s value for the given values of its symbols (by name)."""
+def evaluate(expr, values: dict[str, int | float], args=()) -> int | float:
+    """`expr`'s value for the given values of its symbols (by name) and the graph's inputs `args`."""
     return eval(py_value(expr), {"math": math, "__builtins__": {"float": float, "int": int, "round": round,
-                                                                 "abs": abs, "max": max, "min": min}}, dict(values))
+                                                                 "abs": abs, "max": max, "min": min}},
+                {**values, "args": args})

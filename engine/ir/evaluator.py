@@ -65,12 +65,14 @@ class TorchEvaluator:
         self.mask: torch.Tensor | None = None  # the condition of the masked() body being run
 
     def _index(self, expr) -> torch.Tensor:
-        text = py_index(sympy.sympify(expr))
+        expr = sympy.sympify(expr)
+        text = py_index(expr)
         try:
             value = eval(text, {}, self.env)  # text we printed ourselves from a sympy expression
         except Exception as e:
             raise RuntimeError(f"bad index {text}") from e
-        return torch.as_tensor(value, dtype=torch.int64)
+        # a float derived value stays a float (Note [Derived sizes]); indexes are int64
+        return torch.as_tensor(value, dtype=torch.float64 if derived.is_float(expr) else torch.int64)
 
     def load(self, name, index):
         buffer, tensor = self.buffers[name], self.storages[name]
@@ -191,7 +193,7 @@ def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = No
         value = inputs[position]
         sizes[str(symbol)] = int(value.shape[dim] if dim is not None else value)
     for symbol, expr in graph.derived_sizes.items():  # Note [Derived sizes]
-        sizes[str(symbol)] = derived.evaluate(expr, sizes)
+        sizes[str(symbol)] = derived.evaluate(expr, sizes, inputs)
 
     def concrete(e) -> int:
         e = sympy.sympify(e)

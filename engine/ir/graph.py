@@ -6,6 +6,7 @@ from typing import Any
 
 import sympy
 
+from engine.ir import derived
 from engine.ir.nodes import Buffer, Constant, InputBuffer
 
 
@@ -21,6 +22,11 @@ class LoweredGraph:
     device: str
     layout: dict = field(default_factory=dict)  # the 4D tensors' layout and why (lowering/layout.py)
     derived_sizes: dict[sympy.Symbol, Any] = field(default_factory=dict)  # symbol -> expr (Note [Derived sizes])
+
+    def key_positions(self) -> list[tuple[int, int | None]]:
+        """(input position, dim or None) of every value a call's code depends on beyond its tensors' contents:
+        the sizes, and the host scalars read by .item() (Note [CPU scalars on the GPU])."""
+        return list(self.size_vars.values()) + [(p, None) for p in derived.input_items(self.derived_sizes)]
 
     def size_symbols(self) -> list[sympy.Symbol]:
         """Every symbol a kernel may take as a size argument: the inputs' sizes, then the derived ones."""

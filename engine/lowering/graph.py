@@ -11,7 +11,8 @@ from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import Expr
 from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
-from engine.lowering.common import allocation, realize, sympify_size
+from engine.ir.ops import compute_dtype, ops
+from engine.lowering.common import allocation, pointwise_node, realize, sympify_size
 from engine.lowering import layout as layouts, registry
 from engine.lowering.registry import Unsupported, lowering_for
 
@@ -74,6 +75,9 @@ class GraphLowering(torch.fx.Interpreter):
     def placeholder(self, target, args, kwargs):
         position = len(self.inputs)
         val = self.current_node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dim() == 0 and val.device.type == "cpu" and \
+                torch.device(self.device).type != "cpu" and val.dtype != torch.bool:
+            return self.host_scalar(position, val)
         if isinstance(val, torch.Tensor):
             buf = InputBuffer(name=f"arg{position}", size=_meta_sizes(val), dtype=val.dtype,
                               device=self.device, origins=self.origins(), position=position,
@@ -89,6 +93,18 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(expr, sympy.Symbol) and expr not in self.size_vars:
             self.size_vars[expr] = (position, None)
         return expr
+
+    def host_scalar(self, position: int, val: torch.Tensor) -> TensorValue:
+        """A 0-d CPU tensor input of a GPU graph, read on the host and passed to kernels as a scalar (Note [CPU
+        scalars on the GPU]): its loads are that value, made a 0-d node that fusion inlines."""
+        buf = InputBuffer(name=f"arg{position}", size=(), dtype=val.dtype, device=self.device,
+                          origins=self.origins(), position=position, input_stride=(), input_device=str(val.device))
+        self.buffers[buf.name] = buf
+        self.inputs.append(buf)
+        item = derived.InputItem if val.dtype.is_floating_point else derived.IntInputItem
+        symbol = self.name_size(item(sympy.Integer(position)))
+        return pointwise_node(lambda index: ops.index_expr(symbol, compute_dtype(val.dtype)), size=(),
+                              dtype=val.dtype)
 
     def get_attr(self, target, args, kwargs):
         tensor = self.fetch_attr(target)

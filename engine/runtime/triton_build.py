@@ -648,7 +648,9 @@ class CudaGraphCall:
         _recorders.add(self)
 
     def _key(self, args) -> tuple:
-        return tuple(args[p] if d is None else args[p].size(d) for p, d in self.sizes)
+        # a 0-d tensor at a size's place is a host scalar the code read with .item() (Note [CPU scalars on the GPU])
+        return tuple((args[p].item() if isinstance(args[p], torch.Tensor) else args[p]) if d is None
+                     else args[p].size(d) for p, d in self.sizes)
 
     def __call__(self, boxed: list):
         if self.launch_plainly:  # Note [Replay or launch, timed]

@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from engine import capture, codegen, fallbacks, report, rewrite, spans
 from engine import run as run_module
-from engine.runtime.triton_build import CudaGraphCall
+from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
 from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
 from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
 from engine.ir import derived
@@ -262,17 +262,6 @@ def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     return Generated(scheduled, module, wrapper)
 
 
-def replays_cuda_graphs(options: Options) -> bool:
-    """Whether each compiled graph is recorded and replayed as a CUDA graph (Note [CUDA graph replay]):
-    mode="reduce-overhead", and mode="max-autotune" on a GPU, as torch.compile's max-autotune does (its
-    options turn triton.cudagraphs on; "max-autotune-no-cudagraphs" is Inductor's mode without them). Timed
-    without them, our max-autotune ran each call's launches from the host where Inductor's replayed one graph.
-    An inference graph under max-autotune then times replays against plain launches once and keeps the faster
-    (Note [Replay or launch, timed])."""
-    return options.mode == "reduce-overhead" or (options.mode == "max-autotune" and options.backend == "triton"
-                                                  and options.device.startswith("cuda"))
-
-
 def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     scheduled = generated.scheduled
     namespace = wrapper_namespace(generated.wrapper)
@@ -282,13 +271,10 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     built["args"].update(spans.build_cost(module.language, module.source, cache_hit, built.get("dur_s", 0.0)))
     with spans.span("load wrapper"):
         call = load_wrapper(generated.wrapper, namespace)
-    if replays_cuda_graphs(options):
+    if replays_cuda_graphs(options.mode, options.backend, options.device):  # Note [CUDA graph replay]
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, scheduled.lowered.graph.key_positions(),
-                             keep_live_outputs=aten.phase != "inference", static_inputs=aten.static_inputs,
-                             hand_over_outputs=aten.phase == "backward",
-                             choose_by_timing=options.mode == "max-autotune" and aten.phase == "inference",
-                             guess_in_place=aten.phase == "inference")
+                             replay_policy(aten.phase, options.mode), static_inputs=aten.static_inputs)
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

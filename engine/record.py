@@ -33,10 +33,10 @@ SCHEMA_VERSION = 7
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
 BACKENDS = ("cpp", "triton")
 # torch.compile's modes: "reduce-overhead" replays each graph as a CUDA graph (CUDA only; Note [CUDA graph
-# replay] in runtime/triton_build.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
+# replay] in runtime/cuda_graphs.py), "max-autotune" times a few block sizes per Triton kernel and GEMM
 # templates against the library, and on a GPU replays CUDA graphs too, as Inductor's max-autotune does
-# (pipeline.replays_cuda_graphs), except an inference graph that it times faster launched plainly (Note
-# [Replay or launch, timed] in runtime/triton_build.py).
+# (runtime/cuda_graphs.replays_cuda_graphs), except an inference graph that it times faster launched plainly (Note
+# [Replay or launch, timed] in runtime/cuda_graphs.py).
 MODES = ("default", "reduce-overhead", "max-autotune")
 
 

@@ -12,8 +12,8 @@ import contextlib
 import pytest
 import torch
 
-from engine.runtime import triton_build
-from engine.runtime.triton_build import CudaGraphCall
+from engine.runtime import cuda_graphs
+from engine.runtime.cuda_graphs import CudaGraphCall, ReplayPolicy
 
 
 class FakeGraph:
@@ -71,8 +71,8 @@ def test_replays_copy_the_activation_and_read_parameters_in_place(fake_cuda):
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     (entry,) = call.graphs.values()
-    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
-    assert entry["graph"].replays == 4  # calls 2-5: recorded at the second call, which replays once
+    assert entry.copied == [0] and entry.fixed == [1, 2]
+    assert entry.graph.replays == 4  # calls 2-5: recorded at the second call, which replays once
 
 
 def test_a_parameter_that_moves_is_recorded_again_and_copied_from_then_on(fake_cuda):
@@ -80,14 +80,14 @@ def test_a_parameter_that_moves_is_recorded_again_and_copied_from_then_on(fake_c
     call = CudaGraphCall(affine)
     for _ in range(3):
         call([torch.randn(8), weight, bias])
-    first = call.graphs[()]["graph"]
+    first = call.graphs[()].graph
     weight = torch.randn(8)  # a new tensor: another address
     for _ in range(2):
         x = torch.randn(8)
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     entry = call.graphs[()]
-    assert entry["graph"] is not first and entry["copied"] == [0, 1]
+    assert entry.graph is not first and entry.copied == [0, 1]
 
 
 def test_an_activation_that_kept_its_address_by_chance_is_still_copied(fake_cuda):
@@ -103,8 +103,8 @@ def test_an_activation_that_kept_its_address_by_chance_is_still_copied(fake_cuda
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     (entry,) = call.graphs.values()
-    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
-    assert entry["graph"].replays == 4
+    assert entry.copied == [0] and entry.fixed == [1, 2]
+    assert entry.graph.replays == 4
 
 
 def test_without_static_inputs_an_address_kept_through_the_warm_up_counts_as_static(fake_cuda):
@@ -112,7 +112,7 @@ def test_without_static_inputs_an_address_kept_through_the_warm_up_counts_as_sta
     call = CudaGraphCall(affine)
     for _ in range(2):
         call([x, weight, bias])
-    assert call.graphs[()]["fixed"] == [0, 1, 2] and call.graphs[()]["copied"] == []
+    assert call.graphs[()].fixed == [0, 1, 2] and call.graphs[()].copied == []
 
 
 def test_size_symbols_key_the_recordings(fake_cuda):
@@ -128,9 +128,9 @@ def test_size_symbols_key_the_recordings(fake_cuda):
 def test_the_python_pointer_check_agrees_with_torchs():
     tensors = [torch.randn(2), 3, torch.randn(2)]
     pointers = [tensors[0].data_ptr(), None, tensors[2].data_ptr()]
-    assert triton_build._pointers_equal_python(tensors, pointers, [0, 2])
-    assert not triton_build._pointers_equal_python(tensors, [pointers[0], None, 1], [0, 2])
-    assert triton_build.pointers_equal(tensors, pointers, [0, 2])
+    assert cuda_graphs._pointers_equal_python(tensors, pointers, [0, 2])
+    assert not cuda_graphs._pointers_equal_python(tensors, [pointers[0], None, 1], [0, 2])
+    assert cuda_graphs.pointers_equal(tensors, pointers, [0, 2])
 
 
 @pytest.mark.gpu
@@ -147,13 +147,13 @@ def test_reduce_overhead_with_dynamic_shapes_replays_each_size():
 
 
 def test_max_autotune_replays_cuda_graphs_on_a_gpu_as_inductors_does():
-    from engine.pipeline import Options, replays_cuda_graphs
+    from engine.runtime.cuda_graphs import replays_cuda_graphs
 
-    assert replays_cuda_graphs(Options(backend="triton", device="cuda", mode="max-autotune"))
-    assert replays_cuda_graphs(Options(backend="triton", device="cuda", mode="reduce-overhead"))
-    assert not replays_cuda_graphs(Options(backend="triton", device="cuda"))
-    assert not replays_cuda_graphs(Options(backend="triton", device="cpu", mode="max-autotune"))  # the interpreter
-    assert not replays_cuda_graphs(Options(backend="cpp", mode="max-autotune"))
+    assert replays_cuda_graphs("max-autotune", "triton", "cuda")
+    assert replays_cuda_graphs("reduce-overhead", "triton", "cuda")
+    assert not replays_cuda_graphs("default", "triton", "cuda")
+    assert not replays_cuda_graphs("max-autotune", "triton", "cpu")  # the interpreter
+    assert not replays_cuda_graphs("max-autotune", "cpp", "cpu")
 
 
 @pytest.mark.parametrize("replay_ms, plain_ms, replays", [(0.31, 0.29, False), (0.05, 0.40, True),
@@ -172,16 +172,16 @@ def test_a_timed_graph_keeps_the_faster_of_replay_and_plain_launches(fake_cuda, 
         ran.append(fn)
         return next(timed)
 
-    monkeypatch.setattr(triton_build, "device_ms_per_call", fake_timer)
+    monkeypatch.setattr(cuda_graphs, "device_ms_per_call", fake_timer)
     weight, bias = torch.randn(8), torch.randn(8)
-    call = CudaGraphCall(affine, choose_by_timing=True)
+    call = CudaGraphCall(affine, policy=ReplayPolicy(choose_by_timing=True))
     for _ in range(6):
         x = torch.randn(8)
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     assert len(ran) == 2 and call.choice == {"replay_ms": replay_ms, "plain_ms": plain_ms, "replays": replays}
     if replays:
-        assert not call.launch_plainly and next(iter(call.graphs.values()))["graph"].replays >= 4
+        assert not call.launch_plainly and next(iter(call.graphs.values())).graph.replays >= 4
     else:
         assert call.launch_plainly and not call.graphs
 
@@ -193,14 +193,14 @@ def test_only_max_autotune_inference_graphs_choose_by_timing(monkeypatch):
     import engine.pipeline as pipeline
 
     made = []
-    monkeypatch.setattr(pipeline, "replays_cuda_graphs", lambda options: True)
-    monkeypatch.setattr(pipeline, "CudaGraphCall", lambda call, sizes, **flags: made.append(flags) or call)
+    monkeypatch.setattr(pipeline, "replays_cuda_graphs", lambda *where: True)
+    monkeypatch.setattr(pipeline, "CudaGraphCall", lambda call, sizes, policy, **kw: made.append(policy) or call)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
     x = torch.randn(4, 8)
     with torch.no_grad():
         pipeline.compile(model, backend="cpp", mode="max-autotune")(x)
     pipeline.compile(model, backend="cpp", mode="max-autotune")(x).sum().backward()
-    assert [f["choose_by_timing"] for f in made] == [True, False, False]  # inference; forward, backward
+    assert [p.choose_by_timing for p in made] == [True, False, False]  # inference; forward, backward
 
 
 @pytest.mark.gpu
@@ -212,7 +212,7 @@ def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch
     import engine
 
     torch._dynamo.reset()
-    before = set(triton_build._recorders)
+    before = set(cuda_graphs._recorders)
     linear = torch.nn.Linear(4096, 11008, bias=False).cuda().to(torch.bfloat16)
     gemm = engine.compile(lambda x: torch.nn.functional.silu(linear(x)), backend="triton", device="cuda",
                           mode="max-autotune")
@@ -233,7 +233,7 @@ def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch
     with torch.no_grad():
         for _ in range(4):
             torch.testing.assert_close(tiny(small), chain(small), atol=1e-3, rtol=1e-3)
-    choices = [r.choice for r in triton_build._recorders if r not in before]
+    choices = [r.choice for r in cuda_graphs._recorders if r not in before]
     assert len(choices) == 2 and all(c is not None for c in choices), choices
     by_plain = sorted(choices, key=lambda c: c["plain_ms"])
     assert not by_plain[1]["replays"] and by_plain[0]["replays"], choices  # the GEMM takes longer plainly too
@@ -242,7 +242,7 @@ def test_max_autotune_launches_a_kernel_bound_graph_plainly_and_replays_a_launch
 def test_large_inputs_are_refilled_one_by_one_and_small_ones_together(fake_cuda, monkeypatch):
     """Note [Refilling inputs]: a copied input of LARGE_COPY_BYTES or more gets its own copy_, the rest share
     one foreach copy; either way every replay computes with the new call's values."""
-    monkeypatch.setattr(triton_build, "LARGE_COPY_BYTES", 64 * 4)  # 64 float32 elements and up are large
+    monkeypatch.setattr(cuda_graphs, "LARGE_COPY_BYTES", 64 * 4)  # 64 float32 elements and up are large
     foreach_calls = []
     real_foreach = torch._foreach_copy_
     monkeypatch.setattr(torch, "_foreach_copy_", lambda dst, src: (foreach_calls.append(len(dst)),
@@ -254,8 +254,8 @@ def test_large_inputs_are_refilled_one_by_one_and_small_ones_together(fake_cuda,
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     (entry,) = call.graphs.values()
-    assert entry["copied"] == [0, 1] and entry["fixed"] == [2]
-    assert [i for _, i in entry["large"]] == [0] and entry["small"][1] == [1]
+    assert entry.copied == [0, 1] and entry.fixed == [2]
+    assert [i for _, i in entry.large] == [0] and entry.small[1] == [1]
     assert foreach_calls == [1, 1]  # the two replays' small copy, one tensor each
 
 
@@ -263,16 +263,16 @@ def test_an_inference_graph_called_with_the_same_tensors_reads_them_in_place(fak
     """Note [Inputs that come back]: the same activation at every call (a benchmark or serving loop) is read where
     it is, with no refill; values written into it between calls are seen by the next replay."""
     copies = []
-    monkeypatch.setattr(triton_build, "refill", lambda entry, args: copies.append(entry["copied"]))
+    monkeypatch.setattr(cuda_graphs, "refill", lambda entry, args: copies.append(entry.copied))
     weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
-    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), policy=ReplayPolicy(guess_in_place=True))
     for step in range(5):
         x.mul_(1.5)  # new values at the same address
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
     (entry,) = call.graphs.values()
-    assert entry["guessed"] and entry["fixed"] == [0, 1, 2] and entry["copied"] == []
-    assert entry["graph"].replays == 4 and copies == [[]] * 3  # replays 3-5 refill nothing
+    assert entry.guessed and entry.fixed == [0, 1, 2] and entry.copied == []
+    assert entry.graph.replays == 4 and copies == [[]] * 3  # replays 3-5 refill nothing
 
 
 @pytest.mark.parametrize("replay_ms, plain_ms, replays", [(0.0330, 0.0328, True), (0.040, 0.030, False)])
@@ -280,9 +280,10 @@ def test_a_copy_free_replay_takes_a_tie(fake_cuda, monkeypatch, replay_ms, plain
     """Note [Replay or launch, timed]: with nothing to copy, a replay runs the plain call's kernels with less host
     work, so it replays unless it times REPLAY_MARGIN slower."""
     timed = iter([replay_ms, plain_ms])
-    monkeypatch.setattr(triton_build, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
+    monkeypatch.setattr(cuda_graphs, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
     weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
-    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True, choose_by_timing=True)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}),
+                         policy=ReplayPolicy(guess_in_place=True, choose_by_timing=True))
     for _ in range(4):
         (out,) = call([x, weight, bias])
         torch.testing.assert_close(out, x * weight + bias)
@@ -293,7 +294,7 @@ def test_the_guess_ends_at_the_first_input_that_moves(fake_cuda):
     """Note [Inputs that come back]: an activation that kept its address through the warm-up and then moves drops
     the in-place recording for good; the graph records again copying it, and every output stays right."""
     weight, bias = torch.randn(8), torch.randn(8)
-    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), policy=ReplayPolicy(guess_in_place=True))
     x = torch.randn(8)
     guessed = None
     for step in range(7):
@@ -303,18 +304,19 @@ def test_the_guess_ends_at_the_first_input_that_moves(fake_cuda):
         torch.testing.assert_close(out, x * weight + bias)
         if step == 2:
             guessed = call.graphs[()]
-            assert guessed["guessed"] and guessed["copied"] == []
+            assert guessed.guessed and guessed.copied == []
     (entry,) = call.graphs.values()
-    assert entry is not guessed and not entry["guessed"] and not call.guess_in_place
-    assert entry["copied"] == [0] and entry["fixed"] == [1, 2]
-    assert guessed["graph"].replays == 2 and entry["graph"].replays == 4  # recorded at step 3, replayed 4-6
+    assert entry is not guessed and not entry.guessed and not call.guess_in_place
+    assert entry.copied == [0] and entry.fixed == [1, 2]
+    assert guessed.graph.replays == 2 and entry.graph.replays == 4  # recorded at step 3, replayed 4-6
 
 
 def test_a_timed_choice_is_timed_again_when_the_guess_ends(fake_cuda, monkeypatch):
     timed = iter([0.05, 0.40, 0.05, 0.40])
-    monkeypatch.setattr(triton_build, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
+    monkeypatch.setattr(cuda_graphs, "device_ms_per_call", lambda fn: (fn(), next(timed))[1])
     weight, bias, x = torch.randn(8), torch.randn(8), torch.randn(8)
-    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}), guess_in_place=True, choose_by_timing=True)
+    call = CudaGraphCall(affine, static_inputs=frozenset({1, 2}),
+                         policy=ReplayPolicy(guess_in_place=True, choose_by_timing=True))
     for step in range(6):
         if step == 4:
             x = torch.randn(8)
@@ -322,3 +324,16 @@ def test_a_timed_choice_is_timed_again_when_the_guess_ends(fake_cuda, monkeypatc
         torch.testing.assert_close(out, x * weight + bias)
     assert call.choice == {"replay_ms": 0.05, "plain_ms": 0.40, "replays": True}
     assert next(timed, None) is None  # timed twice: on the guessed recording and on the copying one
+
+
+def test_one_replay_policy_per_phase():
+    """What each phase's CUDA graph does is chosen once (replay_policy): inference graphs guess that their inputs
+    come back and, in max-autotune, time replay against launch; training graphs keep live outputs, and a
+    backward hands its gradients over."""
+    from engine.runtime.cuda_graphs import replay_policy
+
+    assert replay_policy("inference", "reduce-overhead") == ReplayPolicy(guess_in_place=True)
+    assert replay_policy("inference", "max-autotune") == ReplayPolicy(guess_in_place=True, choose_by_timing=True)
+    assert replay_policy("forward", "max-autotune") == ReplayPolicy(keep_live_outputs=True)
+    assert replay_policy("backward", "reduce-overhead") == ReplayPolicy(keep_live_outputs=True,
+                                                                        hand_over_outputs=True)

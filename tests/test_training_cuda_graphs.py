@@ -1,4 +1,4 @@
-"""Training under mode="reduce-overhead" (Note [Training under CUDA graphs] in runtime/triton_build.py), on the CPU.
+"""Training under mode="reduce-overhead" (Note [Training under CUDA graphs] in runtime/cuda_graphs.py), on the CPU.
 
 The whole pipeline runs with the C++ backend, and torch.cuda's graph capture is replaced by a stand-in that
 behaves like one: a call made while a graph is being captured runs once (its outputs are allocated as the
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import engine.pipeline as pipeline
-from engine.runtime import triton_build
+from engine.runtime import cuda_graphs
 from engine.tools.model_file import load_model_file
 from test_cuda_graph_replay import FakeGraph, fake_capture, fake_cuda  # noqa: F401 - the stand-in capture of CudaGraphCall's own tests
 
@@ -52,7 +52,7 @@ def fake_reduce_overhead(monkeypatch):
     made = []
 
     def graph_call(call, *args, **kwargs):
-        made.append(triton_build.CudaGraphCall(capturable(call), *args, **kwargs))
+        made.append(cuda_graphs.CudaGraphCall(capturable(call), *args, **kwargs))
         return made[-1]
 
     monkeypatch.setattr(pipeline, "CudaGraphCall", graph_call)
@@ -97,14 +97,14 @@ def test_training_steps_replay_and_match_eager(fake_reduce_overhead):
         _check(model, reference, loss, ref_loss)
     forward, backward = fake_reduce_overhead
     assert all(len(c.graphs) == 1 and c.plain_calls == 0 for c in (forward, backward))  # recorded once, replayed
-    assert forward.graphs[()]["graph"].replays == backward.graphs[()]["graph"].replays == 4
+    assert forward.graphs[()].graph.replays == backward.graphs[()].graph.replays == 4
     # the forward copies only its activation in; the backward reads every saved tensor where the forward's
     # replay left it, and copies only the incoming gradient of the block's one output
     (fw,), (bw,) = forward.graphs.values(), backward.graphs.values()
-    assert [tuple(fw["inputs"][i].shape) for i in fw["copied"]] == [tuple(x.shape)]
-    assert [tuple(bw["inputs"][i].shape) for i in bw["copied"]] == [tuple(x.shape)]
-    saved = [i for i, t in enumerate(bw["inputs"]) if t.data_ptr() in forward.output_pointers]
-    assert len(saved) >= 10 and set(saved) <= set(bw["fixed"])
+    assert [tuple(fw.inputs[i].shape) for i in fw.copied] == [tuple(x.shape)]
+    assert [tuple(bw.inputs[i].shape) for i in bw.copied] == [tuple(x.shape)]
+    saved = [i for i, t in enumerate(bw.inputs) if t.data_ptr() in forward.output_pointers]
+    assert len(saved) >= 10 and set(saved) <= set(bw.fixed)
 
 
 def test_two_forwards_before_one_backward(fake_reduce_overhead):
@@ -148,7 +148,7 @@ def test_backward_hands_its_gradients_over(fake_reduce_overhead):
                                                                          ([list(x.shape)], True)]
     ref_loss = step(reference, reference, (x,))
     _check(model, reference, step(compiled, model, (x,)), ref_loss)
-    assert backward.plain_calls == 0 and backward.graphs[()]["graph"].replays == 5  # all but the warm-up
+    assert backward.plain_calls == 0 and backward.graphs[()].graph.replays == 5  # all but the warm-up
 
 
 def _saved_storages(fn, model, x) -> dict[int, int]:
@@ -200,10 +200,10 @@ def test_a_replayed_step_does_only_what_cuda_graph_trees_do(fake_reduce_overhead
                                            [("CompiledFunctionBackward", *c) for c in copy_in] + [contiguous_tangent])
     assert not syncs and [len(c.graphs) for c in (forward, backward)] == [1, 1]
     assert forward.plain_calls == backward.plain_calls == 0
-    assert forward.graphs[()]["graph"].replays == backward.graphs[()]["graph"].replays == 4
+    assert forward.graphs[()].graph.replays == backward.graphs[()].graph.replays == 4
 
     ours, default_saved = _saved_storages(compiled, model, x), _saved_storages(default, plain, x)
-    (static,) = forward.graphs[()]["statics"]
+    (static,) = forward.graphs[()].statics
     # the default forward saves the caller's tensor (the bench leaves inputs out: alive anyway), the replayed
     # one its static copy of it, which the bench counts; the rest is the same set
     assert x.untyped_storage().data_ptr() not in ours and default_saved.pop(x.untyped_storage().data_ptr())
@@ -229,7 +229,7 @@ def test_gradient_accumulation_over_micro_batches(fake_reduce_overhead):
         _check(model, reference, torch.zeros(()), torch.zeros(()))
     _, backward = fake_reduce_overhead
     assert not backward.hand_over_outputs and backward.plain_calls == 1
-    assert backward.graphs[()]["graph"].replays == 5  # recorded again in step 2 (its run counts), replayed after
+    assert backward.graphs[()].graph.replays == 5  # recorded again in step 2 (its run counts), replayed after
 
 
 def test_a_kept_alias_of_a_handed_over_output_stops_the_replay(fake_cuda):
@@ -250,8 +250,8 @@ def test_a_kept_alias_of_a_handed_over_output_stops_the_replay(fake_cuda):
         return [out, out]
 
     double._boxed_call = True
-    call = triton_build.CudaGraphCall(double, keep_live_outputs=True, static_inputs=frozenset(),
-                                      hand_over_outputs=True)
+    call = cuda_graphs.CudaGraphCall(double, static_inputs=frozenset(),
+                                     policy=cuda_graphs.ReplayPolicy(keep_live_outputs=True, hand_over_outputs=True))
     x = torch.randn(8)
     for _ in range(3):  # warm-up, recording, replay
         first, second = call([x])
@@ -301,7 +301,7 @@ def test_real_replayed_step_does_only_what_cuda_graph_trees_do():
     model = block(256, 4).cuda().to(torch.bfloat16).train()
     plain, reference = copy.deepcopy(model), copy.deepcopy(model)
     x = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
-    before = set(triton_build._recorders)
+    before = set(cuda_graphs._recorders)
     compiled = pipeline.compile(model, backend="triton", device="cuda", mode="reduce-overhead")
     default = pipeline.compile(plain, backend="triton", device="cuda")
     for _ in range(3):  # a warm-up call, the recording, a replay
@@ -320,12 +320,12 @@ def test_real_replayed_step_does_only_what_cuda_graph_trees_do():
     idle = train_profile.profile_step(lambda: None, device="cuda", steps=steps, warmup=0)["host_events_per_step"]
     syncs = host.get("cudaDeviceSynchronize", 0)
     assert not host.get("cudaGraphInstantiate") and syncs <= idle.get("cudaDeviceSynchronize", 0), (syncs, idle)
-    recorders = [r for r in triton_build._recorders if r not in before]
+    recorders = [r for r in cuda_graphs._recorders if r not in before]
     assert len(recorders) == 2 and all(len(r.graphs) == 1 and r.plain_calls == 0 for r in recorders)
     (forward,) = [r for r in recorders if not r.hand_over_outputs]  # the backward hands its gradients over
 
     ours, default_saved = _saved_storages(compiled, model, x), _saved_storages(default, plain, x)
-    (static,) = forward.graphs[()]["statics"]
+    (static,) = forward.graphs[()].statics
     assert default_saved.pop(x.untyped_storage().data_ptr()) and ours.pop(static.untyped_storage().data_ptr())
     assert sorted(ours.values()) == sorted(default_saved.values())
     for m in (model, reference):

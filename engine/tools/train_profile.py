@@ -19,7 +19,7 @@ checked its gradients) a few steps run under torch.profiler, and the summary giv
   say which of these to remove;
 - `recordings` (ours in reduce-overhead): each live CUDA-graph recording's inputs read in place, the shapes
   of those it copies in on every replay, its plain calls and whether it hands its outputs over
-  (Note [Gradients a replay hands over] in runtime/triton_build.py).
+  (Note [Gradients a replay hands over] in runtime/cuda_graphs.py).
 The full tables (device time per kernel name, host time per op) go to files beside the summary.
 """
 from __future__ import annotations
@@ -121,14 +121,14 @@ def copies_per_step(events, steps: int) -> list[dict]:
 def recordings(recorders=None) -> list[dict]:
     """Note [Training-step profile]: what each CudaGraphCall's recordings (default: every live one's) read in
     place and copy."""
-    from engine.runtime import triton_build
+    from engine.runtime import cuda_graphs
 
     rows = []
-    for recorder in list(triton_build._recorders if recorders is None else recorders):
+    for recorder in list(cuda_graphs._recorders if recorders is None else recorders):
         for entry in recorder.graphs.values():
-            rows.append({"inputs": len(entry["inputs"]), "in_place": len(entry["fixed"]),
-                         "copied": [list(entry["inputs"][i].shape) for i in entry["copied"]],
-                         "plain_calls": recorder.plain_calls, "hands_over": bool(entry["handed_over"])})
+            rows.append({"inputs": len(entry.inputs), "in_place": len(entry.fixed),
+                         "copied": [list(entry.inputs[i].shape) for i in entry.copied],
+                         "plain_calls": recorder.plain_calls, "hands_over": bool(entry.handed_over)})
     return rows
 
 

@@ -28,8 +28,6 @@ it eagerly first), and Dynamo's own failures stay Dynamo's.
 """
 from __future__ import annotations
 
-import builtins
-import math
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -40,8 +38,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from engine import capture, codegen, fallbacks, report, rewrite, spans
 from engine import run as run_module
-from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
-from engine.codegen.wrapper import MeasuredFirstCall, WrapperSource, generate_wrapper, strided_view, with_layout
+from engine.codegen.wrapper import WrapperSource, generate_wrapper
 from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
@@ -51,6 +48,8 @@ from engine.partition import make_partition_fn
 from engine.reproducer import fill_repro
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
                            GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RewriteRecord, RunRecord, SourceFile)
+from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
+from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, eager_call, load_wrapper, wrapper_namespace
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
@@ -475,53 +474,6 @@ class Compilation:
             kind="fallback", stage=stage_name, type=type(error).__name__, message=message,
             graph=graph.index if graph.index >= 0 else len(self.exploration.graphs),
             traceback="".join(traceback.format_exception(error))[-6000:]))
-
-
-def eager_call(aten_gm: torch.fx.GraphModule) -> Callable:
-    """The ATen graph run op by op by PyTorch: a graph's fallback (Note [Internal failure falls back to eager])."""
-    def call(args: list):
-        values = list(args)
-        args.clear()
-        return aten_gm(*values)
-
-    call._boxed_call = True
-    return call
-
-
-class FirstRunGuard:
-    """Our compiled call, until its first run succeeds; if that raises, the eager ATen graph from then on."""
-
-    def __init__(self, call: Callable, aten_gm: torch.fx.GraphModule, on_failure: Callable[[BaseException], None]):
-        self.call, self._aten_gm, self._on_failure = call, aten_gm, on_failure
-        self._boxed_call = True
-
-    def __call__(self, args: list):
-        if self._aten_gm is None:
-            return self.call(args)
-        kept = list(args)  # our call clears the list (the boxed convention): keep the inputs for eager
-        try:
-            outputs = self.call(args)
-        except Exception as error:  # Note [Internal failure falls back to eager]
-            self._on_failure(error)
-            self.call = eager_call(self._aten_gm)
-            args.clear()
-            outputs = self.call(kept)
-        self._aten_gm = None
-        return outputs
-
-
-def wrapper_namespace(wrapper: WrapperSource) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-                                 "with_layout": with_layout, "strided_view": strided_view}
-    namespace.update(wrapper.constants)
-    return namespace
-
-
-def load_wrapper(wrapper: WrapperSource, namespace: dict) -> Callable:
-    exec(builtins.compile(wrapper.source, "<glassbox wrapper>", "exec"), namespace)
-    call = namespace["call"]
-    call._boxed_call = True  # AOTAutograd passes a list and lets us free its items early
-    return call
 
 
 def size_hints(lowered: LoweredGraph, example_inputs) -> dict:

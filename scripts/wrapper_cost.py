@@ -71,7 +71,8 @@ def _allocation_stub():
 
 def wrapper_us(gm, fake_inputs, mode: str) -> tuple[float, dict]:
     """(median microseconds of one wrapper call with kernels and library calls stubbed, statement counts)."""
-    from engine.pipeline import AtenGraph, Options, stage_named, wrapper_namespace
+    from engine.pipeline import AtenGraph, Options, stage_named
+    from engine.runtime.wrapper import wrapper_namespace
 
     options = Options(backend="triton", device="cuda", mode=mode)
     artifact = AtenGraph(gm, list(fake_inputs))

@@ -9,7 +9,7 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import engine
-from engine.codegen.wrapper import LibraryCall
+from engine.runtime.wrapper import LibraryCall
 from engine.lowering import layout
 from engine.pipeline import Options, compile_graph
 

@@ -6,7 +6,8 @@ import torch
 
 import engine
 from engine.runtime import triton_build
-from engine.codegen.wrapper import LibraryCall, generate_wrapper
+from engine.codegen.wrapper import generate_wrapper
+from engine.runtime.wrapper import LibraryCall
 from engine.lowering.graph import lower
 from engine.schedule.fusion import schedule
 from engine.schedule.memory import plan_memory
@@ -222,7 +223,7 @@ class _MoveCounter:
 
 def _moves_per_call(input_value: torch.Tensor, device: str) -> int:
     """How many times one call of the wrapper, generated for `device`, moves an input captured as `input_value`."""
-    from engine.pipeline import wrapper_namespace
+    from engine.runtime.wrapper import wrapper_namespace
 
     graph = torch.fx.Graph()
     placeholder = graph.placeholder("x")

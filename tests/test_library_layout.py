@@ -1,7 +1,7 @@
 """The wrapper's handling of library outputs' layouts (Note [Library output layout])."""
 import torch
 
-from engine.codegen.wrapper import with_layout
+from engine.runtime.wrapper import with_layout
 
 
 def test_strides_of_size_one_dims_do_not_make_a_copy():
@@ -21,7 +21,7 @@ def test_a_layout_that_moves_addresses_is_copied_into_the_promised_one():
 
 def test_library_calls_go_through_torchs_binding_where_it_is_the_same_overload():
     """Note [Library calls through torch's bindings]."""
-    from engine.codegen.wrapper import LibraryCall, public_binding
+    from engine.runtime.wrapper import LibraryCall, public_binding
 
     aten = torch.ops.aten
     a, b = torch.randn(3, 4), torch.randn(4, 5)
@@ -33,7 +33,7 @@ def test_library_calls_go_through_torchs_binding_where_it_is_the_same_overload()
 
 
 def test_a_binding_that_refuses_the_arguments_leaves_the_overload():
-    from engine.codegen.wrapper import LibraryCall
+    from engine.runtime.wrapper import LibraryCall
 
     def refuses(*args):
         raise TypeError("mm(): argument 'input' must be Tensor")
@@ -69,7 +69,7 @@ def test_graph_outputs_give_size_one_dims_eagers_strides():
 
 def test_a_refused_layout_is_retried_with_dense_strides_size_one_dims_included():
     """Note [Views for libraries]: `.contiguous()` keeps a size-1 dim's stride 0, so the retry restrides it."""
-    from engine.codegen.wrapper import LibraryCall
+    from engine.runtime.wrapper import LibraryCall
 
     seen = []
 

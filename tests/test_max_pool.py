@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import engine
-from engine.codegen.wrapper import LibraryCall
+from engine.runtime.wrapper import LibraryCall
 from engine.pipeline import Options, compile_graph
 
 aten = torch.ops.aten

@@ -299,7 +299,7 @@ class TritonTemplateRunner:
     def launcher(self, config: dict, from_memory: bool):
         """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
         place] in gemm_launch.py); the stream is read at each call (a capture may run on another)."""
-        from engine.codegen.wrapper import raw_stream
+        from engine.runtime.wrapper import raw_stream
 
         launch, grid_x = self._launch(config, from_memory)
         if self.kernel.interpreter:

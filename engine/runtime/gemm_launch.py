@@ -171,7 +171,7 @@ class TemplateLaunch:
         buffer is passed as it is, any other as its view. into: a buffer the call writes through the op's out=
         overload (viewed as the GEMM's output where it is held otherwise). (The GEMM ops' tensors are top-level
         arguments: templates.gemm_spec.)"""
-        from engine.codegen.wrapper import strided_view
+        from engine.runtime.wrapper import strided_view
 
         values, slots = list(self.template.args), []
         for i, arg in enumerate(values):

@@ -49,6 +49,7 @@ from engine.reproducer import fill_repro
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
                            GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RewriteRecord, RunRecord, SourceFile)
 from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
+from engine.runtime.load import load_kernels
 from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, eager_call, load_wrapper, wrapper_namespace
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
@@ -266,7 +267,7 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     namespace = wrapper_namespace(generated.wrapper)
     module = generated.module
     with spans.span("compile and load kernels", language=module.language, kernels=len(module.kernels)) as built:
-        cache_hit = codegen.backend_module(options.backend).load_kernels(module, namespace, options.device)
+        cache_hit = load_kernels(module, namespace, options.device)
     built["args"].update(spans.build_cost(module.language, module.source, cache_hit, built.get("dur_s", 0.0)))
     with spans.span("load wrapper"):
         call = load_wrapper(generated.wrapper, namespace)
@@ -299,7 +300,7 @@ STAGES = [
     Stage("lower", lower_stage),          # AtenGraph -> Lowered        loop IR (lowering/)
     Stage("schedule", schedule_stage),    # Lowered -> Scheduled        fusion + memory plan (schedule/)
     Stage("codegen", codegen_stage),      # Scheduled -> Generated      kernels + wrapper (codegen/)
-    Stage("build", build_stage),          # Generated -> CompiledGraph  compile and load (build.py)
+    Stage("build", build_stage),          # Generated -> CompiledGraph  compile and load (runtime/)
     Stage("run", run_stage),              # Captured -> verify          outputs vs eager (run.py)
 ]
 GRAPH_STAGES = ("rewrite", "lower", "schedule", "codegen", "build")  # one graph's own compile: what may fall back

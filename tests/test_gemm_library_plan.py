@@ -1,7 +1,7 @@
 """A template whose max-autotune winner is the library call runs default mode's plan for it (Note [Library plan
 in place] in runtime/gemm_launch.py): the same library op and no extra buffer or copy, the epilogue written in
 place into the library's output on Triton; and outputs equal eager on every path. Under the Triton
-interpreter (no GPU): tuning is forced on (load_kernels tunes only on a GPU) and measure is replaced so that
+interpreter (no GPU): tuning is forced on (runtime/load.py tunes only on a GPU) and measure is replaced so that
 the library wins; the aten ops a call dispatches are recorded outside the kernels' own launches (the
 interpreter's copies are its business, not the plan's)."""
 import pytest
@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 import engine
 from engine.runtime import gemm_launch, triton_build
-from engine.codegen.triton_gemm import TritonTemplateRunner
+from engine.runtime.gemm_launch import TritonTemplateRunner
 from engine.pipeline import Options, compile_graph
 from test_templates import SwiGLU
 
@@ -139,7 +139,7 @@ def test_cpp_library_winner_reads_a_result_of_its_own(monkeypatch, tmp_path):
     """The C++ template's pointers are __restrict__: its library path never reads its tile from an output."""
     monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(gemm_launch, "measure", _library_wins)
-    from engine.codegen.cpp_gemm import CppTemplateRunner
+    from engine.runtime.gemm_launch import CppTemplateRunner
 
     aliased = []
     run = CppTemplateRunner.run

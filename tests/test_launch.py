@@ -6,6 +6,7 @@ import torch
 
 import engine
 from engine.runtime import triton_build
+from engine.runtime.artifacts import KernelLaunch
 from engine.codegen.wrapper import generate_wrapper
 from engine.runtime.wrapper import LibraryCall
 from engine.lowering.graph import lower
@@ -59,11 +60,8 @@ def test_a_bound_launch_calls_the_compiled_launcher_directly_after_the_first():
 def test_once_bound_the_wrappers_name_holds_a_generated_launcher():
     jit, namespace = FakeJit(), {}
 
-    class Kernel:
-        name = "kernel_0"
-        config = type("Config", (), {"kwargs": lambda self: {"XBLOCK": 64, "num_warps": 2}})()
-
-    triton_build.bind_launch(Kernel(), jit, False, (0, 2), None, namespace)
+    kernel = KernelLaunch("kernel_0", {"XBLOCK": 64, "num_warps": 2}, checked=(0, 2))
+    triton_build.bind_launch(kernel, jit, False, None, namespace)
     first = namespace["kernel_0"]
     x, out = torch.empty(64), torch.empty(64)
     first(1, "stream", x, out, 64)

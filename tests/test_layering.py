@@ -2,8 +2,9 @@
 included: a cycle hidden in a function is still a cycle).
 
     record                       the record's data types (standard library only)
-    ir < lowering < schedule < codegen, runtime < run, capture, decompose, rewrite < report < pipeline < reference
-                                 the compiler core
+    ir < lowering < schedule < runtime < codegen < run, capture, decompose, rewrite < report < pipeline < reference
+                                 the compiler core; the runtime (engine/runtime: build, load, launch, tune,
+                                 replay, measure what codegen printed) imports only ir/, the record and itself
     tools                        engine/tools/*: may use the core, never the reverse
     visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
     app, engine/__main__.py      the entry points, above everything: the Streamlit UI, and the command line
@@ -25,7 +26,8 @@ RANKS = [
     ("engine.ir", 1),
     ("engine.lowering", 2),
     ("engine.schedule", 3),
-    ("engine.codegen", 5), ("engine.runtime", 5),
+    ("engine.runtime", 4),
+    ("engine.codegen", 5),
     ("engine.run", 6), ("engine.capture", 6), ("engine.break_fixes", 6), ("engine.decompose", 6),
     ("engine.rewrite", 6),
     ("engine.report", 7),
@@ -132,6 +134,45 @@ def test_layers_import_only_downward():
               for source, targets in import_graph().items() for target in sorted(targets)
               if rank(target) > rank(source)]
     assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+RUNTIME_MAY_IMPORT = ("engine.ir", "engine.record", "engine.runtime")
+
+
+def test_the_runtime_imports_only_the_ir_the_record_and_itself():
+    """The runtime runs what codegen printed; what it needs from the compiler travels as data on the kernel
+    artifacts, so it never asks lowering/, schedule/ or codegen/ a question at launch time."""
+    wrong = [f"{source} imports {target}" for source, targets in import_graph().items()
+             if source.startswith("engine.runtime") for target in sorted(targets)
+             if not any(target == p or target.startswith(p + ".") for p in RUNTIME_MAY_IMPORT)]
+    assert not wrong, "\n".join(wrong)
+
+
+# What running code looks like: codegen/ prints text and never runs it (CUDA graphs, loading, launching and
+# timing are the runtime's).
+RUNNING_NAMES = {"CUDAGraph", "replay", "perf_counter", "do_bench", "Event", "elapsed_time", "synchronize", "CDLL",
+                 "build_library", "load_library", "load_source", "exec_module", "TritonLaunch", "TemplateLaunch",
+                 "bind_launch", "measure", "measure_overhead"}
+RUNNING_MODULES = {"time", "ctypes", "timeit", "triton.testing"}
+# codegen hands the runtime data (engine/runtime/artifacts.py) and binds the wrapper's namespace objects
+# (engine/runtime/wrapper.py); nothing else of the runtime
+CODEGEN_MAY_IMPORT_FROM_RUNTIME = {"engine.runtime.artifacts", "engine.runtime.wrapper"}
+
+
+def test_codegen_holds_no_cuda_graph_launch_or_timing_code():
+    found = []
+    for path in sorted((ROOT / "engine" / "codegen").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else \
+                node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else None
+            if name in RUNNING_NAMES:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {m}" for m in modules if m in RUNNING_MODULES
+                      or m.startswith("engine.runtime") and m not in CODEGEN_MAY_IMPORT_FROM_RUNTIME]
+    assert not found, "running code in codegen/:\n" + "\n".join(found)
 
 
 def test_visualizers_read_only_the_record():

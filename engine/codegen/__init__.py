@@ -2,9 +2,9 @@
 
     generate_module(kernels, buffers, size_symbols, mode) -> module   (.source, .kernels, .line_kernel, .language,
                                                                       .launch_text(kernel))
-    load_kernels(module, namespace, device) -> cache_hit        (puts one callable per kernel name in namespace)
 
-The wrapper (wrapper.py) is shared: it calls kernels by name through `launch_text`.
+The wrapper (wrapper.py) is shared: it calls kernels by name through `launch_text`. Codegen prints text and never
+runs it: engine/runtime/load.py builds or imports a module and binds its kernels (load_kernels).
 """
 from __future__ import annotations
 

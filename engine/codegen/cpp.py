@@ -332,50 +332,6 @@ class CppModule:
         return f"{kernel.name}({', '.join(args)})"
 
 
-class ThreadCount:
-    """Hands torch.get_num_threads() of the calling thread to a library's kernels when it changed (Note [Kernel
-    threads] in cpp_prelude.h): about 0.1 us a call, once per graph call."""
-
-    def __init__(self, setter):
-        import ctypes
-        import torch
-
-        setter.argtypes, setter.restype = [ctypes.c_int], None
-        self.setter, self.get_num_threads, self.threads = setter, torch.get_num_threads, 0
-
-    def __call__(self) -> None:
-        threads = self.get_num_threads()
-        if threads != self.threads:
-            self.setter(threads)
-            self.threads = threads
-
-
-def load_kernels(module: CppModule, namespace: dict, device: str = "cpu") -> bool:
-    """Compile the module (or take it from the cache) and put one ctypes function per kernel in namespace."""
-    import ctypes
-
-    from engine.runtime.build import build_library, load_library
-
-    path, cache_hit = build_library(module.source)
-    library = load_library(path)
-    namespace["_library"] = library  # keeps the shared library loaded as long as the wrapper lives
-    namespace["gb_threads"] = ThreadCount(library.gb_set_threads)
-    for kernel in module.kernels:
-        function = getattr(library, kernel.name)
-        function.restype = None
-        function.argtypes = [ctypes.c_void_p] * len(kernel.args) + [
-            ctypes.c_double if size in kernel.float_sizes else ctypes.c_int64 for size in kernel.size_args]
-        if hasattr(kernel, "template"):
-            from engine.codegen.cpp_gemm import CppTemplateRunner
-            from engine.runtime.gemm_launch import TemplateLaunch
-
-            function.argtypes = [ctypes.c_void_p] * (len(kernel.args) + 1) + [ctypes.c_int64] * 3
-            function = TemplateLaunch(kernel, CppTemplateRunner(kernel, function), device,
-                                      tune=module.autotune)
-        namespace[kernel.name] = function
-    return cache_hit
-
-
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
                     mode: str = "default") -> CppModule:
     """All generated kernels of one graph in one translation unit (one g++ call per graph)."""

@@ -20,13 +20,14 @@ import torch
 
 from engine.codegen.cpp_printer import STORAGE_TYPES, THREADS, CppPrinter
 from engine.codegen.kernel_core import Source
-from engine.runtime.gemm_launch import TemplateKernel
+from engine.runtime.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template
 from engine.ir.ops import ops, use_handler
 from engine.schedule.fusion import Kernel
-from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
+from engine.schedule.templates import (GemmSpec, TemplatePlan, accumulator_read, default_takes_template,
+                                      epilogue_plan)
 
 MAX_TILE = 64  # the stack tile is MAX_TILE x MAX_TILE floats (16 KiB per thread)
 PARALLEL_MIN_FLOPS = 1 << 18
@@ -412,8 +413,13 @@ def generate_template(kernel: Kernel, buffers: dict) -> CppTemplateKernel:
                     out.add(f"const float acc_value = {ROUND[spec.dtype].format('acc[i][j]')};", tag)
                     out.extend(printer.lines, printer.line_tags)
                     out.extend(stores, store_tags)
-    return CppTemplateKernel(kernel.name, "\n".join(out.lines), args, [], template, [n.name for n in epilogue],
-                             out.tags)
+    generated = CppTemplateKernel(kernel.name, "\n".join(out.lines), args, [], template,
+                                  [n.name for n in epilogue], out.tags)
+    # what the runtime needs, decided here (runtime/gemm_launch.py): default mode's pick and the tile configs
+    generated.default_template = default_takes_template(spec, bool(epilogue), "cpp", str(template.device),
+                                                        output_stored=template.name in args)
+    generated.tile_configs = tile_configs(spec)
+    return generated
 
 
 def _scale_and_bias(spec: GemmSpec, out: Source):
@@ -424,25 +430,3 @@ def _scale_and_bias(spec: GemmSpec, out: Source):
         bias = _load(spec.dtype, _at(spec.bias, "b", "m0 + i", "n0 + j"))
         value += f" + {bias}" if spec.beta == 1.0 else f" + {spec.beta!r}f * {bias}"
     out.add(f"for (int64_t i = 0; i < mb; ++i) for (int64_t j = 0; j < nb; ++j) acc[i][j] = {value};")
-
-
-class CppTemplateRunner:
-    """gemm_launch's backend for one C++ template kernel (a ctypes function)."""
-    name = "cpp"
-    in_place = False  # the kernel's pointers are __restrict__: its tile is never one of its outputs
-
-    def __init__(self, kernel: CppTemplateKernel, function):
-        from engine.runtime.build import compiler
-
-        self.kernel, self.function, self.version = kernel, function, compiler()
-
-    def configs(self) -> list[dict]:
-        return tile_configs(self.kernel.spec)
-
-    def run(self, tensors, config: dict, acc) -> None:
-        pointers = [t.data_ptr() for t in tensors]
-        acc_pointer = acc.data_ptr() if acc is not None else pointers[0]
-        self.function(*pointers, acc_pointer, int(acc is not None), config["tile_m"], config["tile_n"])
-
-    def launcher(self, config: dict, from_memory: bool):
-        return lambda tensors, acc: self.run(tensors, config, acc)

@@ -25,7 +25,7 @@ GB_SIMD_DECLARE(erfcf)
 #endif
 
 // Note [Kernel threads]: every parallel region of a kernel runs on gb_threads threads, which the wrapper sets
-// from torch.get_num_threads() of the calling thread before each call (engine/codegen/cpp.py ThreadCount).
+// from torch.get_num_threads() of the calling thread before each call (engine/runtime/load.py ThreadCount).
 // OpenMP's own default is the caller's ICV, which torch.set_num_threads sets only in the thread that called
 // it and only where torch shares our OpenMP runtime: a kernel called from another thread (or beside a torch
 // built with another runtime) took OMP_NUM_THREADS threads instead, more than torch was asked for.

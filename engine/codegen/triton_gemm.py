@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from engine.runtime.gemm_launch import TemplateKernel
+from engine.runtime.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton import SIGNATURE_TYPES
 from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
@@ -34,7 +34,8 @@ from engine.ir.ops import ops, use_handler
 from engine.schedule import gemm_tiles
 from engine.schedule.fusion import Kernel
 from engine.schedule.gemm_tiles import GemmConfig
-from engine.schedule.templates import GemmSpec, TemplatePlan, accumulator_read, epilogue_plan
+from engine.schedule.templates import (GemmSpec, TemplatePlan, accumulator_read, default_takes_template,
+                                      epilogue_plan)
 
 MASKS = {"x": "xmask", "r": "rmask", "xr": "xrmask"}
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "ACC_FROM_MEMORY", "PROGRAMS", "PERSISTENT")
@@ -225,9 +226,28 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     signature = {name: SIGNATURE_TYPES[buffers[name].dtype] for name in args}
     signature["acc_in"] = SIGNATURE_TYPES[template.dtype]
     signature.update({c: "constexpr" for c in CONSTEXPRS})
-    return TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
-                                tags, library_host=library_host(kernel, plan, template),
-                                interpreter=interpreter, signature=signature)
+    generated = TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
+                                     tags, library_host=library_host(kernel, plan, template),
+                                     interpreter=interpreter, signature=signature)
+    return with_launch_data(generated, "triton")
+
+
+def with_launch_data(kernel: TritonTemplateKernel, backend: str) -> TritonTemplateKernel:
+    """What the runtime needs to launch and tune the template, decided here: default mode's pick, the tile
+    configs (the heuristic's first) and each config's constexprs, options and grid (runtime/gemm_launch.py)."""
+    template = kernel.template
+    kernel.default_template = default_takes_template(template.spec, bool(kernel.epilogue), backend,
+                                                     str(template.device), output_stored=template.name in kernel.args)
+    configs = kernel.configs()
+    kernel.tile_configs = [c.kwargs() for c in configs]
+    kernel.epilogue_configs = [] if kernel.interpreter else [c.kwargs() for c in EPILOGUE_ONLY_CONFIGS]
+    for tiles in configs + EPILOGUE_ONLY_CONFIGS:  # the epilogue-only tiles even where they are not timed
+        options = {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
+        if tiles.maxnreg is not None:  # Note [Two programs per SM]
+            options["maxnreg"] = tiles.maxnreg
+        kernel.launch_args[tuple(tiles.kwargs().items())] = (kernel.display_constants(tiles), options,
+                                                               kernel.grid(tiles)[0])
+    return kernel
 
 
 def library_host(kernel: Kernel, plan: TemplatePlan, template: Template) -> str | None:
@@ -243,68 +263,3 @@ def library_host(kernel: Kernel, plan: TemplatePlan, template: Template) -> str 
         if sympy.expand((offset - plan.output_offset()).subs(single)) == 0:
             return node.name
     return None
-
-
-class TritonTemplateRunner:
-    """gemm_launch's backend for one Triton template kernel. Each (config, mode) is a bound launch
-    (Note [Bound Triton launches] in triton_build.py): after its first call, a launch is Triton's compiled
-    launcher called directly, not JITFunction.run, whose per-call Python work (tens of microseconds) showed
-    in the GPU time of a 0.3 ms GEMM once it outlasted the queued work before it."""
-    name = "triton"
-    in_place = True  # a Triton program reads its tile before it stores it: Note [Library plan in place]
-
-    def __init__(self, kernel: TritonTemplateKernel, function):
-        import triton
-
-        self.kernel, self.function, self.version = kernel, function, triton.__version__
-        self.launches: dict = {}
-
-    def configs(self) -> list[dict]:
-        return [c.kwargs() for c in self.kernel.configs()]
-
-    def epilogue_configs(self) -> list[dict]:
-        """Tiles for the epilogue-only mode besides the template's own (Note [Epilogue-only tiles]); none under
-        the interpreter."""
-        return [] if self.kernel.interpreter else [c.kwargs() for c in EPILOGUE_ONLY_CONFIGS]
-
-    def _launch(self, config: dict, from_memory: bool):
-        from engine.runtime.triton_build import TritonLaunch
-
-        key = (tuple(config.items()), from_memory)
-        if key not in self.launches:
-            tiles = GemmConfig(**config)
-            constexprs = self.kernel.display_constants(tiles)
-            constexprs["ACC_FROM_MEMORY"] = from_memory
-            options = {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
-            if tiles.maxnreg is not None:  # Note [Two programs per SM]
-                options["maxnreg"] = tiles.maxnreg
-            launch = TritonLaunch(self.function, constexprs, options,
-                                  tuple(range(len(self.kernel.args) + 1)), self.kernel.interpreter)
-            self.launches[key] = (launch, self.kernel.grid(tiles)[0])
-        return self.launches[key]
-
-    def run(self, tensors, config: dict, acc) -> None:
-        self.launcher(config, acc is not None)(tensors, acc)
-
-    def precompile(self, modes: list[tuple[dict, bool]], tensors) -> dict:
-        """Compile these (config, from_memory) launches in the compile workers before they are timed (Note
-        [Parallel compiles]): the arguments a launch passes, with the tile read from memory in the GEMM's
-        dtype and otherwise the first tensor standing in for it, as the launcher passes them."""
-        from engine.runtime.compile_pool import precompile
-
-        tile = self.kernel.template.dtype  # warm specs take a tensor's dtype for the tensor
-        return precompile([self._launch(config, from_memory)[0].warm_spec(
-            [*tensors, tile if from_memory else tensors[0]]) for config, from_memory in modes])
-
-    def launcher(self, config: dict, from_memory: bool):
-        """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
-        place] in gemm_launch.py); the stream is read at each call (a capture may run on another)."""
-        from engine.runtime.wrapper import raw_stream
-
-        launch, grid_x = self._launch(config, from_memory)
-        if self.kernel.interpreter:
-            return lambda tensors, acc: launch(grid_x, None, *tensors, tensors[0] if acc is None else acc)
-
-        def run(tensors, acc):
-            launch(grid_x, raw_stream(tensors[0].device.index or 0), *tensors, tensors[0] if acc is None else acc)
-        return run

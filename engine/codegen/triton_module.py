@@ -2,20 +2,22 @@
 triton.py, GEMM templates from triton_gemm.py) with the prelude helpers they call, in one Python module that is
 imported once per graph; and its loading, one bound launch per kernel.
 
-This is the backend module engine/codegen/__init__.py names for "triton" (generate_module, load_kernels). It
-sits above both kernel generators, so neither imports the other's assembly (they used to import each other).
+This is the backend module engine/codegen/__init__.py names for "triton" (generate_module). It sits above both
+kernel generators, so neither imports the other's assembly (they used to import each other). How each kernel
+launches (its config, the arguments to check, the configs to tune) goes to the runtime as data: `launches`
+(engine/runtime/load.py loads the module).
 """
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.runtime import triton_build
-from engine.runtime.gemm_launch import TemplateLaunch
 from engine.codegen.triton import TritonKernel, generate_kernel
-from engine.codegen.triton_gemm import TritonTemplateRunner, generate_template
+from engine.codegen.triton_config import candidate_configs
+from engine.codegen.triton_gemm import generate_template
+from engine.runtime.artifacts import KernelLaunch, TunePlan
 from engine.schedule.fusion import Kernel
 
 
@@ -69,6 +71,7 @@ class TritonModule:
     interpreter: bool  # kernels meant for the interpreter (the graph is on the CPU)
     autotune: bool = False  # mode="max-autotune": autotune on the GPU
     produced: frozenset = frozenset()  # buffers that generated kernels store (allocated by the wrapper)
+    launches: dict = field(default_factory=dict)  # kernel name -> runtime.artifacts.KernelLaunch (not templates)
     language = "triton"
 
     def tunable(self, kernel: TritonKernel) -> bool:
@@ -78,7 +81,7 @@ class TritonModule:
             not kernel.accumulates
 
     def launch_text(self, kernel: TritonKernel) -> str:
-        """The wrapper's call: the kernel's bound launch (triton_build.TritonLaunch) with the grid worked out
+        """The wrapper's call: the kernel's bound launch (runtime/triton_build.TritonLaunch) with the grid worked out
         here and the wrapper's stream, so a launch does no work beyond the compiled kernel's own launcher."""
         if hasattr(kernel, "template"):  # a GEMM template: called through gemm_launch.TemplateLaunch
             return kernel.launch_text()
@@ -91,6 +94,15 @@ class TritonModule:
         """Positions of the launch arguments whose specialization may change between calls: every argument
         but the buffers the wrapper allocates for generated kernels (Note [Bound Triton launches])."""
         return tuple(i for i, name in enumerate(kernel.args + kernel.size_args) if name not in self.produced)
+
+    def launch(self, kernel: TritonKernel) -> KernelLaunch:
+        """How the runtime launches `kernel`: its config, the arguments it checks, and, when tunable, the
+        candidate configs with their grids (the heuristic's first)."""
+        tune = None
+        if self.tunable(kernel):
+            configs = candidate_configs(kernel.form, kernel.rows, kernel.red, kernel.itemsize)
+            tune = TunePlan(kernel.source, [(c.kwargs(), kernel.grid(c)) for c in configs], kernel.tuning)
+        return KernelLaunch(kernel.name, kernel.config.kwargs(), self.checked_arguments(kernel), tune)
 
 
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
@@ -115,27 +127,7 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
             lines.append(line)
             line_kernel.append((kernel.name, tag))
     produced = frozenset(n for k in kernels if k.kind in ("pointwise", "reduction", "template") for n in k.stored)
-    return TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced,
-                        autotune=mode == "max-autotune")
-
-
-def load_kernels(module: TritonModule, namespace: dict, device: str = "cpu") -> bool:
-    """Import the module's kernels (under the interpreter on the CPU, Note [Math under the interpreter]) and
-    put one bound launch per kernel name in namespace (Note [Bound Triton launches]; autotuned at its first
-    launch if the module asks)."""
-    interpret = not str(device).startswith("cuda")
-    loaded, cache_hit = triton_build.load_source(module.source, interpret=interpret)
-    namespace["_triton_module"] = loaded  # keeps the module alive as long as the wrapper
-    for kernel in module.kernels:
-        function = getattr(loaded, kernel.name)
-        if hasattr(kernel, "template"):
-            if interpret:
-                function = triton_build.QuietInterpreted(function)
-            function = TemplateLaunch(kernel, TritonTemplateRunner(kernel, function), device,
-                                      tune=module.autotune and not interpret)
-        else:
-            triton_build.bind_launch(kernel, function, interpret, module.checked_arguments(kernel),
-                                     device if module.tunable(kernel) else None, namespace)
-            continue
-        namespace[kernel.name] = function
-    return cache_hit
+    module = TritonModule("\n".join(lines) + "\n", generated, line_kernel, interpreter, produced=produced,
+                          autotune=mode == "max-autotune")
+    module.launches = {k.name: module.launch(k) for k in generated if not hasattr(k, "template")}
+    return module

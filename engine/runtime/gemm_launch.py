@@ -54,14 +54,14 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from engine.runtime.build import atomic_write, cache_dir
 from engine.ir.nodes import TensorArg, Template
-from engine.schedule.templates import default_takes_template
+from engine.runtime.artifacts import TemplateKernel
+from engine.runtime.build import atomic_write, cache_dir, compiler
+from engine.runtime.wrapper import raw_stream, strided_view
 
 # Note [CPU autotune timing]
 # On a shared CPU a thread descheduled inside a parallel call stalls the whole call: a 4x63x20 torch.mm on
@@ -77,28 +77,6 @@ CPU_TIMING_SECONDS = 0.15  # per candidate
 CPU_MIN_ROUNDS, CPU_MAX_ROUNDS = 10, 200
 GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 3, 10, 40  # do_bench's budget a round, the same for every candidate
 MIN_GAIN = 0.02  # Note [Autotune against the default's pick]
-
-
-@dataclass
-class TemplateKernel:
-    """What both backends' template kernels share: the source, the signature's buffers, the Template node
-    and its epilogue, and the autotuning results (filled at the first launch in max-autotune)."""
-    name: str
-    source: str
-    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
-    size_args: list[str]  # always empty: a template is generated per shape (sizes are literals)
-    template: Template
-    epilogue: list[str]  # the IR nodes fused after the GEMM
-    line_tags: list = field(default_factory=list)
-    tuning: dict = field(default_factory=dict)
-    library_host: str | None = None  # a stored output the library call may write (Note [Library plan in place])
-
-    @property
-    def spec(self):
-        return self.template.spec
-
-    def launch_text(self) -> str:
-        return f"{self.name}({', '.join(self.args)})"
 
 
 NATIVE_OUT_OPS = ("mm", "addmm", "bmm", "baddbmm")  # GemmSpec.op whose out= overload is a kernel, not a copy
@@ -171,8 +149,6 @@ class TemplateLaunch:
         buffer is passed as it is, any other as its view. into: a buffer the call writes through the op's out=
         overload (viewed as the GEMM's output where it is held otherwise). (The GEMM ops' tensors are top-level
         arguments: templates.gemm_spec.)"""
-        from engine.runtime.wrapper import strided_view
-
         values, slots = list(self.template.args), []
         for i, arg in enumerate(values):
             if isinstance(arg, TensorArg):
@@ -219,11 +195,9 @@ class TemplateLaunch:
         return modes
 
     def default_pick(self) -> str:
-        """The candidate default mode would run for this GEMM."""
+        """The candidate default mode would run for this GEMM (codegen's TemplateKernel.default_template)."""
         candidates = self.candidates()
-        takes = default_takes_template(self.template.spec, bool(self.kernel.epilogue), self.backend.name,
-                                       str(self.device), output_stored=self.template.name in self.position)
-        return candidates[0][0] if takes else candidates[-1][0]
+        return candidates[0][0] if self.kernel.default_template else candidates[-1][0]
 
     def _autotune(self, tensors) -> Callable:
         candidates = self.candidates()
@@ -332,3 +306,85 @@ def measure(candidates: list[tuple[str, Callable, dict | None]], tensors, device
     for (result, _), seconds in zip(runnable, best):
         result["ms"] = seconds * 1e3
     return results
+
+
+# --- the two backends' template kernels, as TemplateLaunch drives them ---------------------------------------
+
+
+class CppTemplateRunner:
+    """TemplateLaunch's backend for one C++ template kernel (a ctypes function)."""
+    name = "cpp"
+    in_place = False  # the kernel's pointers are __restrict__: its tile is never one of its outputs
+
+    def __init__(self, kernel: TemplateKernel, function):
+        self.kernel, self.function, self.version = kernel, function, compiler()
+
+    def configs(self) -> list[dict]:
+        return self.kernel.tile_configs
+
+    def run(self, tensors, config: dict, acc) -> None:
+        pointers = [t.data_ptr() for t in tensors]
+        acc_pointer = acc.data_ptr() if acc is not None else pointers[0]
+        self.function(*pointers, acc_pointer, int(acc is not None), config["tile_m"], config["tile_n"])
+
+    def launcher(self, config: dict, from_memory: bool):
+        return lambda tensors, acc: self.run(tensors, config, acc)
+
+
+class TritonTemplateRunner:
+    """TemplateLaunch's backend for one Triton template kernel. Each (config, mode) is a bound launch
+    (Note [Bound Triton launches] in triton_build.py): after its first call, a launch is Triton's compiled
+    launcher called directly, not JITFunction.run, whose per-call Python work (tens of microseconds) showed
+    in the GPU time of a 0.3 ms GEMM once it outlasted the queued work before it. The constexprs, options and
+    grid of each config come from codegen (TemplateKernel.launch_args)."""
+    name = "triton"
+    in_place = True  # a Triton program reads its tile before it stores it: Note [Library plan in place]
+
+    def __init__(self, kernel: TemplateKernel, function):
+        import triton
+
+        self.kernel, self.function, self.version = kernel, function, triton.__version__
+        self.launches: dict = {}
+
+    def configs(self) -> list[dict]:
+        return self.kernel.tile_configs
+
+    def epilogue_configs(self) -> list[dict]:
+        """Tiles for the epilogue-only mode besides the template's own (Note [Epilogue-only tiles] in
+        codegen/triton_gemm.py); none under the interpreter."""
+        return self.kernel.epilogue_configs
+
+    def _launch(self, config: dict, from_memory: bool):
+        from engine.runtime.triton_build import TritonLaunch
+
+        key = (tuple(config.items()), from_memory)
+        if key not in self.launches:
+            constexprs, options, grid_x = self.kernel.launch_args[tuple(config.items())]
+            launch = TritonLaunch(self.function, {**constexprs, "ACC_FROM_MEMORY": from_memory}, dict(options),
+                                  tuple(range(len(self.kernel.args) + 1)), self.kernel.interpreter)
+            self.launches[key] = (launch, grid_x)
+        return self.launches[key]
+
+    def run(self, tensors, config: dict, acc) -> None:
+        self.launcher(config, acc is not None)(tensors, acc)
+
+    def precompile(self, modes: list[tuple[dict, bool]], tensors) -> dict:
+        """Compile these (config, from_memory) launches in the compile workers before they are timed (Note
+        [Parallel compiles]): the arguments a launch passes, with the tile read from memory in the GEMM's
+        dtype and otherwise the first tensor standing in for it, as the launcher passes them."""
+        from engine.runtime.compile_pool import precompile
+
+        tile = self.kernel.template.dtype  # warm specs take a tensor's dtype for the tensor
+        return precompile([self._launch(config, from_memory)[0].warm_spec(
+            [*tensors, tile if from_memory else tensors[0]]) for config, from_memory in modes])
+
+    def launcher(self, config: dict, from_memory: bool):
+        """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
+        place]); the stream is read at each call (a capture may run on another)."""
+        launch, grid_x = self._launch(config, from_memory)
+        if self.kernel.interpreter:
+            return lambda tensors, acc: launch(grid_x, None, *tensors, tensors[0] if acc is None else acc)
+
+        def run(tensors, acc):
+            launch(grid_x, raw_stream(tensors[0].device.index or 0), *tensors, tensors[0] if acc is None else acc)
+        return run

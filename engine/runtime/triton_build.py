@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from engine.runtime.artifacts import KernelLaunch, TunePlan
 from engine.runtime.build import cache_dir
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
@@ -102,11 +103,8 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 # enter hook, exit hook, *every kernel parameter in order, constexprs included): Triton 3.2 through 3.9.
 # Where a CompiledKernel lacks it (older Triton, another backend), or a launch hook is installed (a profiler
 # wants to see launches), or the direct call raises, the kernel keeps using JITFunction.run: slower, never wrong.
-# Measured on the H200's host (Triton 3.6, torch 2.11, 3000 launches of a 4- and a 12-argument kernel): 5.7-9.5
-# us a bound launch, 13-21 us through JITFunction.run. torch's own C launcher (torch._C._StaticCudaLauncher,
-# which loads the cubin and calls cuLaunchKernel from a tuple of arguments) was tried in its place and took
-# 6.9-7.0 us in the same run; the Llama-style training step timed 1.015x the bound path's in alternating rounds
-# of one process (4.642 vs 4.575 ms a step). No gain, so the bound launch stays the one path.
+# Measured: a bound launch costs about half of JITFunction.run's host time, and torch's own C launcher gained
+# nothing over it (reports/runtime_measurements.md, "Bound launches").
 
 
 MAX_BINDS = 4  # specializations a kernel binds before it stays on the object's own path (no more exec)
@@ -180,11 +178,11 @@ class TritonLaunch:
 
     def _launch_and_bind(self, grid_x, args) -> None:
         if self.tune is not None:
-            (kernel, device), self.tune = self.tune, None
-            best = autotune(kernel, self.function, args, device)
-            self.grid_x = kernel.grid(best)[0]
-            self.constexprs = {k: v for k, v in best.kwargs().items() if k in self.constexprs}
-            self.options = {"num_warps": best.num_warps}
+            (plan, device), self.tune = self.tune, None
+            best, grid = autotune(plan, self.function, args, device)
+            self.grid_x = grid[0]
+            self.constexprs = {k: v for k, v in best.items() if k in self.constexprs}
+            self.options = {"num_warps": best["num_warps"]}
             self.values = tuple(self.constexprs.values())
         grid = (self.grid_x or grid_x, 1, 1)
         if self.interpret:
@@ -255,14 +253,15 @@ class QuietInterpreted:
             return self.function.run(*args, **kwargs)
 
 
-def bind_launch(kernel, function, interpret: bool, checked: tuple[int, ...], tune_device: str | None = None,
+def bind_launch(kernel: KernelLaunch, function, interpret: bool, tune_device: str | None = None,
                 namespace: dict | None = None):
     """The TritonLaunch for a generated kernel, under kernel.name in `namespace` (where, once bound, its
-    generated launcher replaces it); autotuned at its first launch when tune_device is given."""
-    config = kernel.config.kwargs()
+    generated launcher replaces it); autotuned at its first launch when it has a TunePlan and tune_device."""
+    config = kernel.config
     constexprs = {k: config[k] for k in ("XBLOCK", "YBLOCK", "RBLOCK") if k in config}
-    launch = TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, checked, interpret,
-                          tune=(kernel, tune_device) if tune_device else None)
+    tune = (kernel.tune, tune_device) if kernel.tune is not None and tune_device else None
+    launch = TritonLaunch(function, constexprs, {"num_warps": config["num_warps"]}, kernel.checked, interpret,
+                          tune=tune)
     if namespace is not None:
         namespace[kernel.name] = launch
         launch.install = functools.partial(namespace.__setitem__, kernel.name)
@@ -276,17 +275,16 @@ def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
 
 
-def autotune(kernel, jit_function, args, device: str):
-    """Time each candidate config (a median of triton.testing.do_bench); the fastest wins. Results are cached
-    per kernel source, GPU and Triton version, and kept in kernel.tuning, which the record shows."""
+def autotune(plan: TunePlan, jit_function, args, device: str) -> tuple[dict, tuple]:
+    """Time each candidate config (a median of triton.testing.do_bench); the fastest wins: (its config, its
+    grid). Results are cached per kernel source, GPU and Triton version, and kept in plan.tuning, which the
+    record shows."""
     import triton
     from triton.testing import do_bench
 
-    from engine.codegen.triton_config import LaunchConfig, candidate_configs
-
-    configs = candidate_configs(kernel.form, kernel.rows, kernel.red, kernel.itemsize)
-    key = source_key(json.dumps([kernel.source, [c.kwargs() for c in configs], _device_name(device),
-                                 triton.__version__]))
+    configs = [config for config, _ in plan.candidates]
+    grids = {json.dumps(config, sort_keys=True): grid for config, grid in plan.candidates}
+    key = source_key(json.dumps([plan.source, configs, _device_name(device), triton.__version__]))
     path = cache_dir() / "triton" / "autotune" / f"{key}.json"
     cached = path.exists()
     if cached:
@@ -295,23 +293,22 @@ def autotune(kernel, jit_function, args, device: str):
         from engine.runtime.compile_pool import precompile, warm_spec
 
         results = []
-        kernel.tuning["precompile"] = precompile([warm_spec(jit_function, args, c.kwargs()) for c in configs])
-        for config in configs:
-            def launch(config=config):
-                jit_function.run(*args, grid=kernel.grid(config), warmup=False, **config.kwargs())
+        plan.tuning["precompile"] = precompile([warm_spec(jit_function, args, c) for c in configs])
+        for config, grid in plan.candidates:
+            def launch(config=config, grid=grid):
+                jit_function.run(*args, grid=grid, warmup=False, **config)
             try:
                 launch()
                 milliseconds = _median_ms(do_bench, launch)
             except Exception as error:  # noqa: BLE001 - a config that does not compile (registers) is skipped
-                results.append({"config": config.kwargs(), "ms": None, "error": str(error)[:200]})
+                results.append({"config": config, "ms": None, "error": str(error)[:200]})
                 continue
-            results.append({"config": config.kwargs(), "ms": milliseconds})
+            results.append({"config": config, "ms": milliseconds})
         _write_once(path, json.dumps(results))
     timed = [r for r in results if r.get("ms") is not None]
-    best = min(timed, key=lambda r: r["ms"])["config"] if timed else kernel.config.kwargs()
-    kernel.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
-    kernel.config = LaunchConfig(**best)
-    return kernel.config
+    best = min(timed, key=lambda r: r["ms"])["config"] if timed else configs[0]
+    plan.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
+    return best, grids[json.dumps(best, sort_keys=True)]
 
 
 def _median_ms(do_bench, fn) -> float:

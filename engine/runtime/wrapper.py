@@ -51,8 +51,9 @@ def _could_take(schema, positional: int, names: set) -> bool:
 
 
 class LibraryCall:
-    """A library call whose arguments' layouts the library may refuse (Note [Views for libraries] in engine/codegen/wrapper.py), through
-    torch's binding where that is the same call (Note [Library calls through torch's bindings])."""
+    """A library call whose arguments' layouts the library may refuse (Note [Views for libraries] in
+    engine/codegen/wrapper.py), through torch's binding where that is the same call (Note [Library calls
+    through torch's bindings])."""
 
     def __init__(self, target, binding=None):
         self.target = target
@@ -80,7 +81,7 @@ class LibraryCall:
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    """`t` in the contiguous layout, size-1 dims included (Note [Views for libraries] in engine/codegen/wrapper.py)."""
+    """`t` in the contiguous layout, size-1 dims included (Note [Views for libraries], codegen/wrapper.py)."""
     t = t.contiguous()
     strides = tuple(int(s) for s in contiguous_strides(tuple(t.shape)))  # the retry's path only: sympy is fine
     return t if t.stride() == strides else t.as_strided(t.shape, strides, t.storage_offset())
@@ -100,8 +101,9 @@ strided_view = getattr(_FAST, "_reinterpret_tensor", None) or _strided_view  # t
 
 
 def empty_strided_for(device: str):
-    """`allocate(size, stride, dtype)` on `device` (Note [Lean wrapper] in engine/codegen/wrapper.py). The CUDA fast path allocates on the
-    current device, so it is used only where there is one GPU; elsewhere the device is named each time."""
+    """`allocate(size, stride, dtype)` on `device` (Note [Lean wrapper] in engine/codegen/wrapper.py). The CUDA
+    fast path allocates on the current device, so it is used only where there is one GPU; elsewhere the device
+    is named each time."""
     device = torch.device(device)
     fast = getattr(_FAST, f"_empty_strided_{device.type}", None)
     if fast is not None and (device.type == "cpu" or device.type == "cuda" and torch.cuda.device_count() == 1):

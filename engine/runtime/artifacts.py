@@ -1,0 +1,55 @@
+"""What codegen hands the runtime: the data a printed kernel carries so that loading, launching and tuning it
+asks no compiler layer a question (docs/design.md, "The runtime"). Codegen fills these; engine/runtime/ reads them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.ir.nodes import Template
+
+
+@dataclass
+class TunePlan:
+    """What autotuning a generated kernel needs, decided by codegen: its source (with the candidates, the cache
+    key), the candidate configs with their grids (the heuristic's first), and the record's entry to fill."""
+    source: str
+    candidates: list[tuple[dict, tuple]]  # (block sizes and num_warps, grid)
+    tuning: dict
+
+
+@dataclass
+class KernelLaunch:
+    """How to launch one generated Triton kernel, decided by codegen (engine/codegen/triton_module.py)."""
+    name: str
+    config: dict  # block sizes (XBLOCK, YBLOCK, RBLOCK) and num_warps
+    checked: tuple[int, ...]  # arguments whose specialization may vary (Note [Bound Triton launches])
+    tune: TunePlan | None = None  # mode="max-autotune" on a GPU: tuned at the first launch
+
+
+@dataclass
+class TemplateKernel:
+    """What both backends' template kernels share: the source, the signature's buffers, the Template node
+    and its epilogue, and the autotuning results (filled at the first launch in max-autotune)."""
+    name: str
+    source: str
+    args: list[str]  # buffer names in signature order (the wrapper passes these tensors)
+    size_args: list[str]  # always empty: a template is generated per shape (sizes are literals)
+    template: Template
+    epilogue: list[str]  # the IR nodes fused after the GEMM
+    line_tags: list = field(default_factory=list)
+    tuning: dict = field(default_factory=dict)
+    # a stored output the library call may write (Note [Library plan in place], gemm_launch.py)
+    library_host: str | None = None
+    # what codegen decided for the run time, as data (the runtime asks no compiler layer at launch time):
+    # default mode runs the template, not the library call (Note [Autotune against the default's pick])
+    default_template: bool = False
+    tile_configs: list[dict] = field(default_factory=list)  # the configs to time, the heuristic's first
+    epilogue_configs: list[dict] = field(default_factory=list)  # Triton: more tiles for the epilogue-only mode
+    launch_args: dict = field(default_factory=dict)  # Triton: config items -> (constexprs, options, grid x)
+
+    @property
+    def spec(self):
+        return self.template.spec
+
+    def launch_text(self) -> str:
+        return f"{self.name}({', '.join(self.args)})"

@@ -1,6 +1,6 @@
 """One renderer per compiler stage, each drawing one pane of the explorer from the record.
 
-capture -> ATen -> loop IR -> fusion -> code -> run -> bench (DESIGN.md "The spine"). A renderer gets the record,
+capture -> ATen -> loop IR -> fusion -> code -> run -> bench (docs/design.md, "The spine"). A renderer gets the record,
 the chosen graph and a key prefix (the left and right panes hold the same widgets under different keys). The record
 is the typed Exploration (engine/record.py), read by attribute.
 """

@@ -1,4 +1,4 @@
-"""The command line (DESIGN.md, "CLI"; a stable contract that scripts rely on):
+"""The command line (docs/design.md, "The CLI"; a stable contract that scripts rely on):
 
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
                                             [--templates auto|on|off] [--rewrites PASSES] [--freeze] [--json] [--out DIR]

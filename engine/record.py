@@ -3,7 +3,7 @@
 The app, the CLI, the tests and reports read this record only; it crosses process boundaries as JSON
 (`Exploration.to_json()` / `Exploration.from_json()`), and engine/record_schema.json is its JSON Schema
 (generated from these dataclasses by `json_schema()`; tests/test_record.py checks the shipped file is current).
-README.md ("The record") documents the keys. Keys that outside scripts rely on (DESIGN.md, "CLI"):
+README.md ("The record") documents the keys. Keys that outside scripts rely on (docs/design.md, "The CLI"):
 schema_version, graphs[].kernels[].name/kind/fx_origins/tiling, graph_breaks[].reason/filename/lineno,
 verify.ok/max_abs_err, timings, errors[]. Keys are added, never renamed; adding one bumps SCHEMA_VERSION.
 

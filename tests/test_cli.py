@@ -1,4 +1,4 @@
-"""The CLI contract (DESIGN.md, "CLI"): what scripts read from `--json`, exit codes, and user-facing errors.
+"""The CLI contract (docs/design.md, "The CLI"): what scripts read from `--json`, exit codes, and user-facing errors.
 
 Most tests run `python -m engine` in a subprocess, exactly as a script would; they check structure and exit
 codes, not exact wording.

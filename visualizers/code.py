@@ -20,7 +20,7 @@ HIGHLIGHT_COLOUR = "#fde68a"
 
 
 class LoopIRLexer(RegexLexer):
-    """Glassbox's loop IR as engine/report.py prints it (see DESIGN.md "The loop IR")."""
+    """Glassbox's loop IR as engine/report.py prints it (see docs/design.md, "The loop IR")."""
     name = "Glassbox loop IR"
     aliases = ["glassbox-ir"]
     tokens = {

@@ -1,7 +1,7 @@
 """Load a model file (or a sample, or pasted code) into a ModelSpec; run it eagerly.
 
 A model file is plain Python that defines `model` and `example_inputs`, and optionally `description`,
-`dynamic_inputs` and `tolerance` (see DESIGN.md, "The spine"). Everything that can go wrong while loading one
+`dynamic_inputs` and `tolerance` (see docs/design.md, "The spine"). Everything that can go wrong while loading one
 becomes a ModelFileError whose message names the problem, the user's file:line and what to try, because this is
 the first thing a user sees when their code is wrong: the app shows the message as is.
 """

@@ -119,32 +119,19 @@ import torch
 
 
 # Note [Replay or launch, timed]
-# A CUDA graph saves host time: one launch instead of one a kernel. It costs device time: each replay first
-# copies the inputs that are not read in place (the activation) into the recording's own buffers. A graph that
-# is bound by its kernels (a few large GEMMs: a Linear 2048 x 4096 -> 11008 with its SiLU is two launches and
-# ~0.29 ms of tensor-core work) gains nothing from the launch it saves, since the host is ahead of the GPU
-# anyway, and pays the copy: on the H200 that plan took 0.309 ms replayed against 0.285 ms launched plainly,
-# and at 8192 rows 1.199 against 1.137 ms (gemm_bench, the same plan in both). Inductor's max-autotune replays
-# every graph regardless. Ours measures, since max-autotune is the mode that times its choices: at the first
-# call that could replay, CudaGraphCall (choose_by_timing) times TIMED_CALLS replays, input copies included,
-# and TIMED_CALLS plain calls of the same arguments, on the device's clock, and keeps the faster for good
-# (`choice` holds both times; a graph launched plainly drops its recordings and their memory). A
-# launch-bound graph (a model of hundreds of small kernels) replays, as before. Only inference graphs choose:
-# in training the saved activations and gradients are what replays hand over (Note [Training under CUDA
-# graphs]), and reduce-overhead replays because the user asked for CUDA graphs.
-# A replay must win by REPLAY_MARGIN: ten calls' timings differ by a few percent from run to run, and within
-# that the plain call is the better default (its outputs are not overwritten by the next call, and no
-# recording holds memory). After the refills got cheaper (Note [Refilling inputs]) the Linear 2048 x 4096 ->
-# 11008 above timed 0.3237 ms replayed and 0.3254 plainly (H200): a tie, which the plain call now takes.
-# A graph called with the same tensors again replays with no copy at all (Note [Inputs that come back]), and
-# then a tie goes the other way: such a replay runs the very kernels a plain call runs, so the device's clock
-# cannot tell them apart, but it costs less host time, which this timing does not see, because the caller's
-# own cost (Dynamo's frame and guards, AOTAutograd's wrapper) comes on top of both and makes a small call
-# host-bound. proj_residual at M = 512 in max-autotune (H200, .diag/choice.py, one process): replayed with
-# nothing copied, 24-25 us of host time a call and 27.9 us a call back to back, against eager's 29.9; launched
-# plainly, our wrapper alone spends ~15 us of host time (cProfile) on the cuBLAS call and the epilogue's launch,
-# on top of the same caller cost. So a copy-free replay replays unless it times REPLAY_MARGIN slower than the
-# plain call. If the inputs later move, the choice is timed again.
+# A CUDA graph saves host time (one launch for the graph) and costs device time (each replay first copies the
+# inputs it does not read in place). A graph bound by its kernels (a few large GEMMs) gains nothing from the
+# launches it saves and pays the copy, so replaying it is slower. Inductor's max-autotune replays every graph;
+# ours measures, since max-autotune is the mode that times its choices: at the first call that could replay,
+# an inference graph (ReplayPolicy.choose_by_timing) times TIMED_CALLS replays, copies included, against
+# TIMED_CALLS plain calls on the device's clock and keeps the faster for good (`choice`; a graph launched
+# plainly drops its recordings). Training graphs replay (their replays hand tensors over: Note [Training
+# under CUDA graphs]), and reduce-overhead replays because the user asked for CUDA graphs.
+# Who takes a tie within REPLAY_MARGIN: the plain call when the replay copies inputs (its outputs are not
+# overwritten by the next call, and no recording holds memory); the replay when it copies nothing (it runs the
+# very same kernels, so the device clock cannot tell them apart, and it costs less host time, which this
+# timing does not see). If the inputs later move, the choice is timed again. Measurements behind these rules:
+# reports/runtime_measurements.md, "Replay or launch".
 TIMED_CALLS = 10
 REPLAY_MARGIN = 0.05
 
@@ -173,17 +160,12 @@ storage_use_count = torch._C._storage_Use_Count  # holders of a storage: any ten
 
 # Note [Refilling inputs]
 # Before each replay the copied inputs (Note [Which inputs a CUDA graph reads in place]) are written into the
-# recording's buffers. One torch._foreach_copy_ does that in one launch, which is what a graph with many small
-# copied inputs needs; but its kernel (multi_tensor_apply) gives each thread block one chunk of 64K elements,
-# so a few large tensors get few blocks. On the H200 (gemm_bench --kernels, proj_residual M=512, bf16,
-# 2026-12-02) it took 15.3 us to copy the activation and the residual, 4 MiB each (64 blocks for 132 SMs,
-# ~1 TB/s), beside the 23.5 us GEMM: the replayed call spent 42.8 us on the device where the plain one
-# spent 27.1. A training step refills more: the incoming gradient of a Llama LM head's logits is 64 MiB. So
-# an input of LARGE_COPY_BYTES or more is copied by its own copy_ (ATen's elementwise copy, which spreads
-# over the whole GPU), and the smaller ones still go in one foreach launch; the extra launches are cheap, a
-# replayed call's host being ahead of the GPU. Measured after the change (same case, torch.profiler): the two
-# copies took 5.96 us together and the replay 33.2 us on the device (42.8 before); the call 0.0470 ms (0.053-0.058
-# before). tests/test_cuda_graph_replay.py checks the split and the values on the CPU.
+# recording's buffers. One torch._foreach_copy_ does that in one launch, which suits many small inputs; but its
+# kernel gives each thread block one chunk of 64K elements, so a few large tensors get few blocks and copy
+# slowly beside the graph's own work. So an input of LARGE_COPY_BYTES or more gets its own copy_ (ATen's
+# elementwise copy, which spreads over the whole GPU), and the smaller ones still go in one foreach launch;
+# the extra launches are cheap, a replayed call's host being ahead of the GPU. The measurements:
+# reports/runtime_measurements.md, "Refilling inputs"; tests/test_cuda_graph_replay.py checks the split.
 LARGE_COPY_BYTES = 1 << 20
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
 
 
 def test_download_a_kernels_reproducer_and_run_it(server, browser, tmp_path):

@@ -48,7 +48,16 @@ def fake_reduce_overhead(monkeypatch):
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", fake_capture)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(pipeline.Options, "__post_init__", lambda self: None)  # reduce-overhead needs cuda there
+    checked = pipeline.Options.__post_init__
+
+    def as_if_on_cuda(self):  # reduce-overhead needs device="cuda" there; every other check and default stays
+        device = self.device
+        object.__setattr__(self, "device", "cuda")
+        try:
+            checked(self)
+        finally:
+            object.__setattr__(self, "device", device)
+    monkeypatch.setattr(pipeline.Options, "__post_init__", as_if_on_cuda)
     made = []
 
     def graph_call(call, *args, **kwargs):

@@ -4,6 +4,7 @@
     python scripts/model_sweep.py --only gpt2,bert      # some models
     python scripts/model_sweep.py --train               # the training step too (models marked for it)
     python scripts/model_sweep.py --timeout 300 --json /tmp/sweep.json --md reports/model_sweep.md
+    python scripts/model_sweep.py --dynamic             # dynamic=True over other sizes (reports/dynamic_sweep.md)
 
 The models are nobody here's code: Hugging Face transformers (built from their Config classes with tiny sizes and
 random weights, no download), torchvision and timm. transformers lives in this project's venv, torchvision and timm
@@ -17,6 +18,11 @@ library, with a time limit: a hang or a crash costs that model only. A child pri
     build-error   the library could not build the model here (not ours)
 
 and, beside the verdict, every Fallback node (an op run eagerly) with its reason, graph breaks and errors.
+
+--dynamic explores each model twice in its child: statically, then with dynamic=True on its inputs and two other
+input sets (longer sequences; more images, and other resolutions where the model takes them). A dynamic row is ok
+only if every size matches eager, no graph fell back, no size recompiled, and the dynamic graphs hold no Fallback
+op that the static graphs do not ("extra fallbacks").
 This is a tool, not a test: the tests that pin what it found live in tests/.
 """
 from __future__ import annotations
@@ -147,6 +153,9 @@ TV = {  # torchvision builder name -> kwargs
     "vit_small": dict(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64),
     "swin_t": {}, "resnext50_32x4d": {}, "vgg11_bn": {}, "efficientnet_v2_s": {}, "swin_v2_t": {},
     "regnet_x_400mf": {}, "mobilenet_v2": {}, "alexnet": {},
+    # segmentation heads: a resize back to the input's size
+    "fcn_resnet50": dict(weights_backbone=None), "deeplabv3_mobilenet_v3_large": dict(weights_backbone=None),
+    "lraspp_mobilenet_v3_large": dict(weights_backbone=None),
 }
 TV_TRAIN = {"resnet18", "mobilenet_v3_small", "convnext_tiny"}
 TIMM = {"timm_resnet18": "resnet18", "timm_efficientnet_b0": "efficientnet_b0", "timm_vit_tiny": "vit_tiny_patch16_224",
@@ -272,8 +281,62 @@ def summarize(exploration) -> dict:
     }
 
 
-def run_one(name: str, train: bool) -> dict:
-    """In the child: build, explore, summarize."""
+def other_inputs(model, inputs: tuple) -> list[tuple]:
+    """Two more input sets for a dynamic-shape run: token sequences 13 and 21 long (masks padded alike); images
+    3 and 4 to a batch, at other resolutions where the model runs them, else at its own."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+
+    def resized(x, batch, extra):
+        if not x.is_floating_point():  # token ids (batch, length) or a padding mask
+            if x.max() <= 1:
+                mask = torch.ones(batch, 8 + extra, dtype=x.dtype)
+                mask[-1, 5:] = 0
+                return mask
+            return torch.randint(2, 128, (batch, 8 + extra), generator=gen, dtype=x.dtype)
+        shape = list(x.shape)
+        shape[0] = batch
+        if x.dim() == 4:  # images: other heights and widths
+            shape[2], shape[3] = shape[2] + 8 * (extra // 5), shape[3] + 16 * (extra // 5)
+        elif x.dim() == 2:  # a waveform: a longer one
+            shape[1] += 40 * extra
+        return torch.randn(shape, generator=gen, dtype=x.dtype)
+
+    sets = []
+    for batch, extra in ((3, 5), (4, 13)):
+        candidate = tuple(resized(x, batch, extra) for x in inputs)
+        try:
+            with torch.no_grad():
+                model(*candidate)
+        except Exception:  # a fixed-size model (learned positions, a fixed patch grid): its own size, more images
+            candidate = tuple(resized(x, batch, 0) if x.is_floating_point() else x for x in inputs)
+        sets.append(candidate)
+    return sets
+
+
+def dynamic_summary(static: dict, exploration) -> dict:
+    """The dynamic run's row: its summary, the sizes' verdicts, recompiles and the Fallback ops the static graphs
+    do not have."""
+    summary = summarize(exploration)
+    summary["runs"] = [{"inputs": run.inputs, "new_graphs": run.new_graphs, "ok": bool(run.verify.get("ok"))}
+                       for run in exploration.runs]
+    summary["recompiles"] = sum(1 for run in exploration.runs if run.new_graphs)
+    summary["extra_fallbacks"] = sorted(set(summary["fallbacks"]) - set(static["fallbacks"]))
+    input_errors = [e for e in exploration.errors if e.kind == "inputs"]
+    if summary["graph_failures"]:
+        summary["status"] = "crash"
+    elif summary["verdict"] != "ok" or not all(run["ok"] for run in summary["runs"]) or input_errors:
+        summary["status"] = "mismatch"
+    elif summary["extra_fallbacks"] or summary["recompiles"]:
+        summary["status"] = "weak"
+    else:
+        summary["status"] = "ok"
+    return summary
+
+
+def run_one(name: str, train: bool, dynamic: bool = False) -> dict:
+    """In the child: build, explore (with --dynamic: statically, then with dynamic shapes), summarize."""
     import torch
 
     torch.manual_seed(0)
@@ -302,6 +365,18 @@ def run_one(name: str, train: bool) -> dict:
         return {"status": "crash", "message": f"{type(error).__name__}: {str(error)[:600]}",
                 "traceback": traceback.format_exc()[-3000:], "seconds": round(time.perf_counter() - start, 1)}
     summary = summarize(exploration)
+    if dynamic:
+        others = other_inputs(model, inputs)
+        torch._dynamo.reset()
+        try:
+            exploration = pipeline.explore(model, inputs, backend="cpp", device="cpu", name=name, dynamic=True,
+                                           dynamic_inputs=others)
+        except Exception as error:
+            return {"status": "crash", "message": f"{type(error).__name__}: {str(error)[:600]}",
+                    "traceback": traceback.format_exc()[-3000:], "seconds": round(time.perf_counter() - start, 1)}
+        summary = dynamic_summary(summary, exploration)
+        summary["seconds"] = round(time.perf_counter() - start, 1)
+        return summary
     summary["seconds"] = round(time.perf_counter() - start, 1)
     if summary["graph_failures"]:
         summary["status"] = "crash"
@@ -312,9 +387,10 @@ def run_one(name: str, train: bool) -> dict:
     return summary
 
 
-def run_child(name: str, library: str, train: bool, timeout: float, tv_python: str) -> dict:
+def run_child(name: str, library: str, train: bool, timeout: float, tv_python: str, dynamic: bool = False) -> dict:
     python = HF_PYTHON if library == "hf" else tv_python
-    command = ["nice", "-n", "5", python, __file__, "--child", name] + (["--train"] if train else [])
+    command = ["nice", "-n", "5", python, __file__, "--child", name] + (["--train"] if train else []) + (
+        ["--dynamic"] if dynamic else [])
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     start = time.perf_counter()
     try:
@@ -334,6 +410,10 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         r = row["result"]
         notes = [f"{k} x{v}" for k, v in r.get("fallbacks", {}).items()] + r.get("graph_failures", [])
+        if "runs" in r:  # a dynamic row
+            notes = [f"sizes: {', '.join(run['inputs'] + (' ok' if run['ok'] else ' MISMATCH') for run in r['runs'])}",
+                     f"recompiles: {r['recompiles']}"] + [f"extra fallback: {f}" for f in r["extra_fallbacks"]] + (
+                     r.get("graph_failures", []))
         if r.get("message"):
             notes.append(r["message"][:200])
         if r.get("graph_breaks"):
@@ -355,11 +435,12 @@ def main() -> None:
     parser.add_argument("--tv-python", default=TV_PYTHON, help="interpreter with torchvision and timm")
     parser.add_argument("--json", help="write every result to this file")
     parser.add_argument("--md", help="write the table to this markdown file")
+    parser.add_argument("--dynamic", action="store_true", help="dynamic=True over other input sizes, vs static")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = run_one(args.child, args.train)
+        result = run_one(args.child, args.train, args.dynamic)
         print("RESULT " + json.dumps(result), flush=True)
         return
     selected = MODELS
@@ -374,8 +455,9 @@ def main() -> None:
         jobs += [(n, lib, True) for n, lib, t in selected if t or args.all_train]
     rows = []
     for name, library, train in jobs:
-        result = run_child(name, library, train, args.timeout, args.tv_python)
-        rows.append({"name": name, "mode": "train" if train else "infer", "result": result})
+        result = run_child(name, library, train, args.timeout, args.tv_python, args.dynamic)
+        mode = ("train" if train else "infer") + (" dynamic" if args.dynamic else "")
+        rows.append({"name": name, "mode": mode, "result": result})
         print(f"{name:28s} {'train' if train else 'infer'} {result['status']:12s} {result.get('seconds', '')}s "
               f"{json.dumps({k: result[k] for k in ('fallbacks', 'graph_failures', 'message', 'bad') if result.get(k)})[:600]}",
               flush=True)
@@ -384,7 +466,8 @@ def main() -> None:
     print()
     print(table(rows))
     if args.md:
-        Path(args.md).write_text(f"# Model sweep (scripts/model_sweep.py, C++ backend, CPU)\n\n{table(rows)}\n")
+        what = "dynamic shapes, " if args.dynamic else ""
+        Path(args.md).write_text(f"# Model sweep (scripts/model_sweep.py, {what}C++ backend, CPU)\n\n{table(rows)}\n")
     print("\n" + ", ".join(f"{s}: {c}" for s, c in Counter(r["result"]["status"] for r in rows).items()))
 
 

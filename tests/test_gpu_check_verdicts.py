@@ -39,3 +39,22 @@ def test_the_tests_section_keeps_each_failures_traceback():
     failures = gpu_check._failures(output)
     assert "E   assert 1 == 2" in failures and "PASSED" not in failures and "short test summary" not in failures
     assert gpu_check._failures("3 passed") == ""
+
+
+def test_a_graph_that_ran_eagerly_fails_the_check(monkeypatch):
+    # Note [A fallback is loud]: a case whose graph fell back is marked, gets no ratio, and fails the run
+    import dataclasses
+
+    from engine import pipeline
+
+    def broken(artifact, options):
+        raise RuntimeError("injected failure")
+
+    stages = list(pipeline.STAGES)
+    where = [s.name for s in stages].index("codegen")
+    stages[where] = dataclasses.replace(stages[where], fn=broken)
+    monkeypatch.setattr(pipeline, "STAGES", stages)
+    case = dict(name="gelu_chain", model=gpu_check.gelu_chain, inputs=lambda: (torch.randn(256),))
+    report = gpu_check.run_case(case, "cpu", gpu_check.timer("cpu"), with_inductor=False)
+    assert report["fallbacks"] == ["fell back: codegen stage, RuntimeError: injected failure"], report
+    assert "eager_over_glassbox" not in report and "fell back" in gpu_check.table_row(report)

@@ -55,6 +55,9 @@ def render() -> None:
         st.toggle("Training step", key="train",
                   help="Loss (the file's loss_fn, or the sum of the outputs) and backward: forward and backward graphs, "
                        "what the forward saves for the backward and what it recomputes, every gradient checked.")
+        st.toggle("Freeze weights", key="freeze", disabled=bool(st.session_state.get("train")),
+                  help="Inference only: parameters and buffers become constants, constant work and convolution + "
+                       "batch norm are folded at compile time (the rewrites stage shows each fold).")
         with st.expander("Limits", expanded=False):
             st.caption("Model code runs in a separate, sandboxed process (its own namespaces, a read-only system, "
                        "an unprivileged user, a clean environment, its own folder); it is stopped with everything "

@@ -32,14 +32,15 @@ class Request:
     dynamic: bool = False
     train: bool = False
     mode: str = "default"
+    freeze: bool = False  # parameters as constants, folded at compile time (inference only; Note [Freezing])
 
     @property
     def options(self) -> worker.Options:
-        return worker.Options(self.backend, self.device, self.dynamic, self.train, self.mode)
+        return worker.Options(self.backend, self.device, self.dynamic, self.train, self.mode, freeze=self.freeze)
 
     def key(self, kind: str = "explore") -> str:
         return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic, self.train,
-                           self.mode)
+                           self.mode, *(["freeze"] if self.freeze else []))
 
 
 @st.cache_resource
@@ -126,6 +127,7 @@ def init() -> None:
     state.setdefault("device", "cpu")
     state.setdefault("dynamic", False)
     state.setdefault("train", False)
+    state.setdefault("freeze", False)
     state.setdefault("mode", "default")
     state.setdefault("inputs_text", "")
     state.setdefault("input_error", "")
@@ -198,7 +200,8 @@ def current_request() -> Request:
         source = input_specs.with_inputs(source, applied["inputs"])
     device = state.device if state.device == "cpu" or cuda_available() else "cpu"
     mode = state.mode if state.mode in modes_for(device) else "default"
-    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train), mode)
+    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train), mode,
+                   freeze=bool(state.freeze) and not state.train)
 
 
 def modes_for(device: str) -> list[str]:

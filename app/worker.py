@@ -47,10 +47,11 @@ class Options:
     dynamic: bool = False
     train: bool = False  # a training step: forward, backward and the partition (engine/train_verify.py)
     mode: str = "default"  # torch.compile's mode: default | reduce-overhead (CUDA graphs) | max-autotune
+    freeze: bool = False  # inference only: parameters as constants (Note [Freezing])
 
     def cli_args(self) -> list[str]:
         return ["--backend", self.backend, "--device", self.device] + (["--dynamic"] if self.dynamic else []) + (
-            ["--train"] if self.train else []) + self.mode_args()
+            ["--train"] if self.train else []) + (["--freeze"] if self.freeze else []) + self.mode_args()
 
     def mode_args(self) -> list[str]:
         return [] if self.mode == "default" else ["--mode", self.mode]

@@ -294,6 +294,7 @@ def explore_command(args) -> tuple[dict, int]:
         write_trace(record, Path(args.trace), quiet=args.json)
     if not args.json:
         print("\n".join(cli_bisect_lines(record)))
+        print("\n".join(hot_lines(record)))
     fallbacks = [error for error in exploration.errors if error.kind == "fallback"]
     if fallbacks:  # the model ran (eagerly where we failed): a Glassbox bug, reported as one (exit 1)
         if args.verbose:
@@ -313,6 +314,20 @@ def explore_command(args) -> tuple[dict, int]:
               + (f" {problems[0]}" if problems else ""), file=sys.stderr)
         return record, EXIT_FAILED
     return record, EXIT_OK
+
+
+def hot_lines(record: dict, count: int = 5) -> list[str]:
+    """With --profile: the user's lines that cost the most (Note [Time on lines] in visualizers/heat.py)."""
+    from visualizers.heat import line_heat
+
+    heat = line_heat(record)
+    if not heat:
+        return []
+    source = (record.get("source") or {}).get("text", "").splitlines()
+    ranked = sorted(heat.items(), key=lambda item: -item[1]["ms"])[:count]
+    return ["Time on your lines (profiled kernels, each split over its lines):"] + [
+        f"  line {line}: {entry['ms']:.4f} ms ({entry['share']:.0%})  "
+        f"{source[line - 1].strip() if 0 < line <= len(source) else ''}" for line, entry in ranked]
 
 
 def cli_bisect_lines(record: dict) -> list[str]:

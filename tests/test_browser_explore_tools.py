@@ -67,3 +67,20 @@ def test_the_run_stage_shows_the_numerics_bisect_on_the_graph(server, browser):
     graph.scroll_into_view_if_needed()
     shot(page, "run_numerics_bisect")
     assert pane.count() >= 1
+
+
+def test_the_profile_page_paints_time_on_the_graph_and_the_source(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/profile?sample=gelu_chain")
+    page.get_by_role("button", name="Profile the kernels").click(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("Where the time goes").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    hot_lines = page.locator("tr.gb-heat-line[style*='#ff']")
+    hot_lines.first.wait_for()
+    assert hot_lines.count() >= 1
+    assert "ms" in hot_lines.first.inner_text()
+    graph = page.locator(".stGraphVizChart svg").last
+    graph.wait_for()
+    assert "ms (" in " ".join(graph.locator("text").all_text_contents())  # a node labelled with its time, share
+    page.get_by_text("Where the time goes").first.scroll_into_view_if_needed()
+    shot(page, "profile_heat")
+    page.locator(".stPlotlyChart").filter(has_text="Run timeline").first.wait_for()

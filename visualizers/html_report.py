@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 
-from visualizers import graphs, roofline
+from visualizers import graphs, heat, overlay, roofline, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
@@ -277,8 +277,12 @@ def report_html(record: dict, title: str | None = None) -> str:
                    f"<p class='muted'>machine: copy {_number(machine.get('copy_gbps'), 1)} GB/s, matmul "
                    f"{_number(machine.get('matmul_gflops'), 1)} GFLOP/s ({esc(machine.get('how'))})</p>{warning}"
                    + figure_html(roofline.kernel_time_figure(record), figures)
-                   + figure_html(roofline.roofline_figure(record), figures))
+                   + figure_html(roofline.roofline_figure(record), figures)
+                   + figure_html(timeline.run_timeline_figure(record), figures)
+                   + heat_html(record))
     breaks = "<h2>Graph breaks</h2>" + breaks_html(record)
+    compile_timeline = figure_html(timeline.compile_timeline_figure(record), figures)
+    numerics = "".join(bisect_html(g) for g in graphs_list)
     body = "".join(graph_html(record, g, figures) for g in graphs_list)
     timings = record.get("timings") or {}
     stage_line = ("<p class='muted'>seconds per stage: " + esc(", ".join(f"{k} {v:.3f}" for k, v in timings.items()
@@ -289,8 +293,44 @@ def report_html(record: dict, title: str | None = None) -> str:
             f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
             f"script-src 'unsafe-inline' 'unsafe-eval'; img-src data:; font-src data:\">"
             f"<style>{_STYLE}</style><script>{_SEARCH_SCRIPT}</script></head><body><main>"
-            f"{head}{errors}{nav}{summary}{description}{stage_line}{profile}{breaks}{body}{_source_html(record)}"
+            f"{head}{errors}{nav}{summary}{description}{stage_line}{compile_timeline}{numerics}{profile}{breaks}{body}{_source_html(record)}"
             f"</main></body></html>")
+
+
+def heat_html(record: dict) -> str:
+    """Where the time goes (Note [Time on lines] in visualizers/heat.py): each graph's nodes in their kernel's
+    heat, and the user's lines with their share of the kernels' time."""
+    lines = heat.line_heat(record)
+    graphs_html = ""
+    for graph in record.get("graphs") or []:
+        paint, notes = heat.graph_paint(graph)
+        if paint:
+            graphs_html += graph_section(overlay.overlay_dot(graph, "aten", paint, notes),
+                                         f"heat{graph.get('index', 0)}", len(graph.get("aten") or []),
+                                         f"graph {graph.get('index', 0)}: ATen nodes in their kernel's heat")
+    source = (record.get("source") or {}).get("text") or ""
+    if not graphs_html and not lines:
+        return ""
+    return ("<h3>Where the time goes</h3>" + graphs_html
+            + (heat.source_heat_html(source, lines) if source and lines else ""))
+
+
+def bisect_html(graph: dict) -> str:
+    """A graph's numerics bisect (Note [Numerics bisect] in engine/divergence.py), when it ran."""
+    bisect = graph.get("bisect") or {}
+    if not bisect or bisect.get("status") == "failed":
+        return ""
+    culprit = bisect.get("culprit") or {}
+    line = culprit.get("user_line") or {}
+    words = (f"clean: all {bisect.get('compared', 0)} compared kernel outputs are exact or within tolerance"
+             if bisect.get("status") == "clean" else
+             f"diverges first at {culprit.get('kernel')} ({' + '.join(culprit.get('ops') or [])}), max abs error "
+             f"{culprit.get('max_abs_err', 0):.3g} from inputs off by {culprit.get('input_max_abs_err', 0):.3g}"
+             + (f"; line {line.get('lineno')}: {line.get('line', '')}" if line else ""))
+    paint, notes, bold = overlay.bisect_paint(graph)
+    return (f"<h3>Numerics bisect, graph {esc(graph.get('index', 0))}</h3><p>{esc(words)}</p>"
+            + graph_section(overlay.overlay_dot(graph, "aten", paint, notes, bold), f"bisect{graph.get('index', 0)}",
+                            len(graph.get("aten") or [])))
 
 
 def failed_record(name: str, source: dict, stage: str, message: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import compile_trace, state, ui
+from app import compile_trace, heat_pane, state, ui
 from app.safe_text import md_text
 from visualizers import html_report, memory, roofline, teaching
 
@@ -37,6 +37,7 @@ else:
     if figure is not None:
         st.plotly_chart(figure, key="profile_times", width="stretch")
     compile_trace.run_pane(record)  # one call's kernels on a timeline, and the trace to download
+    heat_pane.render(record)  # Note [Time on lines]: time on the graph's nodes and the user's lines
     figure = roofline.roofline_figure(record)
     if figure is not None:
         st.plotly_chart(figure, key="profile_roofline", width="stretch")

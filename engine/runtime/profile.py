@@ -247,30 +247,34 @@ class _Marked(_Timed):
         return result
 
 
-def kernel_timeline(compiled, args: list, device: str) -> list[dict]:
+def kernel_timeline(compiled, args: list, device: str, calls: int = 5) -> list[dict]:
     """One call of the graph with each launch's start and end (ms since the call began): the run's part of
-    the trace (Note [Compile trace] in engine/spans.py). CPU: perf_counter; GPU: CUDA events (device times)."""
+    the trace (Note [Compile trace] in engine/spans.py). Of `calls` instrumented calls, the one whose length is
+    the median (one call alone is at the mercy of a busy machine). CPU: perf_counter; GPU: CUDA events."""
     function = _raw_wrapper(compiled.call)
     namespace = function.__globals__
     clock = _Clock(device)
     entries = {key: name for key, name in _namespace_entries(compiled).items() if key in namespace}
     originals = {key: namespace[key] for key in entries}
-    marks: list = []
-    namespace.update({key: _Marked(originals[key], name, clock, marks) for key, name in entries.items()})
+    recorded = []  # per call: (begin, end, marks)
     try:
         with torch.no_grad():
-            begin = clock.start()
-            function(list(args))
-            end = clock.start()
+            for _ in range(calls):
+                marks: list = []
+                namespace.update({key: _Marked(originals[key], name, clock, marks) for key, name in entries.items()})
+                begin = clock.start()
+                function(list(args))
+                recorded.append((begin, clock.start(), marks))
     finally:
         namespace.update(originals)
     clock.sync()
 
-    def ms(mark) -> float:
+    def ms(begin, mark) -> float:
         return begin.elapsed_time(mark) if clock.cuda else (mark - begin) * 1e3
 
-    return [{"kernel": name, "start_ms": ms(start), "dur_ms": ms(stop) - ms(start)} for name, start, stop in marks] + \
-        [{"kernel": "call", "start_ms": 0.0, "dur_ms": ms(end)}]
+    begin, end, marks = sorted(recorded, key=lambda call: ms(call[0], call[1]))[len(recorded) // 2]
+    return [{"kernel": name, "start_ms": ms(begin, start), "dur_ms": ms(begin, stop) - ms(begin, start)}
+            for name, start, stop in marks] + [{"kernel": "call", "start_ms": 0.0, "dur_ms": ms(begin, end)}]
 
 
 # --- the machine's roofs -------------------------------------------------------------------------------------

@@ -1,0 +1,32 @@
+"""Metrics where the code is (Note [Time on lines] in visualizers/heat.py): the profiled kernels' time painted on
+each graph's ATen nodes and summed onto the user's source lines. Shown on the Profile page after profiling."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+from engine.record import Exploration
+from visualizers import heat, overlay
+
+
+def render(record: Exploration) -> None:
+    data = record.to_json()
+    lines = heat.line_heat(data)
+    if not any(heat.node_heat(g) for g in data.get("graphs") or []):
+        return
+    st.markdown("**Where the time goes** — each kernel's measured time on the nodes it computes, and on your lines")
+    items = "".join(f"<span style='background:{fill};border:1px solid {border};border-radius:4px;padding:1px 6px;"
+                    f"margin-right:8px;font-size:0.8rem'>{label}</span>" for fill, border, label in heat.legend())
+    st.html(f"<div>{items}</div>")
+    left, right = st.columns(2)
+    with left:
+        for graph in data.get("graphs") or []:
+            paint, notes = heat.graph_paint(graph)
+            if paint:
+                st.caption(f"graph {graph.get('index', 0)}: ATen nodes in their kernel's heat")
+                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes), len(graph.get("aten") or []))
+    with right:
+        source = record.source.text
+        if source and lines:
+            st.caption("your source: each line's share of the kernels' time (a kernel's time split over its lines)")
+            st.html(f"<div style='max-height:640px;overflow:auto'>{heat.source_heat_html(source, lines)}</div>")

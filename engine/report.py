@@ -11,7 +11,7 @@ import torch
 from engine.capture import fx_origin_names, user_source_line
 from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import loop_var
-from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scatter
+from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scan, Scatter
 from engine.ir.ops import ops, use_handler
 from engine.record import (AtenNode, CodeRecord, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode, IRRecord,
                            KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, RewriteRecord, SourceLine)
@@ -97,6 +97,10 @@ def ir_text(node, buffers) -> list[str]:
         elif isinstance(node, Pointwise):
             value = node.inner_fn(index)
             header = f"{node.name}[{', '.join(map(str, index))}] for i in {_sizes(node.size)}:"
+        elif isinstance(node, Scan):  # Note [Scans]: along the last dim
+            value = node.inner_fn(index)
+            header = (f"{node.name} = scan_{node.scan_type} along i{len(index) - 1} of the values below, "
+                      f"for i in {_sizes(node.size)}:")
         elif isinstance(node, Scatter):  # Note [Accumulating stores]: a loop over the source, adding
             index = [loop_var("i", d) for d in range(len(node.ranges))]
             target, value, keep = node.inner_fn(index)

@@ -30,8 +30,9 @@ VIEWS = ["permute", "transpose", "expand", "view", "reshape", "squeeze", "unsque
 INDEXING = ["gather", "index_select", "cat", "stack", "nn.functional.embedding", "full_like", "zeros_like",
             "arange", "constant_pad_nd", "flip", "tril", "triu", "roll", "repeat"]
 LIBRARY = ["mm", "bmm", "addmm"]
-FALLBACK_OK = ["cumsum", "sort"]  # no lowering yet: must run eagerly and match, never be wrong
-SUBSET = UNARY + BINARY + REDUCTIONS + VIEWS + INDEXING + LIBRARY + FALLBACK_OK
+SCANS = ["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"]  # Note [Scans] in engine/ir/nodes.py
+FALLBACK_OK = ["sort"]  # no lowering yet: must run eagerly and match, never be wrong
+SUBSET = UNARY + BINARY + REDUCTIONS + VIEWS + INDEXING + LIBRARY + SCANS + FALLBACK_OK
 
 # core ops whose first float32 sample must be fully generated (no Fallback node)
 MUST_GENERATE = (["abs", "ceil", "cos", "exp", "floor", "log", "neg", "reciprocal", "rsqrt", "sigmoid", "sin",
@@ -40,7 +41,7 @@ MUST_GENERATE = (["abs", "ceil", "cos", "exp", "floor", "log", "neg", "reciproca
                   "fmod", "remainder", "sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "var", "any",
                   "max.reduction_with_dim", "permute", "expand", "view", "squeeze", "unsqueeze", "select",
                   "gather", "index_select", "cat", "full_like", "arange", "constant_pad_nd", "flip", "mm", "bmm",
-                  "addmm", "nn.functional.embedding"])
+                  "addmm", "nn.functional.embedding"] + SCANS)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import sympy
 from engine.codegen.cpp_printer import CppKernel, CppPrinter, HalfRows, Staging, finish_kernel, parallel_clause
 from engine.codegen.kernel_core import Source, emit_stores
 from engine.codegen.cpp_reduction import reduction_kernel
+from engine.codegen.cpp_scan import scan_kernel
 from engine.ir.indexing import ModIndex, c_index, contiguous_strides, linearize, product, simplify_index, unflatten
 from engine.ir.nodes import loop_size
 from engine.ir.ops import use_handler
@@ -35,6 +36,8 @@ PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symbol]) -> CppKernel:
     plan = kernel.plan
     tiling = choose_tiling(kernel.kind, kernel.nodes, kernel.rows, kernel.red, buffers, kernel.stored)
+    if kernel.scans:  # Note [Scans] in ir/nodes.py
+        return scan_kernel(kernel, plan, buffers, size_symbols, tiling)
     if kernel.kind == "reduction":
         return reduction_kernel(kernel, plan, buffers, size_symbols, tiling)
     if tiling.choice == "2d":

@@ -254,3 +254,13 @@ static inline void gb_transpose8_u16(const uint16_t* src, int64_t src_stride, ui
         for (int j = 0; j < 8; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
 #endif
 }
+
+// logcumsumexp's step, as ATen's CPU kernel takes it (x the new value, y the running one): NaN propagates,
+// and where both are the same infinity the result is x (Note [Scans] in engine/ir/nodes.py).
+template <typename T>
+static inline T gb_log_add_exp(T x, T y) {
+    const T low = y != y ? y : (x != x ? x : (y < x ? y : x));
+    const T high = y != y ? y : (x != x ? x : (y > x ? y : x));
+    if (low != high || std::isfinite(low)) return std::log1p(std::exp(low - high)) + high;
+    return x;
+}

@@ -137,6 +137,29 @@ def emit_epilogue(printer, kernel: Kernel, plan: KernelPlan, body: Source, begin
     printer.lines, printer.line_tags = [], []
 
 
+# Note [Scan accumulation]
+# A scan accumulates as eager does on the kernel's device (at::acc_type<T, is_cuda>): on the CPU, cumsum,
+# cumprod and logcumsumexp of float32 run in double, of float16/bfloat16 in float, of integers in int64; on a
+# GPU float32 stays float32. Each stored element is the running value rounded to the result's type; the
+# running value itself is never rounded. A float32 cumsum of 2^24 + 64 ones on the CPU is then exact, as eager's
+# is (a float running sum stops growing at 2^24), and a 20000-long cumsum of randn matches CPU eager's to its
+# last bits, where a float32 running value was off by 7e-4 (15% of the smallest sums). cummax/cummin compare
+# the input's own values. Triton kernels follow the same rule by the kernel's device (under the interpreter,
+# the CPU's).
+WIDENED_SCANS = ("sum", "prod", "logsumexp")
+
+
+def scan_accumulation(node) -> torch.dtype:
+    """The running value's type of a Scan node (Note [Scan accumulation])."""
+    if node.scan_type not in WIDENED_SCANS:
+        return node.acc_dtype
+    if not node.dtype.is_floating_point:
+        return torch.int64
+    if str(node.device).startswith("cuda"):
+        return node.acc_dtype
+    return torch.float64 if node.dtype in (torch.float32, torch.float64) else torch.float32
+
+
 # Note [Signature from the printer]
 # A kernel's arguments are what its body uses, known while it is printed, never found again in its text:
 # the printer records every buffer it loads from memory (a read of the kernel's own nodes is inlined, Note

@@ -23,6 +23,7 @@ from engine.codegen.kernel_core import (FLAG_REDUCTIONS, PythonSource, accumulat
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
+from engine.codegen.triton_scan import scan_body
 from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, use_handler
@@ -106,6 +107,9 @@ class TritonKernel:
 
 
 def kernel_form(kernel: Kernel, tiling: Tiling) -> str:
+    if kernel.scans:  # Note [Scans in Triton]
+        red = static_int(kernel.red)
+        return "scan" if red is not None and red <= PERSISTENT_LIMIT else "scan_looped"
     if kernel.kind != "reduction":
         return "tiled" if tiling.choice == "2d" else "pointwise"
     if tiling.choice == "column" or tiling.columns:  # a split stage that reads columns (Note [Column splits])
@@ -162,6 +166,8 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list, interpret
             _pointwise_body(kernel, plan, printer, body, masks, int64)
         elif form == "tiled":
             _tiled_body(kernel, plan, printer, body, masks, int64)
+        elif form in ("scan", "scan_looped"):
+            scan_body(kernel, plan, printer, body, masks, int64, form, _rows_header, _r_header, _r_loop)
         else:
             online = _passes(kernel, plan, buffers, form)
             _reduction_body(kernel, plan, printer, body, masks, int64, form, online)

@@ -30,6 +30,10 @@ WIDE_ROW_BYTES = 16384 * 4  # rows from this wide take two lines a program
 MANY_COLUMNS = 65536  # outputs from which a column program is 64 outputs x 8 steps (Note [Column config])
 
 
+# a scan kernel's tile is a reduction's: one block a row, or steps along it (Note [Scans in Triton])
+SCAN_FORMS = {"scan": "persistent", "scan_looped": "looped"}
+
+
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
@@ -62,6 +66,7 @@ def choose_config(form: str, rows, red, interpreter: bool, itemsize: int = 4) ->
     """Block sizes and warps from the kernel's form and sizes (a symbolic size counts as large). For the
     tiled form `rows` and `red` are the Y and X extents. `itemsize`: the column form's element size in bytes
     (its narrowest column read, engine/schedule/split.column_itemsize); other forms count values."""
+    form = SCAN_FORMS.get(form, form)
     rows, red = static_int(rows), static_int(red)
     most_rows = next_power_of_2(rows) if rows is not None else 1 << 30  # no block beyond the rows
     most_red = next_power_of_2(red) if red is not None else 1 << 30
@@ -142,6 +147,7 @@ def looped_config_reason(config: LaunchConfig) -> str:
 
 def candidate_configs(form: str, rows, red, itemsize: int = 4) -> list[LaunchConfig]:
     """A few configs around the heuristic's, for autotuning on a GPU."""
+    form = SCAN_FORMS.get(form, form)
     base = choose_config(form, rows, red, interpreter=False, itemsize=itemsize)
     if form == "pointwise":
         options = [base] + [LaunchConfig(x, None, w) for x, w in ((256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8))]

@@ -492,3 +492,47 @@ def gb_pow(a, b):
 @triton.jit
 def gb_pow_int(a, b):
     return gb_round(gb_pow(a.to(tl.float64), b.to(tl.float64))).to(a.dtype)
+
+
+# Scans (Note [Scans] in engine/ir/nodes.py): the combine functions of tl.associative_scan, `a` the earlier
+# prefix and `b` the later one, with eager's meaning: cummax/cummin keep a NaN once seen and move to the later
+# of equal values (ATen compares with >= and <=, and a new NaN wins); logcumsumexp is ATen's log-add-exp, which
+# keeps the later value where both are the same infinity.
+@triton.jit
+def gb_scan_sum(a, b):
+    return a + b
+
+
+@triton.jit
+def gb_scan_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def gb_scan_logsumexp(a, b):
+    low = tl.where(a != a, a, tl.where(b != b, b, tl.where(b < a, b, a)))
+    high = tl.where(a != a, a, tl.where(b != b, b, tl.where(b > a, b, a)))
+    finite = tl.abs(low) < float("inf")
+    return tl.where((low != high) | finite, gb_log1p(tl.exp(low - high)) + high, b)
+
+
+@triton.jit
+def gb_scan_max(a, b):
+    return tl.where((b != b) | ((a == a) & (b >= a)), b, a)
+
+
+@triton.jit
+def gb_scan_min(a, b):
+    return tl.where((b != b) | ((a == a) & (b <= a)), b, a)
+
+
+@triton.jit
+def gb_scan_argmax(value_a, index_a, value_b, index_b):
+    take_b = (value_b != value_b) | ((value_a == value_a) & (value_b >= value_a))
+    return tl.where(take_b, value_b, value_a), tl.where(take_b, index_b, index_a)
+
+
+@triton.jit
+def gb_scan_argmin(value_a, index_a, value_b, index_b):
+    take_b = (value_b != value_b) | ((value_a == value_a) & (value_b <= value_a))
+    return tl.where(take_b, value_b, value_a), tl.where(take_b, index_b, index_a)

@@ -13,8 +13,8 @@ import torch
 
 from engine.ir import derived
 from engine.ir.indexing import loop_var, py_index
-from engine.ir.nodes import (Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, Scatter, TensorArg,
-                             TensorValue)
+from engine.ir.nodes import (Constant, Extern, InputBuffer, MultiOutput, Pointwise, Reduction, Scan, Scatter,
+                             TensorArg, TensorValue)
 from engine.ir.ops import compute_dtype, ops, reduction_identity, use_handler
 from engine.ir.graph import LoweredGraph
 from engine.ir.strided import strided_view
@@ -172,6 +172,19 @@ _REDUCE = {
 }
 
 
+def _scan(values: torch.Tensor, node: Scan) -> torch.Tensor:
+    """Note [Scans]: torch's own scan along the last dim, in the node's accumulation dtype."""
+    if values.numel() == 0:
+        return values
+    if values.ndim == 0:
+        values = values.reshape(1)
+    scans = {"sum": lambda v: torch.cumsum(v, -1), "prod": lambda v: torch.cumprod(v, -1),
+             "logsumexp": lambda v: torch.logcumsumexp(v, -1), "max": lambda v: torch.cummax(v, -1).values,
+             "min": lambda v: torch.cummin(v, -1).values, "argmax": lambda v: torch.cummax(v, -1).indices,
+             "argmin": lambda v: torch.cummin(v, -1).indices}
+    return scans[node.scan_type](values).reshape(values.shape if node.size else ())
+
+
 def _prod(v, dims):
     for d in sorted(dims, reverse=True):
         v = v.prod(d)
@@ -212,6 +225,12 @@ def evaluate_graph(graph: LoweredGraph, inputs: list, storages: dict | None = No
             index = _grid("i", shape, len(shape), 0, env)
             with use_handler(TorchEvaluator(storages, graph.buffers, env, shape)):
                 ops.store(node.name, index, node.inner_fn(index))
+        elif isinstance(node, Scan):
+            env = dict(sizes)
+            index = _grid("i", shape, len(shape), 0, env)
+            with use_handler(TorchEvaluator(storages, graph.buffers, env, shape)):
+                values = torch.as_tensor(node.inner_fn(index)).to(node.acc_dtype).expand(shape)
+            storages[node.name] = _scan(values, node).to(node.dtype).contiguous()
         elif isinstance(node, Scatter):
             ranges = [concrete(s) for s in node.ranges]
             env = dict(sizes)

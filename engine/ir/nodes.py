@@ -92,6 +92,37 @@ class Reduction(Buffer):
         return product(self.reduction_size)
 
 
+# Note [Scans]
+# cumsum, cumprod, logcumsumexp, cummax and cummin are Scan nodes: out[..., i] = combine(out[..., i - 1],
+# value[..., i]) along the LAST dim of the node's own size, from the scan's identity. A scan over another dim
+# of a tensor is a Scan over a permuted view of it (the dim moved last), read back through the inverse
+# permutation: every Scan walks its own buffer's rows, which are contiguous, so one loop shape serves all
+# (Note [Scan kernels] in schedule/policy.py). Why a node kind of its own and not a Reduction: a reduction's
+# value is one per row, readable once its row is done; a scan's is one per element, readable at its own
+# element while the row is walked (so elementwise consumers fuse after it) and nowhere else. It was a
+# Reduction over the whole scanned dim masked to the prefix, quadratic in the length and capped at 1024.
+# `inner_fn(index)` is the value at each element, in `acc_dtype`; `scan_type` is one of SCAN_TYPES; an
+# argmax/argmin scan's value is the index (int64) of cummax's/cummin's running best, as eager picks it.
+SCAN_TYPES = ("sum", "prod", "logsumexp", "max", "min", "argmax", "argmin")
+
+
+@dataclass(eq=False)
+class Scan(Buffer):
+    """out[..., i] = scan_type over value[..., :i + 1] along the last dim (Note [Scans])."""
+    inner_fn: Callable[[Index], Any] = None
+    scan_type: str = "sum"
+    acc_dtype: torch.dtype = torch.float32  # what the values are and combine in (backends may widen: cpp_scan.py)
+    kind = "scan"
+
+    @property
+    def ranges(self) -> tuple[Expr, ...]:
+        return self.size
+
+    @property
+    def length(self) -> Expr:
+        return self.size[-1] if self.size else sympy.Integer(1)
+
+
 # Note [Accumulating stores]
 # A Pointwise or Reduction node loops over its own elements: each is computed once, where it is stored. A
 # scatter-add (an embedding's weight gradient, index_put with accumulate=True, scatter_add) writes to places

@@ -144,49 +144,65 @@ def _scatter_kept(idx, kept, ndim):
     return full
 
 
-# Note [Scans as masked reductions]
-# cumsum(x)[..., i, ...] = sum over r <= i of x[..., r, ...]: a Reduction over the whole scanned dim whose
-# body zeroes (or sets to one, for products) the elements past i. That is quadratic in the scanned length, so
-# it is used only for short scans (MAX_SCAN_LENGTH, known at compile time); longer ones run eagerly.
-MAX_SCAN_LENGTH = 1024
+def _scan(x: TensorValue, dim: int, scan_type: str, result_dtype: torch.dtype) -> TensorValue:
+    """A Scan node over `dim` of x (Note [Scans] in ir/nodes.py): the dim moved last in the node's own size,
+    read back through the inverse permutation."""
+    from engine.ir.nodes import Scan
+    from engine.lowering.common import check_dtype, load_as
+    from engine.lowering.registry import current
 
-
-def _scan(x: TensorValue, dim: int, reduction_type: str) -> TensorValue:
-    from engine.lowering.common import check_dtype, load_as, reduction_node
-    from engine.lowering.registry import Unsupported, current
-
-    result_dtype = out_dtype()
-    if x.ndim == 0:
-        return make_pointwise(lambda v: v, x)
-    dim = normalize_dim(dim, x.ndim)
-    length = x.size[dim]
-    if not length.is_Integer or int(length) > MAX_SCAN_LENGTH:
-        name = current().current_node.target.overloadpacket.__name__
-        raise Unsupported(f"{name} over {length} elements (scans are generated up to {MAX_SCAN_LENGTH}: quadratic)")
     check_dtype(x.dtype)
     check_dtype(result_dtype)
-    acc = compute_dtype(result_dtype)
-    identity = 0 if reduction_type == "sum" else 1
+    ndim = max(x.ndim, 1)
+    dim = normalize_dim(dim, ndim)
+    if scan_type in ("argmax", "argmin", "max", "min"):
+        acc = compute_dtype(x.dtype)  # cummax/cummin compare the input's values
+    else:
+        acc = compute_dtype(result_dtype)
+    size = tuple(x.size) if x.ndim else (sympy.Integer(1),)
+    order = [d for d in range(ndim) if d != dim] + [dim]  # node dim k is x's dim order[k]
+    node_size = tuple(size[d] for d in order)
 
-    def inner_fn(index, rindex):
-        source = list(index)
-        source[dim] = rindex[0]
-        value = load_as(x, source, acc)
-        upto = ops.le(ops.index_expr(rindex[0], torch.int64), ops.index_expr(index[dim], torch.int64))
-        return ops.where(upto, value, ops.constant(identity, acc))
+    def inner_fn(index):
+        source = [None] * ndim
+        for k, d in enumerate(order):
+            source[d] = index[k]
+        return load_as(x, source if x.ndim else [], acc)
 
-    result = reduction_node(inner_fn, size=x.size, reduction_size=(length,), reduction_type=reduction_type,
-                            dtype=acc)
-    if acc != result_dtype:
-        result = make_pointwise(lambda v: v, result, dtype=result_dtype, size=result.size)
-    return result
+    graph = current()
+    node = graph.register(Scan(name=graph.new_name(), size=node_size, dtype=result_dtype, device=graph.device,
+                               origins=graph.origins(), inner_fn=inner_fn, scan_type=scan_type, acc_dtype=acc))
+    value = TensorValue(node, node_size)
+    if order != list(range(ndim)):
+        value = value.view(size, lambda idx: [idx[order[k]] for k in range(ndim)])
+    if not x.ndim:
+        value = value.view((), lambda idx: [sympy.Integer(0)])
+    return value
 
 
 @register_lowering(aten.cumsum.default)
 def cumsum(x, dim, *, dtype=None):
-    return _scan(x, dim, "sum")
+    return _scan(x, dim, "sum", out_dtype())
 
 
 @register_lowering(aten.cumprod.default)
 def cumprod(x, dim, *, dtype=None):
-    return _scan(x, dim, "prod")
+    return _scan(x, dim, "prod", out_dtype())
+
+
+@register_lowering(aten.logcumsumexp.default)
+def logcumsumexp(x, dim):
+    from engine.lowering.registry import Unsupported
+    if not out_dtype().is_floating_point:
+        raise Unsupported(f"logcumsumexp of {x.dtype} runs eagerly")
+    return _scan(x, dim, "logsumexp", out_dtype())
+
+
+@register_lowering(aten.cummax.default, aten.cummin.default)
+def cummax_cummin(x, dim):
+    from engine.lowering.registry import Unsupported, current
+    kind = "max" if current().current_node.target is aten.cummax.default else "min"
+    if x.dtype == torch.bool:
+        raise Unsupported(f"cum{kind} of bool runs eagerly")
+    values_meta, _ = current().out_meta
+    return _scan(x, dim, kind, values_meta.dtype), _scan(x, dim, "arg" + kind, torch.int64)

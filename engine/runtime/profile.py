@@ -35,7 +35,7 @@ import torch
 
 from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import loop_var
-from engine.ir.nodes import Extern, Pointwise, Reduction
+from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
@@ -99,7 +99,7 @@ def kernel_flops(kernel, buffers: dict, hints: dict) -> int | None:
     """Estimated floating-point operations of one scheduled kernel per call (None: no estimate)."""
     total = 0
     for node in kernel.nodes:
-        if isinstance(node, (Pointwise, Reduction)):
+        if isinstance(node, (Pointwise, Reduction, Scan)):
             flops = _body_flops(node, buffers, hints)
         elif isinstance(node, Extern):
             flops = _extern_flops(node, buffers, hints)

@@ -8,7 +8,7 @@ import weakref
 import sympy
 
 from engine.ir.handlers import AccessRecorder
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scatter
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scan, Scatter
 from engine.ir.ops import ARITHMETIC, use_handler
 
 
@@ -78,7 +78,7 @@ def _run_body(node: Buffer, buffers: dict, middle: bool) -> _CountingRecorder:
     with use_handler(recorder):
         if isinstance(node, Reduction):
             node.inner_fn(index(node.size), index(node.reduction_size))
-        elif isinstance(node, Pointwise):
+        elif isinstance(node, (Pointwise, Scan)):
             node.inner_fn(index(node.size))
         elif isinstance(node, Scatter):  # at one of its source's elements (Note [Accumulating stores])
             node.inner_fn(index(node.ranges))
@@ -102,7 +102,7 @@ def load_positions(node: Buffer, buffers: dict) -> dict[str, int]:
     """For each buffer a loop node reads, at how many distinct positions one element of it reads that buffer."""
     if node not in _POSITIONS:
         positions: dict[str, int] = {}
-        if isinstance(node, (Pointwise, Reduction, Scatter)):
+        if isinstance(node, (Pointwise, Reduction, Scan, Scatter)):
             loads = _first_element_loads(node, buffers)
             if len(set(loads)) > len({name for name, _ in loads}):  # some buffer at two places: count them all
                 loads = _run_body(node, buffers, middle=True).loads

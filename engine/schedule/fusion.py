@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scatter, TensorValue
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scan, Scatter, TensorValue
 from engine.ir.ops import use_handler
 from engine.ir.graph import LoweredGraph
 from engine.schedule import policy, recompute, templates
@@ -88,6 +88,11 @@ class Kernel:
         return KernelPlan(self.nodes, self.rows, self.red)
 
     @property
+    def scans(self) -> list[Scan]:
+        """Its Scan nodes (Note [Scans] in ir/nodes.py): the kernel walks their rows."""
+        return [n for n in self.nodes if isinstance(n, Scan)]
+
+    @property
     def accumulates(self) -> bool:
         """Whether it adds into data-dependent places of a zeroed buffer (a Scatter node, Note [Accumulating
         stores]): a second run would add twice, and it writes in place into nothing else."""
@@ -121,7 +126,7 @@ class Schedule:
 def unused_nodes(nodes: list[Buffer], reads: dict[str, list[str]], outputs: set[str]) -> set[str]:
     """Names of the loop nodes (Pointwise, Reduction, Scatter) that no output and no library or eager call
     depends on."""
-    live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction, Scatter))}
+    live = set(outputs) | {n.name for n in nodes if not isinstance(n, (Pointwise, Reduction, Scan, Scatter))}
     for node in reversed(nodes):  # program order is a topological order: readers come after what they read
         if node.name in live:
             live.update(reads[node.name])
@@ -264,6 +269,8 @@ class Scheduler:
         if a.template is not None or b.template is not None:  # Note [GEMM templates]
             return templates.check_epilogue(sorted(a.nodes + b.nodes, key=lambda n: self.order[n.name]),
                                             self.buffers)
+        if a.scan is not None or b.scan is not None:
+            return self._scan_nest_problem(a, b, kind)
         if not (a.has_reduction or b.has_reduction):
             return None  # elementwise nodes of any shapes inline into each other at any index
         reduction = min((g.reduction for g in (a, b) if g.has_reduction), key=lambda n: self.order[n.name])
@@ -303,6 +310,24 @@ class Scheduler:
                     if isinstance(node, Reduction):
                         node.inner_fn(plan.index(node), plan.rindex(node))
                     elif isinstance(node, Pointwise):
+                        node.inner_fn(plan.index(node))
+        except NotFusable as reason:
+            return str(reason)
+        return None
+
+    def _scan_nest_problem(self, a: Group, b: Group, kind: str) -> str | None:
+        """A scan's epilogue reads it at the element being walked only (Note [Scan kernels] in policy.py): each
+        of b's nodes runs once at its index in the merged loop shape; a read of the scan elsewhere refuses."""
+        if kind != "vertical" or a.scan is None:
+            return None  # a prologue's nodes are inlined into the scan's body at any index
+        rows, red = a.shape
+        plan = KernelPlan(a.nodes + b.nodes, rows, red)
+        inliner = Inliner(plan, external=lambda name, index: Var("load", self.buffers[name].dtype),
+                          accumulator=lambda name: Var("acc", self.buffers[name].dtype))
+        try:
+            with use_handler(AccessRecorder(self.buffers, on_load=inliner.load)):
+                for node in b.nodes:
+                    if isinstance(node, Pointwise) and node.name not in self.private:
                         node.inner_fn(plan.index(node))
         except NotFusable as reason:
             return str(reason)
@@ -525,7 +550,7 @@ class Scheduler:
             if not stored:  # every reader recomputes its nodes (Note [Recomputed in each reader]): no kernel
                 continue
             rows, red = group.shape
-            kind = "reduction" if group.has_reduction else "pointwise"
+            kind = "reduction" if group.has_reduction or group.scan is not None else "pointwise"
             reads = list(dict.fromkeys(r for n in nodes for r in self.reads[n.name]
                                        if r not in group.names and r not in group.copies))
             kernels.append(Kernel(f"kernel_{index}", kind, nodes, stored, reads, self._reads_of(nodes), rows, red))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from engine.ir.indexing import product
-from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scatter, Template, loop_size
+from engine.ir.nodes import Buffer, Extern, Fallback, MultiOutput, Pointwise, Reduction, Scan, Scatter, Template, loop_size
 from engine.schedule.kernel_plan import describe_size
 
 
@@ -40,6 +40,7 @@ class Group:
     reduction_at: int = -1
     reductions: list[Reduction] = field(default_factory=list)
     scatter: Scatter | None = None  # an accumulating store (Note [Accumulating stores]): no reader joins it
+    scan: Scan | None = None  # a scan (Note [Scans]): its rows set the loop shape, like a reduction's
     last_visible: Buffer | None = None  # the latest node that is stored or computed for itself (not inlined)
     last_visible_at: int = -1
     numels: frozenset = frozenset()  # element counts (expanded) of its visible pointwise nodes
@@ -69,6 +70,8 @@ class Group:
         group.last_visible, group.last_visible_at = node, at
         if isinstance(node, Pointwise):
             group.numels = frozenset([canonical(node.numel)])
+        if isinstance(node, Scan):
+            group.scan, group.numels = node, frozenset([canonical(node.numel)])
         if isinstance(node, Scatter):  # its loop walks its source's elements
             group.scatter, group.numels = node, frozenset([canonical(product(node.ranges))])
         return group
@@ -82,12 +85,16 @@ class Group:
         """(rows, red) of the loop nest: the first reduction's, else the elements of the last visible node."""
         if self.reduction is not None:
             return self.reduction.numel, self.reduction.reduction_numel
+        if self.scan is not None:  # rows of the scanned (last) dim
+            return product(self.scan.size[:-1]), self.scan.length
         return product(loop_size(self.last_visible)), sympy.Integer(1)
 
     def shape_text(self) -> str:
         rows, red = self.shape
         if self.reduction is not None:
             return f"{rows} rows x reduction {red}"
+        if self.scan is not None:
+            return f"{rows} rows x scan {red}"
         return describe_size(loop_size(self.last_visible))
 
     def label(self, program: list[Buffer], order: dict[str, int]) -> str:
@@ -109,6 +116,7 @@ class Group:
         self.library = self.library or other.library
         self.template = self.template or other.template
         self.scatter = self.scatter or other.scatter
+        self.scan = self.scan or other.scan
         if other.reduction is not None and (self.reduction is None or other.reduction_at < self.reduction_at):
             self.reduction, self.reduction_at = other.reduction, other.reduction_at
         self.reductions = self.reductions + other.reductions

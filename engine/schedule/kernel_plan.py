@@ -20,7 +20,7 @@ from typing import Any, Callable
 import sympy
 
 from engine.ir.indexing import Expr, loop_var, product, simplify_index, unflatten
-from engine.ir.nodes import Buffer, Reduction, Scatter, loop_size
+from engine.ir.nodes import Buffer, Reduction, Scan, Scatter, loop_size
 from engine.ir.ops import ops
 
 
@@ -75,7 +75,7 @@ class KernelPlan:
     def rindex(self, node: Reduction) -> list[Expr]:
         return [self.simplify(e) for e in unflatten(self.r, node.reduction_size)]
 
-    def is_current_row(self, node: Reduction, index) -> bool:
+    def is_current_row(self, node: Buffer, index) -> bool:
         expected = self.index(node)
         return len(expected) == len(index) and all(
             _same(self.simplify(a), b) for a, b in zip(index, expected))
@@ -97,6 +97,9 @@ def reduce_node(plan: KernelPlan, node: Reduction):
 
 def store_node(plan: KernelPlan, node: Buffer) -> None:
     index = plan.index(node)
+    if isinstance(node, Scan):  # its running value at this element (Note [Scan kernels] in policy.py)
+        ops.store(node.name, index, ops.load(node.name, tuple(index)))
+        return
     if isinstance(node, Scatter):  # its value goes where its body says, added (Note [Accumulating stores])
         target, value, keep = node.inner_fn(index)
         ops.store_add(node.name, target, value, keep)
@@ -191,6 +194,11 @@ class Inliner:
         if isinstance(node, Reduction):
             if not self.plan.is_current_row(node, index):
                 raise NotFusable(f"{name} is read at another row ({_fmt(index)}), not the current one")
+            return self.accumulator(name)
+        if isinstance(node, Scan):  # its running value exists at the element being walked only
+            if not self.plan.is_current_row(node, index):
+                raise NotFusable(f"{name} is a scan read at another element ({_fmt(index)}), not the one "
+                                 f"being walked")
             return self.accumulator(name)
         key = (name, index)
         if key not in self.memo:

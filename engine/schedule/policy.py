@@ -144,6 +144,43 @@ def library_call(c: Candidate) -> Verdict | None:
 # for candidates over the limit; the decision's reason says which rule let the passes through.
 
 
+# Note [Scan kernels]
+# A scan's kernel walks rows of its scanned (last) dim, one value per element (Note [Scans] in ir/nodes.py):
+# its rows are a reduction's rows, but its value exists at the element being walked only. So it takes
+# - elementwise producers over its elements (a prologue: computed inside the walk; x * 0.5 before a cumsum),
+#   and any producer that only feeds it, recomputed where the scan reads it;
+# - elementwise consumers over its elements that read it where they stand (an epilogue: cumsum(x) * 0.5 is
+#   one kernel, as Inductor's), checked by the mechanism; a consumer reading it at another element (a shift,
+#   or a scan over a dim other than the last, read back through its permutation) stays apart, stored;
+# - no reduction, no second scan and no siblings: one running value per kernel keeps the loop one walk.
+
+
+def scan_kernel(c: Candidate) -> Verdict | None:
+    """A scan joins only elementwise work over its own elements (Note [Scan kernels])."""
+    if c.first.scan is None and c.second.scan is None:
+        return None
+    rule = "scan_kernel"
+    scan_side, other = (c.first, c.second) if c.first.scan is not None else (c.second, c.first)
+    if c.kind != "vertical":
+        return Verdict(False, f"{scan_side.scan.name} is a scan: its kernel takes no siblings (Note [Scan kernels])",
+                       rule)
+    if other.scan is not None or other.has_reduction or other.scatter is not None or other.template is not None:
+        return Verdict(False, f"{scan_side.scan.name} is a scan: its kernel holds one running value and "
+                              f"elementwise work over its elements, not {other.shape_text()} (Note [Scan kernels])",
+                       rule)
+    rows, red = scan_side.shape
+    if other is c.first and c.first_only_feeds_second:
+        return Verdict(True, f"inlined: the producer only feeds the scan {scan_side.scan.name}, so it is computed "
+                             f"where the scan reads it (Note [Scan kernels])", rule, inline=True)
+    numel = _uniform_elements(other)
+    if numel is not None and same_size(numel, rows * red):
+        role = "prologue" if other is c.first else "epilogue"
+        return Verdict(True, f"{role} of the scan {scan_side.scan.name} over its {rows} rows x {red} elements, "
+                             f"computed as the row is walked (Note [Scan kernels])", rule)
+    return Verdict(False, f"different iteration space {other.shape_text()} vs the scan's {scan_side.shape_text()}",
+                   rule)
+
+
 def too_many_passes(c: Candidate) -> Verdict | None:
     if c.passes > MAX_REDUCTION_PASSES and c.persistent_row is None:
         return Verdict(False, f"would need {c.passes} passes over each row (limit {MAX_REDUCTION_PASSES}: each "
@@ -438,7 +475,7 @@ def recompute_in_reader(r: Recomputation) -> Verdict | None:
 
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
-    fusion_knobs, accumulating_store, template_epilogue, library_call, window_read, too_many_passes,
+    fusion_knobs, accumulating_store, template_epilogue, library_call, scan_kernel, window_read, too_many_passes,
     two_reductions, elementwise, horizontal_siblings, stored_prologue_of_column, reduction_prologue,
     column_reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
 ]

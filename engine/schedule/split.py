@@ -136,6 +136,9 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
         return schedule, graph
     kernels, workspace = [], {}
     for kernel in schedule.kernels:
+        if kernel.scans:  # a scan walks its whole row in order: nothing to split
+            kernels.append(kernel)
+            continue
         few = kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red)
         # the reads are probed only where some element size would split (1 byte: the widest bound)
         probe = few or kernel.kind == "reduction" and wants_column_split(kernel.rows, kernel.red, 1)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import sympy
 
 from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, product, simplify_index
-from engine.ir.nodes import Buffer, Reduction, Scatter
+from engine.ir.nodes import Buffer, Reduction, Scan, Scatter
 from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.split import SplitCombine, SplitPartials, wants_split
 from engine.schedule.strides import Access, column_access, kernel_accesses, probe_stride
@@ -108,6 +108,10 @@ def choose_tiling(kind: str, nodes: list[Buffer], rows, red, buffers: dict, stor
     if scatters:  # Note [Accumulating stores]: its stores go where its data says, with no stride to tile by
         return Tiling("1d", f"adds into {', '.join(scatters)} at data-dependent places (an atomic add): blocks "
                             f"along its source's elements")
+    scans = [n.name for n in nodes if isinstance(n, Scan)]
+    if scans:  # Note [Scan kernels] in policy.py
+        return Tiling("scan", f"{', '.join(scans)} scan(s) each row of {red} elements in order: rows of it per "
+                              f"program or thread, the epilogue stored as the walk reaches each element")
     plan = KernelPlan(nodes, rows, red)
     accesses = kernel_accesses(nodes, plan, buffers, stored)
     if kind == "reduction":

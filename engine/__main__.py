@@ -200,6 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--kernel", metavar="NAME", help="the kernel, e.g. kernel_0 (default: every kernel)")
     repro.add_argument("--graph", type=int, metavar="N", help="the graph (default: the first with the kernel)")
     repro.add_argument("--out", metavar="FILE", help="where to write (default: repro_<model>_<kernel>.py)")
+
+    whatif = commands.add_parser("whatif", help="would other input shapes/dtypes recompile? Dynamo's guards answer",
+                                 description="Explore a model on its example inputs, ask Dynamo's guards whether "
+                                             "other inputs would recompile (and why, by guard kind, and what "
+                                             "dynamic=True would change), then run them and compare "
+                                             "(Note [Recompile what-if]).")
+    common(whatif)
+    whatif.add_argument("--inputs", required=True, metavar="SPECS",
+                        help="the other inputs, one spec per tensor input: e.g. 'float32[8, 512], int64[8]'")
+    whatif.add_argument("--dynamic", action="store_true", help="ask the dynamic-shape compile instead")
     return parser
 
 
@@ -216,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         with stdout_to_stderr() if args.json else nullcontext():
             check_device(getattr(args, "device", "cpu"))
             command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
-                       "report": report_command, "repro": repro_command}[args.command]
+                       "report": report_command, "repro": repro_command, "whatif": whatif_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
@@ -553,6 +563,28 @@ def repro_command(args) -> tuple[dict, int]:
         print(f"Wrote {out}: run it with `python {out}` (it checks the kernel against eager and times it).")
     return {"repro": str(out), "model": record.get("model"), "kernel": args.kernel, "graph": args.graph,
             "errors": record.get("errors") or []}, EXIT_OK
+
+
+# --- whatif --------------------------------------------------------------------------------------------------
+
+
+def whatif_command(args) -> tuple[dict, int]:
+    from engine.tools.whatif import WhatIfError, parse_inputs, what_if, what_if_lines
+
+    spec = spec_on_device(load_model_file(args.target), args.device)
+    try:
+        inputs = parse_inputs(args.inputs, tuple(spec.example_inputs))
+    except WhatIfError as error:
+        raise Failure(f"whatif: {error}", EXIT_USER_ERROR) from error
+    run_eager(spec)
+    try:
+        result = what_if(spec, inputs, backend=args.backend, device=args.device,
+                         dynamic=True if args.dynamic else None)
+    except Exception as error:
+        raise compile_failure(spec, error) from error
+    if not args.json:
+        print("\n".join(what_if_lines(result)))
+    return result, EXIT_OK
 
 
 # --- shared --------------------------------------------------------------------------------------------------

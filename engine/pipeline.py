@@ -532,7 +532,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
             loss_fn: Callable | None = None, layout: str = "auto", rewrites=None,
-            freezing: bool = False) -> Exploration:
+            freezing: bool = False, before_inputs: Callable[[tuple], None] | None = None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
@@ -577,6 +577,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         exploration.add_time("profile", time.perf_counter() - start)
     for extra in dynamic_inputs:
         extra = tuple(extra)
+        if before_inputs is not None:  # a what-if asks Dynamo's guards first (engine/tools/whatif.py)
+            before_inputs(extra)
         log.begin_call(capture.describe_inputs(extra))
         graphs_before = len(exploration.graphs)
         try:

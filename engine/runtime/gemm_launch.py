@@ -28,25 +28,18 @@ runs, and measured end to end that plan is what max-autotune is compared with.
 Note [Library plan in place]
 A template whose winner is the library call must cost what default mode's plan for it costs (the library
 call, then the epilogue as a kernel writing in place into the call's output: Note [In-place epilogues] in
-schedule/memory.py), or max-autotune loses where it chose exactly that plan. The H200 run of 2026-12-02 had
-gb_autotune 2x gb_library's time for Linear 4096->11008 + SiLU at M=512 with "library + epilogue" chosen.
-How much of that was ours is not measured (the same run timed default mode's plan, identical to
-gb_library's there, 1.29x slower than gb_library: Note [Fair GPU timing] in scripts/gemm_bench.py), but
-these differences from default mode's plan were, and are gone:
-  - an extra buffer: the library call allocated its result and the epilogue wrote the wrapper's output
-    buffer beside it (two live M x N buffers and one more allocation a call, where default mode has one).
-    Now, on Triton, the library writes the kernel's `library_host` (a stored output of the GEMM's dtype whose
-    lanes are the GEMM's row-major elements, found at code generation) through the op's out= overload, and
-    the epilogue-only kernel reads its tile from there and overwrites it: each element read, then written,
-    by the program that owns it, as an in-place pointwise epilogue does. Re-running it (autotuning) is
-    harmless: the library rewrites the whole buffer first. Not for the C++ template, whose pointers are
-    __restrict__, nor for a 1x1 convolution, whose convolution.out is the functional call plus a copy.
-  - per-call Python: a launch built its dict key, looked the Triton launch up, and made the library call's
-    views with Tensor.as_strided (a dispatcher call) every time. Each mode is now bound at its first call
-    to a closure over the resolved launches (`_Bound`), and views are the wrapper's strided_view.
-Left different: the epilogue runs as the template's kernel in its ACC_FROM_MEMORY mode, not as default
-mode's pointwise kernel (Note [Epilogue-only tiles] in triton_gemm.py), and the library alone writes the
-output through out= (mm.out: the same cuBLAS call as mm).
+schedule/memory.py), or max-autotune loses where it chose exactly that plan. So:
+  - no extra buffer: on Triton the library writes the kernel's `library_host` (a stored output of the GEMM's
+    dtype whose lanes are the GEMM's row-major elements, found at code generation) through the op's out=
+    overload, and the epilogue-only kernel reads its tile from there and overwrites it, each element read,
+    then written, by the program that owns it. Re-running it (autotuning) is harmless: the library rewrites
+    the whole buffer first. Not for the C++ template (its pointers are __restrict__) nor a 1x1 convolution
+    (convolution.out is the functional call plus a copy).
+  - no per-call Python beyond the launches: each mode is bound at its first call to a closure over the
+    resolved launches (`_Bound`), and views are the wrapper's strided_view.
+What remains different: the epilogue runs as the template's kernel in its ACC_FROM_MEMORY mode (Note
+[Epilogue-only tiles] in codegen/triton_gemm.py). The H200 run that showed the cost: reports/
+runtime_measurements.md, "Library plan in place".
 """
 from __future__ import annotations
 
@@ -64,15 +57,12 @@ from engine.runtime.build import atomic_write, cache_dir, compiler
 from engine.runtime.wrapper import raw_stream, strided_view
 
 # Note [CPU autotune timing]
-# On a shared CPU a thread descheduled inside a parallel call stalls the whole call: a 4x63x20 torch.mm on
-# torch's 2-thread pool measured 30-50 ms per call, not 0.01 ms, in bursts while other processes held the
-# cores (load averages of 5-18 on 2 cores), and a median of calls in a row then measures the other tenants,
-# and only for the candidates timed while they ran. The candidates are called in turn, one call
-# each per round, and each keeps its fastest call: the run the machine did not disturb, taken at the same
-# moments for every candidate (as scripts/gemm_bench.py measures). The budget must hold enough rounds for a
-# quiet moment to come: at 0.05 s a candidate and at least 5 rounds, a 1x4096x4096 float32 GEMM (3-5 ms a
-# call, about 10 rounds) was tuned to the library (4.40 ms vs the stream template's 5.25) in a run whose own
-# 3-second interleaved timing had the template at 2.11 ms and the library at 3.47 (load ~4.5 on 2 cores).
+# On a shared CPU a thread descheduled inside a parallel call stalls the whole call, so a median of calls in a
+# row measures the other tenants, and only for the candidates timed while they ran. The candidates are called
+# in turn, one call each per round, and each keeps its fastest call: the run the machine did not disturb,
+# taken at the same moments for every candidate. The budget must hold enough rounds for a quiet moment to
+# come (CPU_TIMING_SECONDS, CPU_MIN_ROUNDS). The measurements: reports/runtime_measurements.md, "CPU autotune
+# timing".
 CPU_TIMING_SECONDS = 0.15  # per candidate
 CPU_MIN_ROUNDS, CPU_MAX_ROUNDS = 10, 200
 GPU_ROUNDS, GPU_WARMUP_MS, GPU_REP_MS = 3, 10, 40  # do_bench's budget a round, the same for every candidate

@@ -26,7 +26,7 @@ In reduce-overhead mode a forward reads its CUDA graph's static copy of the acti
 tensor, and saves that copy for the backward; the saved figures, which leave the inputs out, count it (the
 block's +16 MiB, B*T*D in bf16, Inductor's as ours). The saved set is otherwise the default mode's, and the
 step does no other per-step copy than the activation's and the incoming gradient's (Note [What a replayed
-training step does] in engine/runtime/triton_build.py), so where reduce-overhead is slower than Inductor the
+training step does] in engine/runtime/cuda_graphs.py), so where reduce-overhead is slower than Inductor the
 kernels are: run `--profile` for their device time.
 
 On a CPU that other processes share, run with OMP_WAIT_POLICY=passive (the table's last line says which): with

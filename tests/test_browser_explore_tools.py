@@ -84,3 +84,19 @@ def test_the_profile_page_paints_time_on_the_graph_and_the_source(server, browse
     page.get_by_text("Where the time goes").first.scroll_into_view_if_needed()
     shot(page, "profile_heat")
     page.locator(".stPlotlyChart").filter(has_text="Run timeline").first.wait_for()
+
+
+def test_the_recompile_what_if_predicts_then_runs(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/breaks?sample=mlp")
+    field = page.get_by_role("textbox", name="Inputs, one per tensor")
+    field.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    field.fill("float32[16, 128]")
+    field.press("Enter")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Ask, then run").click()
+    page.get_by_text("Would recompile").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("the prediction was right").first.wait_for()
+    assert page.get_by_text("size mismatch").count() >= 1
+    page.get_by_text("Would recompile").first.scroll_into_view_if_needed()
+    shot(page, "breaks_whatif")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import break_view, ui
+from app import break_view, ui, whatif_pane
 from app.safe_text import md_text
 from visualizers import graphs, tables
 
@@ -56,6 +56,7 @@ def render() -> None:
             st.markdown("**Every input set** (`dynamic_inputs`)")
             st.dataframe(runs, hide_index=True, width="stretch",
                          column_config={"max abs error": st.column_config.NumberColumn(format="%.2e")})
+    whatif_pane.render(record)  # Note [Recompile what-if]
     guards = record.guards
     st.markdown(f"**Guards** ({len(guards)}): what Dynamo checks before reusing a compiled graph")
     for group, items in tables.guard_groups(guards).items():

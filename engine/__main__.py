@@ -210,6 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_argument("--inputs", required=True, metavar="SPECS",
                         help="the other inputs, one spec per tensor input: e.g. 'float32[8, 512], int64[8]'")
     whatif.add_argument("--dynamic", action="store_true", help="ask the dynamic-shape compile instead")
+
+    fix = commands.add_parser("fix", help="apply a graph break's suggested rewrite and explore before and after",
+                              description="Apply the concrete suggested rewrites of a model's graph breaks (or of "
+                                          "one, --break N) to a copy of its file and explore both: graph breaks, "
+                                          "graphs, kernels and numerics before and after (Note [Applying a "
+                                          "rewrite]).")
+    common(fix)
+    exploration_choices(fix)
+    fix.add_argument("--break", dest="break_number", type=int, metavar="N", help="only break N (1-based)")
+    fix.add_argument("--out", metavar="FILE", help="where to write the fixed file (default: FILE_fixed.py)")
     return parser
 
 
@@ -226,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         with stdout_to_stderr() if args.json else nullcontext():
             check_device(getattr(args, "device", "cpu"))
             command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
-                       "report": report_command, "repro": repro_command, "whatif": whatif_command}[args.command]
+                       "report": report_command, "repro": repro_command, "whatif": whatif_command,
+                       "fix": fix_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
@@ -584,6 +595,44 @@ def whatif_command(args) -> tuple[dict, int]:
         raise compile_failure(spec, error) from error
     if not args.json:
         print("\n".join(what_if_lines(result)))
+    return result, EXIT_OK
+
+
+# --- fix -----------------------------------------------------------------------------------------------------
+
+
+def fix_command(args) -> tuple[dict, int]:
+    """Note [Applying a rewrite] in engine/tools/apply_fix.py."""
+    from engine.tools.apply_fix import FixError, apply_fix, concrete, summary
+
+    spec = load_model_file(args.target)
+    explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False, "profile": False,
+                                         "inductor": False, "trace": None})
+    with stdout_to_stderr():
+        before, _ = explore_command(explore_args)
+    breaks = before.get("graph_breaks") or []
+    chosen = [(n, b) for n, b in enumerate(breaks, start=1) if args.break_number in (None, n)]
+    source, applied = spec.source, []
+    for number, graph_break in sorted(chosen, key=lambda item: -(item[1].get("lineno") or 0)):  # bottom up
+        if not concrete(graph_break.get("suggestion")) or graph_break.get("filename") != spec.filename:
+            continue
+        try:
+            source = apply_fix(source, graph_break["lineno"], graph_break["suggestion"])
+            applied.append(number)
+        except FixError as error:
+            print(f"break {number}: {error}", file=sys.stderr)
+    if not applied:
+        raise Failure("fix: no graph break here has a concrete rewrite to apply", EXIT_USER_ERROR)
+    out = Path(args.out or str(Path(spec.filename).with_name(Path(spec.filename).stem + "_fixed.py")))
+    out.write_text(source, encoding="utf-8")
+    with stdout_to_stderr():
+        after, _ = explore_command(argparse.Namespace(**{**vars(explore_args), "target": str(out)}))
+    result = {"file": str(out), "applied": sorted(applied), "before": summary(before), "after": summary(after),
+              "source": source}
+    if not args.json:
+        print(f"Applied the rewrite of break(s) {', '.join(map(str, sorted(applied)))}; wrote {out}")
+        for key in ("graph_breaks", "graphs", "kernels", "matches_eager"):
+            print(f"  {key:14} {result['before'][key]!s:>6} -> {result['after'][key]!s}")
     return result, EXIT_OK
 
 

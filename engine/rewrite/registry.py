@@ -75,8 +75,9 @@ def resolve_names(setting: str | Iterable[str] | None) -> tuple[str, ...]:
     kept = {item for item in items if not item.startswith("-")}
     unknown = sorted((removed | kept) - set(REWRITES))
     if unknown:
+        known = "; ".join(f"{name}: {rewrite.summary}" for name, rewrite in REWRITES.items())
         raise ValueError(f"unknown rewrite(s) {', '.join(unknown)}; the passes are {', '.join(REWRITES)} "
-                         "(or default, none, all; -NAME turns one off)")
+                         f"(or default, none, all; -NAME turns one off). {known}")
     if removed and kept:
         raise ValueError("rewrites: give either the passes to run (attention,padding) or the ones to turn off "
                          "(-attention), not both")

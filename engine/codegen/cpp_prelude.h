@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <omp.h>
+#include <vector>
 #if defined(__SSE2__)
 #include <immintrin.h>  // Note [Vector transposes], Note [Vector half conversions]
 #endif

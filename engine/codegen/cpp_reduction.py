@@ -35,6 +35,13 @@ def reduction_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, ti
     passes = kernel.passes
     if tiling.choice == "column" and _column_tiles_fit(kernel, plan, passes):
         return _column_kernel(kernel, plan, buffers, size_symbols, tiling, passes[0])
+    if tiling.choice == "split" and _column_tiles_fit(kernel, plan, passes) and \
+            _few_columns(kernel, plan, buffers) is not None:  # Note [Split column tiles in C++]
+        column = _few_columns(kernel, plan, buffers)
+        tiling = Tiling("split", tiling.reason + f"; C++: {column[0].name} is contiguous along the outputs and "
+                        f"strided ({column[1]}) along the reduction: column tiles, their reduction chunks on the "
+                        f"threads (Note [Split column tiles in C++])")
+        return _column_kernel(kernel, plan, buffers, size_symbols, tiling, passes[0], split=True)
     if tiling.choice == "column":
         tiling = Tiling("column", tiling.reason + "; C++: not tiled (several passes or an argmax), a thread per "
                                                   "output walks the reduction, runs unused")
@@ -311,12 +318,33 @@ COLUMN_TILE = 64
 # The pass above keeps its order: its reads are contiguous along the outputs.
 
 
+# Note [Split column tiles in C++]
+# A reduction with few outputs over a long leading dim (x.mean(0) of 100000 x 16) is tiled "split" (few
+# outputs, long reductions: engine/schedule/tiling.py), and a split row walk reads each output's column with
+# a stride: 16 walks of 6.4 MB that each use 4 bytes of every 64-byte line, 13x Inductor's time on one thread
+# (scripts/cpu_tiling_bench.py, load ~10). As column tiles (Note [Column tiles in C++]) one walk reads every
+# line once, vectorized along the outputs. The split is kept across the reduction instead of across tiles:
+# each CASCADE_CHUNK of reduction steps is a unit of work for the threads, summed into its own partials (one
+# array of tile width per chunk, on the heap), and the chunks' partials are folded in chunk order afterwards,
+# the same order and so the same result as one thread's cascade (Note [Cascade sums]).
+
+
+def _few_columns(kernel: Kernel, plan: KernelPlan, buffers):
+    """(access, stride) of a read strided along the reduction and contiguous along the outputs, where the
+    outputs fit one column tile; None otherwise."""
+    from engine.schedule.strides import column_access, kernel_accesses
+
+    if not (plan.rows.is_Integer and int(plan.rows) <= COLUMN_TILE):
+        return None
+    return column_access(plan, kernel_accesses(kernel.nodes, plan, buffers, kernel.stored))
+
+
 def _column_tiles_fit(kernel: Kernel, plan: KernelPlan, passes) -> bool:
     return len(passes) == 1 and all(n.reduction_type in SIMD_CLAUSE for n in passes[0])
 
 
 def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tiling: Tiling,
-                   group: list[Reduction]) -> CppKernel:
+                   group: list[Reduction], split: bool = False) -> CppKernel:
     x0 = sympy.Symbol("x0", integer=True, nonnegative=True)
     r0 = sympy.Symbol("r0", integer=True, nonnegative=True)
     xa = sympy.Symbol("xa", integer=True, nonnegative=True)
@@ -339,7 +367,9 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             nan = kind in ("max", "min") and dtype.is_floating_point
             accumulators.append((name, f"acc_{name}", kind, ctype, identity, str(value), nan))
             printer.accumulators[name] = Var(f"acc_{name}[x0 - xo]", dtype, True)
-        if tiling.run is None:
+        if split:  # one tile; its chunks on the threads (Note [Split column tiles in C++])
+            tiles = body.block(f"for (int64_t xo = 0; xo < {run_text}; xo += {tile})")
+        elif tiling.run is None:
             tiles = body.block(f"for (int64_t xo = 0; xo < {run_text}; xo += {tile})",
                                parallel_clause(plan.rows * plan.red))
         else:  # one loop over every tile of every run, so that the threads share all of them
@@ -355,9 +385,24 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                 body.add(f"for (int64_t j = 0; j < {tile}; ++j) {acc}[j] = {identity};", LineTag(name))
                 if nan:
                     body.add(f"int {acc}_nan[{tile}] = {{0}};", LineTag(name))
-            with body.block(f"for (int64_t rc = 0; rc < {red}; rc += {chunk})"):
+            chunks = f"(({red}) + {chunk - 1}) / {chunk}"
+            if split:
                 for name, acc, kind, ctype, identity, value, nan in accumulators:
-                    body.add(f"{ctype} {acc}_chunk[{tile}];", LineTag(name))
+                    body.add(f"std::vector<{ctype}> {acc}_parts({chunks} * {tile});", LineTag(name))
+                    if nan:
+                        body.add(f"std::vector<int> {acc}_nan_parts({chunks} * {tile}, 0);", LineTag(name))
+            loop = f"for (int64_t c = 0; c < {chunks}; ++c)" if split else \
+                f"for (int64_t rc = 0; rc < {red}; rc += {chunk})"
+            with body.block(loop, parallel_clause(plan.rows * plan.red) if split else ""):
+                if split:
+                    body.add(f"const int64_t rc = c * {chunk};")
+                for name, acc, kind, ctype, identity, value, nan in accumulators:
+                    if split:
+                        body.add(f"{ctype}* {acc}_chunk = &{acc}_parts[c * {tile}];", LineTag(name))
+                        if nan:
+                            body.add(f"int* {acc}_nan = &{acc}_nan_parts[c * {tile}];", LineTag(name))
+                    else:
+                        body.add(f"{ctype} {acc}_chunk[{tile}];", LineTag(name))
                     body.add(f"for (int64_t j = 0; j < {tile}; ++j) {acc}_chunk[j] = {identity};", LineTag(name))
                 with body.block(f"for (int64_t r0 = rc; r0 < std::min<int64_t>(rc + {chunk}, {red}); ++r0)"):
                     body.extend(hoisted, hoisted_tags)
@@ -367,9 +412,17 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                             body.add(_update_text(kind, f"{acc}_chunk[x0 - xo]", value), LineTag(name))
                             if nan:
                                 body.add(f"{acc}_nan[x0 - xo] |= ({value} != {value});", LineTag(name))
-                with body.block("for (int64_t j = 0; j < xe - xo; ++j)"):
-                    for name, acc, kind, *_ in accumulators:
-                        body.add(_update_text(kind, f"{acc}[j]", f"{acc}_chunk[j]"), LineTag(name))
+                if not split:
+                    with body.block("for (int64_t j = 0; j < xe - xo; ++j)"):
+                        for name, acc, kind, *_ in accumulators:
+                            body.add(_update_text(kind, f"{acc}[j]", f"{acc}_chunk[j]"), LineTag(name))
+            if split:  # the chunks' partials, folded in chunk order
+                with body.block(f"for (int64_t c = 0; c < {chunks}; ++c)"), \
+                        body.block("for (int64_t j = 0; j < xe - xo; ++j)"):
+                    for name, acc, kind, ctype, identity, value, nan in accumulators:
+                        body.add(_update_text(kind, f"{acc}[j]", f"{acc}_parts[c * {tile} + j]"), LineTag(name))
+                        if nan:
+                            body.add(f"{acc}_nan[j] |= {acc}_nan_parts[c * {tile} + j];", LineTag(name))
             for name, acc, kind, ctype, identity, value, nan in accumulators:
                 if nan:
                     body.add(f"for (int64_t j = 0; j < xe - xo; ++j) if ({acc}_nan[j]) "

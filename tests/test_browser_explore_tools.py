@@ -100,3 +100,16 @@ def test_the_recompile_what_if_predicts_then_runs(server, browser):
     assert page.get_by_text("size mismatch").count() >= 1
     page.get_by_text("Would recompile").first.scroll_into_view_if_needed()
     shot(page, "breaks_whatif")
+
+
+def test_applying_a_break_fix_in_place_removes_it_and_can_be_reverted(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/breaks?sample=graph_break")
+    page.get_by_role("button", name="Apply this rewrite").first.click(timeout=FIRST_VIEW_TIMEOUT_MS)
+    banner = page.get_by_text("Applied the rewrite of break 1")
+    banner.first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert "graph breaks 2 → 1" in banner.first.inner_text()
+    page.get_by_text("Dynamo split this model at 1 graph break").first.wait_for()
+    shot(page, "breaks_fix_applied")
+    page.get_by_role("button", name="Revert").click()
+    page.get_by_text("Dynamo split this model at 2 graph break").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import break_view, ui, whatif_pane
+from app import break_view, fix_pane, ui, whatif_pane
 from app.safe_text import md_text
 from visualizers import graphs, tables
 
@@ -13,6 +13,7 @@ def render() -> None:
     record = ui.explored()
     if record is None:
         return
+    fix_pane.trial_banner(record)  # Note [Applying a rewrite]: before and after, keep or revert
     breaks = record.graph_breaks
     source = ui.record_source(record)
     count = len(record.graphs)
@@ -39,6 +40,7 @@ def render() -> None:
                 if dynamo:
                     st.caption("Dynamo said: " + md_text(dynamo[:-1] if dynamo.endswith(")") else dynamo))
                 break_view.show_fix(graph_break)
+                fix_pane.apply_button(record, graph_break, number)
         recompiles = tables.recompile_rows(record)
         runs = tables.run_rows(record)
         st.markdown("**Recompiles when inputs change**")

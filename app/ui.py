@@ -30,9 +30,9 @@ def record_source(record: Exploration) -> str:
 
 
 def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, caption: str | None = None,
-              max_height: int | None = 520) -> None:
+              max_height: int | None = 520, line_numbers: bool = True) -> None:
     st.html(code_html.highlight_html(text, language, hl_lines=hl_lines, first_line=first_line, caption=caption,
-                                     max_height=max_height))
+                                     max_height=max_height, line_numbers=line_numbers))
 
 
 def show_graph(dot: str, node_count: int = 0) -> None:
@@ -93,13 +93,13 @@ def collapse_controls(graph: GraphRecord, which: str, key: str) -> graphs.DrawOp
                                 key=f"{key}_params") if params else False
         depth, expanded = 0, []
         if depth_max:
-            auto = graphs.auto_depth(graph, which, hide_params=not show_params)
+            auto = graphs.auto_depth(graph, which, limit=graphs.FIRST_VIEW_BOXES, hide_params=not show_params)
             depth = st.select_slider("Collapse modules at depth", options=list(range(0, depth_max + 1)), value=auto,
                                      format_func=lambda d: "off: every node" if d == 0 else str(d),
                                      key=f"{key}_depth")
             groups = graphs.module_groups(graph, which, depth)
             if groups:
-                expanded = st.multiselect("Expand modules", sorted(groups), key=f"{key}_expand",
+                expanded = st.multiselect("Expand modules", sorted(groups, key=graphs.natural_key), key=f"{key}_expand",
                                           format_func=lambda g: f"{g} ({groups[g]} nodes)")
     return graphs.DrawOptions(collapse_depth=depth, expanded=frozenset(expanded), hide_params=not show_params)
 
@@ -148,6 +148,8 @@ def node_finder(record: Exploration, graph_index: int) -> None:
         return
     graph = record.graphs[min(graph_index, len(record.graphs) - 1)]
     names = sorted({n.name for nodes in (graph.fx, graph.aten) for n in nodes if n.op != "output"})
+    where = {**graphs.module_paths(graph, "aten"), **graphs.module_paths(graph, "fx")}
+    ops = {n.name: graphs.short_target(n) for nodes in (graph.fx, graph.aten) for n in nodes}
     current = st.session_state.get("node")
     if st.session_state.get("node_finder") != current:
         st.session_state.node_finder = current if current in names else None
@@ -155,7 +157,11 @@ def node_finder(record: Exploration, graph_index: int) -> None:
     def picked() -> None:
         st.session_state.node = st.session_state.node_finder
 
-    st.selectbox("Find a node", names, index=None, key="node_finder", on_change=picked,
-                 placeholder=f"search {len(names)} nodes",
-                 help="Type part of a node's name: it is highlighted on the graphs (and unfolded if its module "
-                      "is folded); the link in the address bar keeps it.")
+    def label(name: str) -> str:  # typing filters on the label: a name, an op or a module path finds the node
+        op = ops.get(name, "")
+        return " · ".join(part for part in (name, op if op != name else "", where.get(name, "")) if part)
+
+    st.selectbox("Find a node", names, index=None, key="node_finder", on_change=picked, format_func=label,
+                 placeholder=f"search {len(names)} nodes by name, op or module",
+                 help="Type part of a node's name, its op or its module path (layers.3.mlp): it is highlighted on "
+                      "the graphs (and unfolded if its module is folded); the link in the address bar keeps it.")

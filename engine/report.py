@@ -4,6 +4,7 @@ Every value is converted to record data here, where its meaning is known (Note [
 from __future__ import annotations
 
 import linecache
+import re
 
 import sympy
 import torch
@@ -54,10 +55,34 @@ def _module_path(node: torch.fx.Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
-    path = list(stack.values())[-1][0]
-    for root in ("L['self'].", "L['self']", "L['fn'].", "L['fn']"):
-        path = path.replace(root, "")
+    sources = [str(value[0]) for value in stack.values()]
+    root = _ROOT.match(sources[0].strip())
+    path = ""
+    for source in sources:  # the deepest module under the model's root, then anything nested from elsewhere
+        text = module_path_text(source)
+        if root is None or source.strip().startswith(root.group(0).rstrip(".")):
+            path = text
+        elif text:  # a module held outside the model (a library's wrapped function): named inside its caller
+            path = f"{path}.{text.split('.')[-1]}" if path else text
     return path
+
+
+_ROOT = re.compile(r"^[LG]\[['\"][^'\"]+['\"]\]\.?")  # Dynamo's source of the root module: L['self'], G['net']
+_GETATTR = re.compile(r"getattr\(([^()]*?), ['\"]([^'\"]+)['\"]\)")
+_ITEM = re.compile(r"(?:(?:^|\.)_modules)?\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def module_path_text(source: str) -> str:
+    """Dynamo's source of a module -> its path inside the model, as named_modules() spells it:
+    "G['net'].model.layers[3].mlp" and "L['self']._modules['layers']._modules['3'].mlp" -> "layers.3.mlp" under
+    the root module. A model wrapped in a function (its module a global) or a container reads like the module it
+    wraps: every path of one graph has the same root, which would make the first level of the graph's folding
+    a single box."""
+    path = source.strip()
+    while _GETATTR.search(path):
+        path = _GETATTR.sub(r"\1.\2", path)
+    path = _ITEM.sub(r".\1", _ROOT.sub("", path))
+    return ".".join(part for part in path.split(".") if part)
 
 
 def fx_nodes(gm: torch.fx.GraphModule) -> list[FxNode]:

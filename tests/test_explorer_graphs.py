@@ -71,3 +71,73 @@ def test_folded_modules_name_their_kernels_and_the_selected_node_is_unfolded():
 def test_the_big_graph_viewer_is_one_offline_page():
     page = graph_view.viewer_html("<svg viewBox='0 0 10 10'><g class='node'><title>a</title></g></svg>", 2002)
     assert "2002 nodes" in page and "<svg" in page and "src=" not in page and "href=" not in page
+
+
+def test_module_paths_read_as_the_model_names_them():
+    from engine.report import module_path_text
+
+    assert module_path_text("G['net'].model.layers[3].mlp") == "model.layers.3.mlp"
+    assert module_path_text("L['self']._modules['layers']._modules['3'].mlp") == "layers.3.mlp"
+    assert module_path_text("getattr(L['self'].layers, '3').mlp") == "layers.3.mlp"
+    assert module_path_text("L['self']") == ""
+
+
+def _wrapped_layers(layers: int):
+    """A model wrapped in a function, its layers in a container: the shape of a pasted Hugging Face model."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return x + self.down(torch.relu(self.up(x)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Block() for _ in range(layers))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    net = Net().eval()
+    return (lambda x: net(x)), (torch.randn(4, 16),)
+
+
+@pytest.fixture(scope="module")
+def wrapped() -> Exploration:
+    model, inputs = _wrapped_layers(24)
+    return Exploration.from_json(engine.explore(model, inputs, name="wrapped").to_json())
+
+
+def test_a_wrapped_model_folds_by_module_path_with_its_weights(wrapped):
+    graph = wrapped.graphs[0]
+    for which in ("fx", "aten"):
+        paths = graphs.module_paths(graph, which)
+        assert not any("[" in p or "G" in p.split(".")[0] for p in paths.values()), set(paths.values())
+        weights = graphs.param_names(graph, which)
+        assert len(weights) == 24 * 4 and all(paths[w].startswith("layers.") for w in weights)
+        depth = graphs.auto_depth(graph, which, limit=graphs.FIRST_VIEW_BOXES)
+        boxes = graphs.box_count(graph, which, depth, hide_params=True)
+        groups = graphs.module_groups(graph, which, depth)
+        assert 10 <= boxes <= graphs.FIRST_VIEW_BOXES and set(groups) == {f"layers.{i}" for i in range(24)}
+    dot = graphs.graph_dot(graph, "aten", graphs.DrawOptions(collapse_depth=2, hide_params=True))
+    assert dot.count("box3d") == 24 and "4 weights / constants" in dot and "layers.7" in dot
+
+
+def test_a_folded_module_is_found_by_the_names_inside_it(wrapped):
+    graph = wrapped.graphs[0]
+    paths = graphs.module_paths(graph, "aten")
+    inside = next(n.name for n in graph.aten if paths.get(n.name) == "layers.5.up" and n.op != "placeholder")
+    dot = graphs.graph_dot(graph, "aten", graphs.DrawOptions(collapse_depth=2, hide_params=True))
+    folded = [line for line in dot.splitlines() if "box3d" in line and "layers.5\\n" in line]
+    assert len(folded) == 1 and inside in folded[0]  # the viewer's search reads the tooltip
+    options = graphs.DrawOptions(collapse_depth=2, hide_params=True)
+    options.highlight = ui.selected_names(graph, "aten", inside)
+    options.expanded = frozenset([graphs.group_of(paths[inside], 2)])
+    unfolded = graphs.graph_dot(graph, "aten", options)
+    assert "gb-selected" in unfolded and unfolded.count("box3d") == 23

@@ -146,21 +146,54 @@ def node_kernels(graph: dict, which: str) -> dict[str, list[str]]:
 
 
 def module_paths(graph: dict, which: str) -> dict[str, str]:
-    """Node -> nn.Module path; an ATen node without its own takes its FX origin's."""
+    """Node -> nn.Module path; an ATen node without its own takes its FX origin's, and a weight, buffer or
+    constant the module its users share (Note [Weights fold into their module])."""
     fx_paths = {n["name"]: n.get("module_path") or "" for n in graph.get("fx") or []}
     if which == "fx":
-        return fx_paths
-    paths = {}
-    for node in graph.get("aten") or []:
-        path = node.get("module_path") or ""
-        if not path:
-            origins = [fx_paths.get(o, "") for o in node.get("fx_origins") or []]
-            path = next((p for p in origins if p), "")
-        paths[node["name"]] = path
+        paths = dict(fx_paths)
+    else:
+        paths = {}
+        for node in graph.get("aten") or []:
+            path = node.get("module_path") or ""
+            if not path:
+                origins = [fx_paths.get(o, "") for o in node.get("fx_origins") or []]
+                path = next((p for p in origins if p), "")
+            paths[node["name"]] = path
+    weights = param_names(graph, which) | {n["name"] for n in graph.get(which) or [] if n.get("op") == "get_attr"}
+    users: dict[str, list[str]] = defaultdict(list)
+    for node in graph.get(which) or []:
+        for arg in node.get("args") or []:
+            if arg in weights:
+                users[arg].append(paths.get(node["name"], ""))
+    for name in weights:
+        paths[name] = common_module(users.get(name, []))
     return paths
 
 
+def common_module(paths: list[str]) -> str:
+    """The deepest module that holds every one of `paths` ("" when one is outside every module)."""
+    if not paths or not all(paths):
+        return ""
+    common = paths[0].split(".")
+    for path in paths[1:]:
+        parts = path.split(".")
+        while common and parts[:len(common)] != common:
+            common.pop()
+    return ".".join(common)
+
+
 # --- collapsing by module -----------------------------------------------------------------------------------
+# Note [Weights fold into their module]
+# Dynamo lifts every weight and buffer to a graph input, so a 24-layer model's graph opens with hundreds of
+# inputs, and a model wrapped in a function with dozens of constants, none of them in a module (an input's
+# module is not recorded). A weight, buffer or constant belongs where it is used: it takes the deepest module
+# all its users share, so a folded module box holds its weights too (counted apart from its ops), and only
+# the model's real inputs and its output stay drawn beside the boxes.
+
+
+def natural_key(path: str) -> list:
+    """Sort key that puts layers.2 before layers.10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split(".")]
 
 
 def group_of(path: str, depth: int) -> str:
@@ -169,11 +202,19 @@ def group_of(path: str, depth: int) -> str:
     return ".".join(path.split(".")[:depth])
 
 
+def _foldable(node: dict, weights: set[str]) -> bool:
+    """Ops fold into their module, and so do weights, buffers and constants (Note [Weights fold into their
+    module]); the graph's own inputs and its output stay drawn."""
+    kind = _io_kind(node)
+    return kind is None or kind == "param" or node["name"] in weights
+
+
 def module_groups(graph: dict, which: str, depth: int) -> Counter:
     """Group key -> node count at this depth (nodes without a module path are not grouped)."""
     nodes = graph.get(which) or []
     paths = module_paths(graph, which)
-    return Counter(g for n in nodes if (g := group_of(paths.get(n["name"], ""), depth)) and not _io_kind(n))
+    weights = param_names(graph, which)
+    return Counter(g for n in nodes if (g := group_of(paths.get(n["name"], ""), depth)) and _foldable(n, weights))
 
 
 def max_module_depth(graph: dict, which: str) -> int:
@@ -186,9 +227,13 @@ def box_count(graph: dict, which: str, depth: int, hide_params: bool = False) ->
     hidden = param_names(graph, which) if hide_params else set()
     groups = module_groups(graph, which, depth)
     paths = module_paths(graph, which)
+    weights = param_names(graph, which)
     loose = sum(1 for n in nodes if n["name"] not in hidden
-                and (not group_of(paths.get(n["name"], ""), depth) or _io_kind(n)))
+                and (not group_of(paths.get(n["name"], ""), depth) or not _foldable(n, weights)))
     return loose + len(groups)
+
+
+FIRST_VIEW_BOXES = 60  # the app's first view of a big graph: tens of boxes (a 24-layer model: one per layer)
 
 
 def auto_depth(graph: dict, which: str, limit: int = 30, hide_params: bool = True) -> int:
@@ -286,9 +331,10 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
         nodes = [n for n in nodes if n["name"] not in hidden]
     visible: dict[str, str] = {}  # node name -> DOT id it is drawn as (its own, or its collapsed module's)
     collapsed: dict[str, list[dict]] = defaultdict(list)
-    for node in nodes:
+    weights = param_names(graph, which)
+    for node in (graph.get(which) or []) if options.collapse_depth else ():  # hidden weights fold in too
         group = group_of(paths.get(node["name"], ""), options.collapse_depth)
-        if group and not _io_kind(node) and group not in options.expanded:
+        if group and _foldable(node, weights) and group not in options.expanded:
             collapsed[group].append(node)
     group_ids = {group: f"{prefix}mod{i}" for i, group in enumerate(collapsed)}
     for group, members in collapsed.items():
@@ -351,16 +397,20 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
             draw_node(node, out)
     for group, group_nodes in collapsed.items():
         fill, border, _ = KIND_STYLE["module"]
-        counts = Counter(kinds.get(n["name"], "other") for n in group_nodes)
+        ops = [n for n in group_nodes if not _io_kind(n) and n["name"] not in weights]
+        counts = Counter(kinds.get(n["name"], "other") for n in ops)
         summary = ", ".join(f"{c} {k}" for k, c in counts.most_common(3))
+        held = len(group_nodes) - len(ops)
+        summary += f"\n{held} weight{'s' if held != 1 else ''} / constant{'s' if held != 1 else ''}" if held else ""
         highlighted = any(n["name"] in options.highlight for n in group_nodes)
         other = any(n["name"] in options.highlight_other for n in group_nodes)
         # Note [Kernels when folded]: a folded module still names the kernels its ops run in
         inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n["name"], [])))
         ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
-        attrs = dict(label=f"{group}\n{len(group_nodes)} ops: {summary}{ran}", shape="box3d", style="filled",
+        attrs = dict(label=f"{group}\n{len(ops)} ops: {summary}{ran}", shape="box3d", style="filled",
                      fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
-                     tooltip=f"module {group}: {len(group_nodes)} nodes (expand it to see them)")
+                     tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it): "
+                             + " ".join(n["name"] for n in group_nodes))
         if highlighted or other:
             attrs["penwidth"] = "3"
         elif options.highlight or options.highlight_other:

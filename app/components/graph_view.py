@@ -6,8 +6,8 @@ st.graphviz_chart draws in the browser with zoom turned off, which suits the sma
 (and stays the view for them). A 2000-node model folded by module is still hundreds of boxes in a long chain:
 readable only if one can zoom in, pan along it and find a node. The viewer is inline (an st.components.v1.html
 frame: no network, no file); its SVG comes from `dot` (Debian's graphviz, as for the HTML report) and is cached
-by DOT text. Searching for a node that is folded away is the page's "Find a node" (it unfolds the module);
-this box finds what is drawn. Without `dot`, big graphs fall back to st.graphviz_chart.
+by DOT text. This box searches what is drawn and, through a folded module's tooltip (its members' names),
+the nodes folded inside it: it highlights the module and says so; the page's "Find a node" unfolds it. Without `dot`, big graphs fall back to st.graphviz_chart.
 """
 from __future__ import annotations
 
@@ -37,9 +37,13 @@ view.addEventListener('wheel',function(e){e.preventDefault();var p=at(e);zoom(e.
 var drag=null;view.addEventListener('mousedown',function(e){drag=at(e);view.style.cursor='grabbing';});
 window.addEventListener('mouseup',function(){drag=null;view.style.cursor='grab';});
 view.addEventListener('mousemove',function(e){if(!drag)return;var p=at(e);vb.x-=p.x-drag.x;vb.y-=p.y-drag.y;set();});
-function find(){var q=box.value.trim().toLowerCase(),hits=[];svg.querySelectorAll('g.node').forEach(function(n){
- var m=q&&(n.textContent||'').toLowerCase().indexOf(q)>=0;n.classList.toggle('hit',!!m);if(m)hits.push(n);});
- document.getElementById('hits').textContent=q?hits.length+' match'+(hits.length==1?'':'es'):'';
+function words(n){var t=n.querySelector('title'),a=n.querySelector('a');  // label, name and folded members
+ return ((n.textContent||'')+' '+(a?(a.getAttribute('xlink:title')||a.getAttribute('title')||''):'')).toLowerCase();}
+function find(){var q=box.value.trim().toLowerCase(),hits=[],folded=0;svg.querySelectorAll('g.node').forEach(function(n){
+ var m=q&&words(n).indexOf(q)>=0;n.classList.toggle('hit',!!m);if(m){hits.push(n);
+ if((n.textContent||'').toLowerCase().indexOf(q)<0)folded++;}});
+ document.getElementById('hits').textContent=q?hits.length+' match'+(hits.length==1?'':'es')+
+  (folded?' ('+folded+' inside folded modules: pick the node in "Find a node" above to unfold it)':''):'';
  if(hits.length)center(hits[0]);}
 function center(n){var r=n.getBoundingClientRect(),a=at({clientX:r.left,clientY:r.top}),
  b=at({clientX:r.right,clientY:r.bottom}),w=Math.max((b.x-a.x)*4,300),h=w*view.clientHeight/view.clientWidth;

@@ -1,12 +1,19 @@
 """The Explorer page: the stage stepper (capture -> ATen -> loop IR -> fusion -> code -> run -> bench),
-any two stages side by side."""
+any two stages side by side.
+
+Note [Full width for big graphs]
+Half a page is about 600 px: enough for a sample's graph, not for a 24-layer model's, whose folded view is
+tens of module boxes with long names, and not for the fusion table's "why" column. A model whose ATen graph
+is big enough for the zoomable viewer (graph_view.BIG_NODES) opens with one stage across the page and the
+side-by-side stage below it; the toggle puts them back side by side."""
 from __future__ import annotations
 
 import streamlit as st
 
 from app import stages, state, ui
 from app.safe_text import description_markdown, html_text
-from visualizers import charts
+from app.components import graph_view
+from visualizers import charts, graphs
 
 CHART_CONFIG = {"displayModeBar": False}
 
@@ -25,9 +32,15 @@ def _header(record: dict) -> None:
     left, right = st.columns([5, 4], vertical_alignment="top")
     with left:
         backend = state.BACKENDS.get(record.get("backend"), record.get("backend"))
-        dynamic = " · dynamic shapes" if (record.get("options") or {}).get("dynamic") else ""
-        st.markdown(f"### {html_text(record.get('model', 'model'))} <span style='font-size:0.9rem;color:#6b7280'>· "
-                    f"{html_text(backend)} · {html_text(record.get('device', ''))}{dynamic}</span>",
+        options = record.get("options") or {}
+        dynamic = " · dynamic shapes" if options.get("dynamic") else ""
+        mode = f" · mode {options.get('mode')}" if options.get("mode", "default") != "default" else ""
+        train = " · training step" if options.get("train") else ""
+        name = record.get("model", "model")
+        title = "your code (pasted)" if name == state.PASTED else name
+        st.markdown(f"### {html_text(title)} <span style='font-size:0.9rem;color:#6b7280'>· "
+                    f"{html_text(backend)} · {html_text(record.get('device', ''))}{html_text(mode)}{dynamic}{train}"
+                    "</span>",
                     unsafe_allow_html=True)  # Note [Record text]: every record field escaped
         columns = st.columns(4)
         columns[0].metric("graphs", len(record.get("graphs") or []))
@@ -67,7 +80,16 @@ def render() -> None:
         ui.node_finder(record, graph_index)
     left_stage = st.session_state.stage_left or "capture"
     right_stage = st.session_state.stage_right
-    if right_stage and right_stage != "none":
+    # Note [Full width for big graphs]: a big model's graph gets the page's whole width, the second stage below
+    big = any(graphs.big(g, "aten", graph_view.BIG_NODES) for g in record.graphs)
+    full = st.toggle("Full width", value=big, key=f"full_width_{big}",
+                     help="One stage across the page (the side-by-side stage goes below it): on by default for "
+                          "graphs too big to read in half a page.")
+    if right_stage and right_stage != "none" and full:
+        stages.render(left_stage, record, graph_index, "L")
+        st.divider()
+        stages.render(right_stage, record, graph_index, "R")
+    elif right_stage and right_stage != "none":
         left, right = st.columns(2, gap="medium")
         with left:
             stages.render(left_stage, record, graph_index, "L")

@@ -140,7 +140,7 @@ def _trace_options(graph: dict, which: str, highlighted) -> graphs.DrawOptions:
     """Big graphs: weights hidden and modules collapsed, except the modules that hold a highlighted node."""
     if not graphs.big(graph, which):
         return graphs.DrawOptions(highlight=frozenset(highlighted))
-    depth = graphs.auto_depth(graph, which)
+    depth = graphs.auto_depth(graph, which, limit=graphs.FIRST_VIEW_BOXES)
     paths = graphs.module_paths(graph, which)
     open_groups = {graphs.group_of(paths.get(name, ""), depth) for name in highlighted} - {""}
     return graphs.DrawOptions(highlight=frozenset(highlighted), collapse_depth=depth,

@@ -171,30 +171,63 @@ def fusion_stage(record: Exploration, graph_index: int, key: str) -> None:
     ui.legend(kinds)
     options = ui.collapse_controls(graph, "aten", f"{key}_fusion_{graph_index}")
     options.kernels_as_clusters = True
-    # the decisions table is drawn below the graph, but the row picked in it (kept in session state) is
-    # drawn on the graph now: the producer's ops blue, the consumer's red
-    refused_only = bool(st.session_state.get(f"{key}_refused"))
-    rows = tables.decision_rows(graph, only_refused=refused_only)
-    picked = ui.picked_row(f"{key}_decisions_{graph_index}_{refused_only}", len(rows))
+    # the tables are drawn below the graph, but the row picked in them (kept in session state) is drawn on the
+    # graph now: a kernel's ops red; a decision's producer blue and consumer red
+    kernel_rows = tables.kernel_rows(graph)
+    rows = tables.decision_rows(graph)
+    module = st.session_state.get(f"{key}_module") or ""
+    kernel_shown = tables.filtered(kernel_rows, kinds=st.session_state.get(f"{key}_kinds"), module=module)
+    shown = tables.filtered(rows, rules=st.session_state.get(f"{key}_rules"), module=module,
+                            only_refused=bool(st.session_state.get(f"{key}_refused")))
+    table_key = f"{key}_decisions_{graph_index}_{hash(tuple(shown))}"
+    kernel_key = f"{key}_kernels_{graph_index}_{hash(tuple(kernel_shown))}"
+    picked = ui.picked_row(table_key, len(shown))
+    picked_kernel = ui.picked_row(kernel_key, len(kernel_shown))
     if picked is not None:
-        decision = tables.decisions(graph, only_refused=refused_only)[picked]
+        decision = tables.decisions(graph)[shown[picked]]
+        row = rows[shown[picked]]
         options.highlight_other = frozenset(teaching.decision_ops(graph, decision.producer)["aten"])
         options.highlight = frozenset(teaching.decision_ops(graph, decision.consumer)["aten"])
-        st.caption(f"Decision {picked + 1}: :blue[producer {md_text(rows[picked]['producer ops'])}] and "
-                   f":red[consumer {md_text(rows[picked]['consumer ops'])}] — "
-                   f"{'fused' if decision.fused else 'not fused'}: {md_text(decision.reason or '')}")
+        _unfold(options, graph, options.highlight | options.highlight_other)
+        st.caption(f"Decision: :blue[producer {md_text(row['producer ops'])}] and "
+                   f":red[consumer {md_text(row['consumer ops'])}] — "
+                   f"{'fused' if decision.fused else 'not fused'}: {md_text(row['why'])}")
+    elif picked_kernel is not None:
+        kernel = graph.kernels[kernel_shown[picked_kernel]]
+        options.highlight = frozenset(kernel.aten_origins)
+        _unfold(options, graph, options.highlight)
+        st.caption(f"Kernel `{md_text(kernel.name)}`: {md_text(kernel_rows[kernel_shown[picked_kernel]]['ops'])}")
     else:
         ui.select_node(options, graph, "aten")
     ui.show_graph(graphs.graph_dot(graph, "aten", options), len(graph.aten))
-    st.markdown("**Kernels** — each with the ops it fused and the bytes it moves")
-    st.dataframe(tables.kernel_rows(graph), hide_index=True, width="stretch",
-                 column_config={"bytes moved": st.column_config.NumberColumn(format="%d")})
+    modules = sorted({r["module"] for r in kernel_rows + rows if r["module"]}, key=graphs.natural_key)
+    filters = st.columns([2, 2, 3])
+    filters[0].multiselect("Kernel kinds", sorted({r["kind"] for r in kernel_rows}), key=f"{key}_kinds",
+                           placeholder="every kind")
+    filters[1].multiselect("Decision rules", sorted({r["rule"] for r in rows if r["rule"]}), key=f"{key}_rules",
+                           placeholder="every rule")
+    filters[2].selectbox("Module", [""] + modules, key=f"{key}_module", format_func=lambda m: m or "every module",
+                         help="Kernels and decisions inside this module (layers.3 keeps layers.3.mlp)")
+    st.markdown(f"**Kernels** ({len(kernel_shown)} of {len(kernel_rows)}) — the ops each fused, the bytes it "
+                "moves, how its loops are tiled and why; pick one to see it on the graph")
+    st.dataframe([kernel_rows[i] for i in kernel_shown], hide_index=True, width="stretch", on_select="rerun",
+                 selection_mode="single-row", key=kernel_key,
+                 column_config={"bytes moved": st.column_config.NumberColumn(format="%d"),
+                                "tiling: why": st.column_config.TextColumn(width="large")})
     st.toggle("Only refusals (why not fused)", value=False, key=f"{key}_refused")
-    st.markdown(f"**Fusion decisions** ({len(rows)}) — pick one to see both sides on the graph")
-    if rows:
-        st.dataframe(rows, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
-                     key=f"{key}_decisions_{graph_index}_{refused_only}",
-                     column_config={"why": st.column_config.TextColumn(width="large")})
+    st.markdown(f"**Fusion decisions** ({len(shown)} of {len(rows)}) — pick one to see both sides on the graph")
+    if shown:
+        st.dataframe([{k: v for k, v in rows[i].items() if k not in ("producer", "consumer")} for i in shown],
+                     hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                     key=table_key, column_config={"why": st.column_config.TextColumn(width="large"),
+                                                   "bytes": st.column_config.NumberColumn(format="%d")})
+
+
+def _unfold(options: graphs.DrawOptions, graph: GraphRecord, names) -> None:
+    """Unfold the modules the picked ops are folded into, so they are drawn."""
+    paths = graphs.module_paths(graph, "aten")
+    options.expanded = options.expanded | frozenset(
+        g for name in names if (g := graphs.group_of(paths.get(name, ""), options.collapse_depth)))
 
 
 def code_stage(record: Exploration, graph_index: int, key: str) -> None:
@@ -215,10 +248,10 @@ def code_stage(record: Exploration, graph_index: int, key: str) -> None:
             if rows:
                 st.dataframe(rows, hide_index=True, width="stretch")
         start = (code.prelude_lines if code else 0) + 1
-        body = "\n".join(source.splitlines()[start - 1:])
-        ui.show_code(body, language, first_line=start,
-                     caption=f"{len(kernels)} kernels ({language}); lines {start}+ of the module (the prelude "
-                             "of helpers is under 'whole module')", max_height=640)
+        body = code_html.fold_helpers("\n".join(source.splitlines()[start - 1:]))
+        ui.show_code(body, language, line_numbers=False,
+                     caption=f"{len(kernels)} kernels ({language}); the shared helpers and the engine's notes "
+                             "folded (they are under 'whole module', with line numbers)", max_height=640)
         take_away.download_pane(record, graph, key)  # Note [Kernel reproducers]
     elif view == "wrapper":
         ui.show_code(code.wrapper if code else "", "python", caption="the Python wrapper: allocates, calls kernels",

@@ -129,6 +129,55 @@ def highlight_html(code: str, language: str, *, hl_lines=(), first_line: int = 1
             f"{body}</div></div>")
 
 
+_GUARD = re.compile(r"^\s*#ifndef\s+(GB_\w+)\s*$")
+_NOTE_COMMENT = re.compile(r"^\s*(//|#)\s.*Note \[")
+
+
+def helper_spans(source: str) -> list[tuple[int, int, str]]:
+    """The shared helpers inside a generated module's kernel text: (first, last, name) line spans (1-based) of
+    each `#ifndef GB_X / #define GB_X ... #endif` block (a GEMM template's macros and vector helpers, emitted
+    with the first kernel that needs them)."""
+    lines, spans, number = (source or "").splitlines(), [], 0
+    while number < len(lines):
+        guard = _GUARD.match(lines[number])
+        if guard and number + 1 < len(lines) and lines[number + 1].strip().startswith(f"#define {guard.group(1)}"):
+            depth, end = 0, number
+            for end in range(number, len(lines)):
+                text = lines[end].strip()
+                depth += text.startswith("#if")
+                depth -= text.startswith("#endif")
+                if depth == 0:
+                    break
+            spans.append((number + 1, end + 1, guard.group(1)))
+            number = end + 1
+            continue
+        number += 1
+    return spans
+
+
+def helper_lines(source: str) -> set[int]:
+    """Every line of helper_spans: what a kernel's provenance does not highlight."""
+    return {n for first, last, _ in helper_spans(source) for n in range(first, last + 1)}
+
+
+def fold_helpers(source: str, first_line: int = 1) -> str:
+    """Kernel text for reading: each helper block folded to one comment line, the engine's own Note comments
+    left out (the whole module keeps both)."""
+    lines = (source or "").splitlines()
+    folded = {first - first_line: (last - first_line, name) for first, last, name in helper_spans(source)}
+    shown, number = [], 0
+    while number < len(lines):
+        if number in folded:
+            last, name = folded[number]
+            shown.append(f"// [{last - number + 1} lines of shared helpers ({name}) folded: see 'whole module']")
+            number = last + 1
+            continue
+        if not _NOTE_COMMENT.match(lines[number]):
+            shown.append(lines[number])
+        number += 1
+    return "\n".join(shown)
+
+
 def crop(code: str, lines_wanted, context: int = 6, first_line: int = 1) -> tuple[str, int]:
     """The part of `code` around `lines_wanted` (numbered from `first_line`): (text, its first line's number)."""
     lines = (code or "").splitlines()

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 
-from visualizers import graphs, heat, overlay, roofline, timeline
+from visualizers import graphs, heat, overlay, roofline, tables, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
@@ -102,6 +102,21 @@ def _number(value, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
+def markdown_html(text) -> str:
+    """A description's Markdown as HTML that loads nothing: escaped first, then paragraphs, **bold**, *italic*
+    and `code` (images and links stay their text: nothing in the report is fetched)."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", str(text or ""))  # images and links: their text
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    out = []
+    for paragraph in paragraphs:
+        body = esc(paragraph)
+        body = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", body)
+        body = re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<i>\1</i>", body)
+        body = re.sub(r"`([^`]+)`", r"<code>\1</code>", body)
+        out.append(f"<p>{body}</p>")
+    return "".join(out)
+
+
 def kernels_table(graph: dict) -> str:
     index = graph.get("index", 0)
     code_lines = _kernel_code_lines(graph)
@@ -112,10 +127,12 @@ def kernels_table(graph: dict) -> str:
         rows.append({"kernel": link, "kind": esc(kernel.get("kind")),
                      "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.get("ops") or [])),
                      "from FX": esc(", ".join(kernel.get("fx_origins") or [])),
-                     "bytes": esc(kernel.get("bytes")), "time ms": _number(kernel.get("time_ms")),
+                     "bytes": esc(kernel.get("bytes")),
+                     "tiling": esc(" - ".join(part for part in tables.tiling_text(kernel.get("tiling")) if part)),
+                     "time ms": _number(kernel.get("time_ms")),
                      "share": f"{kernel['share']:.0%}" if isinstance(kernel.get("share"), (int, float)) else "-",
                      "GB/s": _number(kernel.get("gbps"), 2), "GFLOP/s": _number(kernel.get("gflops"), 2),
-                     "note": esc(kernel.get("reason") or "")})
+                     "note": esc(tables.user_text(kernel.get("reason")))})
     return table(rows)
 
 
@@ -267,8 +284,8 @@ def report_html(record: dict, title: str | None = None) -> str:
                             for i, g in enumerate(graphs_list)) + '<a href="#source">source</a></nav>'
     summary = (f"<p>{len(graphs_list)} graph(s), {sum(len(g.get('kernels') or []) for g in graphs_list)} kernel(s), "
                f"{len(record.get('graph_breaks') or [])} graph break(s). Output: {_verify_html(record.get('verify') or {})}</p>")
-    description = (f"<details open><summary>About this model</summary><pre class='plain'>"
-                   f"{esc(record.get('description'))}</pre></details>" if record.get("description") else "")
+    description = (f"<details open><summary>About this model</summary>{markdown_html(record.get('description'))}"
+                   "</details>" if record.get("description") else "")
     machine = record.get("machine") or {}
     profile = ""
     if machine:

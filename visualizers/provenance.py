@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.record import FxNode, GraphRecord
+from visualizers.code import helper_lines
 
 NOT_COMPUTED = ("placeholder", "output", "get_attr")  # FX nodes that compute nothing (inputs, weights, result)
 
@@ -38,7 +39,11 @@ def _complete(graph: GraphRecord, trace: Trace) -> Trace:
     trace.aten |= {n.name for n in graph.aten if set(n.fx_origins) & trace.fx}
     trace.ir |= {n.name for n in (graph.ir.nodes if graph.ir else []) if set(n.aten_origins) & trace.aten}
     trace.kernels |= {k.name for k in graph.kernels if set(k.ir_nodes) & trace.ir}
-    trace.generated_lines |= {e.line for e in _provenance(graph) if e.ir_node in trace.ir or set(e.fx_nodes) & trace.fx}
+    # shared helpers (the prelude, a template's macros) serve every kernel: not this node's lines
+    prelude = graph.code.prelude_lines if graph.code else 0
+    helpers = helper_lines(graph.code.source) if graph.code else set()
+    trace.generated_lines |= {e.line for e in _provenance(graph) if e.line > prelude and e.line not in helpers
+                              and (e.ir_node in trace.ir or set(e.fx_nodes) & trace.fx)}
     trace.user_lines |= {_source_line(n) for n in graph.fx if n.name in trace.fx and _source_line(n)}
     return trace
 

@@ -5,17 +5,53 @@ They read the typed record (engine/record.py) by attribute; only the record's fr
 from __future__ import annotations
 
 from engine.record import Exploration, FusionDecision, GraphRecord
-from visualizers import teaching
+from visualizers import graphs, teaching
+
+
+def user_text(text: str | None) -> str:
+    """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out."""
+    return teaching.plain_words(text)
+
+
+def tiling_text(tiling: dict | None) -> tuple[str, str]:
+    """A kernel's tiling as (choice, why): "2d tiles 32x32", "row, split in 4"; with the pieces of a cut."""
+    if not tiling:
+        return "", ""
+    choice = str(tiling.get("choice") or "")
+    details = [f"{k} {v}" for k, v in tiling.items()
+               if k not in ("choice", "reason", "pieces") and isinstance(v, (int, float, str)) and v != ""]
+    why = [user_text(tiling.get("reason"))]
+    pieces = tiling.get("pieces")
+    if isinstance(pieces, dict) and pieces.get("pieces"):
+        details.append(f"{len(pieces['pieces'])} pieces along dim {pieces.get('dim')}")
+        why.append(user_text(pieces.get("reason")))
+    return (choice + (f" ({', '.join(details)})" if details else "")), "; ".join(w for w in why if w)
+
+
+def kernel_module(graph: GraphRecord, kernel, paths: dict | None = None) -> str:
+    """The deepest module all of a kernel's ATen ops run in ("" when they span the top level)."""
+    paths = graphs.module_paths(graph, "aten") if paths is None else paths
+    return graphs.common_module([paths.get(a, "") for a in kernel.aten_origins])
 
 
 def kernel_rows(graph: GraphRecord) -> list[dict]:
+    """One row per kernel: what it computes, the bytes it moves, how its loops are tiled and why, its module,
+    and its time when profiled."""
     rows = []
+    paths = graphs.module_paths(graph, "aten")
     for kernel in graph.kernels:
-        ops = [op.replace("aten::", "") for op in kernel.ops]
+        ops = [teaching.short_op(op) for op in kernel.ops]
+        tiling, why = tiling_text(kernel.tiling)
+        template = kernel.template or {}
+        if template and not tiling:
+            config = template.get("config") or {}
+            tiling = ", ".join(f"{k}={v}" for k, v in config.items())
+            why = user_text(template.get("reason"))
         rows.append({
-            "kernel": kernel.name, "kind": kernel.kind, "fused ops": len(ops), "ops": ", ".join(ops),
-            "bytes moved": kernel.bytes, "reads": ", ".join(kernel.reads), "writes": ", ".join(kernel.writes),
-            "from FX": ", ".join(kernel.fx_origins), "note": kernel.reason or "",
+            "kernel": kernel.name, "kind": kernel.kind, "fused ops": len(ops), "ops": " + ".join(ops),
+            "bytes moved": kernel.bytes, "tiling": tiling, "tiling: why": why,
+            "module": kernel_module(graph, kernel, paths), "ms": kernel.time_ms, "± ms": kernel.time_iqr_ms,
+            "from FX": ", ".join(kernel.fx_origins), "note": user_text(kernel.reason),
         })
     return rows
 
@@ -76,11 +112,44 @@ def decisions(graph: GraphRecord, only_refused: bool = False) -> list[FusionDeci
     return [d for d in (graph.fusion.decisions if graph.fusion else []) if not (only_refused and d.fused)]
 
 
+def decision_bytes(graph: GraphRecord, decision: FusionDecision) -> int:
+    """What a refusal costs: the bytes of the producer's buffers that go through memory (the memory plan's)."""
+    sizes = {b.name: b.bytes for b in (graph.memory.buffers if graph.memory else [])}
+    return sum(sizes.get(name, 0) for name in graphs.decision_buffers(graph, decision.producer))
+
+
 def decision_rows(graph: GraphRecord, only_refused: bool = False) -> list[dict]:
     # named by the ops the graph draws (and their FX nodes), then by the IR buffers the scheduler names
-    return [{"fused": d.fused, "producer ops": teaching.describe_group(graph, d.producer),
-             "consumer ops": teaching.describe_group(graph, d.consumer), "kind": d.kind, "why": d.reason,
-             "producer": d.producer, "consumer": d.consumer} for d in decisions(graph, only_refused)]
+    paths = graphs.module_paths(graph, "aten")
+    rows = []
+    for d in decisions(graph, only_refused):
+        consumer = teaching.decision_ops(graph, d.consumer)
+        rows.append({"fused": d.fused, "producer ops": teaching.describe_group(graph, d.producer),
+                     "consumer ops": teaching.describe_group(graph, d.consumer), "kind": d.kind,
+                     "rule": d.rule, "why": teaching.plain_words(d.reason, graph),
+                     "module": graphs.common_module([paths.get(a, "") for a in consumer["aten"]]),
+                     "bytes": decision_bytes(graph, d) if not d.fused else 0,
+                     "producer": d.producer, "consumer": d.consumer})
+    return rows
+
+
+def filtered(rows: list[dict], kinds: list[str] | None = None, rules: list[str] | None = None,
+             module: str = "", only_refused: bool = False) -> list[int]:
+    """The indexes of the rows that pass the table filters: kinds (kernels), rules (decisions), a module path
+    prefix (layers.3 keeps layers.3.mlp, not layers.30), refusals only."""
+    kept = []
+    for number, row in enumerate(rows):
+        if kinds and row.get("kind") not in kinds:
+            continue
+        if rules and row.get("rule") not in rules:
+            continue
+        if only_refused and row.get("fused"):
+            continue
+        path = row.get("module") or ""
+        if module and not (path == module or path.startswith(module + ".")):
+            continue
+        kept.append(number)
+    return kept
 
 
 def numerics_rows(verify: dict) -> list[dict]:
@@ -104,22 +173,44 @@ def recompile_rows(record: Exploration) -> list[dict]:
     return [{"inputs": r.inputs, "reason": r.reason} for r in record.recompiles]
 
 
+GLOBAL_STATE = ("grad_mode", "deterministic_algorithms", "global_state", "torch_function_state",
+                "utils_device", "top_saved_tensors_hooks", "autocast", "default_device")
+GUARD_KINDS = ("shapes and sizes", "inputs", "global state", "module hooks (none registered)",
+               "object identity (type and id)", "attributes and closures", "other")
+
+
+def guard_kind(guard: str) -> str:
+    """What a Dynamo guard checks, in a reader's words (Dynamo prints them as code)."""
+    text = str(guard).strip()
+    subject, colon, body = text.partition(": ")
+    if text == "shape_env" or "size()" in text or "stride()" in text or "sym_size" in text or \
+            (colon and "<=" in body and "L[" in body):
+        return "shapes and sizes"
+    if text.startswith(GLOBAL_STATE) or any(word in text.split(" ")[0] for word in GLOBAL_STATE):
+        return "global state"
+    if text.startswith("empty_nn_module_hooks_dict"):
+        return "module hooks (none registered)"
+    if "___check_type_id" in body or "___check_obj_id" in body:
+        return "object identity (type and id)"
+    if colon and subject.startswith("L[") and "._modules" not in subject and "L['self']" not in subject:
+        return "inputs"
+    if text.startswith(("guard on", "closure_match")) or body.startswith(("hasattr", "dict", "not ", "len", "list")) \
+            or subject.startswith(("G[", "L['self']", "L['fn']")):
+        return "attributes and closures"
+    return "other"
+
+
 def guard_groups(guards: list[str]) -> dict[str, list[str]]:
-    """Guards sorted into what a reader cares about: shapes and sizes, the inputs, the model, global state."""
-    groups: dict[str, list[str]] = {"shapes and sizes": [], "inputs": [], "model and globals": [], "global state": []}
+    """Guards sorted by what they check (guard_kind), in GUARD_KINDS order, empty kinds left out."""
+    groups: dict[str, list[str]] = {kind: [] for kind in GUARD_KINDS}
     for guard in guards or []:
-        text = str(guard)
-        if ":" not in text:  # a named check of global state (grad_mode, shape_env, ...)
-            groups["global state"].append(text)
-        elif "size()" in text or "stride()" in text or "shape_env" in text or "<=" in text:
-            groups["shapes and sizes"].append(text)
-        elif text.startswith("L[") or ": L[" in text[:4]:
-            groups["inputs"].append(text)
-        elif text.startswith("G[") or "_modules" in text or "L['self']" in text or "L['fn']" in text:
-            groups["model and globals"].append(text)
-        else:
-            groups["global state"].append(text)
+        groups[guard_kind(guard)].append(str(guard))
     return {k: v for k, v in groups.items() if v}
+
+
+def guard_summary(guards: list[str]) -> str:
+    """One line: how many guards of each kind ("1 shapes and sizes, 1914 module hooks (none registered), ...")."""
+    return ", ".join(f"{len(items)} {kind}" for kind, items in guard_groups(guards).items())
 
 
 def human_bytes(count: float | int | None) -> str:

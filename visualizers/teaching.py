@@ -7,6 +7,7 @@ ATen ops and FX nodes a reader sees on the graphs.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from engine.record import Exploration, GraphRecord, IRNode
@@ -15,7 +16,7 @@ from visualizers import graphs
 GENERATED = ("pointwise", "reduction", "template")  # kernel kinds whose code we generate; the rest call a library
 
 
-def _short(op) -> str:
+def short_op(op) -> str:
     """aten.sum.dim_IntList -> sum (the overload says which signature, not what the op does)."""
     return str(op).replace("aten::", "aten.").removeprefix("aten.").split(".")[0]
 
@@ -33,7 +34,7 @@ def decision_ops(graph: GraphRecord, label: str) -> dict:
     ir_nodes, aten = _ir_nodes(graph), {n.name: n for n in graph.aten}
     names = graphs.decision_buffers(graph, label)
     aten_names = list(dict.fromkeys(a for n in names if n in ir_nodes for a in ir_nodes[n].aten_origins))
-    ops = list(dict.fromkeys(_short(aten[a].target) for a in aten_names if a in aten))
+    ops = list(dict.fromkeys(short_op(aten[a].target) for a in aten_names if a in aten))
     fx = list(dict.fromkeys(f for a in aten_names if a in aten for f in aten[a].fx_origins))
     return {"ir": names, "aten": aten_names, "ops": ops, "fx": fx}
 
@@ -70,7 +71,7 @@ def aten_text(graph: GraphRecord) -> list[str]:
     by_fx: dict[str, list[str]] = {}
     for node in aten_calls:
         for origin in node.fx_origins:
-            by_fx.setdefault(origin, []).append(_short(node.target))
+            by_fx.setdefault(origin, []).append(short_op(node.target))
     decomposed = [(fx, ops) for fx, ops in by_fx.items() if len(ops) > 1]
     for fx, ops in decomposed[:4]:
         lines.append(f"`{fx}` decomposed into {len(ops)} ATen ops: {', '.join(ops)}.")
@@ -88,7 +89,7 @@ def ir_text(graph: GraphRecord) -> list[str]:
     parts = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
     lines = [f"Lowering made {_plural(len(nodes), 'loop-IR node')} ({parts or 'none'})."]
     if views:
-        lines.append(f"{_plural(len(views), 'ATen op')} ({', '.join(sorted({_short(v.target) for v in views})[:5])}) "
+        lines.append(f"{_plural(len(views), 'ATen op')} ({', '.join(sorted({short_op(v.target) for v in views})[:5])}) "
                      "became no node at all: views and reshapes are index arithmetic inside the loops that read them.")
     for node in nodes:
         if node.kind == "fallback":
@@ -96,27 +97,77 @@ def ir_text(graph: GraphRecord) -> list[str]:
     return lines
 
 
+REFUSALS_TOLD = 3  # prose for the few largest refusals by bytes; the table holds the rest
+
+
 def fusion_text(graph: GraphRecord) -> list[str]:
+    """A few sentences, however big the graph: what the kernels are, the fusions that repeat most, and the
+    largest refusals by the bytes they send through memory (the table lists every decision)."""
     kernels = graph.kernels
     decisions = graph.fusion.decisions if graph.fusion else []
-    lines = [f"{_plural(len(_ir_nodes(graph)), 'loop node')} became **{_plural(len(kernels), 'kernel')}**."]
-    for kernel in kernels:
-        if len(kernel.ir_nodes) > 1:
-            reasons = [d.reason for d in decisions if d.fused and set(d.consumer.split("+")) & set(kernel.ir_nodes)]
-            why = f" because {reasons[0]}" if reasons else ""
-            lines.append(f"{' + '.join(_short(o) for o in kernel.ops)} became one kernel (`{kernel.name}`){why}: "
-                         "one pass over memory instead of one per op.")
+    kinds = Counter(k.kind for k in kernels)
+    parts = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+    lines = [f"{_plural(len(_ir_nodes(graph)), 'loop node')} became **{_plural(len(kernels), 'kernel')}** "
+             f"({parts})."]
+    patterns = Counter(" + ".join(short_op(o) for o in k.ops) for k in kernels if len(k.ir_nodes) > 1)
+    for pattern, count in patterns.most_common(3):
+        example = next(k for k in kernels if len(k.ir_nodes) > 1 and " + ".join(short_op(o) for o in k.ops) == pattern)
+        times = f"{count} kernels compute" if count > 1 else "One kernel computes"
+        lines.append(f"{times} {pattern} in one loop nest (e.g. `{example.name}`): its intermediates never go "
+                     "to memory.")
     refused = [d for d in decisions if not d.fused]
-    for decision in refused[:3]:
-        lines.append(f"{describe_group(graph, decision.producer)} and "
-                     f"{describe_group(graph, decision.consumer)} stay apart: {decision.reason}.")
-    if len(refused) > 3:
-        lines.append(f"... and {len(refused) - 3} more refusals (see the table).")
+    sizes = {b.name: b.bytes for b in (graph.memory.buffers if graph.memory else [])}
+
+    def cost(decision) -> int:
+        return sum(sizes.get(name, 0) for name in graphs.decision_buffers(graph, decision.producer))
+
+    told, seen = 0, set()
+    for decision in sorted(refused, key=cost, reverse=True):
+        pair = (describe_group(graph, decision.producer), describe_group(graph, decision.consumer))
+        why = plain_words(decision.reason, graph).rstrip(".")
+        same = tuple(tuple(decision_ops(graph, side)["ops"]) for side in (decision.producer, decision.consumer))
+        if (same, why) in seen:  # the same refusal in every layer is told once
+            continue
+        seen.add((same, why))
+        spent = cost(decision)
+        moved = f" ({_bytes(spent)} through memory)" if spent else ""
+        lines.append(f"{pair[0]} and {pair[1]} stay apart{moved}: {why}.")
+        told += 1
+        if told == REFUSALS_TOLD:
+            break
+    if len(refused) > told:
+        lines.append(f"{_plural(len(refused) - told, 'more refusal')} in the table below (filter by rule or module).")
     memory = graph.memory
     if memory and memory.peak_bytes and memory.unfused_peak_bytes:
-        lines.append(f"Peak memory for intermediates: {memory.peak_bytes:,} bytes, against "
-                     f"{memory.unfused_peak_bytes:,} with one kernel per op.")
+        lines.append(f"Peak memory for intermediates: {_bytes(memory.peak_bytes)}, against "
+                     f"{_bytes(memory.unfused_peak_bytes)} with one kernel per op.")
     return lines
+
+
+def plain_words(text: str | None, graph: GraphRecord | None = None) -> str:
+    """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out and,
+    given the graph, its buffer names ("buf238") said as the ops that compute them ("mm's result")."""
+    text = _without_notes(text)
+    if graph is None:
+        return text
+
+    def named(match) -> str:
+        ops = " + ".join(decision_ops(graph, match.group(0))["ops"])
+        return f"{ops}'s result" if ops else match.group(0)
+    return re.sub(r"\bbuf\d+\b", named, text)
+
+
+def _without_notes(text: str | None) -> str:
+    return re.sub(r"\s*\((?:[^()]*?[;,:]\s*)?(?:see )?Note \[[^\]]+\](?: in [\w/.]+)?\)|\s*Note \[[^\]]+\]", "",
+                  str(text or "")).strip()
+
+
+def _bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
 
 
 def code_text(graph: GraphRecord) -> list[str]:
@@ -148,7 +199,7 @@ def bench_text(record: Exploration) -> list[str]:
     if not kernels:
         return ["No per-kernel profile in this exploration: the **Profile** page times every kernel."]
     slowest = max(kernels, key=lambda k: k.time_ms)
-    line = (f"`{slowest.name}` ({' + '.join(_short(o) for o in slowest.ops) or slowest.kind}) "
+    line = (f"`{slowest.name}` ({' + '.join(short_op(o) for o in slowest.ops) or slowest.kind}) "
             f"takes the most time: {slowest.time_ms:.4f} ms")
     if slowest.share is not None:
         line += f", {slowest.share:.0%} of the call"

@@ -46,6 +46,13 @@ def editor_frame(page):
     return page.frame_locator(EDITOR_FRAME)
 
 
+def choose(page, label: str, option: str) -> None:
+    """Pick `option` in the st.selectbox labelled `label`."""
+    page.get_by_label(label).first.click()
+    page.get_by_role("option", name=option).first.click()
+    page.wait_for_timeout(1500)
+
+
 def shot(page, name: str) -> None:
     folder = os.environ.get("GLASSBOX_SHOTS")
     if folder:
@@ -143,6 +150,7 @@ def test_compare_cpp_with_triton_shows_a_diff(browser, server):  # noqa: F811
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     page.goto(f"{server}/compare")
     page.get_by_role("button", name="Compare A and B").wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    choose(page, "What to compare", "custom")  # the presets compare on one backend; C++ vs Triton is custom's
     page.get_by_role("button", name="Compare A and B").click()
     page.get_by_text("Code diff").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     assert page.get_by_text("kernels A").count() and page.get_by_text("speedup of B over A").count()

@@ -49,6 +49,17 @@ def test_kernel_diff_finds_same_merged_split_added_removed():
     assert [(s["a"], s["b"]) for s in reverse["split"]] == [("j0", ["k0", "k1"])]
 
 
+def test_kernels_that_share_nodes_pair_as_changed():
+    # the same addmm alone in A and with its epilogue in B (a template), and an unrelated kernel on each side
+    a = _record(("extern_0", ["addmm"]), ("kernel_1", ["relu"]), ("kernel_2", ["exp"]))
+    b = _record(("template_0", ["addmm", "relu", "mul"]), ("kernel_1", ["sin"]))
+    diff = kernel_diff(a, b)
+    (changed,) = diff["changed"]
+    assert (changed["a"], changed["b"]) == ("extern_0", "template_0")
+    assert changed["ops"] == ["addmm"] and changed["only_b"] == ["mul", "relu"]
+    assert {r["a"] for r in diff["removed"]} == {"kernel_1", "kernel_2"} and [x["b"] for x in diff["added"]] == ["kernel_1"]
+
+
 def test_fusion_off_splits_the_fused_kernel_and_the_code_differs():
     comparison = compare("scale_bias_relu", Side(), Side(fusion=False), profile=False)
     kernels = comparison.kernels

@@ -30,13 +30,32 @@ def side_settings(column, side: str, defaults: dict) -> list[str]:
         return settings
 
 
-left, right = st.columns(2, gap="medium")
-side_a = side_settings(left, "A", {"backend": "cpp"})
-side_b = side_settings(right, "B", {"backend": "triton"})
+# Note [Compare presets]: the questions people ask, each a pair of settings on the same backend and device (C++
+# against Triton under the CPU interpreter compares a compiler with an emulator: its times mean nothing)
+PRESETS = {
+    "fusion on vs off": (["fusion=on"], ["fusion=off"]),
+    "GEMM templates on vs off": (["templates=on"], ["templates=off"]),
+    "this code before vs after an edit": ([], []),
+    "Glassbox vs Inductor": (["compiler=glassbox"], ["compiler=inductor"]),
+    "custom": None,
+}
+preset = st.selectbox("What to compare", list(PRESETS), key="cmp_preset")
 edited = None
-with right:
-    if st.checkbox("B explores edited code (before vs after an edit)", key="cmp_edit"):
-        edited = st.text_area("B's code", value=state.user_source(), height=240, key="cmp_edited_code")
+if PRESETS[preset] is not None:
+    options = state.current_request().options
+    base = [f"backend={options.backend}", f"device={options.device}"]
+    side_a, side_b = (list(side) + ([] if "compiler=inductor" in side else base) for side in PRESETS[preset])
+    if preset == "this code before vs after an edit":
+        edited = st.text_area("B's code (edit it)", value=state.user_source(), height=240, key="cmp_edited_code")
+    st.caption(f"A: {' '.join(side_a) or 'the code as it is'} · B: {' '.join(side_b) or 'the edited code'} "
+               "(the sidebar's backend and device)")
+else:
+    left, right = st.columns(2, gap="medium")
+    side_a = side_settings(left, "A", {"backend": "cpp"})
+    side_b = side_settings(right, "B", {"backend": "triton"})
+    with right:
+        if st.checkbox("B explores edited code (before vs after an edit)", key="cmp_edit"):
+            edited = st.text_area("B's code", value=state.user_source(), height=240, key="cmp_edited_code")
 if st.button("Compare A and B", type="primary", key="cmp_run"):
     state.run_compare(side_a, side_b, edited)
 outcome = state.cached_compare()
@@ -49,9 +68,11 @@ else:
     document = outcome.document
     kernels, timing = document.get("kernels") or {}, document.get("timing") or {}
     counts = kernels.get("count") or [0, 0]
-    columns = st.columns(4)
+    paired = sum(len(kernels.get(key) or []) for key in ("same", "merged", "split", "changed"))
+    columns = st.columns(5)
     columns[0].metric("kernels A", counts[0])
     columns[1].metric("kernels B", counts[1], delta=counts[1] - counts[0], delta_color="off")
+    columns[4].metric("kernels paired", paired, help="pairings across the sides, by the nodes the kernels compute")
     speedup = timing.get("speedup_b_over_a")
     columns[2].metric("speedup of B over A", f"{speedup:.3g}x" if isinstance(speedup, (int, float)) else "-",
                       help="time of A / time of B: higher is better for B")
@@ -67,8 +88,10 @@ else:
         for error in (document.get("errors") or {}).get(side) or []:
             st.error(f"{side.upper()} failed in {error.get('stage', '?')}: {error.get('message', '')}")
     st.markdown("**Kernels**")
-    st.dataframe(compare_view.kernel_diff_rows(kernels), hide_index=True, width="stretch")
+    st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (they "
+               "share nodes: an op alone in A, with its neighbours in B), only in one side.")
+    st.dataframe(compare_view.kernel_diff_rows(kernels, document), hide_index=True, width="stretch")
     st.markdown("**Time per kernel**")
     st.dataframe(compare_view.timing_rows(document), hide_index=True, width="stretch")
-    st.markdown("**Code diff** (A → B: kernels, then the wrapper)")
+    st.markdown("**Code diff** (A → B: kernels, then the wrapper; the shared helpers folded)")
     ui.show_code(document.get("code_diff") or "(identical)", "diff", max_height=640)

@@ -13,17 +13,22 @@ Kernel names (kernel_0, ...) are positions, not identities: switching fusion off
 is identified by the ATen nodes it computes (its aten_origins; FX nodes where it has none): the ATen graph is
 the same for both sides when the model is (one FX node, softmax, decomposes into several ATen nodes, so FX
 nodes alone cannot tell its kernels apart). Two kernels are "the same" when they compute the same nodes; a kernel of B that computes what
-several kernels of A computed is a merge of those, the reverse a split; the rest were added or removed.
+several kernels of A computed is a merge of those, the reverse a split; of the rest, a kernel of A and one of
+B that share nodes are "changed" (the same addmm alone in A and with its epilogue in B), paired by the most
+nodes shared; what is left was added or removed. The code diff folds each side's shared helpers (the module's
+prelude) into one line, so it opens on the kernels.
 Inductor's kernels carry no FX origins, so against an Inductor side only the counts and names are compared.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.pipeline import BACKENDS, MODES, TEMPLATE_MODES
+from engine.runtime.timing import Timing, ratio
 
 DEVICES = ("cpu", "cuda")
 BOOLEANS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
@@ -194,6 +199,19 @@ def kernel_diff(a: dict, b: dict) -> dict:
                                     "ops": sorted(covered)})
                 used_one.add(big["name"])
                 used_many.update(k["name"] for k in parts)
+    # what is left and overlaps pairs up as "changed": the same addmm alone in A, with its epilogue in B
+    result["changed"] = []
+    for x in ka:
+        if x["name"] in used_a:
+            continue
+        overlaps = [(len(origins(x) & origins(y)), y) for y in kb if y["name"] not in used_b and origins(x) & origins(y)]
+        if overlaps:
+            _, y = max(overlaps, key=lambda pair: pair[0])
+            result["changed"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x) & origins(y)),
+                                      "only_a": sorted(origins(x) - origins(y)),
+                                      "only_b": sorted(origins(y) - origins(x))})
+            used_a.add(x["name"])
+            used_b.add(y["name"])
     result["removed"] = [{"a": k["name"], "ops": sorted(origins(k))} for k in ka if k["name"] not in used_a]
     result["added"] = [{"b": k["name"], "ops": sorted(origins(k))} for k in kb if k["name"] not in used_b]
     return result
@@ -205,8 +223,13 @@ def code_diff(a: dict, b: dict, label_a: str = "a", label_b: str = "b") -> str:
         lines = []
         for graph in record.get("graphs") or []:
             code = graph.get("code") or {}
+            source = (code.get("source") or "").splitlines()
+            helpers = code.get("prelude_lines") or 0  # the shared helpers: one line, changed or not
             lines.append(f"# ---- graph {graph.get('index', '?')} ({code.get('language', '?')})")
-            lines += (code.get("source") or "").splitlines()
+            if helpers:
+                digest = hashlib.sha256("\n".join(source[:helpers]).encode()).hexdigest()[:12]
+                lines.append(f"# ({helpers} lines of shared helpers folded, content {digest})")
+            lines += source[helpers:]
             if code.get("wrapper"):
                 lines.append(f"# ---- graph {graph.get('index', '?')} wrapper")
                 lines += code["wrapper"].splitlines()
@@ -221,6 +244,12 @@ def total_ms(record: dict) -> float | None:
         return sum(calls)
     times = [k.get("time_ms") for k in _kernels(record)]
     return sum(times) if times and all(isinstance(t, (int, float)) for t in times) else None
+
+
+def total_spread_ms(record: dict) -> float | None:
+    """The spread of total_ms: the graphs' calls' interquartile ranges, summed (None without a profile)."""
+    spreads = [(g.get("profile") or {}).get("call_iqr_ms") for g in record.get("graphs") or []]
+    return sum(spreads) if spreads and all(isinstance(v, (int, float)) for v in spreads) else None
 
 
 @dataclass
@@ -249,9 +278,13 @@ class Comparison:
 
 def compare_records(a: Side, b: Side, record_a: dict, record_b: dict) -> Comparison:
     ms_a, ms_b = total_ms(record_a), total_ms(record_b)
-    timing = {"a_ms": ms_a, "b_ms": ms_b,
+    spread_a, spread_b = total_spread_ms(record_a), total_spread_ms(record_b)
+    timing = {"a_ms": ms_a, "b_ms": ms_b, "a_iqr_ms": spread_a, "b_iqr_ms": spread_b,
               "speedup_b_over_a": ms_a / ms_b if ms_a and ms_b else None,
               "convention": "speedup = time of A / time of B: above 1, B is faster"}
+    if ms_a and ms_b and spread_a is not None and spread_b is not None:  # Note [Fair timing]: judged or not
+        figures = [Timing(ms, ms - spread / 2, ms + spread / 2, []) for ms, spread in ((ms_a, spread_a), (ms_b, spread_b))]
+        timing["verdict"] = ratio(*figures)
     return Comparison(a, b, record_a, record_b, kernel_diff(record_a, record_b),
                       code_diff(record_a, record_b, f"A ({a.label()})", f"B ({b.label()})"), timing)
 
@@ -269,8 +302,8 @@ def summary(comparison: Comparison) -> str:
     k, t = comparison.kernels, comparison.timing
     lines = [f"A: {comparison.a.label()}", f"B: {comparison.b.label()}",
              f"Kernels: {k['count'][0]} -> {k['count'][1]}"]
-    for key, verb in (("same", "same"), ("merged", "merged"), ("split", "split"), ("added", "added"),
-                      ("removed", "removed")):
+    for key, verb in (("same", "same"), ("merged", "merged"), ("split", "split"), ("changed", "changed"),
+                      ("added", "added"), ("removed", "removed")):
         for item in k.get(key) or []:
             ops = f"  [{', '.join(item.get('ops') or [])}]" if item.get("ops") else ""
             a_side = item.get("a", "-")
@@ -280,8 +313,11 @@ def summary(comparison: Comparison) -> str:
             lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}")
     ms = lambda v: f"{v:.4f} ms" if isinstance(v, (int, float)) else "-"  # noqa: E731
     speedup = t.get("speedup_b_over_a")
-    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}"
-                 + (f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""))
+    verdict = t.get("verdict") or {}
+    judged = f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""
+    if verdict and not verdict.get("judged"):
+        judged = f"; B vs A: {verdict['text']}"
+    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}")
     for side, record in (("A", comparison.record_a), ("B", comparison.record_b)):
         for error in record.get("errors") or []:
             lines.append(f"{side} error ({error.get('stage', '?')}): {error.get('message', '')}")

@@ -3,6 +3,8 @@
     python -m engine explore FILE_OR_SAMPLE [--backend cpp|triton] [--device cpu|cuda] [--mode MODE] [--dynamic]
                                             [--templates auto|on|off] [--rewrites PASSES] [--freeze] [--json] [--out DIR]
                                             [--verbose] [--profile]
+    python -m engine asm     FILE_OR_SAMPLE --kernel NAME [--level ttir|ttgir|llir|ptx|sass] [--json]
+    python -m engine provenance FILE_OR_SAMPLE (--line N | --node NAME) [--json]
     python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
                                             [--threads N] [--no-inductor] [--profile]
     python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
@@ -220,7 +222,29 @@ def build_parser() -> argparse.ArgumentParser:
     exploration_choices(fix)
     fix.add_argument("--break", dest="break_number", type=int, metavar="N", help="only break N (1-based)")
     fix.add_argument("--out", metavar="FILE", help="where to write the fixed file (default: FILE_fixed.py)")
+
+    asm = commands.add_parser("asm", help="one Triton kernel's TTIR, TTGIR, LLIR, PTX or SASS",
+                              description="Explore a model with the Triton backend and print one kernel lowered by "
+                                          "Triton for sm_90 (no GPU needed).")
+    common(asm)
+    exploration_choices(asm)
+    asm.set_defaults(backend="triton")
+    asm.add_argument("--kernel", required=True, metavar="NAME", help="the kernel's name (explore lists them)")
+    asm.add_argument("--level", choices=ASM_LEVELS, default="ptx", help="which lowering (default ptx)")
+
+    provenance = commands.add_parser("provenance", help="follow a source line or a node through every stage",
+                                     description="Explore a model and show what one line of its source (--line) "
+                                                 "or one FX/ATen node (--node) became: FX and ATen nodes, loop IR, "
+                                                 "kernels and the generated lines.")
+    common(provenance)
+    exploration_choices(provenance)
+    which = provenance.add_mutually_exclusive_group(required=True)
+    which.add_argument("--line", type=int, metavar="N", help="a line of the model file")
+    which.add_argument("--node", metavar="NAME", help="an FX or ATen node's name")
     return parser
+
+
+ASM_LEVELS = ("ttir", "ttgir", "llir", "ptx", "sass")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             check_device(getattr(args, "device", "cpu"))
             command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
                        "report": report_command, "repro": repro_command, "whatif": whatif_command,
-                       "fix": fix_command}[args.command]
+                       "fix": fix_command, "asm": asm_command, "provenance": provenance_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
@@ -574,6 +598,79 @@ def repro_command(args) -> tuple[dict, int]:
         print(f"Wrote {out}: run it with `python {out}` (it checks the kernel against eager and times it).")
     return {"repro": str(out), "model": record.get("model"), "kernel": args.kernel, "graph": args.graph,
             "errors": record.get("errors") or []}, EXIT_OK
+
+# --- asm and provenance --------------------------------------------------------------------------------------
+
+
+def quiet_exploration(args) -> dict:
+    """explore's record for the commands that ask it one question (asm, provenance); exploring's failures are
+    theirs, reported the same way."""
+    explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False,
+                                         "inductor": False, "profile": False, "record_out": None})
+    with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr
+        record, _ = explore_command(explore_args)
+    return record
+
+
+def asm_command(args) -> tuple[dict, int]:
+    from engine.codegen.triton_build import add_assembly
+
+    record = quiet_exploration(args)
+    kernels = {k["name"]: (g, k) for g in record.get("graphs") or [] for k in g.get("kernels") or []}
+    lowered = [name for name, (g, k) in kernels.items()
+               if (g.get("code") or {}).get("language") == "triton" and (k.get("triton") or k.get("template"))]
+    if args.kernel not in lowered:
+        known = ", ".join(lowered) or "none (the C++ backend has no Triton kernels: use --backend triton)"
+        what = "is a library or eager call, not a generated Triton kernel" if args.kernel in kernels else \
+            "is not a kernel of this model"
+        raise Failure(f"{args.kernel} {what}. Triton kernels: {known}.", EXIT_USER_ERROR)
+    add_assembly(record, [args.kernel])
+    asm = kernels[args.kernel][1].get("asm") or {}
+    if asm.get("error"):
+        raise Failure(f"Triton could not lower {args.kernel}: {asm['error']}", EXIT_FAILED)
+    text = asm.get(args.level) or ""
+    if not args.json:
+        print(f"# {args.kernel}: {args.level.upper()} for {asm.get('target', 'sm_90')}")
+        print(text)
+    return {"kernel": args.kernel, "level": args.level, "target": asm.get("target"), "text": text}, EXIT_OK
+
+
+def provenance_command(args) -> tuple[dict, int]:
+    from visualizers import provenance
+
+    record = Exploration.from_json(quiet_exploration(args))
+    found = []
+    for graph in record.graphs:
+        if args.line is not None:
+            trace = provenance.from_user_line(graph, args.line)
+        else:
+            aten = [n for n in graph.aten if n.name == args.node]
+            fx = {args.node} if any(n.name == args.node for n in graph.fx) else \
+                {o for n in aten for o in n.fx_origins}
+            trace = provenance.from_fx(graph, fx)
+            if aten and not fx:
+                trace.aten |= {args.node}
+        if not (trace.fx or trace.aten):
+            continue
+        source = graph.code.source.splitlines() if graph.code else []
+        lines = sorted(trace.generated_lines)
+        found.append({"graph": graph.index, "user_lines": sorted(trace.user_lines), "fx": sorted(trace.fx),
+                      "aten": sorted(trace.aten), "ir": sorted(trace.ir), "kernels": sorted(trace.kernels),
+                      "generated_lines": [{"line": n, "text": source[n - 1] if 0 < n <= len(source) else ""}
+                                          for n in lines]})
+    what = f"line {args.line}" if args.line is not None else f"node {args.node}"
+    if not found:
+        raise Failure(f"Nothing in {record.model} comes from {what}: no FX or ATen node names it.", EXIT_USER_ERROR)
+    if not args.json:
+        for entry in found:
+            print(f"{what} in graph {entry['graph']}:")
+            for key, label in (("user_lines", "source lines"), ("fx", "FX nodes"), ("aten", "ATen nodes"),
+                               ("ir", "loop IR nodes"), ("kernels", "kernels")):
+                print(f"  {label}: {', '.join(map(str, entry[key])) or '-'}")
+            print(f"  generated lines ({len(entry['generated_lines'])}):")
+            for line in entry["generated_lines"]:
+                print(f"    {line['line']:>5}  {line['text'].strip()}")
+    return {"model": record.model, "query": {"line": args.line, "node": args.node}, "graphs": found}, EXIT_OK
 
 
 # --- whatif --------------------------------------------------------------------------------------------------

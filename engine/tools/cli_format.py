@@ -6,6 +6,8 @@ visualizers: what the CLI prints is exactly what the record holds, so a user can
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 
 from engine.record import STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, RunRecord
 from engine.runtime.timing import TOO_NOISY
@@ -80,6 +82,9 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     for kernel in kernels:
         lines.append(f"  {kernel.name:<{width}}  {kernel.kind:<9}  {fused_ops(kernel)}  [{human_bytes(kernel.bytes)}]"
                      f"{kernel_profile(kernel)}")
+        choice = tiling_line(kernel)
+        if choice:
+            lines.append(f"  {'':<{width}}  tiling: {choice}")
     lines += profile_lines(graph.profile)
     fallbacks = [k for k in kernels if k.kind == "fallback"]
     if fallbacks:
@@ -96,10 +101,18 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     decisions = graph.fusion.decisions if graph.fusion else []
     fused = sum(1 for d in decisions if d.fused)
     lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")
-    shown = decisions if verbose else [d for d in decisions if not d.fused][:REFUSALS_SHOWN]
+    shown = decisions if verbose else [d for d in decisions if not d.fused]
+    told = Counter()  # the same decision in every layer: one line, counted
     for decision in shown:
         verdict = "fused" if decision.fused else "refused"
-        lines.append(f"    {verdict} {decision.producer} -> {decision.consumer}: {decision.reason}")
+        told[f"{verdict} {group_ops(graph, decision.producer)} -> {group_ops(graph, decision.consumer)}: "
+             f"{plain_words(decision.reason, graph)}"] += 1
+        if not verbose and len(told) > REFUSALS_SHOWN:
+            del told[next(reversed(told))]
+            break
+    for line, count in told.items():
+        lines.append(f"    {line}" + (f" (x{count})" if count > 1 else ""))
+    shown = [d for d in shown if not d.fused][:sum(told.values())] if not verbose else shown
     hidden = len(decisions) - fused - len(shown)
     if not verbose and hidden > 0:
         lines.append(f"    ... {plural(hidden, 'more refusal')} (--verbose shows every decision)")
@@ -107,6 +120,52 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
         lines.append(f"  Memory: peak {human_bytes(graph.memory.peak_bytes)} "
                      f"(unfused {human_bytes(graph.memory.unfused_peak_bytes)})")
     return lines + train_format.partition_lines(graph, verbose)
+
+
+_NOTE = re.compile(r"\s*\((?:[^()]*?[;,:]\s*)?(?:see )?Note \[[^\]]+\](?: in [\w/.]+)?\)|\s*Note \[[^\]]+\]")
+
+
+def plain_words(text, graph: GraphRecord | None = None) -> str:
+    """Record text for a user: the engine's references to its own Notes left out and, given the graph, its
+    buffer names ("buf238") said as the ops that compute them ("mm's result")."""
+    text = _NOTE.sub("", str(text or "")).strip()
+    if graph is None:
+        return text
+    return re.sub(r"\bbuf\d+\b", lambda m: f"{group_ops(graph, m.group(0))}'s result"
+                  if group_ops(graph, m.group(0)) != m.group(0) else m.group(0), text)
+
+
+def tiling_line(kernel: KernelRecord) -> str:
+    """A kernel's loop tiling (or a template's tile config) and why, in words."""
+    tiling, template = kernel.tiling or {}, kernel.template or {}
+    if tiling.get("choice"):
+        details = [f"{k} {v}" for k, v in tiling.items()
+                   if k not in ("choice", "reason", "pieces") and isinstance(v, (int, float, str)) and v != ""]
+        pieces = tiling.get("pieces") if isinstance(tiling.get("pieces"), dict) else {}
+        if pieces.get("pieces"):
+            details.append(f"{len(pieces['pieces'])} pieces along dim {pieces.get('dim')}")
+        reason = "; ".join(w for w in (plain_words(tiling.get("reason")), plain_words(pieces.get("reason"))) if w)
+        return tiling["choice"] + (f" ({', '.join(details)})" if details else "") + (f" - {reason}" if reason else "")
+    if template.get("config"):
+        config = ", ".join(f"{k}={v}" for k, v in template["config"].items())
+        return f"{template.get('name', 'template')} {config}" + (
+            f" - {plain_words(template.get('reason'))}" if template.get("reason") else "")
+    return ""
+
+
+def group_ops(graph: GraphRecord, label: str) -> str:
+    """A fusion group as its ops ("mul + add"), not the scheduler's buffer names ("buf3+buf4")."""
+    names = [part.strip() for part in str(label).split(" (")[0].split("+")]
+    if "..." in names:  # a long group, elided: the kernel (or IR) run between its first and last buffers
+        for order in [k.ir_nodes for k in graph.kernels] + [[n.name for n in (graph.ir.nodes if graph.ir else [])]]:
+            if names[0] in order and names[-1] in order and order.index(names[0]) <= order.index(names[-1]):
+                names = order[order.index(names[0]):order.index(names[-1]) + 1]
+                break
+    ir = {n.name: n for n in (graph.ir.nodes if graph.ir else [])}
+    aten = {n.name: n for n in graph.aten}
+    ops = list(dict.fromkeys(short_op(aten[a].target) for n in names if n in ir for a in ir[n].aten_origins
+                             if a in aten))
+    return " + ".join(ops) if ops else str(label)
 
 
 def kernel_profile(kernel: dict) -> str:

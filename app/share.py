@@ -89,7 +89,7 @@ def load_code(key: str) -> str | None:
 
 
 # session-state key <- URL key (Note [Shareable URL]); the page itself is the URL's path (st.navigation)
-SESSION_KEYS = {"sample": "sample", "backend": "backend", "device": "device", "dynamic": "dynamic",
+SESSION_KEYS = {"sample": "sample", "backend": "backend", "device": "device", "mode": "mode", "dynamic": "dynamic",
                 "train": "train", "stage_left": "stage", "stage_right": "side", "node": "node"}
 FLAGS = ("dynamic", "train")  # on/off keys, "1" or "0" in the URL
 

@@ -32,11 +32,13 @@ def render() -> None:
         st.markdown("## Glassbox")
         st.caption("A see-through PyTorch compiler: every stage from your code to timed kernels.")
         names = state.sample_names()
-        st.selectbox("Sample", names, key="sample", on_change=state.choose_sample,
-                     help="Each sample is one file in samples/ with a short teaching note.")
         applied = st.session_state.applied
-        if applied["label"] == state.PASTED:
-            st.caption("Exploring **your code** from the Model code page (pick a sample to switch back).")
+        pasted = applied["label"] == state.PASTED
+        st.selectbox("Sample" + (" (not in use)" if pasted else ""), names, key="sample", on_change=state.choose_sample,
+                     help="Each sample is one file in samples/ with a short teaching note.")
+        if pasted:
+            st.info("Exploring **your code** from the Model code page, not the sample above (pick a sample to "
+                    "switch back).")
         description = state.description_of(state.sample_file_text(st.session_state.sample))
         if description and applied["label"] != state.PASTED:  # the sample's note is not about pasted code
             with st.expander("About this sample", expanded=False):

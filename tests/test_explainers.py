@@ -93,3 +93,23 @@ def test_session_and_url_round_trip(tmp_path, monkeypatch):
     assert share.session_from_url({"code": key}, [], stages)["code"] == "x = 1\n"
     assert share.session_from_url({"code": "f" * 24}, [], stages) == {"code_missing": "f" * 24}
     assert "sample" not in share.url_from_session(values, code=key)
+
+
+def test_guards_are_told_by_kind():
+    from visualizers import tables
+
+    guards = ["shape_env", "grad_mode", "L['x']: size()[0] == 8",
+              "L['x']: hasattr(L['x'], '_dynamo_dynamic_indices') == False",
+              "empty_nn_module_hooks_dict on G['net']._forward_hooks", "G['net']: ___check_type_id(G['net'], 1)",
+              "guard on G['net'].config"]
+    groups = tables.guard_groups(guards)
+    assert groups["shapes and sizes"] == ["shape_env", "L['x']: size()[0] == 8"]  # not "global state"
+    assert groups["global state"] == ["grad_mode"] and len(groups["inputs"]) == 1
+    assert list(groups) == [k for k in tables.GUARD_KINDS if k in groups] and sum(map(len, groups.values())) == 7
+    assert tables.guard_summary(guards).startswith("2 shapes and sizes, 1 inputs, 1 global state")
+
+
+def test_the_mode_is_kept_in_the_url():
+    query = share.url_from_session({"sample": "mlp", "mode": "max-autotune"})
+    assert query["mode"] == "max-autotune"
+    assert share.session_from_url(query, samples=["mlp"], stages=[])["mode"] == "max-autotune"

@@ -44,8 +44,10 @@ def kernel_time_figure(record: dict, height: int | None = None) -> go.Figure | N
                        orientation="h", name="Inductor", marker_color=THEIRS,
                        hovertemplate="%{y}: %{x:.4f} ms<extra>Inductor</extra>")
     rows = len(names) + len(theirs)
-    figure.update_layout(xaxis_title="ms per call (median; bar: interquartile range; label: share of the call)",
-                         yaxis=dict(autorange="reversed"), showlegend=bool(theirs))
+    figure.update_traces(cliponaxis=False)  # labels and error bars past the longest bar stay visible
+    figure.update_layout(xaxis=dict(title="ms per call (median; bar: interquartile range; label: share of the call)",
+                                    rangemode="tozero", automargin=True),
+                         yaxis=dict(autorange="reversed", automargin=True), showlegend=bool(theirs))
     return _layout(figure, "Time per kernel", height or max(220, 60 + 26 * rows))
 
 
@@ -73,6 +75,7 @@ def roofline_figure(record: dict, height: int = 380) -> go.Figure | None:
         customdata=[[k.get("time_ms"), k.get("gbps") or 0] for _, k in points],
         hovertemplate="%{text}: %{x:.3f} FLOP/byte, %{y:.2f} GFLOP/s, %{customdata[0]:.4f} ms, "
                       "%{customdata[1]:.2f} GB/s<extra></extra>")
-    figure.update_layout(xaxis=dict(type="log", title="arithmetic intensity (FLOP per byte moved, estimated)"),
-                         yaxis=dict(type="log", title="achieved GFLOP/s"), legend=dict(orientation="h", y=-0.25))
+    figure.update_layout(xaxis=dict(type="log", dtick=1, title="arithmetic intensity (FLOP per byte moved, estimated)"),
+                         yaxis=dict(type="log", dtick=1, title="achieved GFLOP/s"),  # a label at every decade
+                         legend=dict(orientation="h", y=-0.25))
     return _layout(figure, "Roofline: each kernel against the machine's measured roofs", height)

@@ -61,9 +61,13 @@ def render() -> None:
     whatif_pane.render(record)  # Note [Recompile what-if]
     guards = record.guards
     st.markdown(f"**Guards** ({len(guards)}): what Dynamo checks before reusing a compiled graph")
+    if guards:
+        st.caption(f"By kind: {md_text(tables.guard_summary(guards))}. A change to what a guard checks (an input's "
+                   "shape, the grad mode, a module's attribute) makes Dynamo compile again.")
     for group, items in tables.guard_groups(guards).items():
         with st.expander(f"{group} ({len(items)})", expanded=group == "shapes and sizes"):
-            st.code("\n".join(items), language="python", wrap_lines=True)
+            st.code("\n".join(items[:500]) + (f"\n# ... {len(items) - 500} more" if len(items) > 500 else ""),
+                    language="python", wrap_lines=True)
     if breaks:
         st.markdown("**The graphs and the breaks between them**")
         ui.show_graph(graphs.record_dot(record, "fx"))

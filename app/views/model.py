@@ -12,10 +12,12 @@ from app.safe_text import description_markdown
 def _inputs_to_prefill() -> str | None:
     """The explored inputs' shapes, when the shapes box should show them (the user is not editing it)."""
     outcome = state.cached("explore")
-    current = input_specs.format_inputs(outcome.inputs) if outcome is not None else ""
+    current = input_specs.format_inputs(outcome.inputs) if outcome is not None and outcome.inputs else ""
     shown = st.session_state.get("inputs_prefill", "")
     if current and st.session_state.get("inputs_text", "") in ("", shown) and current != shown:
         return current
+    if outcome is not None and not current and shown and st.session_state.get("inputs_text", "") == shown:
+        return ""  # this code did not run (an error): the previous model's shapes are not its shapes
     return None
 
 

@@ -60,7 +60,7 @@ except ImportError as missing:
              "is needed), e.g. `pip install sympy`, and run again.")
 
 from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
-from engine.runtime.timing import QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
+from engine.runtime.timing import QuietHost, gpu_rounds, interleaved  # noqa: E402 - Note [Fair GPU timing]
 from verdicts import Verdicts  # noqa: E402 - the engine's verdict on outputs (scripts/verdicts.py)
 from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
 
@@ -149,7 +149,7 @@ def timer(device: str):
     """measure(functions) -> (the host's busy cores when timing began, name -> milliseconds of each round).
     On a GPU, Note [Fair GPU timing] (engine/runtime/timing.py): Inductor's compile workers shut down, a quiet
     host, then timing.GPU_ROUNDS rounds of do_bench medians, the runners in a rotating order; on the CPU
-    (--dry-run) one plain-loop median each."""
+    (--dry-run) a few interleaved rounds each."""
     if device == "cuda":
         quiet = QuietHost()  # one per run: a host busy by itself is waited on once
 
@@ -157,16 +157,9 @@ def timer(device: str):
             return quiet(), gpu_rounds(functions)
         return measure
 
-    def loop_ms(fn) -> float:
-        samples = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return sorted(samples)[1]
-
-    def measure(functions: dict) -> tuple:
-        return None, {name: [loop_ms(fn)] for name, fn in functions.items()}
+    def measure(functions: dict) -> tuple:  # a dry run: a few interleaved rounds (Note [Fair timing])
+        timings = interleaved(functions, min_time_s=0.0, min_rounds=3)
+        return None, {name: [timing.median_ms] for name, timing in timings.items()}
     return measure
 
 

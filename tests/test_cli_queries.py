@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # CLI processes, each exploring (Note [Two lanes], tests/conftest.py)
 SOFTMAX_LINE = 14  # samples/softmax.py: return torch.softmax(x, dim=-1)
 
 

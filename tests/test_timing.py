@@ -75,6 +75,7 @@ def _judged_range(case: dict) -> tuple[bool, float, float]:
     return verdict["judged"], verdict["low"], verdict["high"]
 
 
+@pytest.mark.slow  # a sandboxed worker and a CLI process (Note [Two lanes], tests/conftest.py)
 def test_app_and_cli_bench_agree_or_say_too_noisy_under_a_busy_loop():
     """The issue's bar: with a busy loop on the machine, the app's bench (the CLI in a sandboxed worker) and the
     CLI's own bench of one sample both say "too noisy" or agree within their spreads; never 10x apart."""

@@ -219,7 +219,7 @@ def choose_threads(threads: int | None, device: str) -> tuple[int, dict]:
     if device != "cpu":
         return torch.get_num_threads(), {"threads_reason": "the host's threads launch GPU work"}
     threads, why = free_threads()
-    set_threads(threads)
+    torch.set_num_threads(threads)  # our OpenMP kernels follow the calling thread's count (Note [Threads])
     return threads, why
 
 

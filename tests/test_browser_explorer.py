@@ -6,6 +6,7 @@ tests/test_browser.py's fixture. With GLASSBOX_SHOTS=DIR, screenshots are saved 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -48,7 +49,7 @@ def editor_frame(page):
 
 def choose(page, label: str, option: str) -> None:
     """Pick `option` in the st.selectbox labelled `label`."""
-    page.get_by_label(label).first.click()
+    page.get_by_label(label, exact=True).first.click()
     page.get_by_role("option", name=option).first.click()
     page.wait_for_timeout(1500)
 
@@ -325,7 +326,7 @@ def test_a_2000_node_model_side_by_side_zooms_folds_and_finds_a_node(browser, se
     finder = page.get_by_role("combobox", name="Find a node")
     finder.click()
     finder.fill("x_1234")
-    page.get_by_role("option", name="x_1234", exact=True).click()
+    page.get_by_role("option", name=re.compile(r"^x_1234\b")).click()  # its label adds its op and module
     page.wait_for_function("document.querySelectorAll('iframe[srcdoc]').length == 2", timeout=60_000)
     page.wait_for_timeout(2000)
     left = page.frame_locator("iframe[srcdoc] >> nth=0")

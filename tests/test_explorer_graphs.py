@@ -141,3 +141,12 @@ def test_a_folded_module_is_found_by_the_names_inside_it(wrapped):
     options.expanded = frozenset([graphs.group_of(paths[inside], 2)])
     unfolded = graphs.graph_dot(graph, "aten", options)
     assert "gb-selected" in unfolded and unfolded.count("box3d") == 23
+
+
+def test_a_picked_weight_is_drawn_though_weights_are_hidden(wrapped):
+    graph = wrapped.graphs[0]
+    weight = sorted(graphs.param_names(graph, "aten"))[5]
+    paths = graphs.module_paths(graph, "aten")
+    options = graphs.DrawOptions(collapse_depth=2, hide_params=True, highlight=frozenset([weight]),
+                                 expanded=frozenset([graphs.group_of(paths[weight], 2)]))
+    assert "gb-selected" in graphs.graph_dot(graph, "aten", options)

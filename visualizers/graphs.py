@@ -326,8 +326,8 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
     kernel_kind = {k["name"]: k.get("kind", "") for k in graph.get("kernels") or []}
     drawn = _Drawn()
 
-    if options.hide_params:
-        hidden = param_names(graph, which)
+    if options.hide_params:  # a weight that is picked (Find a node) is drawn all the same
+        hidden = param_names(graph, which) - options.highlight - options.highlight_other
         nodes = [n for n in nodes if n["name"] not in hidden]
     visible: dict[str, str] = {}  # node name -> DOT id it is drawn as (its own, or its collapsed module's)
     collapsed: dict[str, list[dict]] = defaultdict(list)
@@ -409,8 +409,10 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
         ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
         attrs = dict(label=f"{group}\n{len(ops)} ops: {summary}{ran}", shape="box3d", style="filled",
                      fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
-                     tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it): "
-                             + " ".join(n["name"] for n in group_nodes))
+                     tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it); inside: "
+                             + " ".join(dict.fromkeys(paths.get(n["name"], "") for n in group_nodes
+                                                      if paths.get(n["name"], "") != group))
+                             + "; nodes: " + " ".join(n["name"] for n in group_nodes))
         if highlighted or other:
             attrs["penwidth"] = "3"
         elif options.highlight or options.highlight_other:

@@ -93,3 +93,15 @@ def test_cli_compare_json_and_errors():
     assert document["a"]["record"]["graphs"] and "speedup_b_over_a" in document["timing"]
     bad = cli("compare", "scale_bias_relu", "--a", "colour=red", "--b")
     assert bad.returncode == 2 and "valid keys" in bad.stderr and "backend" in bad.stderr
+
+
+def test_compare_times_carry_spreads_and_a_wide_spread_is_not_judged():
+    from engine.tools.compare import compare_records
+
+    def profiled(ms, spread):
+        return {"graphs": [{"index": 0, "profile": {"call_ms": ms, "call_iqr_ms": spread}, "kernels": []}]}
+    steady = compare_records(Side(), Side(fusion=False), profiled(0.52, 0.01), profiled(0.26, 0.01)).timing
+    assert steady["verdict"]["judged"] and steady["verdict"]["ratio"] == pytest.approx(2.0)
+    assert steady["a_iqr_ms"] == 0.01
+    noisy = compare_records(Side(), Side(fusion=False), profiled(0.52, 12.4), profiled(0.81, 942.0)).timing
+    assert not noisy["verdict"]["judged"] and "too noisy" in noisy["verdict"]["text"]

@@ -74,8 +74,11 @@ else:
     columns[1].metric("kernels B", counts[1], delta=counts[1] - counts[0], delta_color="off")
     columns[4].metric("kernels paired", paired, help="pairings across the sides, by the nodes the kernels compute")
     speedup = timing.get("speedup_b_over_a")
-    columns[2].metric("speedup of B over A", f"{speedup:.3g}x" if isinstance(speedup, (int, float)) else "-",
-                      help="time of A / time of B: higher is better for B")
+    judged = (timing.get("verdict") or {}).get("judged", True)
+    columns[2].metric("speedup of B over A", ("too noisy" if not judged else f"{speedup:.3g}x")
+                      if isinstance(speedup, (int, float)) else "-",
+                      help="time of A / time of B: higher is better for B; \"too noisy\" when the spreads are "
+                           "too wide to tell")
     columns[3].metric("code lines changed", sum(1 for line in (document.get("code_diff") or "").splitlines()
                                                   if line[:1] in "+-" and line[:3] not in ("+++", "---")))
     st.caption(f"A: {document['a']['label']} · B: {document['b']['label']}. {compare_view.speedup_sentence(timing)}")

@@ -283,7 +283,8 @@ def compare_records(a: Side, b: Side, record_a: dict, record_b: dict) -> Compari
               "speedup_b_over_a": ms_a / ms_b if ms_a and ms_b else None,
               "convention": "speedup = time of A / time of B: above 1, B is faster"}
     if ms_a and ms_b and spread_a is not None and spread_b is not None:  # Note [Fair timing]: judged or not
-        figures = [Timing(ms, ms - spread / 2, ms + spread / 2, []) for ms, spread in ((ms_a, spread_a), (ms_b, spread_b))]
+        figures = [Timing(ms, max(ms - spread / 2, ms * 1e-3), ms + spread / 2, [])  # a spread wider than the
+                   for ms, spread in ((ms_a, spread_a), (ms_b, spread_b))]            # median: noisy, not judged
         timing["verdict"] = ratio(*figures)
     return Comparison(a, b, record_a, record_b, kernel_diff(record_a, record_b),
                       code_diff(record_a, record_b, f"A ({a.label()})", f"B ({b.label()})"), timing)

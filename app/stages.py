@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import compile_trace, numerics_pane, state, take_away, training, ui
+from app import anchored_pane, compile_trace, numerics_pane, state, take_away, training, ui
 from app.safe_text import description_markdown, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
@@ -253,6 +253,7 @@ def code_stage(record: Exploration, graph_index: int, key: str) -> None:
                      caption=f"{len(kernels)} kernels ({language}); the shared helpers and the engine's notes "
                              "folded (they are under 'whole module', with line numbers)", max_height=640)
         take_away.download_pane(record, graph, key)  # Note [Kernel reproducers]
+        anchored_pane.render(graph, language, key)  # explanations anchored to generated lines
     elif view == "wrapper":
         ui.show_code(code.wrapper if code else "", "python", caption="the Python wrapper: allocates, calls kernels",
                      max_height=640)

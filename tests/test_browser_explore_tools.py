@@ -113,3 +113,17 @@ def test_applying_a_break_fix_in_place_removes_it_and_can_be_reverted(server, br
     shot(page, "breaks_fix_applied")
     page.get_by_role("button", name="Revert").click()
     page.get_by_text("Dynamo split this model at 2 graph break").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+
+
+def test_the_code_explanation_highlights_the_lines_it_talks_about(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/?sample=gelu_chain&stage=code")
+    expander = page.get_by_text("Explain the code, anchored to its lines").first
+    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    expander.click()
+    page.get_by_text("Pick a sentence: its lines light up").first.wait_for()
+    page.get_by_text("comes from IR node").first.wait_for()
+    highlighted = page.locator(".gb-highlight span[style*='#fde68a']")  # the sentence's lines, lit
+    assert highlighted.count() >= 1
+    page.get_by_text("comes from IR node").first.scroll_into_view_if_needed()
+    shot(page, "code_anchored")

@@ -1,0 +1,40 @@
+"""The code stage's explanations anchored to lines (visualizers/anchors.py): pick a sentence and the generated
+lines it talks about are highlighted; pick any generated line and it says which IR node, ATen and FX nodes and
+user lines it came from."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import ui
+from app.safe_text import md_text
+from engine.record import GraphRecord
+from visualizers import anchors
+
+
+def render(graph: GraphRecord, language: str, key: str) -> None:
+    data = graph.to_json()
+    sentences = anchors.kernel_sentences(data)
+    if not sentences:
+        return
+    with st.expander("Explain the code, anchored to its lines", expanded=False):
+        chosen = st.radio("Pick a sentence: its lines light up", range(len(sentences)), key=f"{key}_anchor",
+                          format_func=lambda i: sentences[i]["text"])
+        first, last = sentences[chosen]["lines"]
+        source = (graph.code.source if graph.code else "").splitlines()
+        start = max(first - 2, 1)
+        ui.show_code("\n".join(source[start - 1:last + 1]), language, first_line=start,
+                     hl_lines=list(range(first, last + 1)), max_height=360,
+                     caption=f"lines {first}–{last} of the module")
+        traced = [p["line"] for p in (data.get("code") or {}).get("provenance") or [] if first <= p["line"] <= last]
+        line = st.number_input("Which generated line? (its origin)", min_value=first, max_value=last,
+                               value=traced[0] if traced else first, key=f"{key}_anchor_line_{chosen}")
+        origin = anchors.line_origin(data, int(line))
+        if origin is None:
+            st.caption(f"Line {line} is the kernel's scaffolding (signature, loops, stores): no single IR node.")
+            return
+        code = " ".join(origin["text"].replace("`", "'").split())[:120]
+        st.markdown(f"Line {line} `{code}` comes from IR node "
+                    f"**{md_text(origin['ir_node'])}**, ATen {md_text(', '.join(origin['aten_nodes']) or '-')}, "
+                    f"FX {md_text(', '.join(origin['fx_nodes']) or '-')}")
+        for number, text in origin["user_text"].items():
+            st.code(f"{number}: {text}", language="python")

@@ -367,8 +367,8 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             nan = kind in ("max", "min") and dtype.is_floating_point
             accumulators.append((name, f"acc_{name}", kind, ctype, identity, str(value), nan))
             printer.accumulators[name] = Var(f"acc_{name}[x0 - xo]", dtype, True)
-        if split:  # one tile; its chunks on the threads (Note [Split column tiles in C++])
-            tiles = body.block(f"for (int64_t xo = 0; xo < {run_text}; xo += {tile})")
+        if split:  # one tile, of a static width: its chunks on the threads (Note [Split column tiles in C++])
+            tiles = body.block()
         elif tiling.run is None:
             tiles = body.block(f"for (int64_t xo = 0; xo < {run_text}; xo += {tile})",
                                parallel_clause(plan.rows * plan.red))
@@ -377,9 +377,12 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
             tiles = body.block(f"for (int64_t t = 0; t < {c_index(runs * per_run)}; ++t)",
                                parallel_clause(plan.rows * plan.red))
         with body.block(), tiles:
+            if split:
+                body.add("constexpr int64_t xo = 0;")
             if tiling.run is not None:
                 body.add(f"const int64_t xa = t / {c_index(per_run)}, xo = t % {c_index(per_run)} * {tile};")
-            body.add(f"const int64_t xe = std::min<int64_t>(xo + {tile}, {run_text});")
+            body.add(f"constexpr int64_t xe = {run_text};" if split else
+                     f"const int64_t xe = std::min<int64_t>(xo + {tile}, {run_text});")
             for name, acc, kind, ctype, identity, value, nan in accumulators:
                 body.add(f"{ctype} {acc}[{tile}];", LineTag(name))
                 body.add(f"for (int64_t j = 0; j < {tile}; ++j) {acc}[j] = {identity};", LineTag(name))
@@ -397,12 +400,9 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                 if split:
                     body.add(f"const int64_t rc = c * {chunk};")
                 for name, acc, kind, ctype, identity, value, nan in accumulators:
-                    if split:
-                        body.add(f"{ctype}* {acc}_chunk = &{acc}_parts[c * {tile}];", LineTag(name))
-                        if nan:
-                            body.add(f"int* {acc}_nan = &{acc}_nan_parts[c * {tile}];", LineTag(name))
-                    else:
-                        body.add(f"{ctype} {acc}_chunk[{tile}];", LineTag(name))
+                    if split and nan:
+                        body.add(f"int* {acc}_nan = &{acc}_nan_parts[c * {tile}];", LineTag(name))
+                    body.add(f"{ctype} {acc}_chunk[{tile}];", LineTag(name))  # a local array: registers
                     body.add(f"for (int64_t j = 0; j < {tile}; ++j) {acc}_chunk[j] = {identity};", LineTag(name))
                 with body.block(f"for (int64_t r0 = rc; r0 < std::min<int64_t>(rc + {chunk}, {red}); ++r0)"):
                     body.extend(hoisted, hoisted_tags)
@@ -412,10 +412,10 @@ def _column_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, tili
                             body.add(_update_text(kind, f"{acc}_chunk[x0 - xo]", value), LineTag(name))
                             if nan:
                                 body.add(f"{acc}_nan[x0 - xo] |= ({value} != {value});", LineTag(name))
-                if not split:
-                    with body.block("for (int64_t j = 0; j < xe - xo; ++j)"):
-                        for name, acc, kind, *_ in accumulators:
-                            body.add(_update_text(kind, f"{acc}[j]", f"{acc}_chunk[j]"), LineTag(name))
+                with body.block("for (int64_t j = 0; j < xe - xo; ++j)"):
+                    for name, acc, kind, *_ in accumulators:
+                        body.add(f"{acc}_parts[c * {tile} + j] = {acc}_chunk[j];" if split else
+                                 _update_text(kind, f"{acc}[j]", f"{acc}_chunk[j]"), LineTag(name))
             if split:  # the chunks' partials, folded in chunk order
                 with body.block(f"for (int64_t c = 0; c < {chunks}; ++c)"), \
                         body.block("for (int64_t j = 0; j < xe - xo; ++j)"):

@@ -17,7 +17,9 @@ slices gave medians of 8 and 12 ms for 0.3 ms of work), run with OMP_WAIT_POLICY
 policy a thread done with a parallel region spins on the core its partner needs (scripts/train_bench.py says
 the same). At load 1.2-2.3 with passive waiting the whole table came out within 0.30-1.54; with the default
 policy at load 4-5 it was 0.04-14.7. --cpu-time times CPU seconds per call on one thread instead.
-The Qwen3 cases need transformers and are skipped without it.
+The Qwen3 cases need transformers and are skipped without it. Every case also counts the OpenMP threads our
+kernels start from a thread that never set torch's count (glassbox_extra_threads, at most --threads - 1;
+the script fails otherwise); the column reductions and the cumsum are issue 29's held-out shapes (figures: reports/cpu_columns_issue29.md).
 """
 from __future__ import annotations
 
@@ -69,6 +71,45 @@ def _layernorm_bf16(width: int) -> nn.Module:
         return norm.to(torch.bfloat16).eval()
 
 
+def _sum0(x):
+    return x.sum(0)
+
+
+def _sum0_times_2(x):
+    return x.sum(0) * 2
+
+
+def _mean0(x):
+    return x.mean(0)
+
+
+def _cumsum_half(x):
+    return x.cumsum(1) * 0.5
+
+
+def extra_threads(fn, inputs: tuple) -> int:
+    """Threads the process gains while `fn` runs in a Python thread that never called torch.set_num_threads
+    (Note [Kernel threads] in engine/codegen/cpp_prelude.h): OpenMP's workers are threads of the process, so
+    a kernel on more threads than torch is set to shows up here."""
+    import threading
+
+    def tasks() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    seen = {}
+
+    def run():
+        before = tasks()
+        for _ in range(3):
+            fn(*inputs)
+        seen["extra"] = tasks() - before
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    return seen["extra"]
+
+
 def cpu_cases() -> list[dict]:
     """name, model, inputs (a function), tolerance: sizes that take ~1-10 ms on two cores."""
     f32 = dict(dtype=torch.float32)
@@ -95,6 +136,19 @@ def cpu_cases() -> list[dict]:
             dict(name=f"cross_entropy_{width}", model=cross_entropy,
                  inputs=lambda c=width: (torch.randn(rows, c, **f32), torch.randint(0, c, (rows,)))),
         ]
+    # issue 29's held-out column reductions and scan, in float32 and bfloat16
+    bf16 = dict(atol=6e-2, rtol=6e-2)
+    for suffix, dtype, tolerance in (("fp32", torch.float32, None), ("bf16", torch.bfloat16, bf16)):
+        cases += [
+            dict(name=f"sum0_4096x1280_{suffix}", model=_sum0, tolerance=tolerance,
+                 inputs=lambda d=dtype: (torch.randn(4096, 1280, dtype=d),)),
+            dict(name=f"sum0x2_3001x700_{suffix}", model=_sum0_times_2, tolerance=tolerance,
+                 inputs=lambda d=dtype: (torch.randn(3001, 700, dtype=d),)),
+            dict(name=f"mean0_100000x16_{suffix}", model=_mean0, tolerance=tolerance,
+                 inputs=lambda d=dtype: (torch.randn(100000, 16, dtype=d),)),
+        ]
+    cases.append(dict(name="cumsum_rows_1024x1024", model=_cumsum_half,
+                      inputs=lambda: (torch.randn(1024, 1024, **f32),)))
     half = dict(atol=6e-2, rtol=6e-2)
     for suffix, dtype, tolerance in (("bf16", torch.bfloat16, half), ("fp16", torch.float16, half),
                                      ("fp32", torch.float32, None)):
@@ -200,6 +254,9 @@ def run_case(case: dict, threads: int, min_time: float, repeats: int, cpu_time: 
         torch._dynamo.reset()
         runners["inductor"] = torch.compile(model)
         report["verify_inductor"] = verify(model, inputs, runners["inductor"](*inputs), tolerance)["ok"]
+        # the thread-count case: ours may add at most threads - 1 OpenMP workers (more: the threads were not ours)
+        report["glassbox_extra_threads"] = extra_threads(runners["glassbox"], inputs)
+        report["threads_ok"] = report["glassbox_extra_threads"] <= threads - 1
         ratios = None
         if slice_seconds > 0:
             times, loads = sliced_ms(runners, inputs, min_time, repeats, slice_seconds,
@@ -258,10 +315,11 @@ def main() -> int:
             continue
         verified = report["verify_glassbox"] and report["verify_inductor"]
         print(f"{report['name']:20} {report['ours_vs_inductor']:13.2f} {report['ours_vs_eager']:10.2f} "
-              f"{str(verified):>8} {report['load_avg_1m']:7.2f}", file=sys.stderr)
+              f"{str(verified):>8} {report['load_avg_1m']:7.2f}"
+              f"{'' if report['threads_ok'] else '   MORE THREADS THAN ASKED'}", file=sys.stderr)
     if args.json:
         print(json.dumps(reports, indent=1))
-    return 0 if all(r.get("verify_glassbox", True) for r in reports) else 1
+    return 0 if all(r.get("verify_glassbox", True) and r.get("threads_ok", True) for r in reports) else 1
 
 
 if __name__ == "__main__":

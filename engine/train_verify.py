@@ -16,7 +16,9 @@ numbers our compiled code makes itself (none today: random ops are Fallbacks) wo
 says the step is random instead of failing on every tensor.
 
 Every tensor (loss, outputs, gradients named by parameter path or input position, buffers) is judged by
-run.py's per-tensor policy (Note [Tolerance policy]), with the float64 rule from a float64 eager step.
+verdict.py's per-tensor policy (Note [Tolerance policy]), with the float64 rule from a float64 eager step
+(taken when a tensor fails against eager, or when the step has half-precision tensors, which that rule judges
+first); the result has a `verdict` ("ok", "mismatch", "random") and a `reference` in words.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine import run
+from engine import run, verdict
 
 
 class TrainingInputError(ValueError):
@@ -159,64 +161,67 @@ class TrainingStep:
             torch.set_rng_state(after)
 
     def verify(self, tolerance: dict | None = None) -> dict:
+        """Every tensor of the step judged by Note [Tolerance policy] (engine/verdict.py): against eager, and
+        against a float64 step where that fails or the tensor is half precision (Note [Verdicts])."""
+        tolerance = verdict.validate_tolerance(tolerance)
         ours = self.compiled_result
         eager = self.eager()
-        entries = [{"name": "loss", **run.compare(eager.loss, ours.loss, tolerance)}]
-        eager_outputs, our_outputs = run.flatten_outputs(eager.outputs), run.flatten_outputs(ours.outputs)
-        entries += [{"name": f"output[{i}]", **run.compare(e.detach(), a.detach(), tolerance)}
-                    for i, (e, a) in enumerate(zip(eager_outputs, our_outputs))]
-        gradient_entries = []
-        for name, expected in eager.gradients.items():
-            actual = ours.gradients.get(name)
-            if expected is None and actual is None:
-                gradient_entries.append({"name": name, "ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0,
-                                         "note": "no gradient reaches it (unused in this step), in eager as in ours"})
-            elif expected is None or actual is None:
-                gradient_entries.append({"name": name, "ok": False, "max_abs_err": float("inf"),
-                                         "max_rel_err": float("inf"),
-                                         "problem": f"{'eager' if expected is None else 'compiled'} has no gradient"})
+        pairs = self._pairs(eager, ours)
+        checked = [self._entry(name, e, a, None, tolerance) for name, (e, a) in pairs.items()]
+        half = any(isinstance(e, torch.Tensor) and e.dtype in verdict.HALF for e, _ in pairs.values())
+        fp64_why_not = ""
+        if not all(e["ok"] for e in checked) or half:
+            reference = self._fp64_step()
+            if reference is None:
+                fp64_why_not = "the model does not run a training step in float64"
             else:
-                gradient_entries.append({"name": name, **run.compare(expected, actual, tolerance)})
-        buffer_entries = [{"name": n, **run.compare(e, ours.buffers[n], tolerance)}
-                          for n, e in eager.buffers.items() if n in ours.buffers]
-        checked = entries + gradient_entries + buffer_entries
-        for entry in checked:
-            entry.setdefault("judged_by", "eager")
-        if not all(e["ok"] for e in checked):
-            self._judge_failures_fp64(checked, eager, ours, tolerance)
+                references = self._pairs(reference, reference)
+                checked = [entry if entry["ok"] and not half else
+                           self._entry(entry["name"], *pairs[entry["name"]], references.get(entry["name"], (None,))[0],
+                                       tolerance)
+                           for entry in checked]
+        entries = [e for e in checked if e["name"] == "loss" or e["name"].startswith("output[")]
+        gradient_entries = [e for e in checked if e["name"].startswith(("param:", "input["))]
+        buffer_entries = [e for e in checked if e["name"].startswith("buffer:")]
+        ok = all(e["ok"] for e in checked)
         result = {
-            "ok": all(e["ok"] for e in checked),
+            "ok": ok, "verdict": "ok" if ok else "mismatch",
             "max_abs_err": max((e["max_abs_err"] for e in checked), default=0.0),
             "max_rel_err": max((e["max_rel_err"] for e in checked), default=0.0),
             "loss": entries[0], "outputs": entries[1:], "gradients": gradient_entries, "buffers": buffer_entries,
             "skipped": list(self.skipped), "notes": list(self.notes),
+            "reference": verdict.reference_words(checked, fp64_why_not),
+            **({"fp64": fp64_why_not} if fp64_why_not else {}),
         }
         if not result["ok"] and self._is_random(eager, tolerance):
+            result["verdict"] = "random"
             result["problem"] = ("the training step is random: two eager steps from the same RNG state disagree, "
                                  "so it cannot be checked. Make the randomness an input, or call model.eval().")
         return result
 
+    @staticmethod
+    def _pairs(eager: StepResult, ours: StepResult) -> dict[str, tuple]:
+        """name -> (eager's tensor, ours) for the loss, the outputs, the gradients and the buffers."""
+        pairs = {"loss": (eager.loss, ours.loss)}
+        pairs.update({f"output[{i}]": (e.detach(), a.detach()) for i, (e, a) in enumerate(zip(
+            run.flatten_outputs(eager.outputs), run.flatten_outputs(ours.outputs)))})
+        pairs.update({name: (expected, ours.gradients.get(name)) for name, expected in eager.gradients.items()})
+        pairs.update({n: (e, ours.buffers[n]) for n, e in eager.buffers.items() if n in ours.buffers})
+        return pairs
+
+    @staticmethod
+    def _entry(name: str, expected, actual, reference, tolerance) -> dict:
+        if expected is None and actual is None:
+            return {"name": name, "ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "judged_by": "eager",
+                    "note": "no gradient reaches it (unused in this step), in eager as in ours"}
+        if expected is None or actual is None:
+            return {"name": name, "ok": False, "max_abs_err": float("inf"), "max_rel_err": float("inf"),
+                    "judged_by": "eager", "problem": f"{'eager' if expected is None else 'compiled'} has no gradient"}
+        return {"name": name, **verdict.compare_tensor(expected, actual, reference, tolerance)}
+
     def _is_random(self, eager: StepResult, tolerance) -> bool:
         again = self.eager(self.original, self.inputs)
         return not run.compare(eager.loss, again.loss, tolerance)["ok"]
-
-    def _judge_failures_fp64(self, checked: list, eager: StepResult, ours: StepResult, tolerance) -> None:
-        """Rule 2 of Note [Tolerance policy] for the tensors rule 1 rejected: a float64 eager step decides."""
-        reference = self._fp64_step()
-        if reference is None:
-            return
-        by_name = {"loss": (eager.loss, ours.loss, reference.loss)}
-        by_name.update({n: (eager.gradients[n], ours.gradients.get(n), reference.gradients.get(n))
-                        for n in eager.gradients})
-        by_name.update({n: (e, ours.buffers.get(n), reference.buffers.get(n)) for n, e in eager.buffers.items()})
-        for entry in checked:
-            e, a, r = by_name.get(entry["name"], (None, None, None))
-            if entry["ok"] or "problem" in entry or e is None or a is None or r is None or r.shape != e.shape:
-                continue
-            judged = run.judge_against_fp64(e, a, r, entry["atol"])
-            entry["fp64"] = judged
-            if judged["ok"]:
-                entry["ok"], entry["judged_by"] = True, "fp64"
 
     def _fp64_step(self) -> StepResult | None:
         try:

@@ -214,10 +214,13 @@ def breaks_summary(breaks: list[GraphBreakRecord]) -> list[str]:
 def verify_summary(verify: dict, runs: list[RunRecord]) -> list[str]:
     if not verify:
         return ["Verify: not run"]
-    verdict = "ok" if verify.get("ok") else "NOTHING COMPARED" if verify.get("verdict") == "nothing compared" \
-        else "FAILED"
+    words = {"nothing compared": "NOTHING COMPARED", "random": "RANDOM (nothing could be checked)",
+             "layout differs": "ok, but the LAYOUT DIFFERS from eager's"}
+    verdict = words.get(verify.get("verdict"), "ok" if verify.get("ok") else "FAILED")
     lines = [f"Verify vs eager: {verdict} (max abs err {error_text(verify.get('max_abs_err'))}, "
              f"max rel err {error_text(verify.get('max_rel_err'))})"]
+    if verify.get("reference"):
+        lines.append(f"  judged by: {verify['reference']}")
     if verify.get("problem"):
         lines.append(f"  {verify['problem']}")
     lines += train_format.gradient_lines(verify)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import math
 import re
 import sys
 import textwrap
@@ -312,8 +313,10 @@ def _get_tolerance(namespace: dict, source: str, filename: str) -> dict | None:
     if tolerance is None:
         return None
     ok = isinstance(tolerance, dict) and set(tolerance) <= {"atol", "rtol"}
-    if not ok or not all(isinstance(v, (int, float)) and v >= 0 for v in tolerance.values()):
-        raise _value_error("must be a dict like `dict(atol=1e-4, rtol=1e-4)` with non-negative numbers.",
+    if not ok or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                         for v in tolerance.values()):
+        raise _value_error("must be a dict like `dict(atol=1e-4, rtol=1e-4)` with finite, non-negative numbers "
+                           "(inf or nan would pass any output).",
                            "tolerance", source, filename)
     return dict(tolerance)
 

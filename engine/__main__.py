@@ -353,6 +353,13 @@ def explore_command(args) -> tuple[dict, int]:
     if vacuous:
         print(f"Nothing was verified for {spec.name}: {vacuous[0]['problem']}", file=sys.stderr)
     checks = [check for check in checks if check not in vacuous]
+    for check in checks:
+        if check.get("verdict") == "layout differs":
+            print(f"Warning: {spec.name}: {check['problem']}", file=sys.stderr)
+    random = [check for check in checks if check.get("verdict") == "random"]
+    if random:  # Note [Verdicts]: not a mismatch, and not a pass: the model cannot be checked as given
+        print(f"Nothing could be verified for {spec.name}: {random[0]['problem']}", file=sys.stderr)
+        return record, EXIT_USER_ERROR
     if not all(check.get("ok") for check in checks):
         problems = [check["problem"] for check in checks if check.get("problem")]
         print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above)."
@@ -556,8 +563,11 @@ def report_command(args) -> tuple[dict, int]:
 
     code = EXIT_OK
     if args.target.endswith(".json") and Path(args.target).is_file():
-        record = json.loads(Path(args.target).read_text(encoding="utf-8"))
+        record = read_record_file(Path(args.target))
     else:
+        print("Warning: `report` runs the model in this process, unsandboxed, with your files and environment "
+              "(README, Security). Run `explore --sandbox --record-out R.json` and `report R.json` for a model "
+              "you do not trust.", file=sys.stderr)
         explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False})
         try:
             with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr
@@ -568,7 +578,18 @@ def report_command(args) -> tuple[dict, int]:
                                    "explore", getattr(failure, "message", str(failure)))
             code = getattr(failure, "code", EXIT_FAILED)
     out = Path(args.out)
-    out.write_text(report_html(record), encoding="utf-8")
+    if out.is_dir():
+        out = out / "report.html"
+    try:
+        page = report_html(record)
+    except (TypeError, ValueError, AttributeError, KeyError) as error:
+        raise Failure(f"Cannot write a report of {args.target}: the record is malformed ({type(error).__name__}: "
+                      f"{error}).", EXIT_USER_ERROR, error) from error
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as error:
+        raise Failure(f"Cannot write the report to {out}: {error.strerror or error}.", EXIT_USER_ERROR,
+                      error) from error
     print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no network needed.",
           file=sys.stderr)
     return {"report": str(out), "errors": record.get("errors") or []}, code
@@ -731,6 +752,22 @@ def fix_command(args) -> tuple[dict, int]:
         for key in ("graph_breaks", "graphs", "kernels", "matches_eager"):
             print(f"  {key:14} {result['before'][key]!s:>6} -> {result['after'][key]!s}")
     return result, EXIT_OK
+
+
+def read_record_file(path: Path) -> dict:
+    """A record file for `report`: a JSON object, or a Failure that says what is wrong with it."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise Failure(f"Cannot read the record {path}: {error}.", EXIT_USER_ERROR, error) from error
+    if not isinstance(record, dict) or not all(isinstance(record.get(key, []), list)
+                                               for key in ("graphs", "errors", "graph_breaks")):
+        raise Failure(f"Cannot read the record {path}: it is not a Glassbox record (a JSON object with lists of "
+                      "graphs, errors and graph breaks).", EXIT_USER_ERROR)
+    if not all(isinstance(item, dict) for key in ("graphs", "errors", "graph_breaks") for item in record.get(key, [])):
+        raise Failure(f"Cannot read the record {path}: its graphs, errors and graph breaks must be JSON objects.",
+                      EXIT_USER_ERROR)
+    return record
 
 
 # --- shared --------------------------------------------------------------------------------------------------

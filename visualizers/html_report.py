@@ -6,13 +6,22 @@ when the report is written (not in the browser), code and IR are highlighted by 
 charts are plotly with plotly.js inlined once (no CDN), and the few lines of script (graph search, nothing
 else) are inline too. Nothing in it refers to another file or host. Every string from the record (model
 names, sources, reasons, the user's description) is escaped: the description is shown as text, so its images
-and links are never fetched. Big graphs are drawn folded by module (the app's rule, graphs.auto_depth), and a
+and links are never fetched; a value that becomes an id or a link (a graph's index, a line number) must be an
+int, else its position stands in. Big graphs are drawn folded by module (the app's rule, graphs.auto_depth), and a
 graph dot cannot lay out in time is shown as a note and its DOT source, so a 2000-node model still gives a
 usable file. A failed exploration renders too: its errors lead the page, and whatever stages it has follow.
+
+Note [Report scripts]
+A record can come from a model (`explore --sandbox --record-out` writes what the job returned), so the page
+must run no script but ours: the Content-Security-Policy allows scripts by the SHA-256 of the ones written
+here (the node search, plotly's), not 'unsafe-inline', and the search box is wired up by that script, not
+by an inline event handler. Markup that slipped past the escaping would still not run.
 """
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import html
 import re
 import shutil
@@ -47,11 +56,31 @@ var hits=0,first=null;root.querySelectorAll('g.node').forEach(function(n){var t=
 var m=q&&t.indexOf(q)>=0;n.classList.toggle('gb-match',!!m);if(m){hits++;if(!first)first=n;}});
 document.getElementById(box.dataset.target+'-hits').textContent=q?hits+' match'+(hits==1?'':'es'):'';
 if(first)first.scrollIntoView({block:'center',inline:'center'});}
+document.addEventListener('DOMContentLoaded',function(){document.querySelectorAll('input[data-target]').forEach(
+function(box){box.addEventListener('input',function(){gbSearch(box);});});});
 """
 
 
 def esc(value) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _whole(value, default: int = 0) -> int:
+    """A record value that goes into an id or a link: an int, or `default` (never the record's text)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _graph_index(graph: dict, position: int = 0) -> int:
+    return _whole(graph.get("index"), position)
+
+
+def script_hashes(page_part: str) -> list[str]:
+    """The CSP hashes of the inline scripts in a part of the page this module wrote (Note [Report scripts])."""
+    return ["'sha256-" + base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode() + "'"
+            for body in _SCRIPT_BODY.findall(page_part)]
+
+
+_SCRIPT_BODY = re.compile(r"<script\b[^>]*>(.*?)</script>", re.S | re.I)
 
 
 def render_svg(dot: str) -> tuple[str | None, str]:
@@ -71,9 +100,9 @@ def render_svg(dot: str) -> tuple[str | None, str]:
 
 def graph_section(dot: str, anchor: str, node_count: int, note: str = "") -> str:
     svg, problem = render_svg(dot)
-    search = (f'<div><input type="search" placeholder="search nodes ({node_count})" data-target="{anchor}" '
-              f'oninput="gbSearch(this)" style="width:260px"> <span id="{anchor}-hits" class="muted"></span></div>')
-    body = (f'<div class="svg" id="{anchor}">{svg}</div>' if svg else
+    search = (f'<div><input type="search" placeholder="search nodes ({esc(node_count)})" data-target="{esc(anchor)}" '
+              f'style="width:260px"> <span id="{esc(anchor)}-hits" class="muted"></span></div>')
+    body = (f'<div class="svg" id="{esc(anchor)}">{svg}</div>' if svg else
             f'<p class="muted">{esc(problem)}</p><details><summary>DOT</summary><pre class="plain">{esc(dot)}'
             f'</pre></details>')
     return (f'<p class="muted">{esc(note)}</p>' if note else "") + (search if svg else "") + body
@@ -118,12 +147,13 @@ def markdown_html(text) -> str:
 
 
 def kernels_table(graph: dict) -> str:
-    index = graph.get("index", 0)
+    index = _graph_index(graph)
     code_lines = _kernel_code_lines(graph)
     rows = []
     for kernel in graph.get("kernels") or []:
         name = kernel.get("name", "?")
-        link = f'<a href="#g{index}-code-{code_lines[name]}">{esc(name)}</a>' if name in code_lines else esc(name)
+        link = (f'<a href="#g{index}-code-{_whole(code_lines[name])}">{esc(name)}</a>' if name in code_lines
+                else esc(name))
         rows.append({"kernel": link, "kind": esc(kernel.get("kind")),
                      "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.get("ops") or [])),
                      "from FX": esc(", ".join(kernel.get("fx_origins") or [])),
@@ -145,13 +175,13 @@ def _kernel_code_lines(graph: dict) -> dict[str, int]:
 
 
 def provenance_table(graph: dict) -> str:
-    index = graph.get("index", 0)
+    index = _graph_index(graph)
     items = (graph.get("code") or {}).get("provenance") or []
     rows = []
     for item in items[:PROVENANCE_ROWS]:
-        users = " ".join(f'<a href="#src-{int(n)}">{int(n)}</a>' for n in item.get("user_lines") or []
+        users = " ".join(f'<a href="#src-{_whole(n)}">{_whole(n)}</a>' for n in item.get("user_lines") or []
                          if isinstance(n, int))
-        rows.append({"line": f'<a href="#g{index}-code-{int(item.get("line", 0))}">{esc(item.get("line"))}</a>',
+        rows.append({"line": f'<a href="#g{index}-code-{_whole(item.get("line"))}">{esc(item.get("line"))}</a>',
                      "kernel": esc(item.get("kernel")), "IR node": esc(item.get("ir_node")),
                      "ATen": esc(", ".join(item.get("aten_nodes") or [])),
                      "FX": esc(", ".join(item.get("fx_nodes") or [])), "your line": users})
@@ -165,15 +195,16 @@ def figure_html(figure, first: list) -> str:
     if figure is None:
         return ""
     include = not first
-    first.append(True)
-    return figure.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False})
+    written = figure.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False})
+    first.append(written)  # plotly writes the record's data as JSON with <, > and / escaped: no script ends early
+    return written
 
 
 def breaks_html(record: dict) -> str:
     parts = []
     for number, item in enumerate(record.get("graph_breaks") or [], start=1):
         line = item.get("lineno")
-        where = f'<a href="#src-{int(line)}">line {int(line)}</a>' if isinstance(line, int) else "?"
+        where = f'<a href="#src-{_whole(line)}">line {_whole(line)}</a>' if isinstance(line, int) else "?"
         hints = "".join(f'<div class="hint">{esc(h)}</div>' for h in item.get("hints") or [])
         fix = item.get("suggestion") or {}
         rewrite = (f'<div class="hint"><b>Suggested rewrite:</b> {esc(fix.get("why"))}'
@@ -187,15 +218,20 @@ def breaks_html(record: dict) -> str:
 def _verify_html(verify: dict) -> str:
     if not verify:
         return '<span class="muted">not run</span>'
-    verdict = '<b class="ok">matches eager</b>' if verify.get("ok") else '<b class="bad">differs from eager</b>'
+    words = {"random": '<b class="bad">random: nothing could be checked</b>',
+             "nothing compared": '<b class="bad">nothing compared</b>',
+             "layout differs": '<b class="bad">values match eager, layout differs</b>'}
+    verdict = words.get(verify.get("verdict")) or (
+        '<b class="ok">matches eager</b>' if verify.get("ok") is True else '<b class="bad">differs from eager</b>')
     return f"{verdict} (max abs err {esc(verify.get('max_abs_err'))})" + (
-        f" — {esc(verify.get('problem'))}" if verify.get("problem") else "")
+        f" — {esc(verify.get('problem'))}" if verify.get("problem") else "") + (
+        f" <span class='muted'>judged by: {esc(verify.get('reference'))}</span>" if verify.get("reference") else "")
 
 
-def rewrites_html(graph: dict) -> str:
+def rewrites_html(graph: dict, position: int = 0) -> str:
     """The rewrite stage: passes with counts, the graph before with the matched nodes marked, each match's
     replacement, reason and user lines, and the near-misses with why not (the app's Rewrites stage)."""
-    index = graph.get("index", 0)
+    index = _graph_index(graph, position)
     out = ["<h3>Rewrites</h3>", table([{key: esc(value) for key, value in row.items()}
                                         for row in rewrite_views.passes(graph)])]
     before = rewrite_views.before_graph(graph)
@@ -215,8 +251,8 @@ def rewrites_html(graph: dict) -> str:
     return "".join(out)
 
 
-def graph_html(record: dict, graph: dict, figures: list) -> str:
-    index = graph.get("index", 0)
+def graph_html(record: dict, graph: dict, figures: list, position: int = 0) -> str:
+    index = _graph_index(graph, position)
     out = [f'<h2 id="graph{index}">Graph {index}</h2>']
     profile = graph.get("profile") or {}
     if profile.get("call_ms") is not None:
@@ -232,7 +268,7 @@ def graph_html(record: dict, graph: dict, figures: list) -> str:
             dot = graphs.graph_dot(graph, which, options)
             out.append(f"<h3>{title}</h3>" + graph_section(dot, f"g{index}-{which}", len(graph[which]), note))
     if graph.get("rewrites"):
-        out.append(rewrites_html(graph))
+        out.append(rewrites_html(graph, position))
     if (graph.get("ir") or {}).get("nodes"):
         text, _ = ir_listing(graph)
         out.append("<h3>Loop IR</h3>" + highlight_html(text, "ir", max_height=600))
@@ -263,7 +299,8 @@ def _source_html(record: dict) -> str:
     text = (record.get("source") or {}).get("text")
     if not text:
         return ""
-    marked = [b["lineno"] for b in record.get("graph_breaks") or [] if isinstance(b.get("lineno"), int)]
+    marked = [b["lineno"] for b in record.get("graph_breaks") or [] if isinstance(b.get("lineno"), int)
+              and not isinstance(b.get("lineno"), bool)]
     return ("<h2 id='source'>Your model</h2>"
             + highlight_html(text, "python", hl_lines=marked, max_height=600, anchors="src"))
 
@@ -280,7 +317,7 @@ def report_html(record: dict, title: str | None = None) -> str:
     errors = "".join(f'<div class="error"><b>Error in {esc(e.get("stage", "?"))}:</b> '
                      f'<pre class="plain">{esc(e.get("message"))}</pre></div>' for e in record.get("errors") or [])
     graphs_list = record.get("graphs") or []
-    nav = "<nav>" + "".join(f'<a href="#graph{g.get("index", i)}">graph {g.get("index", i)}</a>'
+    nav = "<nav>" + "".join(f'<a href="#graph{_graph_index(g, i)}">graph {_graph_index(g, i)}</a>'
                             for i, g in enumerate(graphs_list)) + '<a href="#source">source</a></nav>'
     summary = (f"<p>{len(graphs_list)} graph(s), {sum(len(g.get('kernels') or []) for g in graphs_list)} kernel(s), "
                f"{len(record.get('graph_breaks') or [])} graph break(s). Output: {_verify_html(record.get('verify') or {})}</p>")
@@ -299,16 +336,19 @@ def report_html(record: dict, title: str | None = None) -> str:
                    + heat_html(record))
     breaks = "<h2>Graph breaks</h2>" + breaks_html(record)
     compile_timeline = figure_html(timeline.compile_timeline_figure(record), figures)
-    numerics = "".join(bisect_html(g) for g in graphs_list)
-    body = "".join(graph_html(record, g, figures) for g in graphs_list)
+    numerics = "".join(bisect_html(g, i) for i, g in enumerate(graphs_list))
+    body = "".join(graph_html(record, g, figures, i) for i, g in enumerate(graphs_list))
     timings = record.get("timings") or {}
     stage_line = ("<p class='muted'>seconds per stage: " + esc(", ".join(f"{k} {v:.3f}" for k, v in timings.items()
                                                                          if isinstance(v, (int, float)))) + "</p>"
                   if timings else "")
     page_title = esc(title or f"Glassbox: {name}")
+    # Note [Report scripts]: only the scripts written here run, each allowed by its hash
+    hashes = " ".join(script_hashes(f"<script>{_SEARCH_SCRIPT}</script>") + [h for f in figures_html(figures)
+                                                                               for h in script_hashes(f)])
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{page_title}</title>"
             f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            f"script-src 'unsafe-inline' 'unsafe-eval'; img-src data:; font-src data:\">"
+            f"script-src {hashes} 'unsafe-eval'; img-src data:; font-src data:\">"
             f"<style>{_STYLE}</style><script>{_SEARCH_SCRIPT}</script></head><body><main>"
             f"{head}{errors}{nav}{summary}{description}{stage_line}{compile_timeline}{numerics}{profile}{breaks}{body}{_source_html(record)}"
             f"</main></body></html>")
@@ -319,12 +359,13 @@ def heat_html(record: dict) -> str:
     heat, and the user's lines with their share of the kernels' time."""
     lines = heat.line_heat(record)
     graphs_html = ""
-    for graph in record.get("graphs") or []:
+    for position, graph in enumerate(record.get("graphs") or []):
         paint, notes = heat.graph_paint(graph)
         if paint:
+            index = _graph_index(graph, position)
             graphs_html += graph_section(overlay.overlay_dot(graph, "aten", paint, notes),
-                                         f"heat{graph.get('index', 0)}", len(graph.get("aten") or []),
-                                         f"graph {graph.get('index', 0)}: ATen nodes in their kernel's heat")
+                                         f"heat{index}", len(graph.get("aten") or []),
+                                         f"graph {index}: ATen nodes in their kernel's heat")
     source = (record.get("source") or {}).get("text") or ""
     if not graphs_html and not lines:
         return ""
@@ -332,7 +373,7 @@ def heat_html(record: dict) -> str:
             + (heat.source_heat_html(source, lines) if source and lines else ""))
 
 
-def bisect_html(graph: dict) -> str:
+def bisect_html(graph: dict, position: int = 0) -> str:
     """A graph's numerics bisect (Note [Numerics bisect] in engine/divergence.py), when it ran."""
     bisect = graph.get("bisect") or {}
     if not bisect or bisect.get("status") == "failed":
@@ -345,9 +386,15 @@ def bisect_html(graph: dict) -> str:
              f"{culprit.get('max_abs_err', 0):.3g} from inputs off by {culprit.get('input_max_abs_err', 0):.3g}"
              + (f"; line {line.get('lineno')}: {line.get('line', '')}" if line else ""))
     paint, notes, bold = overlay.bisect_paint(graph)
-    return (f"<h3>Numerics bisect, graph {esc(graph.get('index', 0))}</h3><p>{esc(words)}</p>"
-            + graph_section(overlay.overlay_dot(graph, "aten", paint, notes, bold), f"bisect{graph.get('index', 0)}",
+    index = _graph_index(graph, position)
+    return (f"<h3>Numerics bisect, graph {index}</h3><p>{esc(words)}</p>"
+            + graph_section(overlay.overlay_dot(graph, "aten", paint, notes, bold), f"bisect{index}",
                             len(graph.get("aten") or [])))
+
+
+def figures_html(figures: list) -> list[str]:
+    """The HTML of the plotly figures figure_html wrote (their scripts are hashed into the CSP)."""
+    return [item for item in figures if isinstance(item, str)]
 
 
 def failed_record(name: str, source: dict, stage: str, message: str) -> dict:

@@ -26,6 +26,7 @@ from typing import Callable
 from app.worker_main import STACK_SIGNAL
 from engine.record import ErrorRecord, Exploration, GraphRecord
 from engine.tools import isolation, sandbox
+from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence, verdict_code
 from engine.tools.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +140,8 @@ def run_job(arguments: Callable[[Path], list[str]], job_limits: Limits, inputs: 
             _hand_over(process, arguments, job_limits, inputs)  # if it ended at once, wait() says how
         workdir = process.workdir
         result = process.wait(on_tick, started=(workdir / "started").exists)  # the job's clock: Note [Standby worker]
-        files = {name: _read(workdir / name) for name in outputs}
+        files = {name: read_evidence(workdir / name) if name == EVIDENCE_NAME else _read(workdir / name)
+                 for name in outputs}
         completed = _read(workdir / "finished") is not None
         # after a good result the browser is busy drawing it for a few seconds, and importing torch at the same
         # time would slow that down on a small machine; after a failure there is little to draw, and the user
@@ -197,10 +199,11 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
     # the model file runs once, in the CLI; its record (written even when exploring fails) carries the input
     # shapes and, as data, what went wrong
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--record-out",
-                                        str(workdir / "record.json"), *options.cli_args()],
-                       limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json",),
+                                        str(workdir / "record.json"), "--evidence-out", str(workdir / EVIDENCE_NAME),
+                                        *options.cli_args()],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json", EVIDENCE_NAME),
                        on_tick=on_tick)
-    return explore_outcome(finished, name)
+    return explore_outcome(finished, name, train=options.train)
 
 
 # The errors that end a job, as data (explore and bench --record-out in engine/__main__.py, app/inductor_worker.py):
@@ -221,12 +224,22 @@ FAILED: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def explore_outcome(finished: Finished, name: str = "") -> Outcome:
+def explore_outcome(finished: Finished, name: str = "", train: bool = False) -> Outcome:
     """The job's record, read once into the typed Exploration (Note [Strict record]: a document that is not a
-    record of this schema is refused whole, never half read), and what went wrong, from the record's errors."""
+    record of this schema is refused whole, never half read), its verdict judged outside the job (Note [Judged
+    outside the job] in engine/tools/judged.py), and what went wrong, from the record's errors."""
     text = finished.files.get("record.json")
     document = parse_json(text) if text is not None else parse_json(finished.stdout)
     record, unreadable = None, ""
+    returncode = finished.returncode
+    failed = isinstance(document, dict) and any(isinstance(e, dict) and e.get("kind") in ("model", "compile", "usage")
+                                                for e in document.get("errors") or [])
+    if isinstance(document, dict) and finished.completed and not finished.result.limit_hit and not failed:
+        evidence = finished.files.get(EVIDENCE_NAME)
+        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None and not train else (
+            None, "the job wrote no evidence (its outputs as data)")
+        apply_verdicts(document, verdicts, why_not, train=train)
+        returncode = verdict_code(document, name)[0]  # the job's own exit code is the model's to forge
     if document is not None:
         _strip_workdir(document, Path(finished.workdir))
         try:
@@ -242,14 +255,19 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
         return Outcome(problem=problem, seconds=finished.seconds)
     inputs = [spec.to_json() for spec in record.input_specs] if record is not None else []
     inputs = inputs or None
-    if finished.returncode == EXIT_OK and record is not None and finished.completed:
+    if returncode == EXIT_OK and record is not None and finished.completed:
         return Outcome(record=record, inputs=inputs, seconds=finished.seconds)
+    if record is not None and finished.completed and (record.verify or {}).get("verdict") == "random":
+        return Outcome(record=record, inputs=inputs, seconds=finished.seconds, problem=Problem(
+            "The model is random: nothing could be checked", record.verify.get("problem") or "",
+            hints=["Call model.eval() (dropout), or make the randomness an input."],
+            log=finished.stderr.strip()[-4000:]))
     failure = failed_with(record.errors if record else [], finished)
     if failure is not None:
         shown = record if failure.kind == "fallback" else None  # a fallback's record is whole: show it
         return Outcome(record=shown, inputs=inputs, problem=structured_problem(failure, finished),
                        seconds=finished.seconds)
-    if record is not None and finished.returncode == EXIT_FAILED and finished.completed:
+    if record is not None and returncode == EXIT_FAILED and finished.completed:
         # explore's other failure (engine/__main__.py): the outputs differ from eager, which verify says
         return Outcome(record=record, inputs=inputs, problem=mismatch_problem(record.verify, finished),
                        seconds=finished.seconds)
@@ -568,6 +586,6 @@ def profile(source: str, label: str, options: Options, timeout: float = BENCH_TI
     """`explore FILE --profile --json`: the record with every kernel timed (engine/runtime/profile.py)."""
     name = model_file_name(label)
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--json", "--profile",
-                                        *options.cli_args()],
-                       limits(timeout, memory_gb), inputs={name: source}, on_tick=on_tick)
-    return explore_outcome(finished, name)
+                                        "--evidence-out", str(workdir / EVIDENCE_NAME), *options.cli_args()],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=(EVIDENCE_NAME,), on_tick=on_tick)
+    return explore_outcome(finished, name, train=options.train)

@@ -141,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "pass) and of a run (kernels on a timeline; implies --profile), and print the "
                               "compile's cost per stage and pass (engine/tools/trace_file.py)")
     explore.add_argument("--sandbox", action="store_true",
-                         help="run the model in a separate, limited worker process (Note [Sandbox])")
+                         help="run the model in a separate, limited worker process (Note [Sandbox]); its outputs "
+                              "are judged in another process the model never ran in (Note [Judged outside the "
+                              "job])")
+    explore.add_argument("--evidence-out", metavar="FILE",
+                         help="write the outputs (eager's, ours, float64's) as data to FILE, for `judge`")
     explore.add_argument("--timeout", type=positive_limit("seconds"), default=120.0, metavar="S",
                          help="sandbox wall-time limit")
     explore.add_argument("--memory-mb", type=positive_limit("megabytes", whole=True), default=4096, metavar="M",
@@ -241,7 +245,24 @@ def build_parser() -> argparse.ArgumentParser:
     which = provenance.add_mutually_exclusive_group(required=True)
     which.add_argument("--line", type=int, metavar="N", help="a line of the model file")
     which.add_argument("--node", metavar="NAME", help="an FX or ATen node's name")
+    judge = commands.add_parser("judge", help="the verdicts of a job's evidence, judged here (JSON)",
+                                description="Judge the evidence a sandboxed explore wrote (--evidence-out): the "
+                                            "verdicts, computed in this process (Note [Judged outside the job]).")
+    judge.add_argument("evidence", metavar="FILE")
+    judge.set_defaults(json=True, verbose=False, device="cpu")
     return parser
+
+
+def judge_command(args) -> tuple[dict, int]:
+    """Note [Judged outside the job] (engine/tools/judged.py): runs no model, only engine/verdict.py."""
+    from engine import verdict
+
+    try:
+        evidences = verdict.load_evidence(args.evidence)
+        return {"verifies": [verdict.judge(evidence) for evidence in evidences]}, EXIT_OK
+    except Exception as error:  # a file written by a model: anything unreadable is said, not trusted
+        raise Failure(f"Cannot judge {args.evidence}: {type(error).__name__}: {error}", EXIT_USER_ERROR,
+                      error) from error
 
 
 ASM_LEVELS = ("ttir", "ttgir", "llir", "ptx", "sass")
@@ -261,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             check_device(getattr(args, "device", "cpu"))
             command = {"explore": explore_command, "bench": bench_command, "compare": compare_command,
                        "report": report_command, "repro": repro_command, "whatif": whatif_command,
-                       "fix": fix_command, "asm": asm_command, "provenance": provenance_command}[args.command]
+                       "fix": fix_command, "asm": asm_command, "provenance": provenance_command,
+                       "judge": judge_command}[args.command]
             document, code = command(args)
     except ModelFileError as error:
         write_failure_record(args, ErrorRecord(kind="model", stage="load", message=error.message,
@@ -310,13 +332,18 @@ def explore_command(args) -> tuple[dict, int]:
     # Run it eagerly first: a model that raises is the user's error, and caught here it is reported at their
     # line, without the compiler's (and torch's logging's) tracebacks about the same failure.
     run_eager(spec)
+    from engine import run as run_module
     try:
-        exploration = engine.explore(
-            spec.model, spec.example_inputs, backend=args.backend, device=args.device,
-            dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
-            source={"filename": spec.filename, "text": spec.source}, description=spec.description,
-            tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
-            mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
+        with run_module.collect_evidence() as evidence:
+            exploration = engine.explore(
+                spec.model, spec.example_inputs, backend=args.backend, device=args.device,
+                dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
+                source={"filename": spec.filename, "text": spec.source}, description=spec.description,
+                tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
+                mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
+        if getattr(args, "evidence_out", None):
+            from engine.verdict import save_evidence
+            save_evidence(evidence, args.evidence_out)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -340,32 +367,17 @@ def explore_command(args) -> tuple[dict, int]:
     if not args.json:
         print("\n".join(cli_bisect_lines(record)))
         print("\n".join(hot_lines(record)))
-    fallbacks = [error for error in exploration.errors if error.kind == "fallback"]
-    if fallbacks:  # the model ran (eagerly where we failed): a Glassbox bug, reported as one (exit 1)
-        if args.verbose:
-            print(fallbacks[0].traceback, file=sys.stderr)
-        print(f"Glassbox failed while compiling {spec.name}: {one_paragraph(fallbacks[0].message)}."
-              + ("" if args.verbose else " Run with --verbose for the traceback."), file=sys.stderr)
-        return record, EXIT_FAILED
-    checks = [exploration.verify] + [run.verify for run in exploration.runs]
-    # Note [Verdicts] (engine/run.py): "nothing compared" is no pass and no mismatch; it is said, not failed
-    vacuous = [check for check in checks if check.get("verdict") == "nothing compared"]
-    if vacuous:
-        print(f"Nothing was verified for {spec.name}: {vacuous[0]['problem']}", file=sys.stderr)
-    checks = [check for check in checks if check not in vacuous]
-    for check in checks:
-        if check.get("verdict") == "layout differs":
-            print(f"Warning: {spec.name}: {check['problem']}", file=sys.stderr)
-    random = [check for check in checks if check.get("verdict") == "random"]
-    if random:  # Note [Verdicts]: not a mismatch, and not a pass: the model cannot be checked as given
-        print(f"Nothing could be verified for {spec.name}: {random[0]['problem']}", file=sys.stderr)
-        return record, EXIT_USER_ERROR
-    if not all(check.get("ok") for check in checks):
-        problems = [check["problem"] for check in checks if check.get("problem")]
-        print(f"Glassbox's output for {spec.name} differs from eager PyTorch (see verify above)."
-              + (f" {problems[0]}" if problems else ""), file=sys.stderr)
-        return record, EXIT_FAILED
-    return record, EXIT_OK
+    return record, verdict_exit(record, spec.name, args.verbose)
+
+
+def verdict_exit(record: dict, name: str, verbose: bool = False) -> int:
+    """explore's exit code from its record, said in words on stderr (engine/tools/judged.py, verdict_code)."""
+    from engine.tools.judged import verdict_code
+
+    code, words = verdict_code(record, name, verbose)
+    for line in words:
+        print(line, file=sys.stderr)
+    return code
 
 
 def hot_lines(record: dict, count: int = 5) -> list[str]:
@@ -417,7 +429,8 @@ def write_trace(record: dict, path: Path, quiet: bool) -> None:
 
 def sandboxed_explore(args) -> tuple[dict, int]:
     """The same exploration in a worker process under limits; its JSON record comes back on stdout."""
-    from engine.tools.isolation import missing_protection_words
+    from engine.tools.isolation import WorkDirectory, missing_protection_words
+    from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence
     from engine.tools.sandbox import Limits, explore_command as worker_command, run_sandboxed
 
     if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
@@ -427,23 +440,45 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train),
                                       ("--freeze", args.freeze)) if on]
-    result = run_sandboxed(worker_command(args.target, options),
-                           Limits(timeout_s=args.timeout, memory_mb=args.memory_mb))
-    if result.limit_hit or result.returncode not in (0, EXIT_FAILED) or not result.stdout.strip():
-        code = EXIT_USER_ERROR if result.limit_hit or result.returncode == EXIT_USER_ERROR else EXIT_FAILED
-        message = result.explain()
-        if result.returncode == 0 and not result.stdout.strip() and not result.limit_hit:
-            # with exit 0 the CLI always prints a record: something else ended the process
-            message = (f"The model's process exited (exit code {result.returncode}) without a result: something "
-                       "in the model ended the Python process directly, most likely os._exit().")
-        raise Failure(message or f"The worker exited with code {result.returncode}.", code)
-    record = json.loads(result.stdout)
+    workdir = WorkDirectory()
+    try:
+        evidence = workdir.path / EVIDENCE_NAME
+        result = run_sandboxed(worker_command(args.target, options + ["--evidence-out", str(evidence)]),
+                               Limits(timeout_s=args.timeout, memory_mb=args.memory_mb), workdir=workdir.path)
+        record = _record_of(result)
+        data = read_evidence(evidence)
+    finally:
+        workdir.remove()
+    # Note [Judged outside the job]: the job's verdict is replaced by one judged where the model never ran
+    verdicts, why_not = judge_in_sandbox(data, args.timeout, args.memory_mb) if data is not None and not args.train \
+        else (None, "the job wrote no evidence (its outputs as data)")
+    apply_verdicts(record, verdicts, why_not, train=args.train)
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))
     if args.out:
         written = write_outputs(record, Path(args.out))
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
-    return record, result.returncode
+    return record, verdict_exit(record, Path(args.target).stem, args.verbose)
+
+
+def _record_of(result) -> dict:
+    """The record a sandboxed explore printed, or the Failure that says why there is none."""
+    record = None
+    if result.stdout.strip() and result.returncode in (0, EXIT_FAILED, EXIT_USER_ERROR) and not result.limit_hit:
+        try:
+            record = json.loads(result.stdout)
+        except ValueError:
+            record = None
+    if not isinstance(record, dict):
+        code = EXIT_USER_ERROR if result.limit_hit or result.returncode == EXIT_USER_ERROR else EXIT_FAILED
+        message = result.explain()
+        if result.returncode == 0 and not result.limit_hit:
+            # with exit 0 the CLI always prints a record: something else ended the process
+            message = (f"The model's process exited (exit code {result.returncode}) without a result: something "
+                       "in the model ended the Python process directly, most likely os._exit(), or wrote over "
+                       "its output.")
+        raise Failure(message or f"The worker exited with code {result.returncode}.", code)
+    return record
 
 
 def write_outputs(record: dict, out: Path) -> list[Path]:
@@ -465,9 +500,20 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 # --- bench ---------------------------------------------------------------------------------------------------
 
 
+def warn_unsandboxed(command: str) -> None:
+    """`report`, `bench` and `compare` run the model in this process: said on stderr, unless this process is
+    itself a sandboxed worker (the app's jobs: GLASSBOX_BUILDER_FD is set only there)."""
+    if "GLASSBOX_BUILDER_FD" not in os.environ:
+        print(f"Warning: `{command}` runs the model in this process, unsandboxed, with your files and environment "
+              "(README, Security). For a model you do not trust, use `explore --sandbox --record-out R.json` and "
+              "`report R.json`, or the app.", file=sys.stderr)
+
+
 def bench_command(args) -> tuple[dict, int]:
     from engine.tools.bench import bench, load_cases, share_inductor
     from engine.tools.train_bench import bench_train
+
+    warn_unsandboxed("bench")
 
     cases = [(spec, mode, templates) for spec in load_cases(args.target, args.device) for mode in args.mode
              for templates in args.templates]
@@ -538,6 +584,7 @@ def profile_case(spec: ModelSpec, args) -> dict:
 def compare_command(args) -> tuple[dict, int]:
     from engine.tools.compare import SettingError, compare, parse_side, summary
 
+    warn_unsandboxed("compare")
     try:
         sides = [parse_side(args.a), parse_side(args.b)]
     except SettingError as error:
@@ -565,9 +612,7 @@ def report_command(args) -> tuple[dict, int]:
     if args.target.endswith(".json") and Path(args.target).is_file():
         record = read_record_file(Path(args.target))
     else:
-        print("Warning: `report` runs the model in this process, unsandboxed, with your files and environment "
-              "(README, Security). Run `explore --sandbox --record-out R.json` and `report R.json` for a model "
-              "you do not trust.", file=sys.stderr)
+        warn_unsandboxed("report")
         explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False})
         try:
             with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr
@@ -605,6 +650,7 @@ def repro_command(args) -> tuple[dict, int]:
     if args.target.endswith(".json") and Path(args.target).is_file():
         record = json.loads(Path(args.target).read_text(encoding="utf-8"))
     else:
+        warn_unsandboxed("repro")
         explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False,
                                              "profile": False, "inductor": False})
         with stdout_to_stderr():

@@ -395,13 +395,19 @@ def evidence_payload(evidence: Evidence) -> dict:
             "fp64_why_not": evidence.fp64_why_not, "again": pack(evidence.again), "tolerance": evidence.tolerance}
 
 
-def save_evidence(evidence: Evidence, path) -> None:
-    torch.save(evidence_payload(evidence), path)
+def save_evidence(evidences: list[Evidence], path) -> None:
+    torch.save([evidence_payload(e) for e in evidences], path)
 
 
-def load_evidence(path) -> Evidence:
-    """Evidence a job saved; weights_only: a file written by a model cannot make this process run code."""
-    payload = torch.load(path, weights_only=True, map_location="cpu")
+def load_evidence(path) -> list[Evidence]:
+    """The Evidence a job saved; weights_only: a file written by a model cannot make this process run code."""
+    payloads = torch.load(path, weights_only=True, map_location="cpu")
+    if not isinstance(payloads, list):
+        raise ValueError("the job's evidence is not a list")
+    return [_evidence_from(payload) for payload in payloads]
+
+
+def _evidence_from(payload) -> Evidence:
     if not isinstance(payload, dict):
         raise ValueError("the job's evidence is not a dict")
 

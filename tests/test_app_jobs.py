@@ -107,15 +107,37 @@ def test_the_profile_job_draws_its_typed_record():
     assert len(at.get("plotly_chart")) >= 2
 
 
-def test_outputs_that_differ_are_told_from_the_records_verify():
+def test_outputs_that_differ_are_told_from_the_records_verify(tmp_path):
+    # the verify is judged outside the job, from the outputs it returned as data (Note [Judged outside the job]);
+    # the problem shown is that verify's words, not stderr's
+    import torch
+
+    from engine import verdict
     from engine.tools.sandbox import SandboxResult
 
     record = {"model": "m", "backend": "cpp", "device": "cpu",
-              "verify": {"ok": False, "problem": "output 0 differs by 3.0 (atol 1e-05)"}}
-    finished = worker.Finished(SandboxResult(returncode=worker.EXIT_FAILED, stdout="", wall_s=1.0, peak_rss_mb=1.0,
+              "verify": {"ok": True, "problem": "the job's own words, which nobody believes"}}
+    evidence = tmp_path / "evidence.pt"
+    verdict.save_evidence([verdict.Evidence([("output", torch.tensor([1.0, 2.0]))], [("output", torch.tensor([1.0, 5.0]))],
+                                            again=[("output", torch.tensor([1.0, 2.0]))])], evidence)
+    finished = worker.Finished(SandboxResult(returncode=worker.EXIT_OK, stdout="", wall_s=1.0, peak_rss_mb=1.0,
                                              stderr="something the model printed\n\nan unrelated last paragraph"),
-                               {"record.json": json.dumps(record)}, completed=True, workdir="/nowhere")
+                               {"record.json": json.dumps(record), worker.EVIDENCE_NAME: evidence.read_bytes()},
+                               completed=True, workdir="/nowhere")
     outcome = worker.explore_outcome(finished, "m.py")
     assert outcome.record is not None and outcome.record.verify["ok"] is False
+    assert outcome.record.verify["judged_in"] == "a separate process the model never ran in"
     assert outcome.problem.title == "Glassbox's output differs from eager PyTorch"
-    assert outcome.problem.message == "output 0 differs by 3.0 (atol 1e-05)"  # the record's words, not stderr's
+    assert outcome.problem.message == outcome.record.verify["problem"] and "max abs err 3" in outcome.problem.message
+
+
+def test_a_record_that_claims_ok_without_evidence_is_no_pass():
+    from engine.tools.sandbox import SandboxResult
+
+    record = {"model": "m", "backend": "cpp", "device": "cpu", "verify": {"ok": True, "verdict": "ok"}}
+    finished = worker.Finished(SandboxResult(returncode=worker.EXIT_OK, stdout="", wall_s=1.0, peak_rss_mb=1.0,
+                                             stderr=""), {"record.json": json.dumps(record)}, completed=True,
+                               workdir="/nowhere")
+    outcome = worker.explore_outcome(finished, "m.py")
+    assert outcome.problem is not None and outcome.record.verify["ok"] is False
+    assert "could not be judged outside" in outcome.record.verify["problem"]

@@ -6,8 +6,11 @@ A worker (engine/tools/sandbox.py) runs as
 with bubblewrap's
   - new user, PID, mount, IPC, UTS and network namespaces (network only when asked), --die-with-parent and
     --new-session; uid/gid 65534 (nobody) inside, every capability dropped;
-  - the whole file system read-only; private size-capped tmpfs on /tmp and /dev/shm; /run hidden (sockets);
-    a /dev of its own with only the basic devices and the GPU's (/dev/nvidia*, /dev/dri);
+  - the whole file system read-only; private size-capped tmpfs on /tmp and /dev/shm; /run hidden (sockets)
+    and read-only; a /dev of its own with only the basic devices and the GPU's (/dev/nvidia*, /dev/dri),
+    read-only (a job that filled bwrap's uncapped /dev tmpfs held memory outside every limit);
+  - no nested user namespace (--disable-userns): inside one a job could mount a cgroup hierarchy its uid owns
+    and lift its own memory and process limits; the cgroup files it can see are on the read-only system;
     its own /proc, which lists only the job's processes: no server process to signal (`os.kill(os.getppid())`
     reaches bwrap's init, which ignores it), no server /proc/<pid>/environ to read, no other job's stdin;
   - writable: only its work directory (no other job's is visible); the compile cache is bound read-only
@@ -56,7 +59,7 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
     destination) pairs to bind read-only over the private mounts."""
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", UNPRIVILEGED_ID, "--gid", UNPRIVILEGED_ID,
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+            "--die-with-parent", "--new-session", *userns_refusal(), "--cap-drop", "ALL"]
     if not network:
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
@@ -68,7 +71,22 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
         argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:
         argv += ["--ro-bind", source, destination]
-    return argv + ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
+    argv += ["--bind", str(workdir), str(workdir), "--remount-ro", "/dev", "--remount-ro", "/run"]
+    if RUN_ROOT.is_dir():
+        argv += ["--remount-ro", str(RUN_ROOT)]  # its tmpfs; the work directory bound inside stays writable
+    return argv + ["--chdir", str(workdir), "--"]
+
+
+@functools.lru_cache(maxsize=None)
+def userns_refusal() -> tuple[str, ...]:
+    """bubblewrap's flags that refuse a nested user namespace inside the sandbox (Note [Isolation]), where this
+    bubblewrap has them (0.8 and later); () otherwise, and protection() says so."""
+    try:
+        usage = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True,
+                               timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return ("--disable-userns", "--assert-userns-disabled") if "--disable-userns" in usage else ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,6 +121,11 @@ def protection() -> tuple[list[str], list[str]]:
         have += ["bubblewrap namespaces (PID, mount, IPC, UTS, network) with an unprivileged uid",
                  "a read-only file system with private size-capped /tmp and /dev/shm",
                  "a read-only compile cache (builds go through a trusted builder)"]
+        if userns_refusal():
+            have.append("no nested user namespaces (the job cannot lift its own limits)")
+        else:
+            missing.append("nested user namespaces are not refused (bubblewrap older than 0.8 has no "
+                           "--disable-userns): a job could mount a cgroup hierarchy of its own and lift its limits")
     if Cgroup.available():
         have.append("cgroup memory and process limits (shared memory counted)")
     else:

@@ -1,0 +1,87 @@
+"""Limits a job cannot lift (issue 33; Note [Isolation] in engine/tools/isolation.py): no nested user namespace
+(where a job mounted its own cgroup hierarchy and raised its memory limit), no write to any cgroup file, /dev
+and /run read-only (bwrap's /dev tmpfs had no size cap), and memory held in SysV shared memory stopped at the
+job's limit."""
+import sys
+import textwrap
+
+import pytest
+
+from engine.tools import isolation
+from engine.tools.sandbox import Limits, run_sandboxed
+
+needs_bwrap = pytest.mark.skipif(bool(isolation.bwrap_problem()), reason=isolation.bwrap_problem() or "")
+
+
+def python(code: str, limits: Limits = Limits(timeout_s=60)):
+    return run_sandboxed([sys.executable, "-c", textwrap.dedent(code)], limits)
+
+
+@needs_bwrap
+@pytest.mark.skipif(not isolation.userns_refusal(), reason="this bubblewrap has no --disable-userns")
+def test_a_job_cannot_unshare_a_user_namespace():
+    result = python("""
+        import ctypes, os, subprocess
+        libc = ctypes.CDLL(None, use_errno=True)
+        CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+        print("unshare", libc.unshare(CLONE_NEWUSER | CLONE_NEWNS))
+        print("tool", subprocess.run(["unshare", "-U", "-r", "-m", "true"]).returncode)
+    """)
+    assert result.ok, result.explain()
+    assert "unshare -1" in result.stdout and "tool 0" not in result.stdout, result.stdout
+
+
+@needs_bwrap
+def test_a_job_cannot_change_any_cgroup_limit():
+    result = python("""
+        import glob
+        lifted = []
+        for pattern in ("memory.max", "memory.limit_in_bytes", "memory.oom_control", "pids.max", "memory.high"):
+            for path in glob.glob("/sys/fs/cgroup/**/" + pattern, recursive=True)[:200]:
+                try:
+                    with open(path, "w") as f:
+                        f.write("max" if "pids" in path or path.endswith("memory.max") else "-1")
+                    lifted.append(path)
+                except OSError:
+                    pass
+        print("lifted", lifted)
+    """)
+    assert result.ok, result.explain()
+    assert "lifted []" in result.stdout, result.stdout
+
+
+@needs_bwrap
+def test_dev_and_run_are_read_only_and_the_work_directory_is_not():
+    result = python("""
+        for path in ("/dev/fill", "/run/fill", "/dev/shm/ok", "./ok"):
+            try:
+                with open(path, "wb") as f:
+                    f.write(b"x" * 4096)
+                print("wrote", path)
+            except OSError as error:
+                print("refused", path, error.errno)
+        open("/dev/null", "w").write("still a device")
+    """)
+    assert result.ok, result.explain()
+    assert "refused /dev/fill" in result.stdout and "refused /run/fill" in result.stdout, result.stdout
+    assert "wrote /dev/shm/ok" in result.stdout and "wrote ./ok" in result.stdout
+
+
+@needs_bwrap
+@pytest.mark.skipif(not isolation.Cgroup.available(), reason="no writable cgroups: the polling cannot see SysV shm")
+def test_two_gigabytes_of_sysv_shared_memory_are_stopped_at_the_limit():
+    result = python("""
+        import ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        size = 2 << 30
+        segment = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        address = libc.shmat(segment, None, 0)
+        for offset in range(0, size, 64 << 20):
+            ctypes.memset(ctypes.c_void_p(address + offset), 1, 64 << 20)
+        libc.shmdt(ctypes.c_void_p(address))  # detached: in no process's resident memory any more
+        print("held 2 GB")
+        time.sleep(5)
+    """, Limits(timeout_s=120, memory_mb=500))
+    assert result.limit_hit == "memory", (result.limit_hit, result.returncode, result.stdout, result.stderr[-500:])
+    assert "held 2 GB" not in result.stdout

@@ -4,14 +4,30 @@ in engine/runtime/build.py).
 One `TrustedBuilder` serves one worker over a socket pair (the worker's end is inherited as GLASSBOX_BUILDER_FD),
 from a thread of the process that started the worker. A request carries only the generated source; the flags,
 the compiler and the cache key are the builder's (engine.runtime.build), and g++ itself runs in a sandbox of its own
-(bubblewrap where it works: no network, no processes to see, only the cache entry writable; a time limit),
-since the source comes from a job and could `#include` a file to read it back in an error message.
+(bubblewrap where it works: no network, no processes to see, only the cache entry writable), since the source
+comes from a job and could `#include` a file to read it back in an error message.
+
+Note [Builds inside the job's limits]
+A build is the job's work, so it gets the job's limits, not the server's: g++ runs with the job's time limit
+and an address-space limit of the job's memory backstop (prlimit; cc1plus reading `#include "/dev/zero"`
+grew without bound), in a process group of its own that the builder kills when the job ends (close(), called
+when the worker is closed: a constexpr-heavy source kept g++ running for minutes after its job was stopped).
+A source that includes anything but a header by name (an absolute path, '..', a macro, #embed, an .incbin in
+asm) is refused before g++ sees it. What a job stores in the shared cache is counted: past JOB_CACHE_BYTES
+(successful libraries; a failed build's entry is removed), its builds are refused, and after each new entry
+the cache is cut back to CACHE_MAX_BYTES by evicting the entries used longest ago (a hit touches its entry).
 """
 from __future__ import annotations
 
+import fcntl
+import os
+import re
+import shutil
+import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 from engine.runtime import build
 from engine.tools import isolation
@@ -19,28 +35,86 @@ from engine.tools import isolation
 COMPILE_TIMEOUT_S = 600.0
 SOURCE_LIMIT_BYTES = 64 << 20
 BUILDS_PER_JOB = 256  # a real exploration builds one library per graph; more is a job filling the cache
+JOB_CACHE_BYTES = int(os.environ.get("GLASSBOX_JOB_CACHE_MB", "256")) << 20
+CACHE_MAX_BYTES = int(os.environ.get("GLASSBOX_CACHE_MAX_MB", "2048")) << 20
+COMPILER_MEMORY_FLOOR = 1 << 30  # g++ on a large generated file needs this much address space at least
+
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M)
+_HEADER = re.compile(r'^(<[^<>"]+>|"[^<>"]+")')
 
 
-def sandboxed_compiler(command: list[str], **options) -> subprocess.CompletedProcess:
-    """subprocess.run for g++ on a job's source: under bubblewrap with only the output's directory writable."""
-    output = command[command.index("-o") + 1]
-    entry = output.rsplit("/", 1)[0]
-    if not isolation.bwrap_problem():
-        command = isolation.bwrap_argv(entry, [], 1 << 30) + command
+def refused_source(source: str) -> str:
+    """Why a job's source may not be compiled ("" when it may): Note [Builds inside the job's limits]."""
+    text = re.sub(r"/\*.*?\*/", " ", source.replace("\\\n", ""), flags=re.S)
+    for match in _DIRECTIVE.finditer(text):
+        kind, operand = match.group(1), match.group(2).strip()
+        header = _HEADER.match(operand)
+        name = header.group(1)[1:-1] if header else ""
+        if kind == "embed" or not header or name.startswith("/") or ".." in name.split("/"):
+            return (f"the source asks for `#{kind} {operand[:80]}`: generated code includes headers by name only "
+                    "(no absolute path, no '..', no macro, no #embed), so the trusted builder does not compile it")
+    if re.search(r"\.incbin\b", text):
+        return "the source has an `.incbin` (assembler file inclusion): the trusted builder does not compile it"
+    return ""
+
+
+def cache_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def evict(cpp_root: Path, max_bytes: int = CACHE_MAX_BYTES) -> list[Path]:
+    """Cut the shared cache's C++ entries back to 3/4 of max_bytes once over it, those used longest ago first;
+    an entry being built (its lock held) is kept. Returns the entries removed."""
     try:
-        return subprocess.run(command, timeout=COMPILE_TIMEOUT_S, **options)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(command, 1, "", f"the compiler ran past {COMPILE_TIMEOUT_S:g} s")
+        entries = [(entry.stat().st_mtime, entry) for entry in cpp_root.iterdir() if entry.is_dir()]
+    except OSError:
+        return []
+    sizes = {entry: cache_bytes(entry) for _, entry in entries}
+    total = sum(sizes.values())
+    if total <= max_bytes:
+        return []
+    removed = []
+    for _, entry in sorted(entries, key=lambda pair: pair[0]):
+        if total <= max_bytes * 3 // 4:
+            break
+        try:
+            with open(entry / "kernels.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue  # being built or used right now
+        total -= sizes[entry]
+        removed.append(entry)
+    return removed
 
 
 class TrustedBuilder:
-    """Answers one worker's build requests until the worker closes its end (it exits or is killed)."""
+    """Answers one worker's build requests until the worker closes its end (it exits or is killed), inside the
+    job's limits (Note [Builds inside the job's limits])."""
 
-    def __init__(self):
+    def __init__(self, memory_bytes: int = 4 << 30, timeout_s: float = COMPILE_TIMEOUT_S):
         self._ours, self._theirs = socket.socketpair()
         self.builds = 0
+        self.stored_bytes = 0
+        self.set_limits(memory_bytes, timeout_s)
+        self._running: subprocess.Popen | None = None
+        self._closed = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="glassbox-builder")
         self._thread.start()
+
+    def set_limits(self, memory_bytes: int, timeout_s: float) -> None:
+        """The job's limits: its memory backstop and its time (a standby worker learns its job's when it is
+        handed over)."""
+        self.memory_bytes = max(COMPILER_MEMORY_FLOOR, int(memory_bytes))
+        self.timeout_s = min(COMPILE_TIMEOUT_S, max(1.0, float(timeout_s)))
 
     def worker_fd(self) -> int:
         """The descriptor to pass to the worker (pass_fds), as GLASSBOX_BUILDER_FD."""
@@ -51,11 +125,45 @@ class TrustedBuilder:
         self._theirs.close()
 
     def close(self) -> None:
+        """The job ended: kill the compile it left running (its whole process group), close the channel."""
+        with self._lock:
+            self._closed = True
+            running = self._running
+        if running is not None:
+            _kill_group(running)
         for end in (self._theirs, self._ours):
             try:
                 end.close()
             except OSError:
                 pass
+
+    def compile(self, command: list[str], **options) -> subprocess.CompletedProcess:
+        """The `run` of build.build_library for a job's source: g++ under bubblewrap (only the entry writable),
+        with the job's memory and time, in its own process group (Note [Builds inside the job's limits])."""
+        output = command[command.index("-o") + 1]
+        entry = output.rsplit("/", 1)[0]
+        if not isolation.bwrap_problem():
+            command = isolation.bwrap_argv(Path(entry), [], 1 << 30) + command
+        limit = shutil.which("prlimit")
+        if limit:
+            command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0", "--"] + command
+        with self._lock:
+            if self._closed:
+                return subprocess.CompletedProcess(command, 1, "", "the job ended before its build")
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+            self._running = process
+        try:
+            stdout, stderr = process.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.communicate()
+            return subprocess.CompletedProcess(command, 1, "", f"the compiler ran past the job's {self.timeout_s:g} s")
+        finally:
+            with self._lock:
+                self._running = None
+            _kill_group(process)  # anything it left in its group
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
     def _serve(self) -> None:
         while True:
@@ -66,22 +174,52 @@ class TrustedBuilder:
             if request is None:
                 return
             self.builds += 1
-            answer = self._answer(request) if self.builds <= BUILDS_PER_JOB else {
-                "error": f"this job asked for more than {BUILDS_PER_JOB} builds; the trusted builder stops here"}
+            if self.builds > BUILDS_PER_JOB:
+                answer = {"error": f"this job asked for more than {BUILDS_PER_JOB} builds; the trusted builder "
+                                   "stops here"}
+            elif self.stored_bytes > JOB_CACHE_BYTES:
+                answer = {"error": f"this job stored {self.stored_bytes >> 20} MB in the shared compile cache, "
+                                   f"past its quota of {JOB_CACHE_BYTES >> 20} MB; the trusted builder stops here"}
+            else:
+                answer = self._answer(request)
             try:
                 build.send_message(self._ours, answer)
             except OSError:
                 return
 
-    @staticmethod
-    def _answer(request: dict) -> dict:
+    def _answer(self, request: dict) -> dict:
         source = request.get("source")
         if not isinstance(source, str):
             return {"error": "a build request carries the generated source as text"}
+        refused = refused_source(source)
+        if refused:
+            return {"error": refused}
         try:
-            path, hit = build.build_library(source, run=sandboxed_compiler)
+            entry = build.cache_dir() / "cpp" / build.library_key(source)
+            existed = entry.exists()
+        except (OSError, build.BuildError) as error:
+            return {"error": f"the trusted builder could not build: {error}"}
+        try:
+            path, hit = build.build_library(source, run=self.compile)
         except build.BuildError as error:
+            if not existed:  # a failed build leaves nothing in the shared cache
+                shutil.rmtree(entry, ignore_errors=True)
             return {"error": str(error)}
         except OSError as error:
             return {"error": f"the trusted builder could not build: {error}"}
+        if hit:
+            try:
+                os.utime(entry)  # used now: evicted last
+            except OSError:
+                pass
+        elif path.parent == entry:
+            self.stored_bytes += cache_bytes(entry)
+            evict(entry.parent)
         return {"path": str(path), "cache_hit": hit}
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

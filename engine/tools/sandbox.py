@@ -8,7 +8,8 @@ for memory and processes), with
   - a clean environment: only what Python and the compiler need; no inherited secrets
   - its own work directory (HOME too), removed afterwards, or by the next start when its owner was killed
     (Note [Work directories]); the compile cache read-only, builds by the trusted builder (Note [Trusted
-    builder] in engine/runtime/build.py)
+    builder] in engine/runtime/build.py) inside the job's memory and time, killed with the job (Note [Builds inside
+    the job's limits] in engine/tools/builder.py)
   - a wall-time limit, and a CPU-time limit (RLIMIT_CPU, a backstop should the watcher itself die)
   - a memory limit: this module's polling of the resident memory of every process of the job plus its private
     tmpfs and memfds, with the cgroup's limit a little above it as the kernel's backstop (Note [Memory
@@ -277,7 +278,7 @@ class SandboxedProcess:
         environment = clean_environment(self.workdir, env, self.isolated)
         command, keep = argv, ()
         if self.isolated:
-            self.builder = TrustedBuilder()
+            self.builder = TrustedBuilder(backstop_bytes(self.limits.memory_mb), self.limits.timeout_s)
             environment["GLASSBOX_BUILDER_FD"] = str(self.builder.worker_fd())
             keep = (self.builder.worker_fd(),)
             shared = _shared_cache()  # read-only: Note [Trusted builder]
@@ -372,6 +373,8 @@ class SandboxedProcess:
         from now. False when the process is no longer there to take it."""
         if limits is not None:
             self.limits = limits
+            if self.builder is not None:  # its builds get the job's limits too (Note [Builds inside the job's limits])
+                self.builder.set_limits(backstop_bytes(limits.memory_mb), limits.timeout_s)
             # the imports a worker may still be doing get their own allowance; wait() lowers the limit to the
             # job's own when the job has begun (Note [Standby worker])
             self._limit_cpu_from_now(limits.cpu_s + STARTUP_S * (os.cpu_count() or 1))

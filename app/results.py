@@ -1,8 +1,17 @@
-"""A bounded, thread-safe LRU of worker results keyed by content hash (shared by every session of the server)."""
+"""A bounded, thread-safe LRU of worker results keyed by content hash (shared by every session of the server).
+
+Note [Result cache in bytes]
+The cache is bounded by count and by bytes: a count alone let 32 large records (one 100 MB record held 589 MB
+resident) take the server's memory. Each value's size is estimated once, when it is put, as RESIDENT_FACTOR
+times the length of its JSON (Python objects take several times their JSON text); a value larger than the
+whole budget is not kept (the session that asked for it still gets it).
+"""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -14,10 +23,27 @@ def content_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+RESIDENT_FACTOR = 6  # resident bytes of a record's Python objects per byte of its JSON (measured: 589 MB / 100 MB)
+MAX_BYTES = int(os.environ.get("GLASSBOX_APP_CACHE_MB", "1024")) << 20
+
+
+def estimated_bytes(value: Any) -> int:
+    """What a value holds in memory, estimated from its JSON (Note [Result cache in bytes])."""
+    def plain(item):
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        return getattr(item, "__dict__", None) or str(item)
+    try:
+        return RESIDENT_FACTOR * len(json.dumps(value, default=plain))
+    except (TypeError, ValueError, RecursionError):
+        return RESIDENT_FACTOR * len(repr(value))
+
+
 class ResultCache:
-    def __init__(self, max_entries: int = 32):
-        self.max_entries = max_entries
+    def __init__(self, max_entries: int = 32, max_bytes: int = MAX_BYTES):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
         self._items: OrderedDict[str, Any] = OrderedDict()
+        self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> Any | None:
@@ -27,16 +53,27 @@ class ResultCache:
             self._items.move_to_end(key)
             return self._items[key]
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: Any, size: int | None = None) -> None:
+        size = estimated_bytes(value) if size is None else size
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+            self._items.pop(key, None)
+            self._sizes.pop(key, None)
+            if size > self.max_bytes:
+                return  # larger than the whole budget: not kept
+            self._items[key], self._sizes[key] = value, size
+            while len(self._items) > self.max_entries or sum(self._sizes.values()) > self.max_bytes:
+                oldest, _ = self._items.popitem(last=False)
+                self._sizes.pop(oldest, None)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(self._sizes.values())
 
     def discard(self, key: str) -> None:
         with self._lock:
             self._items.pop(key, None)
+            self._sizes.pop(key, None)
 
     def __contains__(self, key: str) -> bool:
         with self._lock:

@@ -436,3 +436,15 @@ def test_server_binds_to_localhost_by_default():
 def test_every_sample_is_offered():
     at = started()
     assert at.selectbox(key="sample").options == sample_names()
+
+
+def test_result_cache_is_bounded_in_bytes():
+    # Note [Result cache in bytes]: a count alone let large records take the server's memory
+    cache = ResultCache(max_entries=32, max_bytes=10_000)
+    cache.put("big", "x" * 20_000)  # larger than the whole budget: not kept
+    assert "big" not in cache
+    for name in "abcdef":
+        cache.put(name, "y" * 300)  # ~1.8 kB each, estimated as resident bytes
+    assert cache.bytes <= 10_000 and "a" not in cache and "f" in cache
+    cache.discard("f")
+    assert "f" not in cache and cache.bytes <= 10_000

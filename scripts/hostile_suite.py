@@ -207,8 +207,8 @@ CASES: list[Case] = [
         import torch
         model = torch.nn.Dropout(0.5).train()
         example_inputs = (torch.randn(64),)
-        """), "clear-failure", message=r"random",
-         note="verify says the model is random (eager disagrees with itself) instead of comparing"),
+        """), "user-error", message=r"random",
+         note="verify says the model is random (eager disagrees with itself): exit 2, not a mismatch"),
     Case("C++ compiler fails", _src(GOOD), "ok", env={"CXX": "/bin/false"}, without_isolation="clear-failure",
          note="the job's CXX is ignored: the trusted builder picks the compiler (without bubblewrap: a clear "
               "failure); a build error through the builder: tests/test_cache_trust.py"),
@@ -407,6 +407,31 @@ CASES: list[Case] = [
         example_inputs = (torch.randn(3),)
         """), "user-error", message=r"[Nn]etwork is unreachable|OSError", needs_isolation=True,
          note="no network namespace access"),
+    Case("unshares a user namespace to lift its cgroup limits", _src("""
+        import ctypes, torch
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x10000000 | 0x00020000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS: then mount a cgroup tree
+            raise SystemExit("unshared a user namespace")
+        raise RuntimeError("nested user namespace refused")
+        """), "user-error", message=r"nested user namespace refused", needs_isolation=True,
+         note="bubblewrap --disable-userns (Note [Isolation])"),
+    Case("fills /dev and /run", _src("""
+        import torch
+        refused = []
+        for path in ("/dev/fill", "/run/fill"):
+            try:
+                open(path, "wb").write(bytes(1 << 20))
+            except OSError as error:
+                refused.append(error.strerror)
+        raise RuntimeError(f"writes refused: {refused}")
+        """), "user-error", message=r"Read-only file system.*Read-only file system", needs_isolation=True,
+         note="/dev and /run are read-only in the sandbox"),
+    Case("sends #include \"/dev/zero\" to the builder", _src("""
+        import torch
+        from engine.runtime import build
+        build.build_library('#include "/dev/zero"\\n')
+        """), "user-error", message=r"does not compile it", needs_isolation=True,
+         note="refused before g++ runs; g++ has the job's memory and time (Note [Builds inside the job's limits])"),
 ]
 
 

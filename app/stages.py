@@ -305,11 +305,18 @@ def run_stage(record: Exploration, graph_index: int, key: str) -> None:
     for error in record.errors:
         st.warning(md_text(error.message))
     verify = record.verify
-    if verify.get("ok"):
+    if verify.get("verdict") == "random":
+        st.warning(md_text(f"Nothing could be checked: {verify.get('problem', 'the model is random')}"))
+    elif verify.get("ok"):
         st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.get('max_abs_err'))}, "
                    f"max rel error {_number(verify.get('max_rel_err'))}).")
+        if verify.get("verdict") == "layout differs":
+            st.warning(md_text(verify.get("problem", "the layout differs from eager's")))
     elif verify:
         st.error("Glassbox's outputs differ from eager PyTorch: see the table.")
+    if verify.get("reference") or verify.get("judged_in"):  # Note [Verdicts]: which reference, and where
+        st.caption(md_text(f"Judged by: {verify.get('reference', '?')}"
+                           + (f"; in {verify['judged_in']}" if verify.get("judged_in") else "")))
     rows = tables.numerics_rows(verify)
     if rows:
         st.markdown("**Numerics per output**")

@@ -43,9 +43,10 @@ words which reference judged the outputs.
 Note [Verdict from data]
 judge() runs no model code: it takes the outputs of the compiled run, of eager, of the float64 run and (when
 some output is not close to eager) of a second eager run, as values: the float64 rule is used only for a
-model whose second eager run repeats the first (a random model's float64 run would license any output). So the process that judges need not be the one the
-model ran in: a sandboxed job returns its Evidence (save_evidence: tensors and plain Python values, loaded
-with weights_only) and its parent judges (engine/tools/sandbox.py, Note [Judged outside the job]).
+model whose second eager run repeats the first (a random model's float64 run would license any output). So
+the process that judges need not be the one the model ran in: a sandboxed job returns its Evidence
+(save_evidence: tensors and plain Python values, loaded with weights_only), and a process that never ran a
+model judges it (engine/tools/judged.py, Note [Judged outside the job]).
 """
 from __future__ import annotations
 

@@ -156,7 +156,8 @@ def numerics_rows(verify: dict) -> list[dict]:
     rows = []
     for number, output in enumerate((verify or {}).get("outputs") or []):
         shape = output.get("shape")
-        rows.append({"output": number, "ok": output.get("ok"),
+        rows.append({"output": output.get("path", number), "ok": output.get("ok"),
+                     "judged by": output.get("judged_by", ""),
                      "shape": "x".join(str(s) for s in shape) if isinstance(shape, list) else str(shape or ""),
                      "dtype": output.get("dtype"), "max abs error": output.get("max_abs_err"),
                      "max rel error": output.get("max_rel_err"), "atol": output.get("atol"),

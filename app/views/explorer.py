@@ -47,8 +47,10 @@ def _header(record: dict) -> None:
         columns[1].metric("graph breaks", len(record.get("graph_breaks") or []))
         fallbacks = sum(1 for k in kernels if k.get("kind") == "fallback")
         columns[2].metric("kernels", len(kernels), help=f"{fallbacks} fallback(s)" if fallbacks else None)
-        columns[3].metric("matches eager", "yes" if verify.get("ok") else "NO",
-                          help=f"max abs error {verify.get('max_abs_err')}")
+        answer = {"random": "random", "layout differs": "yes, layout differs",
+                  "nothing compared": "nothing compared"}.get(verify.get("verdict"))
+        columns[3].metric("matches eager", answer or ("yes" if verify.get("ok") else "NO"),
+                          help=f"max abs error {verify.get('max_abs_err')}; judged by: {verify.get('reference', '?')}")
         if record.get("description"):
             with st.expander("About this model", expanded=True):
                 st.markdown(description_markdown(record["description"]))

@@ -143,3 +143,17 @@ def test_a_transformers_llama_decoder_in_bfloat16_passes():
     record = engine.explore(Logits(), (torch.randint(0, 4096, (2, 64)),))
     assert record.verify["ok"] and record.verify["verdict"] == "ok", record.verify
     assert record.verify["outputs"][0]["judged_by"] == "fp64"
+
+
+def test_a_discontinuity_eager_crossed_is_explained_and_still_fails():
+    # eager lands on the wrong side of a ReLU within rounding at one element (a jump of 0.5), ours further off
+    generator = torch.Generator().manual_seed(3)
+    reference = torch.randn(1000, dtype=torch.float64, generator=generator)
+    eager = (reference + 1e-7 * torch.randn(1000, dtype=torch.float64, generator=generator)).float()
+    ours = (reference + 1e-7 * torch.randn(1000, dtype=torch.float64, generator=generator)).float()
+    eager[10] = reference[10] + 0.5
+    ours[10] = reference[10] - 1.5  # ours went another way again, further than eager's own error allows
+    entry = verdict.compare_tensor(eager, ours, reference)
+    assert not entry["ok"] and "within rounding" in entry["fp64"]["note"]
+    ours[10], eager[10] = reference[10] + 0.7, reference[10]  # where eager is stable, no such words
+    assert "note" not in verdict.compare_tensor(eager, ours, reference)["fp64"]

@@ -746,6 +746,7 @@ def provenance_command(args) -> tuple[dict, int]:
 def whatif_command(args) -> tuple[dict, int]:
     from engine.tools.whatif import WhatIfError, parse_inputs, what_if, what_if_lines
 
+    warn_unsandboxed("whatif")
     spec = spec_on_device(load_model_file(args.target), args.device)
     try:
         inputs = parse_inputs(args.inputs, tuple(spec.example_inputs))
@@ -769,6 +770,7 @@ def fix_command(args) -> tuple[dict, int]:
     """Note [Applying a rewrite] in engine/tools/apply_fix.py."""
     from engine.tools.apply_fix import FixError, apply_fix, concrete, summary
 
+    warn_unsandboxed("fix")
     spec = load_model_file(args.target)
     explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False, "profile": False,
                                          "inductor": False, "trace": None})

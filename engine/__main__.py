@@ -672,6 +672,7 @@ def repro_command(args) -> tuple[dict, int]:
 def quiet_exploration(args) -> dict:
     """explore's record for the commands that ask it one question (asm, provenance); exploring's failures are
     theirs, reported the same way."""
+    warn_unsandboxed(args.command)
     explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False,
                                          "inductor": False, "profile": False, "record_out": None})
     with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr

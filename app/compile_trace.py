@@ -6,6 +6,7 @@ import json
 
 import streamlit as st
 
+from app.safe_text import file_name
 from engine.record import Exploration
 from engine.tools.trace_file import compile_cost, trace_events
 from visualizers import timeline
@@ -13,7 +14,7 @@ from visualizers import timeline
 
 def _download(document: dict, name: str, key: str) -> None:
     st.download_button("Download the trace (Chrome / Perfetto JSON)", json.dumps(document), mime="application/json",
-                       file_name=f"{name}-trace.json", key=key, icon=":material/download:",
+                       file_name=file_name(name) + "-trace.json", key=key, icon=":material/download:",
                        help="Open it in ui.perfetto.dev or chrome://tracing: the compile's stages and passes, and "
                             "(after profiling) a run's kernels")
 

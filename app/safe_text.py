@@ -37,3 +37,13 @@ def description_markdown(text) -> str:
     text = IMAGE.sub(lambda match: match.group(1), text)
     text = REFERENCE_DEFINITION.sub("", text)
     return TAG.sub("", text)
+
+
+UNSAFE_FILE_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def file_name(*parts) -> str:
+    """A download's file name from record values: letters, digits, '_', '.' and '-' only (a model's name is
+    a worker's data, and a browser shows and saves the name it is given)."""
+    text = "_".join("" if part is None else str(part) for part in parts)
+    return UNSAFE_FILE_CHARACTERS.sub("_", text).strip("._") or "model"

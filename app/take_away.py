@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.safe_text import file_name, md_text
 from engine.record import Exploration, GraphRecord
 from engine.tools.repro_file import ReproError, repro_text
 
@@ -34,15 +35,16 @@ def download_pane(record: Exploration, graph: GraphRecord, key: str) -> None:
         st.caption(str(error))
         return
     middle, right = st.columns(2)
-    middle.download_button("Download reproducer", one, file_name=f"repro_{record.model}_{chosen}.py",
+    middle.download_button("Download reproducer", one, file_name=file_name("repro", record.model, chosen) + ".py",
                            mime="text/x-python", key=f"{key}_repro_download", icon=":material/download:")
     right.download_button(f"Whole graph {graph.index}", whole, help=f"all {len(names)} kernels of the graph",
-                          file_name=f"repro_{record.model}_graph{graph.index}.py", mime="text/x-python",
+                          file_name=file_name("repro", record.model, f"graph{graph.index}") + ".py", mime="text/x-python",
                           key=f"{key}_repro_graph_download", icon=":material/download:")
     kernel = kernels[names.index(chosen)]
     reference = kernel.repro.get("reference") or {}
     if "error" in reference:
-        st.caption(f"{chosen}: no eager reference ({reference['error']}); the file runs and times it only.")
+        st.caption(f"{md_text(chosen)}: no eager reference ({md_text(reference['error'])}); the file runs and "
+                   "times it only.")
     else:
-        st.caption(f"{chosen}: checked against eager on {len(reference.get('outputs') or [])} output(s); "
-                   f"`python repro_{record.model}_{chosen}.py` from a Glassbox checkout")
+        st.caption(f"{md_text(chosen)}: checked against eager on {len(reference.get('outputs') or [])} output(s); "
+                   f"`python {file_name('repro', record.model, chosen)}.py` from a Glassbox checkout")

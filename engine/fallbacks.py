@@ -26,8 +26,9 @@ class FallbackWarning(UserWarning):
     not lower. The message names the stage, the reason and the user's source line; `.eager_run` holds them
     as data."""
 
-    def __init__(self, eager_run: "EagerRun"):
-        super().__init__(eager_run.message())
+    def __init__(self, message: str, eager_run: "EagerRun | None" = None):
+        # a plain message first: tools rebuild a warning from its class and text (pytest-xdist's workers do)
+        super().__init__(message)
         self.eager_run = eager_run
 
 
@@ -85,7 +86,7 @@ def op_fallbacks(lowered_nodes, aten_gm: torch.fx.GraphModule) -> list[EagerRun]
 
 
 def warn(fallback: EagerRun) -> None:
-    warnings.warn(FallbackWarning(fallback), stacklevel=3)
+    warnings.warn(FallbackWarning(fallback.message(), fallback), stacklevel=3)
 
 
 @contextmanager
@@ -99,7 +100,7 @@ def collected() -> Iterator[list[EagerRun]]:
             yield found
         finally:
             for warning in caught:
-                if isinstance(warning.message, FallbackWarning):
+                if isinstance(warning.message, FallbackWarning) and warning.message.eager_run is not None:
                     found.append(warning.message.eager_run)
                 else:  # anything else is shown as it would have been
                     warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)

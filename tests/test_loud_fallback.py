@@ -153,3 +153,9 @@ def test_bench_marks_a_row_that_fell_back(monkeypatch, tmp_path):
     (fallback,) = report["fallbacks"]
     assert fallback.startswith("fell back: codegen stage, RuntimeError: injected failure"), fallback
     assert report["speedup_vs_eager"] is None  # an eager run is not timed as ours
+
+
+def test_the_warning_rebuilds_from_its_text():
+    # pytest-xdist sends a worker's warnings to the controller as class and text and rebuilds them there
+    rebuilt = engine.FallbackWarning("Glassbox: the whole graph ran eagerly")
+    assert str(rebuilt) == "Glassbox: the whole graph ran eagerly" and rebuilt.eager_run is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import compile_trace, heat_pane, state, ui
-from app.safe_text import md_text
+from app.safe_text import file_name, md_text
 from visualizers import html_report, memory, roofline, teaching
 
 st.markdown("### Per-kernel profile")
@@ -50,6 +50,6 @@ else:
     name = record.model or "model"
     # the report renders the JSON document, as `python -m engine report record.json` does with a saved one
     left.download_button("Download the report (offline HTML)", html_report.report_html(record.to_json()),
-                         file_name=f"{name}-glassbox.html", mime="text/html", key="download_report")
-    right.download_button("Download the record (JSON)", record.dumps(indent=1), file_name=f"{name}.json",
+                         file_name=file_name(name) + "-glassbox.html", mime="text/html", key="download_report")
+    right.download_button("Download the record (JSON)", record.dumps(indent=1), file_name=file_name(name) + ".json",
                           mime="application/json", key="download_json")

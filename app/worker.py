@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,16 +170,8 @@ def _hand_over(process: sandbox.SandboxedProcess, arguments: Callable[[Path], li
 # worker may print (a sparse file of 100 GB takes no disk but would take the server's memory). Anything else
 # reads as missing, and the outcome says the worker left no result.
 def _read(path: Path, limit_bytes: int = OUTPUT_MB << 20) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit_bytes or info.st_nlink != 1:
-            return None
-        data = file.read(limit_bytes + 1)
-    return data.decode("utf-8", errors="replace") if len(data) <= limit_bytes else None
+    data = read_evidence(path, limit_bytes)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 # --- explore ---------------------------------------------------------------------------------------------------

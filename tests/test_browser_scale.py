@@ -91,6 +91,24 @@ def test_first_aten_view_folds_by_module_path_and_search_reaches_inside(browser,
     page.close()
 
 
+def open_and_pick(page, label: str, option: str, tries: int = 6) -> None:
+    """Pick `option` in the multiselect labelled `label`. A rerun still in flight (the page settling on a loaded
+    machine) closes an open list, so the list is opened again until its option shows."""
+    wanted = page.get_by_role("option", name=option, exact=True).first
+    for _ in range(tries):
+        page.wait_for_timeout(1500)
+        page.get_by_label(label, exact=True).first.click()
+        try:
+            wanted.wait_for(state="visible", timeout=10_000)
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list closed under a rerun; open it again
+            page.keyboard.press("Escape")
+            continue
+        wanted.click()
+        page.keyboard.press("Escape")
+        return
+    raise AssertionError(f"the {label!r} list never showed {option!r}")
+
+
 def test_kernels_table_filters_by_kind(browser, server, llama_key):  # noqa: F811
     page = browser.new_page(viewport={"width": 1500, "height": 1300})
     page.goto(f"{server}/?code={llama_key}&stage=fusion&side=none")
@@ -98,11 +116,7 @@ def test_kernels_table_filters_by_kind(browser, server, llama_key):  # noqa: F81
     heading.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     shown, total = map(int, re.search(r"\((\d+) of (\d+)\)", heading.inner_text()).groups())
     assert shown == total > 20
-    page.wait_for_timeout(2000)  # the page settles (a rerun closes an open list)
-    page.get_by_label("Kernel kinds", exact=True).first.click()
-    page.wait_for_timeout(1500)
-    page.get_by_role("option", name="reduction", exact=True).first.click()
-    page.keyboard.press("Escape")
+    open_and_pick(page, "Kernel kinds", "reduction")
     page.wait_for_function("(t) => [...document.querySelectorAll('p')].some(p => /^Kernels \\((\\d+) of/.test("
                            "p.innerText) && !p.innerText.startsWith(`Kernels (${t} of`))", arg=total,
                            timeout=60_000)

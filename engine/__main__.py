@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_argument("--inputs", required=True, metavar="SPECS",
                         help="the other inputs, one spec per tensor input: e.g. 'float32[8, 512], int64[8]'")
     whatif.add_argument("--dynamic", action="store_true", help="ask the dynamic-shape compile instead")
+    whatif.add_argument("--mark-dynamic", default="", metavar="INPUT:DIM,...",
+                        help="mark these dims of the example's tensor inputs dynamic (torch._dynamo.mark_dynamic) "
+                             "before compiling, e.g. '0:0' (tensor input 0, dim 0)")
 
     fix = commands.add_parser("fix", help="apply a graph break's suggested rewrite and explore before and after",
                               description="Apply the concrete suggested rewrites of a model's graph breaks (or of "
@@ -745,18 +748,20 @@ def provenance_command(args) -> tuple[dict, int]:
 
 
 def whatif_command(args) -> tuple[dict, int]:
-    from engine.tools.whatif import WhatIfError, parse_inputs, what_if, what_if_lines
+    from engine.tools.whatif import WhatIfError, mark_dims, parse_dims, parse_inputs, what_if, what_if_lines
 
     warn_unsandboxed("whatif")
     spec = spec_on_device(load_model_file(args.target), args.device)
     try:
         inputs = parse_inputs(args.inputs, tuple(spec.example_inputs))
+        dims = parse_dims(args.mark_dynamic)
+        mark_dims(tuple(spec.example_inputs), dims)  # a wrong input or dim is the user's error, said before compiling
     except WhatIfError as error:
         raise Failure(f"whatif: {error}", EXIT_USER_ERROR) from error
     run_eager(spec)
     try:
         result = what_if(spec, inputs, backend=args.backend, device=args.device,
-                         dynamic=True if args.dynamic else None)
+                         dynamic=True if args.dynamic else None, dynamic_dims=dims)
     except Exception as error:
         raise compile_failure(spec, error) from error
     if not args.json:

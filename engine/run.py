@@ -110,16 +110,34 @@ def fresh(inputs) -> tuple:
         lambda x: same_layout_copy(x) if isinstance(x, torch.Tensor) else x, list(inputs)))
 
 
+DYNAMIC_MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices",
+                 "_dynamo_strict_unbacked_indices", "_dynamo_static_indices", "_dynamo_dynamic_range")
+
+
 def same_layout_copy(x: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
-    """A copy of x (on `device`, default its own) with its sizes, strides and storage offset."""
+    """A copy of x (on `device`, default its own) with its sizes, strides and storage offset, and the dims the
+    user marked dynamic (Note [Dynamic marks travel with copies])."""
     device = x.device if device is None else torch.device(device)
     if x.layout != torch.strided or (x.is_contiguous() and x.storage_offset() == 0):
-        return x.to(device, copy=True)
+        return _with_marks(x, x.to(device, copy=True))
     with torch.no_grad():
         storage = x.untyped_storage()
         flat = x.new_empty(0).set_(storage, 0, (storage.nbytes() // x.element_size(),), (1,)).to(device, copy=True)
         copy = flat.new_empty(0).set_(flat.untyped_storage(), x.storage_offset(), x.size(), x.stride())
-    return copy.requires_grad_(x.requires_grad) if x.is_leaf and x.requires_grad else copy
+    return _with_marks(x, copy.requires_grad_(x.requires_grad) if x.is_leaf and x.requires_grad else copy)
+
+
+def _with_marks(x: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
+    # Note [Dynamic marks travel with copies]
+    # torch._dynamo.mark_dynamic(x, 0) is an attribute on the tensor object (a set of dims), and Dynamo reads it
+    # from the tensor it is called with. Every run hands the model fresh copies of the example inputs, so a mark
+    # the model file (or the recompile what-if) put on an example tensor is copied onto its copy; without this
+    # the mark is silently lost and the compile specializes the size it was asked to keep symbolic.
+    for name in DYNAMIC_MARKS:
+        if hasattr(x, name):
+            value = getattr(x, name)
+            setattr(copy, name, value.copy() if hasattr(value, "copy") else value)
+    return copy
 
 
 def _floating(entries: list) -> bool:

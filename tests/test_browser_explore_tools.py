@@ -98,8 +98,22 @@ def test_the_recompile_what_if_predicts_then_runs(server, browser):
     page.get_by_text("Would recompile").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     page.get_by_text("the prediction was right").first.wait_for()
     assert page.get_by_text("size mismatch").count() >= 1
+    assert page.get_by_text("mark_dynamic on L['args'][0] dim 0").count() >= 1  # names the dim to mark
     page.get_by_text("Would recompile").first.scroll_into_view_if_needed()
     shot(page, "breaks_whatif")
+    page.get_by_role("button", name="dim 0 = 32").click()  # mark the batch dim dynamic, ask again
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Ask, then run").click()
+    page.get_by_text("No recompile").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("are marked dynamic").first.wait_for()
+    page.get_by_text("the prediction was right").first.wait_for()
+    matters = page.get_by_text("The guards that matter").first
+    matters.wait_for()
+    assert page.get_by_text("float32[dynamic, 128]").count() >= 1  # the marked dim is a symbol in the guard
+    raw = page.locator("[data-testid='stExpander']").filter(has_text="as Dynamo's guard tree lists them")
+    assert raw.locator("details").first.get_attribute("open") is None  # the raw dump folded
+    matters.scroll_into_view_if_needed()
+    shot(page, "breaks_whatif_marked")
 
 
 def test_applying_a_break_fix_in_place_removes_it_and_can_be_reverted(server, browser):

@@ -65,7 +65,8 @@ def render() -> None:
         st.caption(f"By kind: {md_text(tables.guard_summary(guards))}. A change to what a guard checks (an input's "
                    "shape, the grad mode, a module's attribute) makes Dynamo compile again.")
     for group, items in tables.guard_groups(guards).items():
-        with st.expander(f"{group} ({len(items)})", expanded=group == "shapes and sizes"):
+        with st.expander(f"{group} ({len(items)})", expanded=False):  # the raw dump, folded; the what-if above
+            # lists the version's guards that matter first (Note [Guards that matter])
             st.code("\n".join(items[:500]) + (f"\n# ... {len(items) - 500} more" if len(items) > 500 else ""),
                     language="python", wrap_lines=True)
     if breaks:

@@ -10,7 +10,14 @@ example inputs, asks the guards about the new ones, then runs them and reports w
 prediction is checked against the outcome. With dynamic shapes the same question is asked of the dynamic
 compile. Only the model's own function is asked (the frames after a graph break compile separately; their
 entries are asked when Dynamo has them, found by the graph break's code). The failing guards are summarized by
-kind: shape, dtype, stride, device, requires_grad, module or global state, other.
+kind: shape, dtype, stride, device, requires_grad, module or global state, other; the version's own guards are
+read from its guard tree, the ones that matter first (Note [Guards that matter] in guard_tree.py).
+
+A dim can also be marked dynamic (torch._dynamo.mark_dynamic on the example input, `dynamic_dims`): the example
+compile then takes that size as a symbol, and the same guards say whether the new inputs still recompile. The
+sizes that changed are named per dim (input, dim, from, to, marked or not), so the answer says which marks
+would avoid the recompile. A mark the model's code contradicts (it specializes the size: a broadcast against a
+static dim) is Dynamo's constraint violation, returned as the answer, not raised.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ import re
 import torch
 
 import engine
+from engine.run import same_layout_copy
+from engine.tools import guard_tree
 from engine.tools.model_file import ModelSpec
 
 SPEC = re.compile(r"(\w+)\s*\[([^\]]*)\]")
@@ -136,8 +145,75 @@ def _predict(model, inputs: tuple, example: tuple) -> dict:
             result = entry.guard_manager.check_verbose(f_locals)
             checked.append({"entry": number, "passes": bool(result.result),
                             "failed": [str(part) for part in result.verbose_code_parts]})
-        return _verdict(checked, code)
+        guards = guard_tree.version_guards(entries[-1], _self_names(code, model))  # the example's version
+        return {**_verdict(checked, code), "guards": {**guards, "matters": guard_tree.matters(guards)},
+                "input_names": _input_names(code, model, example)}
     return {"known": False, "reason": "no compiled version of the model's function accepts its example inputs"}
+
+
+def _self_names(code, model) -> tuple[str, ...]:
+    names = code.co_varnames[:1] if isinstance(model, torch.nn.Module) and code.co_argcount else ()
+    return tuple(names) + ("self", "fn")
+
+
+def _input_names(code, model, example: tuple) -> list[str]:
+    """Each tensor input's name as the guards spell it (L['x'], or L['args'][0] through a wrapper)."""
+    f_locals = _locals(code, model, example)
+    names = []
+    for value in example:
+        if not isinstance(value, torch.Tensor):
+            continue
+        found = next((f"L['{k}']" for k, v in f_locals.items() if v is value), None)
+        if found is None:
+            found = next((f"L['{k}'][{i}]" for k, v in f_locals.items() if isinstance(v, tuple)
+                          for i, item in enumerate(v) if item is value), None)
+        names.append(found or f"input {len(names)}")
+    return names
+
+
+def changed_dims(example: tuple, inputs: tuple, marked: tuple = ()) -> list[dict]:
+    """Each size that differs between the example's tensors and the new ones: {input (its position among the
+    tensor inputs), dim, from, to, marked (dynamic on the example)}; a change of rank is dim None."""
+    tensors = [(a, b) for a, b in zip(example, inputs) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)]
+    changed = []
+    for position, (old, new) in enumerate(tensors):
+        if old.dim() != new.dim():
+            changed.append({"input": position, "dim": None, "from": list(old.shape), "to": list(new.shape),
+                            "marked": False})
+            continue
+        changed += [{"input": position, "dim": dim, "from": a, "to": b, "marked": (position, dim) in marked}
+                    for dim, (a, b) in enumerate(zip(old.shape, new.shape)) if a != b]
+    return changed
+
+
+def mark_dims(example: tuple, dims) -> tuple:
+    """Copies of the example's tensors with `dims` ((tensor position, dim) pairs) marked dynamic
+    (torch._dynamo.mark_dynamic); the model file's own tensors stay unmarked."""
+    tensors = [i for i, x in enumerate(example) if isinstance(x, torch.Tensor)]
+    marked = list(example)
+    for position, dim in dims:
+        if not 0 <= position < len(tensors):
+            raise WhatIfError(f"no tensor input {position}: the model takes {len(tensors)}")
+        index = tensors[position]
+        if not isinstance(marked[index], torch.Tensor) or marked[index] is example[index]:
+            marked[index] = same_layout_copy(example[index])
+        if not -marked[index].dim() <= dim < marked[index].dim():
+            raise WhatIfError(f"tensor input {position} has {marked[index].dim()} dims, no dim {dim}")
+        torch._dynamo.mark_dynamic(marked[index], dim % marked[index].dim())
+    return tuple(marked)
+
+
+def parse_dims(text: str) -> list[tuple[int, int]]:
+    """'0:0, 1:2' -> [(0, 0), (1, 2)]: tensor input : dim, as --mark-dynamic takes them."""
+    pairs = []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        position, colon, dim = part.partition(":")
+        if not colon or not position.strip().isdigit() or not dim.strip().lstrip("-").isdigit():
+            raise WhatIfError(f"mark-dynamic wants INPUT:DIM pairs (e.g. 0:0), not {part!r}")
+        pairs.append((int(position), int(dim)))
+    return pairs
 
 
 def _verdict(checked: list[dict], code) -> dict:
@@ -157,20 +233,33 @@ def _verdict(checked: list[dict], code) -> dict:
 
 
 def what_if(spec: ModelSpec, inputs: tuple, backend: str = "cpp", device: str = "cpu",
-            dynamic: bool | None = None) -> dict:
-    """Explore on the example inputs, predict for `inputs` from the guards, then run them: prediction and
-    outcome side by side (Note [Recompile what-if])."""
+            dynamic: bool | None = None, dynamic_dims=()) -> dict:
+    """Explore on the example inputs (`dynamic_dims` marked dynamic), predict for `inputs` from the guards, then
+    run them: prediction and outcome side by side (Note [Recompile what-if])."""
     predictions: list[dict] = []
-    exploration = engine.explore(spec.model, spec.example_inputs, backend=backend, device=device, dynamic=dynamic,
-                                 dynamic_inputs=[inputs], name=spec.name,
-                                 before_inputs=lambda extra: predictions.append(
-                                     predict(spec.model, extra, tuple(spec.example_inputs))))
+    dims = tuple((int(p), int(d)) for p, d in dynamic_dims)
+    example = mark_dims(tuple(spec.example_inputs), dims)
+    changed = changed_dims(example, inputs, tuple((p, d % max(example_tensor(example, p).dim(), 1)) for p, d in dims))
+    try:
+        exploration = engine.explore(spec.model, example, backend=backend, device=device, dynamic=dynamic,
+                                     dynamic_inputs=[inputs], name=spec.name,
+                                     before_inputs=lambda extra: predictions.append(predict(spec.model, extra, example)))
+    except Exception as error:  # noqa: BLE001 - a mark the code contradicts: Dynamo's answer, as data
+        if "Constraints violated" not in str(error) and "ConstraintViolation" not in type(error).__name__:
+            raise
+        return _contradicted(spec, inputs, dynamic, dims, changed, error)
     record = exploration.to_json()
+    contradiction = next((e for e in record.get("errors") or [] if "Constraints violated" in (e.get("message") or "")),
+                         None)
+    if contradiction is not None and not predictions:
+        return _contradicted(spec, inputs, dynamic, dims, changed, contradiction["message"])
     run = (record.get("runs") or [{}])[0]
     recompiles = record.get("recompiles") or []
     happened = bool(run.get("new_graphs")) or bool(recompiles)
     prediction = predictions[0] if predictions else {"known": False, "reason": "the inputs never ran"}
-    return {"model": spec.name, "inputs": run.get("inputs") or ", ".join(spec_of(x) for x in inputs
+    if prediction.get("known"):
+        prediction["dynamic"] = _dynamic_words(prediction, changed, dynamic)
+    return {"model": spec.name, "dynamic_dims": [list(d) for d in dims], "changed_dims": changed, "inputs": run.get("inputs") or ", ".join(spec_of(x) for x in inputs
                                                                          if isinstance(x, torch.Tensor)),
             "example_inputs": record.get("inputs"), "dynamic": dynamic, "prediction": prediction,
             "outcome": {"recompiled": happened, "new_graphs": run.get("new_graphs", 0),
@@ -181,13 +270,74 @@ def what_if(spec: ModelSpec, inputs: tuple, backend: str = "cpp", device: str = 
             "errors": record.get("errors") or []}
 
 
+def example_tensor(example: tuple, position: int) -> torch.Tensor:
+    return [x for x in example if isinstance(x, torch.Tensor)][position]
+
+
+def _dim_name(change: dict, names: list[str] | None = None) -> str:
+    name = (names or [])[change["input"]] if names and change["input"] < len(names) else f"input {change['input']}"
+    return f"{name} dim {change['dim']}" if change["dim"] is not None else f"{name}'s rank"
+
+
+def _dynamic_words(prediction: dict, changed: list[dict], dynamic: bool | None) -> str:
+    """What marking dims dynamic (or dynamic=True) changes for these inputs, naming the dims."""
+    names = prediction.get("input_names")
+    unmarked = [c for c in changed if not c["marked"]]
+    if not prediction["recompile"]:
+        if changed and dynamic:
+            return "no recompile: dynamic=True compiled the sizes as symbols, so the changed sizes fit"
+        if changed:
+            return ("no recompile: the changed sizes (" + ", ".join(_dim_name(c, names) for c in changed)
+                    + ") are marked dynamic, so the compiled version takes them as symbols")
+        return "no recompile either way: no size changed"
+    kinds = prediction["failed_kinds"]
+    if kinds != ["shape"]:
+        return (f"dynamic=True would not avoid it: {', '.join(k for k in kinds if k != 'shape')} guards fail, "
+                "and only sizes become symbols")
+    if unmarked and all(c["dim"] is not None for c in unmarked):
+        dims = ", ".join(f"{_dim_name(c, names)} ({c['from']} -> {c['to']})" for c in unmarked)
+        return (f"mark_dynamic on {dims} (or dynamic=True, every size) compiles those sizes as symbols: one graph "
+                "would serve these shapes too, without this recompile")
+    return ("dynamic=True (or torch._dynamo.mark_dynamic on the changed dims) compiles sizes as symbols: one graph "
+            "would serve these shapes too, without this recompile, unless the code specializes them")
+
+
+def _contradicted(spec: ModelSpec, inputs: tuple, dynamic, dims, changed, error) -> dict:
+    """The marks contradict the code: Dynamo refused to compile the example with them (Note [Recompile
+    what-if])."""
+    message = str(error)
+    lines = [line.strip(" -") for line in message.splitlines() if "marked" in line or "Constraints" in line]
+    return {"model": spec.name, "dynamic_dims": [list(d) for d in dims], "changed_dims": changed,
+            "inputs": ", ".join(spec_of(x) for x in inputs if isinstance(x, torch.Tensor)),
+            "example_inputs": ", ".join(spec_of(x) for x in spec.example_inputs if isinstance(x, torch.Tensor)),
+            "dynamic": dynamic,
+            "prediction": {"known": False, "contradiction": " ".join(lines)[:600] or message[:600],
+                           "reason": "the model's code specializes a size marked dynamic, so Dynamo refuses the "
+                                     "mark: " + (" ".join(lines)[:400] or message[:400])
+                                     + " (torch._dynamo.maybe_mark_dynamic lets it specialize instead)"},
+            "outcome": {"recompiled": None, "new_graphs": 0, "reasons": [], "verify_ok": None},
+            "predicted_right": None, "guards": {"count": 0, "by_kind": {}, "all": []}, "errors": []}
+
+
 def what_if_lines(result: dict) -> list[str]:
     prediction, outcome = result["prediction"], result["outcome"]
     lines = [f"What if {result['model']} got {result['inputs']} (explored on {result['example_inputs']}"
              + (", dynamic=True" if result.get("dynamic") else "") + ")?"]
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(result["guards"]["by_kind"].items(),
                                                                   key=lambda item: -item[1]))
-    lines.append(f"  guards: {result['guards']['count']} ({kinds or 'none'})")
+    checks = (prediction.get("guards") or {}).get("checks")
+    if checks:  # the asked version's own guard tree (Note [Guards that matter])
+        kinds = ", ".join(f"{count} {kind}" for kind, count in checks.items())
+        lines.append(f"  guards: {sum(checks.values())} checks ({kinds}), the ones that matter:")
+    else:
+        lines.append(f"  guards: {result['guards']['count']} ({kinds or 'none'})")
+    if result.get("dynamic_dims"):
+        lines.append("  marked dynamic: " + ", ".join(f"tensor input {p} dim {d}" for p, d in result["dynamic_dims"]))
+    for change in result.get("changed_dims") or []:
+        lines.append(f"  changed: {_dim_name(change, prediction.get('input_names'))} {change['from']} -> {change['to']}"
+                     + (" (marked dynamic)" if change["marked"] else ""))
+    for line in (prediction.get("guards") or {}).get("matters") or []:
+        lines.append(f"    {line}")
     if not prediction.get("known"):
         lines.append(f"  prediction: unknown ({prediction.get('reason')})")
     else:
@@ -197,6 +347,8 @@ def what_if_lines(result: dict) -> list[str]:
             for failed in check["failed"]:
                 lines.append(f"    version {check['entry']}: fails {failed}")
         lines.append(f"  dynamic=True: {prediction['dynamic']}")
+    if outcome["recompiled"] is None:
+        return lines
     lines.append(f"  outcome (ran them): " + (f"recompiled ({outcome['new_graphs']} new graph(s))" if outcome["recompiled"]
                                               else "no recompile") + f"; prediction {'right' if result['predicted_right'] else 'WRONG'}")
     return lines

@@ -1,21 +1,16 @@
 """Run and verify: the evidence for the verdict (eager's outputs, a float64 run's, a second eager run's) from
 the model, judged by engine/verdict.py (Note [Tolerance policy], Note [Verdicts], Note [Verdict from data]).
 
-Note [Float64 reference]
-The float64 run upcasts every float32/half input and the model's floating parameters and buffers: a module
-is deep-copied and converted; a function's modules (those it closes over, its bound `self`, the globals it
-names) are converted in place and given back their very tensors afterwards (a half or float32 value is exact
-in float64, so nothing changes). The model's own code computes it: a model that looks at its inputs' dtype
-can move its own reference (README, "Security", says what the verdict promises against such a model).
+The float64 reference is not the model's own float64 run: it is eager's run, shadowed op by op in float64
+(engine/shadow64.py, Note [Float64 shadow]), so a model that looks at its inputs' dtype cannot move it.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import torch
 
-from engine import verdict
+from engine import shadow64, verdict
 from engine.verdict import (COMPLEX_PARTS, FP64_MULTIPLIER, TOLERANCES, Evidence, compare,  # noqa: F401
                             compare_tensor, judge, judge_against_fp64, tolerance_for)
 
@@ -34,71 +29,27 @@ def _upcast(value):
     return value
 
 
-def _modules_of(fn) -> list[torch.nn.Module]:
-    """The modules a function computes with (Note [Float64 reference]): those it closes over, its bound self,
-    the globals it names."""
-    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    candidates = [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ())
-                  if _filled(cell)] + [getattr(fn, "__self__", None)]
-    candidates += [names.get(name) for name in (code.co_names if code is not None else ())]
-    return list({id(m): m for m in candidates if isinstance(m, torch.nn.Module)}.values())
-
-
-def _filled(cell) -> bool:
+def eager_with_fp64(model, inputs, reference: bool = True) -> tuple[list, list | None, str]:
+    """(eager's output leaves, the float64 leaves of the same run, why not) on copies of `inputs`: one eager
+    run under the float64 shadow (Note [Float64 shadow]); the model is never called in float64."""
+    copies = fresh(inputs)
+    if not reference:
+        with torch.no_grad():
+            return verdict.leaves(model(*copies)), None, ""
     try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def _float64_in_place(modules: list[torch.nn.Module]):
-    """The modules' floating parameters and buffers in float64 for a while; afterwards each gets back its very
-    tensor (Note [Float64 reference])."""
-    saved = []
-    seen = set()
-    try:
-        for module in {id(s): s for m in modules for s in m.modules()}.values():
-            for name, p in module._parameters.items():
-                if p is not None and p.dtype in UPCAST and id(p) not in seen:
-                    seen.add(id(p))
-                    saved.append((p, p.data))
-                    p.data = p.data.to(torch.float64)
-            for name, b in list(module._buffers.items()):
-                if b is not None and b.dtype in UPCAST:
-                    saved.append((module, name, b))
-                    module._buffers[name] = b.to(torch.float64)
-        yield
-    finally:
-        for item in reversed(saved):
-            if len(item) == 2:
-                item[0].data = item[1]
-            else:
-                item[0]._buffers[item[1]] = item[2]
-
-
-def fp64_leaves(model, inputs) -> tuple[list | None, str]:
-    """The leaves of the model's outputs on float64 inputs and parameters (Note [Float64 reference]), or
-    (None, why not)."""
-    modules = [] if isinstance(model, torch.nn.Module) else _modules_of(model)
-    if not any(isinstance(x, torch.Tensor) and x.dtype in UPCAST for x in torch.utils._pytree.tree_leaves(
-            list(inputs))) and not isinstance(model, torch.nn.Module) and not modules:
-        return None, "no low-precision floating input or parameter"
-    try:
-        upcast = torch.utils._pytree.tree_map(_upcast, list(inputs))
-        if isinstance(model, torch.nn.Module):
-            with torch.no_grad():
-                return verdict.leaves(copy.deepcopy(model).to(torch.float64)(*upcast)), ""
-        with torch.no_grad(), _float64_in_place(modules):
-            return verdict.leaves(model(*upcast)), ""
-    except Exception as error:  # the model may insist on its dtypes: then rule 1 alone decides
-        return None, f"model does not run in float64 ({type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''})"
+        with torch.no_grad():
+            outputs, mode = shadow64.under_shadow(model, *copies)
+    except Exception as error:  # the model raised only under the shadow: eager without it, rule 1 alone decides
+        with torch.no_grad():
+            eager = verdict.leaves(model(*fresh(inputs)))
+        return eager, None, f"the float64 shadow of eager's run failed ({type(error).__name__}: {str(error)[:120]})"
+    eager = verdict.leaves(outputs)
+    return eager, shadow64.shadow_leaves(mode, eager), ""
 
 
 def fp64_reference(model, inputs) -> tuple[list | None, str]:
-    """The model's tensor outputs on float64 inputs (and float64 parameters), or (None, why not)."""
-    found, why_not = fp64_leaves(model, inputs)
+    """The float64 values of the model's tensor outputs (Note [Float64 shadow]), or (None, why not)."""
+    _, found, why_not = eager_with_fp64(model, inputs)
     return ([leaf for _, leaf in found if isinstance(leaf, torch.Tensor)] if found is not None else None), why_not
 
 
@@ -150,11 +101,10 @@ def evidence(model, inputs, outputs, tolerance: dict | None = None, reference: b
     `inputs`, which must be the values the compiled run saw), the float64 run's, and a second eager run's when
     an output is not close to eager (to tell a random model from a wrong compile, Note [Verdict from data])."""
     tolerance = verdict.validate_tolerance(tolerance)
-    with torch.no_grad():
-        eager = verdict.leaves(model(*fresh(inputs)))
+    eager, fp64, why_not = eager_with_fp64(model, inputs, reference)
     found = Evidence(eager, verdict.leaves(outputs), tolerance=tolerance)
     if reference and _floating(eager):
-        found.fp64, found.fp64_why_not = fp64_leaves(model, fresh(inputs))
+        found.fp64, found.fp64_why_not = fp64, why_not
     if not all(o.get("close_to_eager") for o in judge(Evidence(eager, found.ours, tolerance=tolerance))["outputs"]):
         with torch.no_grad():
             found.again = verdict.leaves(model(*fresh(inputs)))

@@ -13,8 +13,9 @@ holds them). Integers, bools, strings and None must be equal. A floating leaf pa
    non-negative numbers: anything else is refused, since atol=inf would pass everything).
 2. No less accurate than eager: where eager itself is far from the true result (a long float32 sum, a
    cancellation, a half-precision chain), "close to eager" asks the impossible. Like torch's own accuracy
-   checks (torch._dynamo.utils.same), the model runs once more on inputs and parameters upcast to float64,
-   and element i passes when
+   checks (torch._dynamo.utils.same), a float64 reference is computed: eager's own run, every ATen op
+   repeated in float64 on float64 shadows (engine/shadow64.py, Note [Float64 shadow]; the model is never
+   called in float64, so it cannot steer its reference), and element i passes when
        |ours_i - fp64_i| <= FP64_MULTIPLIER * max(|eager_i - fp64_i|, floor) + atol + rtol * |fp64_i|
    Each element's allowance is eager's own error at that element. Rounding puts eager's and our errors at
    different elements, so `floor` is the largest error that eager's typical rounding noise reaches among n
@@ -331,7 +332,8 @@ def reference_words(outputs: list[dict], fp64_why_not: str = "") -> str:
     if by_eager:
         parts.append(f"{by_eager} output(s) judged against eager (within atol/rtol)")
     if by_fp64:
-        parts.append(f"{by_fp64} output(s) judged against the model's float64 run (no less accurate than eager)")
+        parts.append(f"{by_fp64} output(s) judged against the float64 shadow of eager's run (no less accurate "
+                     "than eager)")
     failed = sum(1 for o in outputs if not o.get("ok"))
     if failed:
         parts.append(f"{failed} output(s) failed")

@@ -10,8 +10,9 @@ never ran a model (`python -m engine judge FILE`) loads it with weights_only and
 the record's, each marked with `judged_in`. The process that judges is sandboxed too: the file was written by a
 model. A record with no evidence, or evidence that cannot be read, is no pass.
 What this cannot promise: the outputs themselves come from the model's process, so a model that forges the
-evidence (returns eager's values as the compiled ones, or steers its float64 run by looking at its inputs'
-dtype) still fools the verdict; README, "Security", says so. Training steps are judged in the job for now
+evidence (returns eager's values as the compiled ones, writes its tensors behind ATen's back) still fools the
+verdict; README, "Security", says so. Its float64 reference it cannot steer by what it tests (its inputs'
+dtype, is_compiling()): it is the float64 shadow of eager's run (Note [Float64 shadow], engine/shadow64.py). Training steps are judged in the job for now
 (their verify says `judged_in: "the job"`).
 """
 from __future__ import annotations

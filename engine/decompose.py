@@ -9,6 +9,7 @@ All AOTAutograd private API use lives here.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
 
@@ -27,7 +28,7 @@ EXTRA_DECOMPOSITIONS = [
     aten._native_batch_norm_legit, aten.native_batch_norm, aten.native_group_norm, aten.hardswish,
     aten.hardsigmoid, aten.softplus, aten.elu, aten.log_sigmoid_forward, aten.mish, aten.addcmul, aten.addcdiv,
     aten.lerp, aten.std, aten.std_mean, aten.linalg_vector_norm, aten._unsafe_index,
-    aten.upsample_nearest2d, aten.upsample_bilinear2d, aten.avg_pool2d, aten._adaptive_avg_pool2d,
+    aten.avg_pool2d, aten._adaptive_avg_pool2d,
     aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
     aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
     # found by the OpInfo sweep: torch has a decomposition into ops we lower (scripts/opinfo_sweep.py)
@@ -53,6 +54,20 @@ if hasattr(aten, "_scaled_dot_product_cudnn_attention"):
 # tokens' gradients added), with the padding tokens' gradients zeroed by a where() first; whole, the Scatter
 # node of Note [Embedding backward as an atomic add] (lowering/backward.py) masks them off instead.
 LOWERED_WHOLE = [aten.embedding_dense_backward.default]
+# Note [Interpolation kept whole]
+# An inference graph keeps interpolation whole: one gather per output element computing its own source
+# positions (Note [Interpolation as one gather] in lowering/interpolation.py), where torch's decompositions
+# build index vectors as separate nodes. torch registers those decompositions as Python kernels of the ops'
+# Autograd and CompositeImplicitAutograd keys (py_impl), which AOTAutograd's Python dispatcher runs whatever
+# the decomposition table says; so while an inference graph is traced they are set aside (and put back
+# after), and the ops reach the graph as the .default overloads below (a .vec overload's C++ composite calls
+# its .default). A training graph keeps torch's decompositions: ATen's upsample backward ops have no
+# decomposition, and the decomposed forward's gradient is generated (an index_put that accumulates).
+INTERPOLATION = [aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
+                 aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
+                 aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_trilinear3d,
+                 aten.upsample_bicubic2d]
+LOWERED_WHOLE += [packet.default for packet in INTERPOLATION]
 
 
 def _core_aten_table() -> dict:
@@ -81,9 +96,66 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable,
     (partition.py), and the halves go to `fw_compiler` and `bw_compiler` (the backward on its first use);
     a graph that needs none goes to `inference_compiler`."""
     extra = {"partition_fn": partition_fn} if partition_fn is not None else {}
-    return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
-                                 **extra)
+    training = will_train(example_inputs)
+    with contextlib.nullcontext() if training else _interpolation_kept_whole():
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                     inference_compiler=inference_compiler,
+                                     decompositions=_training_table() if training else decomposition_table(),
+                                     **extra)
+
+
+@functools.lru_cache(maxsize=None)
+def _training_table() -> dict:
+    """The table a training graph is traced with: interpolation decomposed (Note [Interpolation kept
+    whole])."""
+    table = dict(decomposition_table())
+    table.update(get_decompositions([packet.default for packet in INTERPOLATION]))
+    return table
+
+
+_SET_ASIDE = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+def _vec_as_default(packet) -> Callable:
+    """A .vec overload (output size or scale factors) as a call of its .default overload, the output size
+    computed as torch's Python decomposition computes it (symbolic sizes stay symbolic; C++'s composite
+    would specialize them)."""
+    from torch._decomp.decompositions import upsample_compute_output_size
+    linear = "align_corners" in str(packet.default._schema)
+
+    def call(x, output_size, *rest):
+        align, scale_factors = (rest[0], rest[1]) if linear else (None, rest[0])
+        size = upsample_compute_output_size(x.size(), output_size, scale_factors)
+        scales = list(scale_factors) if scale_factors else [None] * len(size)
+        return packet.default(x, size, *([align] if linear else []), *scales)
+
+    return call
+
+
+@contextlib.contextmanager
+def _interpolation_kept_whole():
+    """torch's Python decompositions of the interpolation ops set aside while a graph is traced, each .vec
+    overload calling its .default (Note [Interpolation kept whole])."""
+    saved = []
+    for packet in INTERPOLATION:
+        for name in ("default", "vec"):
+            overload = getattr(packet, name, None)
+            if overload is None:
+                continue
+            saved.append((overload, {key: overload.py_kernels.pop(key) for key in _SET_ASIDE
+                                     if key in overload.py_kernels}))
+            if name == "vec":
+                for key in _SET_ASIDE:
+                    overload.py_kernels[key] = _vec_as_default(packet)
+            overload._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for overload, kernels in saved:
+            for key in _SET_ASIDE:
+                overload.py_kernels.pop(key, None)
+            overload.py_kernels.update(kernels)
+            overload._dispatch_cache.clear()
 
 
 def static_inputs(phase: str) -> frozenset[int] | None:

@@ -19,7 +19,7 @@ the same). At load 1.2-2.3 with passive waiting the whole table came out within 
 policy at load 4-5 it was 0.04-14.7. --cpu-time times CPU seconds per call on one thread instead.
 The Qwen3 cases need transformers and are skipped without it. Every case also counts the OpenMP threads our
 kernels start from a thread that never set torch's count (glassbox_extra_threads, at most --threads - 1;
-the script fails otherwise); the column reductions and the cumsum are issue 29's held-out shapes (figures: reports/cpu_columns_issue29.md).
+the script fails otherwise); the column reductions, the cumsum and the bilinear upsample are issue 29's held-out shapes (figures: reports/cpu_columns_issue29.md).
 """
 from __future__ import annotations
 
@@ -87,6 +87,10 @@ def _cumsum_half(x):
     return x.cumsum(1) * 0.5
 
 
+def _upsample_add(x, y):
+    return torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False) + y
+
+
 def extra_threads(fn, inputs: tuple) -> int:
     """Threads the process gains while `fn` runs in a Python thread that never called torch.set_num_threads
     (Note [Kernel threads] in engine/codegen/cpp_prelude.h): OpenMP's workers are threads of the process, so
@@ -149,6 +153,9 @@ def cpu_cases() -> list[dict]:
         ]
     cases.append(dict(name="cumsum_rows_1024x1024", model=_cumsum_half,
                       inputs=lambda: (torch.randn(1024, 1024, **f32),)))
+    # issue 29's bilinear upsample x2 + add, at a CPU size (the H200's is 16 x 256 x 64 x 64 in fp16)
+    cases.append(dict(name="upsample_bilinear_add", model=_upsample_add,
+                      inputs=lambda: (torch.randn(2, 64, 64, 64, **f32), torch.randn(2, 64, 128, 128, **f32))))
     half = dict(atol=6e-2, rtol=6e-2)
     for suffix, dtype, tolerance in (("bf16", torch.bfloat16, half), ("fp16", torch.float16, half),
                                      ("fp32", torch.float32, None)):

@@ -297,9 +297,12 @@ class CppPrinter(KernelPrinter):
         return self.emit(f"{cond} ? {a} : {b}", a.dtype, cond.varying or a.varying or b.varying)
 
     def declare_indirect(self, symbol, value, size):
-        size_text, _ = self.index(size)
-        self.add_line(f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : "
-                      f"static_cast<int64_t>({value});", value.varying)
+        if size is None:  # a position already in range (Note [Op vocabulary]): read as is
+            self.add_line(f"const int64_t {symbol} = static_cast<int64_t>({value});", value.varying)
+        else:
+            size_text, _ = self.index(size)
+            self.add_line(f"const int64_t {symbol} = {value} < 0 ? {value} + {size_text} : "
+                          f"static_cast<int64_t>({value});", value.varying)
         if value.varying:
             self.varying_symbols.add(symbol)
         return value.varying

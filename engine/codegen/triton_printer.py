@@ -302,6 +302,11 @@ class TritonPrinter(KernelPrinter):
         return self.emit(f"tl.where({cond}, {first}, {b})", a.dtype, cond.dims | a.dims | b.dims)
 
     def declare_indirect(self, symbol, value, size):
+        if size is None:  # a position already in range (Note [Op vocabulary]): read as is
+            self.symbol_dims[symbol] = value.dims
+            varying = self.inner in self.symbol_dims[symbol]
+            self.add_line(f"{symbol} = {value}", varying)
+            return varying
         size_text, size_dims = self.index(size)
         self.symbol_dims[symbol] = value.dims | size_dims
         varying = self.inner in self.symbol_dims[symbol]

@@ -139,8 +139,11 @@ class TorchEvaluator:
     def indirect(self, value, size):
         name = f"ind{self._indirect}"
         self._indirect += 1
-        size_value = self._index(size)
-        self.env[name] = torch.where(value < 0, value + size_value, value).long()
+        if size is None:  # a position already in range (Note [Op vocabulary])
+            self.env[name] = value.long()
+        else:
+            size_value = self._index(size)
+            self.env[name] = torch.where(value < 0, value + size_value, value).long()
         return sympy.Symbol(name, integer=True)
 
 

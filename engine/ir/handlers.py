@@ -162,7 +162,7 @@ class IRPrinter(TextHandler):
         return self.emit(f"where({cond}, {a}, {b})", a.dtype)
 
     def declare_indirect(self, symbol, value, size):
-        self._line(f"{symbol} = indirect({value}, size={py_index(size)})")
+        self._line(f"{symbol} = indirect({value}, size={py_index(size) if size is not None else 'in range'})")
         return True
 
 

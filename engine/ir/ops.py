@@ -34,7 +34,9 @@ PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "
 ARITHMETIC = tuple(UNARY) + tuple(BINARY)
 # load(buffer_name, index_tuple), constant(value, dtype), index_expr(sympy_expr, dtype),
 # to_dtype(x, dtype), where(cond, a, b), indirect(int_value, size) -> a sympy symbol standing for a
-# data-dependent index (gather, embedding); negative values wrap around like Python indexing.
+# data-dependent index (gather, embedding); negative values wrap around like Python indexing. With size None
+# the value is a position already known to lie in range (computed and clamped by the lowering, as an
+# interpolation's source row): it is read as is, no wrap (aten._unsafe_index's contract).
 SPECIAL = ("load", "constant", "index_expr", "to_dtype", "where", "indirect", "masked")
 # Note [Masked loads]
 # masked(mask, body, other): `body` is a function of no arguments written in these ops; the result is its

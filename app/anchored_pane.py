@@ -12,8 +12,7 @@ from visualizers import anchors
 
 
 def render(graph: GraphRecord, language: str, key: str) -> None:
-    data = graph.to_json()
-    sentences = anchors.kernel_sentences(data)
+    sentences = anchors.kernel_sentences(graph)
     if not sentences:
         return
     with st.expander("Explain the code, anchored to its lines", expanded=False):
@@ -25,10 +24,10 @@ def render(graph: GraphRecord, language: str, key: str) -> None:
         ui.show_code("\n".join(source[start - 1:last + 1]), language, first_line=start,
                      hl_lines=list(range(first, last + 1)), max_height=360,
                      caption=f"lines {first}–{last} of the module")
-        traced = [p["line"] for p in (data.get("code") or {}).get("provenance") or [] if first <= p["line"] <= last]
+        traced = [p.line for p in (graph.code.provenance if graph.code else []) if first <= p.line <= last]
         line = st.number_input("Which generated line? (its origin)", min_value=first, max_value=last,
                                value=traced[0] if traced else first, key=f"{key}_anchor_line_{chosen}")
-        origin = anchors.line_origin(data, int(line))
+        origin = anchors.line_origin(graph, int(line))
         if origin is None:
             st.caption(f"Line {line} is the kernel's scaffolding (signature, loops, stores): no single IR node.")
             return

@@ -10,9 +10,8 @@ from visualizers import heat, overlay
 
 
 def render(record: Exploration) -> None:
-    data = record.to_json()
-    lines = heat.line_heat(data)
-    if not any(heat.node_heat(g) for g in data.get("graphs") or []):
+    lines = heat.line_heat(record)
+    if not any(heat.node_heat(g) for g in record.graphs):
         return
     st.markdown("**Where the time goes** — each kernel's measured time on the nodes it computes, and on your lines")
     items = "".join(f"<span style='background:{fill};border:1px solid {border};border-radius:4px;padding:1px 6px;"
@@ -20,11 +19,11 @@ def render(record: Exploration) -> None:
     st.html(f"<div>{items}</div>")
     left, right = st.columns(2)
     with left:
-        for graph in data.get("graphs") or []:
+        for graph in record.graphs:
             paint, notes = heat.graph_paint(graph)
             if paint:
-                st.caption(f"graph {graph.get('index', 0)}: ATen nodes in their kernel's heat")
-                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes), len(graph.get("aten") or []))
+                st.caption(f"graph {graph.index}: ATen nodes in their kernel's heat")
+                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes), len(graph.aten))
     with right:
         source = record.source.text
         if source and lines:

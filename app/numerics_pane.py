@@ -39,9 +39,9 @@ def render(record: Exploration, graph: GraphRecord | None, key: str) -> None:
                  f"max abs error {culprit['max_abs_err']:.3g} while its inputs are off by at most "
                  f"{culprit['input_max_abs_err']:.3g}{where}. Kernels after it that read its values diverge "
                  "downstream.")
-    paint, notes, bold = overlay.bisect_paint(graph.to_json())
+    paint, notes, bold = overlay.bisect_paint(graph)
     _legend()
-    ui.show_graph(overlay.overlay_dot(graph.to_json(), "aten", paint, notes, bold), len(graph.aten))
+    ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes, bold), len(graph.aten))
     rows = [{"kernel": k["kernel"], "kind": k["kind"], "status": k["status"],
              "inputs' max abs error": k["input_max_abs_err"], "max abs error": k["max_abs_err"]}
             for k in bisect.get("kernels") or []]

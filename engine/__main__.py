@@ -34,7 +34,7 @@ from typing import Iterator
 
 import torch
 
-from engine.record import ErrorRecord, Exploration
+from engine.record import ErrorRecord, Exploration, SourceFile
 from engine.tools import cli_format
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
 from engine.tools.sandbox import positive_limit
@@ -387,10 +387,10 @@ def hot_lines(record: dict, count: int = 5) -> list[str]:
     """With --profile: the user's lines that cost the most (Note [Time on lines] in visualizers/heat.py)."""
     from visualizers.heat import line_heat
 
-    heat = line_heat(record)
+    heat = line_heat(Exploration.from_json(record))
     if not heat:
         return []
-    source = (record.get("source") or {}).get("text", "").splitlines()
+    source = record["source"]["text"].splitlines()
     ranked = sorted(heat.items(), key=lambda item: -item[1]["ms"])[:count]
     return ["Time on your lines (profiled kernels, each split over its lines):"] + [
         f"  line {line}: {entry['ms']:.4f} ms ({entry['share']:.0%})  "
@@ -622,13 +622,15 @@ def report_command(args) -> tuple[dict, int]:
                 record, code = explore_command(explore_args)
         except (Failure, ModelFileError) as failure:
             spec_source = Path(args.target).read_text(encoding="utf-8") if Path(args.target).is_file() else ""
-            record = failed_record(Path(args.target).stem, {"filename": args.target, "text": spec_source},
+            record = failed_record(Path(args.target).stem, SourceFile(filename=args.target, text=spec_source),
                                    "explore", getattr(failure, "message", str(failure)))
             code = getattr(failure, "code", EXIT_FAILED)
     out = Path(args.out)
     if out.is_dir():
         out = out / "report.html"
     try:
+        if not isinstance(record, Exploration):  # a hand-trimmed record file may leave out where it ran
+            record = Exploration.from_json({"model": "model", "backend": "", "device": "", **record})
         page = report_html(record)
     except (TypeError, ValueError, AttributeError, KeyError) as error:
         raise Failure(f"Cannot write a report of {args.target}: the record is malformed ({type(error).__name__}: "

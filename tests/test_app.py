@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from app import inputs as input_specs
 from app import worker
 from app.results import ResultCache, content_key
+from engine.record import Exploration, GraphBreakRecord, GraphRecord
 from samples import DEFAULT_SAMPLE, sample_names
 from visualizers import charts, graphs, provenance, tables
 from visualizers import code as code_html
@@ -360,7 +361,7 @@ def _record(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def gpt_record() -> dict:
+def gpt_record() -> Exploration:
     return _record("gpt_decoder")
 
 
@@ -381,21 +382,24 @@ def test_graphs_colour_kinds_cluster_kernels_and_collapse_modules(gpt_record):
 
 def test_fallbacks_are_marked_and_breaks_drawn_between_graphs():
     node = {"op": "call_function", "shape": ["4"], "dtype": "float32", "source": None, "module_path": ""}
-    graph = {"index": 0,
+    graph = GraphRecord.from_json({"index": 0,
              "fx": [{**node, "name": "x", "op": "placeholder", "target": "L_x_", "args": []},
                     {**node, "name": "weird", "target": "weird_op", "args": ["x"]},
                     {**node, "name": "output", "op": "output", "target": "output", "args": ["weird"]}],
              "aten": [{**node, "name": "arg0_1", "op": "placeholder", "target": "arg0_1", "args": [], "fx_origins": []},
                       {**node, "name": "weird_1", "target": "aten::weird", "args": ["arg0_1"],
                        "fx_origins": ["weird"]}],
-             "ir": {"nodes": [{"name": "buf0", "kind": "fallback", "aten_origins": ["weird_1"], "text": ["..."]}]},
+             "ir": {"nodes": [{"name": "buf0", "kind": "fallback", "size": ["4"], "dtype": "float32",
+                               "aten_origins": ["weird_1"], "text": ["..."]}]},
              "kernels": [{"name": "fallback_0", "kind": "fallback", "ir_nodes": ["buf0"], "aten_origins": ["weird_1"],
-                          "fx_origins": ["weird"]}]}
+                          "fx_origins": ["weird"]}]})
     assert graphs.fx_kinds(graph)["weird"] == "fallback"
     dot = graphs.graph_dot(graph, "aten", graphs.DrawOptions(kernels_as_clusters=True))
     assert "FALLBACK (eager)" in dot and "fallback_0 · fallback (eager)" in dot and "dashed" in dot
-    record = {"graphs": [graph, {**graph, "index": 1}],
-              "graph_breaks": [{"reason": "print() has a side effect: the graph ends", "lineno": 7}]}
+    record = Exploration(model="m", backend="cpp", device="cpu",
+                         graphs=[graph, GraphRecord.from_json({**graph.to_json(), "index": 1})],
+                         graph_breaks=[GraphBreakRecord(reason="print() has a side effect: the graph ends",
+                                                        filename="m.py", lineno=7)])
     both = graphs.record_dot(record, "fx")
     assert "GRAPH BREAK at line 7" in both and "g0_output -> break0" in both and "break0 -> g1_x" in both
 
@@ -414,8 +418,8 @@ def test_provenance_links_both_ways(gpt_record):
 def test_code_charts_and_tables_from_a_record(gpt_record):
     graph = gpt_record["graphs"][0]
     text, where = code_html.ir_listing(graph)
-    assert all(name in where for name in (n["name"] for n in graph["ir"]["nodes"]))
-    page = code_html.highlight_html(text, "ir", hl_lines=where[graph["ir"]["nodes"][0]["name"]])
+    assert all(name in where for name in (n.name for n in graph.ir.nodes))
+    page = code_html.highlight_html(text, "ir", hl_lines=where[graph.ir.nodes[0].name])
     assert "#fde68a" in page and "gb-code" in page
     assert tables.kernel_rows(graph)[0]["kernel"] == graph["kernels"][0]["name"]
     assert any(not row["fused"] for row in tables.decision_rows(graph)) and tables.numerics_rows(gpt_record["verify"])

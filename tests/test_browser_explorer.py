@@ -20,6 +20,7 @@ from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, server  # noqa: F401 -
 
 import engine
 from app import share
+from engine.record import Exploration, FxNode, GraphRecord
 from engine.tools.model_file import load_model_file
 from visualizers.html_report import report_html
 
@@ -93,7 +94,7 @@ def report_file(tmp_path_factory):
     path.write_bytes(SHIFTED.encode())
     spec = load_model_file(str(path))
     record = engine.explore(spec.model, spec.example_inputs, name=spec.name, description=spec.description,
-                            source={"filename": spec.filename, "text": spec.source}, profile=True).to_json()
+                            source={"filename": spec.filename, "text": spec.source}, profile=True)
     out = path.with_suffix(".html")
     out.write_text(report_html(record), encoding="utf-8")
     return out, record
@@ -118,7 +119,7 @@ def test_report_offline_shows_graphs_code_profile_and_break_fixes(browser, repor
 def test_report_highlights_the_break_lines_despite_blank_lines_and_crlf(browser, report_file):
     path, record = report_file
     page, _ = offline_page(browser, path)
-    lines = [b["lineno"] for b in record["graph_breaks"]]
+    lines = [b.lineno for b in record.graph_breaks]
     source = SHIFTED.replace("\r\n", "\n").splitlines()
     highlighted = page.locator("#source ~ div .gb-highlight span[style*='#fde68a']").all_inner_texts()
     assert len(highlighted) == len(lines)
@@ -135,7 +136,8 @@ def test_report_of_a_2000_node_graph_is_searchable(browser, tmp_path):
                    "args": [fx[-1]["name"]], "shape": ["64"], "dtype": "float32", "module_path": ""})
     fx.append({"name": "output", "op": "output", "target": "output", "args": [fx[-1]["name"]]})
     path = tmp_path / "big.html"
-    path.write_text(report_html({"model": "chain", "graphs": [{"index": 0, "fx": fx, "kernels": []}]}))
+    path.write_text(report_html(Exploration(model="chain", backend="cpp", device="cpu",
+                                       graphs=[GraphRecord(index=0, fx=[FxNode.from_json(n) for n in fx])])))
     page, fetched = offline_page(browser, path)
     page.fill("input[type=search]", "op1234 ")
     page.fill("input[type=search]", "op1234")

@@ -12,17 +12,17 @@ from visualizers.html_report import report_html
 def test_heat_appears_on_a_profiled_samples_graph_and_source():
     spec = load_model_file(str(sample_path("gelu_chain")))
     record = engine.explore(spec.model, spec.example_inputs, name=spec.name, profile=True,
-                            source={"filename": spec.filename, "text": spec.source}).to_json()
-    graph = record["graphs"][0]
+                            source={"filename": spec.filename, "text": spec.source})
+    graph = record.graphs[0]
     nodes = heat.node_heat(graph)
-    kernel = graph["kernels"][0]
-    assert set(kernel["aten_origins"]) <= set(nodes) and all(h["ms"] > 0 for h in nodes.values())
+    kernel = graph.kernels[0]
+    assert set(kernel.aten_origins) <= set(nodes) and all(h["ms"] > 0 for h in nodes.values())
     paint, notes = heat.graph_paint(graph)
     dot = overlay.overlay_dot(graph, "aten", paint, notes)
     assert heat.heat_colour(1.0) in dot and "ms" in dot  # the hottest kernel's nodes, with their time
     lines = heat.line_heat(record)
     assert lines, "the kernel's time lands on the user's lines"
-    timed = sum(k["time_ms"] for k in graph["kernels"] if heat.kernel_lines(graph, k, spec.filename))
+    timed = sum(k.time_ms for k in graph.kernels if heat.kernel_lines(graph, k, spec.filename))
     assert math.isclose(sum(e["ms"] for e in lines.values()), timed, rel_tol=1e-9)
     page = heat.source_heat_html(spec.source, lines)
     hot = max(lines, key=lambda n: lines[n]["ms"])
@@ -34,5 +34,5 @@ def test_heat_appears_on_a_profiled_samples_graph_and_source():
 
 def test_an_unprofiled_record_has_no_heat():
     spec = load_model_file(str(sample_path("softmax")))
-    record = engine.explore(spec.model, spec.example_inputs, name=spec.name).to_json()
-    assert heat.node_heat(record["graphs"][0]) == {} and heat.line_heat(record) == {}
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name)
+    assert heat.node_heat(record.graphs[0]) == {} and heat.line_heat(record) == {}

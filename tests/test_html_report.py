@@ -14,6 +14,7 @@ from pygments.token import Error
 
 import engine
 from engine.tools.model_file import load_model_file
+from engine.record import Exploration, FxNode, GraphRecord, SourceFile
 from visualizers.code import highlight_html, lexer_for
 from visualizers.html_report import failed_record, is_self_contained, report_html
 
@@ -25,7 +26,7 @@ needs_dot = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz's dot i
 def graph_break_record():
     spec = load_model_file("graph_break")
     return engine.explore(spec.model, spec.example_inputs, name=spec.name, description=spec.description,
-                          source={"filename": spec.filename, "text": spec.source}, profile=True).to_json()
+                          source={"filename": spec.filename, "text": spec.source}, profile=True)
 
 
 @needs_dot
@@ -42,8 +43,9 @@ def test_report_holds_graphs_code_breaks_and_profile_offline(graph_break_record)
 
 
 def test_record_strings_are_escaped_and_remote_images_never_load():
-    record = {"model": "<img src=x onerror=alert(1)>", "description": "![x](https://example.org/pixel.png)",
-              "graphs": [], "errors": [], "source": {"text": "<script>alert(1)</script>"}}
+    record = Exploration(model="<img src=x onerror=alert(1)>", backend="cpp", device="cpu",
+                         description="![x](https://example.org/pixel.png)",
+                         source=SourceFile(text="<script>alert(1)</script>"))
     page = report_html(record)
     assert "<img src=x" not in page and "&lt;img src=x" in page
     assert "<script>alert(1)" not in page
@@ -51,7 +53,7 @@ def test_record_strings_are_escaped_and_remote_images_never_load():
 
 
 def test_a_failed_exploration_still_renders_with_its_error():
-    page = report_html(failed_record("broken", {"filename": "m.py", "text": "model = 1/0\n"}, "explore",
+    page = report_html(failed_record("broken", SourceFile(filename="m.py", text="model = 1/0\n"), "explore",
                                      "ZeroDivisionError: division by zero"))
     assert "ZeroDivisionError" in page and 'class="error"' in page and "Your model" in page
 
@@ -63,15 +65,16 @@ def test_a_2000_node_graph_stays_a_usable_file():
         fx.append({"name": f"op{i}", "op": "call_function", "target": "mul" if i % 2 else "add",
                    "args": [fx[-1]["name"]], "shape": ["64"], "dtype": "float32", "module_path": ""})
     fx.append({"name": "output", "op": "output", "target": "output", "args": [fx[-1]["name"]]})
-    record = {"model": "chain", "graphs": [{"index": 0, "fx": fx, "kernels": []}], "errors": []}
+    record = Exploration(model="chain", backend="cpp", device="cpu",
+                         graphs=[GraphRecord(index=0, fx=[FxNode.from_json(node) for node in fx])])
     start = time.perf_counter()
     page = report_html(record)
     assert time.perf_counter() - start < 60
     assert "<svg" in page and len(page) < 10_000_000
     # a search box over the nodes, wired up by the report's own script (no inline handler: Note [Report scripts])
     assert 'type="search"' in page and 'data-target="g0-fx"' in page and "oninput=" not in page
-    for node in fx:  # modules fold a graph; this one has none, so it is drawn whole
-        node["module_path"] = f"layers.{int(node['name'][2:]) // 20}" if node["name"].startswith("op") else ""
+    for node in record.graphs[0].fx:  # modules fold a graph; this one has none, so it is drawn whole
+        node.module_path = f"layers.{int(node.name[2:]) // 20}" if node.name.startswith("op") else ""
     folded = report_html(record)
     assert "drawn folded to module depth" in folded and len(folded) < len(page)
 
@@ -136,7 +139,7 @@ def test_long_code_lines_wrap_instead_of_being_clipped():
 def test_report_has_the_rewrites_section_with_the_matched_nodes_marked():
     spec = load_model_file("handwritten_attention")
     record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
-                            source={"filename": spec.filename, "text": spec.source}).to_json()
+                            source={"filename": spec.filename, "text": spec.source})
     page = report_html(record)
     section = page.split("<h3>Rewrites</h3>", 1)[1].split("<h3>", 1)[0]
     assert "attention" in section and "compute attention" in section  # the pass, its count and the reason

@@ -15,6 +15,8 @@ from pygments.lexer import RegexLexer, bygroups
 from pygments.lexers import CppLexer, DiffLexer, LlvmLexer, PtxLexer, PythonLexer, TextLexer
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
 
+from engine.record import GraphRecord
+
 STYLE = "friendly"
 HIGHLIGHT_COLOUR = "#fde68a"
 
@@ -189,9 +191,9 @@ def crop(code: str, lines_wanted, context: int = 6, first_line: int = 1) -> tupl
     return "\n".join(lines[start - first_line:end - first_line + 1]), start
 
 
-def ir_listing(graph: dict) -> tuple[str, dict[str, list[int]]]:
+def ir_listing(graph: GraphRecord) -> tuple[str, dict[str, list[int]]]:
     """The graph's loop IR grouped by kernel, with a comment line per kernel; and IR node -> its line numbers."""
-    ir_nodes = {n["name"]: n for n in (graph.get("ir") or {}).get("nodes") or []}
+    ir_nodes = {n.name: n for n in (graph.ir.nodes if graph.ir else [])}
     lines: list[str] = []
     where: dict[str, list[int]] = {}
     placed = set()
@@ -199,22 +201,22 @@ def ir_listing(graph: dict) -> tuple[str, dict[str, list[int]]]:
     def add_node(name: str) -> None:
         node = ir_nodes[name]
         start = len(lines) + 1
-        text = node.get("text") or [name]
+        text = node.text or [name]
         lines.extend(text)
         where[name] = list(range(start, len(lines) + 1))
         placed.add(name)
 
-    inputs = (graph.get("ir") or {}).get("inputs") or []
+    inputs = graph.ir.inputs if graph.ir else []
     if inputs:
         lines.append(f"# inputs: {', '.join(inputs)}")
-    for kernel in graph.get("kernels") or []:
-        members = [n for n in kernel.get("ir_nodes") or [] if n in ir_nodes and n not in placed]
+    for kernel in graph.kernels:
+        members = [n for n in kernel.ir_nodes if n in ir_nodes and n not in placed]
         if not members:
             continue
         if lines:
             lines.append("")
-        ops = ", ".join(kernel.get("ops") or [])
-        lines.append(f"# {kernel['name']} ({kernel.get('kind', '')}): {ops}")
+        ops = ", ".join(kernel.ops)
+        lines.append(f"# {kernel.name} ({kernel.kind}): {ops}")
         for name in members:
             add_node(name)
     rest = [n for n in ir_nodes if n not in placed]

@@ -1,8 +1,7 @@
 """Record graphs -> Graphviz DOT (built with the graphviz package): FX and ATen graphs with op kinds coloured, kernels as clusters, fallbacks
 marked, graph breaks drawn between subgraphs, and big graphs collapsed by nn.Module path.
 
-A graph here is one entry of record["graphs"]: {"fx": [node], "aten": [node], "ir": {"nodes"}, "kernels": [...]}
-with nodes {name, op, target, args, shape, dtype, source, module_path, (aten) fx_origins}.
+A graph here is a GraphRecord of the typed record (engine/record.py): its fx and aten nodes, IR nodes and kernels.
 """
 from __future__ import annotations
 
@@ -10,6 +9,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import graphviz
+
+from engine.record import Exploration, FxNode, GraphBreakRecord, GraphRecord
 
 # kind -> (fill colour, border colour, legend text)
 KIND_STYLE = {
@@ -35,16 +36,21 @@ VIEW_WORDS = ("view", "reshape", "permute", "transpose", "expand", "squeeze", "u
               "detach", "clone", "unbind", "narrow", "_unsafe_view")
 
 
-def short_target(node: dict) -> str:
-    target = str(node.get("target", ""))
+def short_target(node: FxNode) -> str:
+    return short_op(node.target)
+
+
+def short_op(target: str) -> str:
+    """An op's target without its namespace: aten.mm.default -> mm.default."""
+    target = str(target)
     for prefix in ("_VariableFunctionsClass.", "aten::", "aten.", "torch.", "_operator.", "operator."):
         if target.startswith(prefix):
             target = target[len(prefix):]
     return target
 
 
-def shape_text(node: dict) -> str:
-    shape, dtype = node.get("shape"), node.get("dtype") or ""
+def shape_text(node: FxNode) -> str:
+    shape, dtype = node.shape, node.dtype or ""
     short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
              "int32": "i32", "bool": "bool", "int8": "i8", "uint8": "u8"}.get(dtype, dtype)
     if isinstance(shape, list) and shape and all(isinstance(s, (str, int)) for s in shape):
@@ -67,10 +73,10 @@ def _strongest(kinds) -> str | None:
     return None
 
 
-def _io_kind(node: dict) -> str | None:
-    op = node.get("op")
+def _io_kind(node: FxNode) -> str | None:
+    op = node.op
     if op == "placeholder":
-        name = node.get("name", "")
+        name = node.name
         return "param" if ("parameters_" in name or "buffers_" in name) else "input"
     if op == "get_attr":
         return "param"
@@ -79,92 +85,92 @@ def _io_kind(node: dict) -> str | None:
     return None
 
 
-def _guess_kind(node: dict) -> str:
+def _guess_kind(node: FxNode) -> str:
     name = short_target(node).split(".")[0].lower()
     return "view" if name in VIEW_WORDS else "other"
 
 
-def param_names(graph: dict, which: str) -> set[str]:
+def param_names(graph: GraphRecord, which: str) -> set[str]:
     """Placeholders that hold weights or buffers (Dynamo lifts them to inputs). ATen placeholders carry no names
     of their own, but AOTAutograd keeps the FX graph's input order, so the i-th of each is the same input."""
-    fx_inputs = [n for n in graph.get("fx") or [] if n.get("op") in ("placeholder", "get_attr")]
-    fx_params = [n["name"] for n in fx_inputs if _io_kind(n) == "param"]
+    fx_inputs = [n for n in graph.fx if n.op in ("placeholder", "get_attr")]
+    fx_params = [n.name for n in fx_inputs if _io_kind(n) == "param"]
     if which == "fx":
         return set(fx_params)
-    aten_inputs = [n for n in graph.get("aten") or [] if n.get("op") == "placeholder"]
-    fx_placeholders = [n for n in fx_inputs if n.get("op") == "placeholder"]
+    aten_inputs = [n for n in graph.aten if n.op == "placeholder"]
+    fx_placeholders = [n for n in fx_inputs if n.op == "placeholder"]
     if len(aten_inputs) != len(fx_placeholders):
         return set()
-    return {a["name"] for a, f in zip(aten_inputs, fx_placeholders) if _io_kind(f) == "param"}
+    return {a.name for a, f in zip(aten_inputs, fx_placeholders) if _io_kind(f) == "param"}
 
 
-def aten_kinds(graph: dict) -> dict[str, str]:
+def aten_kinds(graph: GraphRecord) -> dict[str, str]:
     """ATen node -> kind, from what it became: its IR nodes' kinds and its kernel's kind."""
     found: dict[str, list[str]] = defaultdict(list)
-    for ir_node in (graph.get("ir") or {}).get("nodes") or []:
-        kind = "view" if ir_node.get("kind") == "multi_output" else ir_node.get("kind")
-        for origin in ir_node.get("aten_origins") or []:
+    for ir_node in (graph.ir.nodes if graph.ir else []):
+        kind = "view" if ir_node.kind == "multi_output" else ir_node.kind
+        for origin in ir_node.aten_origins:
             found[origin].append(kind)
-    for kernel in graph.get("kernels") or []:
-        if kernel.get("kind") in ("fallback", "extern", "template"):
-            for origin in kernel.get("aten_origins") or []:
-                found[origin].append(kernel["kind"])
+    for kernel in graph.kernels:
+        if kernel.kind in ("fallback", "extern", "template"):
+            for origin in kernel.aten_origins:
+                found[origin].append(kernel.kind)
     params = param_names(graph, "aten")
     kinds = {}
-    for node in graph.get("aten") or []:
-        kind = _io_kind(node) or _strongest(found.get(node["name"], ())) or _guess_kind(node)
-        kinds[node["name"]] = "param" if node["name"] in params else kind
+    for node in graph.aten:
+        kind = _io_kind(node) or _strongest(found.get(node.name, ())) or _guess_kind(node)
+        kinds[node.name] = "param" if node.name in params else kind
     return kinds
 
 
-def fx_kinds(graph: dict) -> dict[str, str]:
+def fx_kinds(graph: GraphRecord) -> dict[str, str]:
     """FX node -> kind: the strongest kind among the ATen nodes it decomposed into."""
     by_aten = aten_kinds(graph)
     children: dict[str, list[str]] = defaultdict(list)
-    for node in graph.get("aten") or []:
-        for origin in node.get("fx_origins") or []:
-            children[origin].append(by_aten.get(node["name"], "other"))
+    for node in graph.aten:
+        for origin in node.fx_origins:
+            children[origin].append(by_aten.get(node.name, "other"))
     kinds = {}
-    for node in graph.get("fx") or []:
-        kinds[node["name"]] = _io_kind(node) or _strongest(children.get(node["name"], ())) or _guess_kind(node)
+    for node in graph.fx:
+        kinds[node.name] = _io_kind(node) or _strongest(children.get(node.name, ())) or _guess_kind(node)
     return kinds
 
 
-def node_kinds(graph: dict, which: str) -> dict[str, str]:
+def node_kinds(graph: GraphRecord, which: str) -> dict[str, str]:
     return aten_kinds(graph) if which == "aten" else fx_kinds(graph)
 
 
-def node_kernels(graph: dict, which: str) -> dict[str, list[str]]:
+def node_kernels(graph: GraphRecord, which: str) -> dict[str, list[str]]:
     """Node -> the kernels it ended up in (an FX node may be spread over several)."""
     key = "aten_origins" if which == "aten" else "fx_origins"
     result: dict[str, list[str]] = defaultdict(list)
-    for kernel in graph.get("kernels") or []:
-        for origin in kernel.get(key) or []:
-            if kernel["name"] not in result[origin]:
-                result[origin].append(kernel["name"])
+    for kernel in graph.kernels:
+        for origin in getattr(kernel, key):
+            if kernel.name not in result[origin]:
+                result[origin].append(kernel.name)
     return dict(result)
 
 
-def module_paths(graph: dict, which: str) -> dict[str, str]:
+def module_paths(graph: GraphRecord, which: str) -> dict[str, str]:
     """Node -> nn.Module path; an ATen node without its own takes its FX origin's, and a weight, buffer or
     constant the module its users share (Note [Weights fold into their module])."""
-    fx_paths = {n["name"]: n.get("module_path") or "" for n in graph.get("fx") or []}
+    fx_paths = {n.name: n.module_path for n in graph.fx}
     if which == "fx":
         paths = dict(fx_paths)
     else:
         paths = {}
-        for node in graph.get("aten") or []:
-            path = node.get("module_path") or ""
+        for node in graph.aten:
+            path = node.module_path
             if not path:
-                origins = [fx_paths.get(o, "") for o in node.get("fx_origins") or []]
+                origins = [fx_paths.get(o, "") for o in node.fx_origins]
                 path = next((p for p in origins if p), "")
-            paths[node["name"]] = path
-    weights = param_names(graph, which) | {n["name"] for n in graph.get(which) or [] if n.get("op") == "get_attr"}
+            paths[node.name] = path
+    weights = param_names(graph, which) | {n.name for n in getattr(graph, which) if n.op == "get_attr"}
     users: dict[str, list[str]] = defaultdict(list)
-    for node in graph.get(which) or []:
-        for arg in node.get("args") or []:
+    for node in getattr(graph, which):
+        for arg in node.args:
             if arg in weights:
-                users[arg].append(paths.get(node["name"], ""))
+                users[arg].append(paths.get(node.name, ""))
     for name in weights:
         paths[name] = common_module(users.get(name, []))
     return paths
@@ -202,41 +208,41 @@ def group_of(path: str, depth: int) -> str:
     return ".".join(path.split(".")[:depth])
 
 
-def _foldable(node: dict, weights: set[str]) -> bool:
+def _foldable(node: FxNode, weights: set[str]) -> bool:
     """Ops fold into their module, and so do weights, buffers and constants (Note [Weights fold into their
     module]); the graph's own inputs and its output stay drawn."""
     kind = _io_kind(node)
-    return kind is None or kind == "param" or node["name"] in weights
+    return kind is None or kind == "param" or node.name in weights
 
 
-def module_groups(graph: dict, which: str, depth: int) -> Counter:
+def module_groups(graph: GraphRecord, which: str, depth: int) -> Counter:
     """Group key -> node count at this depth (nodes without a module path are not grouped)."""
-    nodes = graph.get(which) or []
+    nodes = getattr(graph, which)
     paths = module_paths(graph, which)
     weights = param_names(graph, which)
-    return Counter(g for n in nodes if (g := group_of(paths.get(n["name"], ""), depth)) and _foldable(n, weights))
+    return Counter(g for n in nodes if (g := group_of(paths.get(n.name, ""), depth)) and _foldable(n, weights))
 
 
-def max_module_depth(graph: dict, which: str) -> int:
+def max_module_depth(graph: GraphRecord, which: str) -> int:
     paths = module_paths(graph, which).values()
     return max((len(p.split(".")) for p in paths if p), default=0)
 
 
-def box_count(graph: dict, which: str, depth: int, hide_params: bool = False) -> int:
-    nodes = graph.get(which) or []
+def box_count(graph: GraphRecord, which: str, depth: int, hide_params: bool = False) -> int:
+    nodes = getattr(graph, which)
     hidden = param_names(graph, which) if hide_params else set()
     groups = module_groups(graph, which, depth)
     paths = module_paths(graph, which)
     weights = param_names(graph, which)
-    loose = sum(1 for n in nodes if n["name"] not in hidden
-                and (not group_of(paths.get(n["name"], ""), depth) or not _foldable(n, weights)))
+    loose = sum(1 for n in nodes if n.name not in hidden
+                and (not group_of(paths.get(n.name, ""), depth) or not _foldable(n, weights)))
     return loose + len(groups)
 
 
 FIRST_VIEW_BOXES = 60  # the app's first view of a big graph: tens of boxes (a 24-layer model: one per layer)
 
 
-def auto_depth(graph: dict, which: str, limit: int = 30, hide_params: bool = True) -> int:
+def auto_depth(graph: GraphRecord, which: str, limit: int = 30, hide_params: bool = True) -> int:
     """The finest module depth that keeps the drawing under `limit` boxes (0: draw every node)."""
     if box_count(graph, which, 0, hide_params) <= limit:
         return 0
@@ -246,9 +252,9 @@ def auto_depth(graph: dict, which: str, limit: int = 30, hide_params: bool = Tru
     return 1 if max_module_depth(graph, which) else 0
 
 
-def big(graph: dict, which: str, limit: int = 30) -> bool:
+def big(graph: GraphRecord, which: str, limit: int = 30) -> bool:
     """Graphs bigger than this hide their weights and start collapsed."""
-    return len(graph.get(which) or []) > limit
+    return len(getattr(graph, which)) > limit
 
 
 # --- DOT --------------------------------------------------------------------------------------------------------
@@ -281,16 +287,16 @@ class _Drawn:
     last: str | None = None  # where an outgoing break edge should leave
 
 
-def _node_label(node: dict, kind: str, kernels: list[str], options: DrawOptions) -> str:
-    op = node.get("op")
+def _node_label(node: FxNode, kind: str, kernels: list[str], options: DrawOptions) -> str:
+    op = node.op
     if op == "output":
         return "output"
     shape = shape_text(node)
     if op in ("placeholder", "get_attr"):
-        name = str(node.get("target") if op == "get_attr" else node.get("name"))
+        name = str(node.target if op == "get_attr" else node.name)
         return f"{name}\n{shape}" if shape else name
     target = short_target(node)
-    head = target if node.get("name") == target else f"{node.get('name')} = {target}"
+    head = target if node.name == target else f"{node.name} = {target}"
     lines = [head]
     if shape:
         lines.append(shape)
@@ -305,11 +311,11 @@ def _few(names: list[str], count: int = 3) -> str:
     return ", ".join(names[:count]) + (f" +{len(names) - count}" if len(names) > count else "")
 
 
-def _tooltip(node: dict, kernels: list[str], path: str) -> str:
-    parts = [f"{node.get('name')}: {node.get('target')}"]
-    source = node.get("source")
-    if source and source.get("lineno"):  # a SourceLine of the typed record, or its JSON
-        parts.append(f"line {source['lineno']}: {source.get('line', '')}")
+def _tooltip(node: FxNode, kernels: list[str], path: str) -> str:
+    parts = [f"{node.name}: {node.target}"]
+    source = node.source
+    if source and source.lineno:
+        parts.append(f"line {source.lineno}: {source.line}")
     if path:
         parts.append(f"module: {path}")
     if kernels:
@@ -317,34 +323,34 @@ def _tooltip(node: dict, kernels: list[str], path: str) -> str:
     return "\n".join(parts)
 
 
-def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out: graphviz.Digraph) -> _Drawn:
+def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOptions, out: graphviz.Digraph) -> _Drawn:
     """Draw one record graph into `out` (a graph, or a cluster of the record's drawing)."""
-    nodes = graph.get(which) or []
+    nodes = getattr(graph, which)
     kinds = node_kinds(graph, which)
     kernels = node_kernels(graph, which)
     paths = module_paths(graph, which)
-    kernel_kind = {k["name"]: k.get("kind", "") for k in graph.get("kernels") or []}
+    kernel_kind = {k.name: k.kind for k in graph.kernels}
     drawn = _Drawn()
 
     if options.hide_params:  # a weight that is picked (Find a node) is drawn all the same
         hidden = param_names(graph, which) - options.highlight - options.highlight_other
-        nodes = [n for n in nodes if n["name"] not in hidden]
+        nodes = [n for n in nodes if n.name not in hidden]
     visible: dict[str, str] = {}  # node name -> DOT id it is drawn as (its own, or its collapsed module's)
-    collapsed: dict[str, list[dict]] = defaultdict(list)
+    collapsed: dict[str, list[FxNode]] = defaultdict(list)
     weights = param_names(graph, which)
-    for node in (graph.get(which) or []) if options.collapse_depth else ():  # hidden weights fold in too
-        group = group_of(paths.get(node["name"], ""), options.collapse_depth)
+    for node in (getattr(graph, which)) if options.collapse_depth else ():  # hidden weights fold in too
+        group = group_of(paths.get(node.name, ""), options.collapse_depth)
         if group and _foldable(node, weights) and group not in options.expanded:
             collapsed[group].append(node)
     group_ids = {group: f"{prefix}mod{i}" for i, group in enumerate(collapsed)}
     for group, members in collapsed.items():
         for node in members:
-            visible[node["name"]] = group_ids[group]
+            visible[node.name] = group_ids[group]
     for node in nodes:
-        visible.setdefault(node["name"], f"{prefix}{node['name']}")
+        visible.setdefault(node.name, f"{prefix}{node.name}")
 
-    def draw_node(node: dict, into: graphviz.Digraph) -> None:
-        name = node["name"]
+    def draw_node(node: FxNode, into: graphviz.Digraph) -> None:
+        name = node.name
         kind = kinds.get(name, "other")
         fill, border, _ = KIND_STYLE.get(kind, KIND_STYLE["other"])
         mine = kernels.get(name, [])
@@ -364,15 +370,15 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
                 attrs.update(fontcolor=FADED, color=FADED)
         into.node(dot_text(visible[name]), **_attrs(**attrs))
 
-    individual = [n for n in nodes if visible[n["name"]] == f"{prefix}{n['name']}"]
+    individual = [n for n in nodes if visible[n.name] == f"{prefix}{n.name}"]
     # clusters: kernels (fusion groups) when asked, otherwise the expanded modules
-    clusters: dict[str, list[dict]] = defaultdict(list)
+    clusters: dict[str, list[FxNode]] = defaultdict(list)
     cluster_attrs: dict[str, dict] = {}
     for node in individual:
         if _io_kind(node):
             continue
         if options.kernels_as_clusters:
-            mine = kernels.get(node["name"], [])
+            mine = kernels.get(node.name, [])
             if len(mine) == 1:
                 clusters[mine[0]].append(node)
                 kind = kernel_kind.get(mine[0], "")
@@ -381,7 +387,7 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
                     label=f"{mine[0]} · {kind}" + (" (eager)" if kind == "fallback" else ""), color=border,
                     fontcolor=border, style="rounded,dashed" if kind == "fallback" else "rounded", penwidth="2")
         else:
-            group = group_of(paths.get(node["name"], ""), options.collapse_depth)
+            group = group_of(paths.get(node.name, ""), options.collapse_depth)
             if group and group in options.expanded:
                 clusters[group].append(node)
                 cluster_attrs[group] = dict(label=group, color="#4338ca", fontcolor="#4338ca", style="rounded,dotted")
@@ -391,28 +397,28 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
             cluster.attr(**_attrs(**cluster_attrs[key]))
             for node in members:
                 draw_node(node, cluster)
-                in_cluster.add(node["name"])
+                in_cluster.add(node.name)
     for node in individual:
-        if node["name"] not in in_cluster:
+        if node.name not in in_cluster:
             draw_node(node, out)
     for group, group_nodes in collapsed.items():
         fill, border, _ = KIND_STYLE["module"]
-        ops = [n for n in group_nodes if not _io_kind(n) and n["name"] not in weights]
-        counts = Counter(kinds.get(n["name"], "other") for n in ops)
+        ops = [n for n in group_nodes if not _io_kind(n) and n.name not in weights]
+        counts = Counter(kinds.get(n.name, "other") for n in ops)
         summary = ", ".join(f"{c} {k}" for k, c in counts.most_common(3))
         held = len(group_nodes) - len(ops)
         summary += f"\n{held} weight{'s' if held != 1 else ''} / constant{'s' if held != 1 else ''}" if held else ""
-        highlighted = any(n["name"] in options.highlight for n in group_nodes)
-        other = any(n["name"] in options.highlight_other for n in group_nodes)
+        highlighted = any(n.name in options.highlight for n in group_nodes)
+        other = any(n.name in options.highlight_other for n in group_nodes)
         # Note [Kernels when folded]: a folded module still names the kernels its ops run in
-        inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n["name"], [])))
+        inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n.name, [])))
         ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
         attrs = dict(label=f"{group}\n{len(ops)} ops: {summary}{ran}", shape="box3d", style="filled",
                      fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
                      tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it); inside: "
-                             + " ".join(dict.fromkeys(paths.get(n["name"], "") for n in group_nodes
-                                                      if paths.get(n["name"], "") != group))
-                             + "; nodes: " + " ".join(n["name"] for n in group_nodes))
+                             + " ".join(dict.fromkeys(paths.get(n.name, "") for n in group_nodes
+                                                      if paths.get(n.name, "") != group))
+                             + "; nodes: " + " ".join(n.name for n in group_nodes))
         if highlighted or other:
             attrs["penwidth"] = "3"
         elif options.highlight or options.highlight_other:
@@ -421,20 +427,20 @@ def _draw_graph(graph: dict, which: str, prefix: str, options: DrawOptions, out:
 
     edges = []
     for node in nodes:
-        for arg in node.get("args") or []:
+        for arg in node.args:
             if arg not in visible:
                 continue
-            edge = (visible[arg], visible[node["name"]])
+            edge = (visible[arg], visible[node.name])
             if edge[0] != edge[1] and edge not in edges:
                 edges.append(edge)
     for source, target in edges:
         out.edge(dot_text(source), dot_text(target))
 
-    inputs = [n for n in nodes if n.get("op") == "placeholder"]
-    outputs = [n for n in nodes if n.get("op") == "output"]
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    outputs = [n for n in nodes if n.op == "output"]
     if nodes:
-        drawn.first = visible[(inputs or nodes)[0]["name"]]
-        drawn.last = visible[(outputs or nodes)[-1]["name"]]
+        drawn.first = visible[(inputs or nodes)[0].name]
+        drawn.last = visible[(outputs or nodes)[-1].name]
     return drawn
 
 
@@ -448,11 +454,11 @@ def _digraph(title: str | None, direction: str) -> graphviz.Digraph:
     return dot
 
 
-def graph_dot(graph: dict, which: str = "fx", options: DrawOptions | None = None, title: str | None = None,
+def graph_dot(graph: GraphRecord, which: str = "fx", options: DrawOptions | None = None, title: str | None = None,
               direction: str = "TB") -> str:
     """One graph (FX or ATen) as DOT."""
     dot = _digraph(title, direction)
-    _draw_graph(graph, which, f"g{graph.get('index', 0)}_", options or DrawOptions(), dot)
+    _draw_graph(graph, which, f"g{graph.index}_", options or DrawOptions(), dot)
     return dot.source
 
 
@@ -467,28 +473,28 @@ def wrap(words: str, width: int) -> list[str]:
     return lines + ([current] if current else [])
 
 
-def break_label(graph_break: dict, width: int = 34, max_lines: int = 3) -> str:
+def break_label(graph_break: GraphBreakRecord, width: int = 34, max_lines: int = 3) -> str:
     """"graph break at line 15" and the first clause of the reason, wrapped to a compact box."""
-    reason = str(graph_break.get("reason", "graph break")).split(" (Dynamo:")[0]
+    reason = str(graph_break.reason or "graph break").split(" (Dynamo:")[0]
     first = reason.split(": ")[0].split(". ")[0].strip()
     lines = wrap(first, width)
     if len(lines) > max_lines:
         lines = lines[:max_lines]
         lines[-1] = lines[-1].rstrip(".,;") + " …"
-    where = f" at line {graph_break['lineno']}" if graph_break.get("lineno") else ""
+    where = f" at line {graph_break.lineno}" if graph_break.lineno else ""
     return "\n".join([f"GRAPH BREAK{where}"] + lines)
 
 
-def record_dot(record: dict, which: str = "fx", options: DrawOptions | None = None,
+def record_dot(record: Exploration, which: str = "fx", options: DrawOptions | None = None,
                direction: str = "TB") -> str:
     """Every graph of the record, each as a cluster, with its graph breaks drawn between them (in order)."""
     options = options or DrawOptions()
-    graphs = record.get("graphs") or []
-    breaks = record.get("graph_breaks") or []
+    graphs = record.graphs
+    breaks = record.graph_breaks
     dot = _digraph(None, direction)
     drawn = []
     for graph in graphs:
-        index = graph.get("index", len(drawn))
+        index = graph.index
         with dot.subgraph(name=f"cluster_graph{index}") as cluster:
             cluster.attr(label=f"graph {index}", style="rounded", color="#2563eb", fontcolor="#2563eb",
                          penwidth="1.5")
@@ -497,7 +503,7 @@ def record_dot(record: dict, which: str = "fx", options: DrawOptions | None = No
         marker = f"break{number}"
         dot.node(marker, **_attrs(label=break_label(graph_break), shape="octagon", style="filled",
                                   fillcolor="#fee2e2", color="#dc2626", fontcolor="#991b1b",
-                                  tooltip=str(graph_break.get("reason", ""))))
+                                  tooltip=graph_break.reason))
         before = drawn[number] if number < len(drawn) else None
         after = drawn[number + 1] if number + 1 < len(drawn) else None
         if before is not None and before.last:
@@ -522,7 +528,7 @@ def legend_html(kinds) -> str:
 # --- fusion decisions on the graph ----------------------------------------------------------------------------
 
 
-def decision_buffers(graph: dict, side: str) -> list[str]:
+def decision_buffers(graph: GraphRecord, side: str) -> list[str]:
     """The IR buffers one side of a fusion decision names. Long groups are written "buf3+...+buf11 (9 nodes)"
     (engine/schedule); the elided middle is the run of the kernel (or, failing that, the IR list) between the
     first and last names."""
@@ -530,8 +536,8 @@ def decision_buffers(graph: dict, side: str) -> list[str]:
     if "..." not in names:
         return [n for n in names if n]
     first, last = names[0], names[-1]
-    for order in [k.get("ir_nodes") or [] for k in graph.get("kernels") or []] + [
-            [n.get("name") for n in (graph.get("ir") or {}).get("nodes") or []]]:
+    for order in [k.ir_nodes for k in graph.kernels] + [
+            [n.name for n in (graph.ir.nodes if graph.ir else [])]]:
         if first in order and last in order and order.index(first) <= order.index(last):
             return order[order.index(first):order.index(last) + 1]
     return [first, last]

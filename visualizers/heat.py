@@ -1,5 +1,5 @@
 """Metrics where the code is: the per-kernel profile (engine/runtime/profile.py) painted on the graph's nodes
-and summed onto the user's source lines through provenance. Reads the record's JSON only.
+and summed onto the user's source lines through provenance. Reads the typed record only.
 
 Note [Time on lines]
 A kernel's measured time belongs to the ATen nodes it computes (each node shows its kernel's time and share;
@@ -12,47 +12,50 @@ from __future__ import annotations
 
 import html
 
-
-def _timed(graph: dict) -> list[dict]:
-    return [k for k in graph.get("kernels") or [] if isinstance(k.get("time_ms"), (int, float))]
+from engine.record import Exploration, GraphRecord, KernelRecord
 
 
-def node_heat(graph: dict) -> dict[str, dict]:
+def _timed(graph: GraphRecord) -> list[KernelRecord]:
+    return [k for k in graph.kernels if k.time_ms is not None]
+
+
+def node_heat(graph: GraphRecord) -> dict[str, dict]:
     """ATen node -> {ms, share, kernel} of the kernel that computes it (Note [Time on lines])."""
     heat = {}
     for kernel in _timed(graph):
-        for node in kernel.get("aten_origins") or []:
-            heat[node] = {"ms": kernel["time_ms"], "share": kernel.get("share") or 0.0, "kernel": kernel["name"],
-                          "gbps": kernel.get("gbps")}
+        for node in kernel.aten_origins:
+            heat[node] = {"ms": kernel.time_ms, "share": kernel.share or 0.0, "kernel": kernel.name,
+                          "gbps": kernel.gbps}
     return heat
 
 
-def kernel_lines(graph: dict, kernel: dict, filename: str | None = None) -> list[int]:
+def kernel_lines(graph: GraphRecord, kernel: KernelRecord, filename: str | None = None) -> list[int]:
     """The user lines a kernel's ATen nodes came from (their own stack traces, or their FX nodes'), in
     `filename` when given (a module of torch's own, nn.LayerNorm say, has no line of the user's)."""
-    aten = {n["name"]: n for n in graph.get("aten") or []}
-    fx = {n["name"]: n for n in graph.get("fx") or []}
+    aten = {n.name: n for n in graph.aten}
+    fx = {n.name: n for n in graph.fx}
     lines = []
-    for name in kernel.get("aten_origins") or []:
-        node = aten.get(name) or {}
-        sources = [node.get("source")] + [(fx.get(f) or {}).get("source") for f in node.get("fx_origins") or []]
-        lines += [s["lineno"] for s in sources if s and s.get("lineno")
-                  and (not filename or s.get("filename") == filename)]
+    for name in kernel.aten_origins:
+        node = aten.get(name)
+        if node is None:
+            continue
+        sources = [node.source] + [fx[f].source for f in node.fx_origins if f in fx]
+        lines += [s.lineno for s in sources if s and s.lineno and (not filename or s.filename == filename)]
     return list(dict.fromkeys(lines))
 
 
-def line_heat(record: dict) -> dict[int, dict]:
+def line_heat(record: Exploration) -> dict[int, dict]:
     """User line -> {ms, share (of all timed kernels), kernels} (Note [Time on lines])."""
-    total = sum(k["time_ms"] for g in record.get("graphs") or [] for k in _timed(g)) or 0.0
-    filename = (record.get("source") or {}).get("filename") or None
+    total = sum(k.time_ms for g in record.graphs for k in _timed(g)) or 0.0
+    filename = record.source.filename or None
     heat: dict[int, dict] = {}
-    for graph in record.get("graphs") or []:
+    for graph in record.graphs:
         for kernel in _timed(graph):
             lines = kernel_lines(graph, kernel, filename)
             for line in lines:
                 entry = heat.setdefault(line, {"ms": 0.0, "kernels": []})
-                entry["ms"] += kernel["time_ms"] / len(lines)
-                entry["kernels"].append(f"g{graph.get('index', 0)}:{kernel['name']}")
+                entry["ms"] += kernel.time_ms / len(lines)
+                entry["kernels"].append(f"g{graph.index}:{kernel.name}")
     for entry in heat.values():
         entry["share"] = entry["ms"] / total if total else 0.0
     return heat
@@ -65,7 +68,7 @@ def heat_colour(fraction: float) -> str:
     return f"#{red:02x}{green:02x}{blue:02x}"
 
 
-def graph_paint(graph: dict) -> tuple[dict, dict]:
+def graph_paint(graph: GraphRecord) -> tuple[dict, dict]:
     """(paint, notes) for visualizers/overlay.py: each ATen node in its kernel's heat, with time and share."""
     heat = node_heat(graph)
     hottest = max((h["ms"] for h in heat.values()), default=0.0) or 1.0

@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 
+from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile
 from visualizers import graphs, heat, overlay, roofline, tables, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
@@ -70,8 +71,8 @@ def _whole(value, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _graph_index(graph: dict, position: int = 0) -> int:
-    return _whole(graph.get("index"), position)
+def _graph_index(graph: GraphRecord, position: int = 0) -> int:
+    return _whole(graph.index, position)
 
 
 def script_hashes(page_part: str) -> list[str]:
@@ -108,8 +109,8 @@ def graph_section(dot: str, anchor: str, node_count: int, note: str = "") -> str
     return (f'<p class="muted">{esc(note)}</p>' if note else "") + (search if svg else "") + body
 
 
-def _draw_options(graph: dict, which: str) -> tuple[graphs.DrawOptions, str]:
-    count = len(graph.get(which) or [])
+def _draw_options(graph: GraphRecord, which: str) -> tuple[graphs.DrawOptions, str]:
+    count = len(getattr(graph, which))
     if count <= FOLD_ABOVE:
         return graphs.DrawOptions(), ""
     depth = graphs.auto_depth(graph, which, limit=FOLD_ABOVE)
@@ -146,45 +147,44 @@ def markdown_html(text) -> str:
     return "".join(out)
 
 
-def kernels_table(graph: dict) -> str:
+def kernels_table(graph: GraphRecord) -> str:
     index = _graph_index(graph)
     code_lines = _kernel_code_lines(graph)
     rows = []
-    for kernel in graph.get("kernels") or []:
-        name = kernel.get("name", "?")
+    for kernel in graph.kernels:
+        name = kernel.name
         link = (f'<a href="#g{index}-code-{_whole(code_lines[name])}">{esc(name)}</a>' if name in code_lines
                 else esc(name))
-        rows.append({"kernel": link, "kind": esc(kernel.get("kind")),
-                     "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.get("ops") or [])),
-                     "from FX": esc(", ".join(kernel.get("fx_origins") or [])),
-                     "bytes": esc(kernel.get("bytes")),
-                     "tiling": esc(" - ".join(part for part in tables.tiling_text(kernel.get("tiling")) if part)),
-                     "time ms": _number(kernel.get("time_ms")),
-                     "share": f"{kernel['share']:.0%}" if isinstance(kernel.get("share"), (int, float)) else "-",
-                     "GB/s": _number(kernel.get("gbps"), 2), "GFLOP/s": _number(kernel.get("gflops"), 2),
-                     "note": esc(tables.user_text(kernel.get("reason")))})
+        rows.append({"kernel": link, "kind": esc(kernel.kind),
+                     "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.ops)),
+                     "from FX": esc(", ".join(kernel.fx_origins)),
+                     "bytes": esc(kernel.bytes),
+                     "tiling": esc(" - ".join(part for part in tables.tiling_text(kernel.tiling) if part)),
+                     "time ms": _number(kernel.time_ms),
+                     "share": f"{kernel.share:.0%}" if kernel.share is not None else "-",
+                     "GB/s": _number(kernel.gbps, 2), "GFLOP/s": _number(kernel.gflops, 2),
+                     "note": esc(tables.user_text(kernel.reason))})
     return table(rows)
 
 
-def _kernel_code_lines(graph: dict) -> dict[str, int]:
+def _kernel_code_lines(graph: GraphRecord) -> dict[str, int]:
     """Kernel name -> the first generated line attributed to it (provenance), for links into the code."""
     first: dict[str, int] = {}
-    for item in (graph.get("code") or {}).get("provenance") or []:
-        first.setdefault(item.get("kernel"), item.get("line"))
+    for item in graph.code.provenance if graph.code else []:
+        first.setdefault(item.kernel, item.line)
     return first
 
 
-def provenance_table(graph: dict) -> str:
+def provenance_table(graph: GraphRecord) -> str:
     index = _graph_index(graph)
-    items = (graph.get("code") or {}).get("provenance") or []
+    items = graph.code.provenance if graph.code else []
     rows = []
     for item in items[:PROVENANCE_ROWS]:
-        users = " ".join(f'<a href="#src-{_whole(n)}">{_whole(n)}</a>' for n in item.get("user_lines") or []
-                         if isinstance(n, int))
-        rows.append({"line": f'<a href="#g{index}-code-{_whole(item.get("line"))}">{esc(item.get("line"))}</a>',
-                     "kernel": esc(item.get("kernel")), "IR node": esc(item.get("ir_node")),
-                     "ATen": esc(", ".join(item.get("aten_nodes") or [])),
-                     "FX": esc(", ".join(item.get("fx_nodes") or [])), "your line": users})
+        users = " ".join(f'<a href="#src-{_whole(n)}">{_whole(n)}</a>' for n in item.user_lines)
+        rows.append({"line": f'<a href="#g{index}-code-{_whole(item.line)}">{esc(item.line)}</a>',
+                     "kernel": esc(item.kernel), "IR node": esc(item.ir_node),
+                     "ATen": esc(", ".join(item.aten_nodes)),
+                     "FX": esc(", ".join(item.fx_nodes)), "your line": users})
     more = (f'<p class="muted">{len(items) - PROVENANCE_ROWS} more lines not listed</p>'
             if len(items) > PROVENANCE_ROWS else "")
     return table(rows) + more
@@ -200,18 +200,18 @@ def figure_html(figure, first: list) -> str:
     return written
 
 
-def breaks_html(record: dict) -> str:
+def breaks_html(record: Exploration) -> str:
     parts = []
-    for number, item in enumerate(record.get("graph_breaks") or [], start=1):
-        line = item.get("lineno")
+    for number, item in enumerate(record.graph_breaks, start=1):
+        line = item.lineno
         where = f'<a href="#src-{_whole(line)}">line {_whole(line)}</a>' if isinstance(line, int) else "?"
-        hints = "".join(f'<div class="hint">{esc(h)}</div>' for h in item.get("hints") or [])
-        fix = item.get("suggestion") or {}
+        hints = "".join(f'<div class="hint">{esc(h)}</div>' for h in item.hints)
+        fix = item.suggestion or {}
         rewrite = (f'<div class="hint"><b>Suggested rewrite:</b> {esc(fix.get("why"))}'
                    f'<pre class="plain">{esc(fix.get("before"))}\n→\n{esc(fix.get("after"))}</pre></div>'
                    if fix else "")
-        parts.append(f"<h3>Graph break {number} at {where}</h3><p>{esc(item.get('reason'))}</p>"
-                     f"<pre class='plain'>{esc(item.get('line'))}</pre>{hints}{rewrite}")
+        parts.append(f"<h3>Graph break {number} at {where}</h3><p>{esc(item.reason)}</p>"
+                     f"<pre class='plain'>{esc(item.line)}</pre>{hints}{rewrite}")
     return "".join(parts) or '<p class="muted">No graph breaks: Dynamo captured the model whole.</p>'
 
 
@@ -228,7 +228,7 @@ def _verify_html(verify: dict) -> str:
         f" <span class='muted'>judged by: {esc(verify.get('reference'))}</span>" if verify.get("reference") else "")
 
 
-def rewrites_html(graph: dict, position: int = 0) -> str:
+def rewrites_html(graph: GraphRecord, position: int = 0) -> str:
     """The rewrite stage: passes with counts, the graph before with the matched nodes marked, each match's
     replacement, reason and user lines, and the near-misses with why not (the app's Rewrites stage)."""
     index = _graph_index(graph, position)
@@ -241,7 +241,7 @@ def rewrites_html(graph: dict, position: int = 0) -> str:
         options.highlight = marked
         out.append(f"<h4>Before the rewrites ({len(marked)} matched nodes marked; the ATen graph above is after)</h4>"
                    + graph_section(graphs.graph_dot(before, "aten", options), f"g{index}-rewrites",
-                                   len(before["aten"]), note))
+                                   len(before.aten), note))
     out.append("<h4>Matches</h4>" + table([{key: esc(value) for key, value in row.items()}
                                             for row in rewrite_views.match_rows(graph)]))
     refused = rewrite_views.refusal_rows(graph)
@@ -251,7 +251,7 @@ def rewrites_html(graph: dict, position: int = 0) -> str:
     return "".join(out)
 
 
-def graph_html(record: dict, graph: dict, figures: list, position: int = 0) -> str:
+def graph_html(record: Exploration, graph: GraphRecord, figures: list, position: int = 0) -> str:
     index = _graph_index(graph, position)
     out = [f'<h2 id="graph{index}">Graph {index}</h2>']
     profile = graph.get("profile") or {}
@@ -260,70 +260,68 @@ def graph_html(record: dict, graph: dict, figures: list, position: int = 0) -> s
                    f"kernels {_number(profile.get('kernels_ms'))} ms + wrapper {_number(profile.get('overhead_ms'))} ms"
                    + (" — Triton interpreter times, not GPU times" if profile.get("interpreted") else "") + "</p>")
     for which, title in (("fx", "Dynamo's FX graph"), ("aten", "ATen graph")):
-        if graph.get(which):
+        if getattr(graph, which):
             options, note = _draw_options(graph, which)
             if which == "aten" and rewrite_views.matches(graph):  # the rewrites' replacements (section below)
                 options.highlight = rewrite_views.marked_nodes(graph)[1]
                 note = (note + "; " if note else "") + "marked: what the rewrites put in (see Rewrites below)"
             dot = graphs.graph_dot(graph, which, options)
-            out.append(f"<h3>{title}</h3>" + graph_section(dot, f"g{index}-{which}", len(graph[which]), note))
-    if graph.get("rewrites"):
+            out.append(f"<h3>{title}</h3>" + graph_section(dot, f"g{index}-{which}", len(getattr(graph, which)), note))
+    if graph.rewrites:
         out.append(rewrites_html(graph, position))
-    if (graph.get("ir") or {}).get("nodes"):
+    if graph.ir is not None and graph.ir.nodes:
         text, _ = ir_listing(graph)
         out.append("<h3>Loop IR</h3>" + highlight_html(text, "ir", max_height=600))
     out.append("<h3>Kernels</h3>" + kernels_table(graph))
-    decisions = (graph.get("fusion") or {}).get("decisions") or []
+    decisions = graph.fusion.decisions if graph.fusion else []
     out.append("<h3>Fusion decisions</h3>" + table([
-        {"fused": "yes" if d.get("fused") else "no", "producer": esc(d.get("producer")),
-         "consumer": esc(d.get("consumer")), "kind": esc(d.get("kind")), "why": esc(d.get("reason"))}
+        {"fused": "yes" if d.fused else "no", "producer": esc(d.producer),
+         "consumer": esc(d.consumer), "kind": esc(d.kind), "why": esc(d.reason)}
         for d in decisions]))
-    memory = graph.get("memory") or {}
-    if "peak_bytes" in memory:
-        out.append(f"<h3>Memory</h3><p>peak {esc(memory['peak_bytes'])} bytes "
-                   f"(unfused {esc(memory.get('unfused_peak_bytes'))}); {len(memory.get('buffers') or [])} buffers</p>")
-    code = graph.get("code") or {}
-    if code.get("source"):
-        out.append(f"<h3>Generated {esc(code.get('language'))} code</h3>"
-                   + highlight_html(code["source"], code.get("language") or "text", max_height=700,
+    memory = graph.memory
+    if memory is not None:
+        out.append(f"<h3>Memory</h3><p>peak {esc(memory.peak_bytes)} bytes "
+                   f"(unfused {esc(memory.unfused_peak_bytes)}); {len(memory.buffers)} buffers</p>")
+    code = graph.code
+    if code is not None and code.source:
+        out.append(f"<h3>Generated {esc(code.language)} code</h3>"
+                   + highlight_html(code.source, code.language or "text", max_height=700,
                                     anchors=f"g{index}-code"))
-    if code.get("wrapper"):
-        out.append("<h3>Wrapper</h3>" + highlight_html(code["wrapper"], "python", max_height=500))
-    if code.get("provenance"):
+    if code is not None and code.wrapper:
+        out.append("<h3>Wrapper</h3>" + highlight_html(code.wrapper, "python", max_height=500))
+    if code is not None and code.provenance:
         out.append("<h3>Provenance: generated line → kernel → IR → ATen → FX → your line</h3>"
                    + provenance_table(graph))
     return "".join(out)
 
 
-def _source_html(record: dict) -> str:
-    text = (record.get("source") or {}).get("text")
+def _source_html(record: Exploration) -> str:
+    text = record.source.text
     if not text:
         return ""
-    marked = [b["lineno"] for b in record.get("graph_breaks") or [] if isinstance(b.get("lineno"), int)
-              and not isinstance(b.get("lineno"), bool)]
+    marked = [b.lineno for b in record.graph_breaks if b.lineno is not None]
     return ("<h2 id='source'>Your model</h2>"
             + highlight_html(text, "python", hl_lines=marked, max_height=600, anchors="src"))
 
 
-def report_html(record: dict, title: str | None = None) -> str:
+def report_html(record: Exploration, title: str | None = None) -> str:
     """The whole report (Note [Offline report])."""
     figures: list = []
-    name = record.get("model") or "model"
-    options = record.get("options") or {}
-    settings = ", ".join(f"{k}={v}" for k, v in options.items() if v is not None)
-    head = (f"<h1>Glassbox report: {esc(name)}</h1><p class='muted'>backend {esc(record.get('backend'))}, device "
-            f"{esc(record.get('device'))}{', ' + esc(settings) if settings else ''}; inputs {esc(record.get('inputs'))}; "
+    name = record.model or "model"
+    settings = ", ".join(f"{k}={v}" for k, v in record.options.to_json().items() if v is not None)
+    head = (f"<h1>Glassbox report: {esc(name)}</h1><p class='muted'>backend {esc(record.backend)}, device "
+            f"{esc(record.device)}{', ' + esc(settings) if settings else ''}; inputs {esc(record.inputs)}; "
             f"written {esc(datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}</p>")
-    errors = "".join(f'<div class="error"><b>Error in {esc(e.get("stage", "?"))}:</b> '
-                     f'<pre class="plain">{esc(e.get("message"))}</pre></div>' for e in record.get("errors") or [])
-    graphs_list = record.get("graphs") or []
+    errors = "".join(f'<div class="error"><b>Error in {esc(e.stage or "?")}:</b> '
+                     f'<pre class="plain">{esc(e.message)}</pre></div>' for e in record.errors)
+    graphs_list = record.graphs
     nav = "<nav>" + "".join(f'<a href="#graph{_graph_index(g, i)}">graph {_graph_index(g, i)}</a>'
                             for i, g in enumerate(graphs_list)) + '<a href="#source">source</a></nav>'
-    summary = (f"<p>{len(graphs_list)} graph(s), {sum(len(g.get('kernels') or []) for g in graphs_list)} kernel(s), "
-               f"{len(record.get('graph_breaks') or [])} graph break(s). Output: {_verify_html(record.get('verify') or {})}</p>")
-    description = (f"<details open><summary>About this model</summary>{markdown_html(record.get('description'))}"
-                   "</details>" if record.get("description") else "")
-    machine = record.get("machine") or {}
+    summary = (f"<p>{len(graphs_list)} graph(s), {sum(len(g.kernels) for g in graphs_list)} kernel(s), "
+               f"{len(record.graph_breaks)} graph break(s). Output: {_verify_html(record.verify)}</p>")
+    description = (f"<details open><summary>About this model</summary>{markdown_html(record.description)}"
+                   "</details>" if record.description else "")
+    machine = record.machine
     profile = ""
     if machine:
         warning = f'<div class="error">{esc(machine["load_warning"])}</div>' if machine.get("load_warning") else ""
@@ -338,7 +336,7 @@ def report_html(record: dict, title: str | None = None) -> str:
     compile_timeline = figure_html(timeline.compile_timeline_figure(record), figures)
     numerics = "".join(bisect_html(g, i) for i, g in enumerate(graphs_list))
     body = "".join(graph_html(record, g, figures, i) for i, g in enumerate(graphs_list))
-    timings = record.get("timings") or {}
+    timings = record.timings
     stage_line = ("<p class='muted'>seconds per stage: " + esc(", ".join(f"{k} {v:.3f}" for k, v in timings.items()
                                                                          if isinstance(v, (int, float)))) + "</p>"
                   if timings else "")
@@ -354,28 +352,28 @@ def report_html(record: dict, title: str | None = None) -> str:
             f"</main></body></html>")
 
 
-def heat_html(record: dict) -> str:
+def heat_html(record: Exploration) -> str:
     """Where the time goes (Note [Time on lines] in visualizers/heat.py): each graph's nodes in their kernel's
     heat, and the user's lines with their share of the kernels' time."""
     lines = heat.line_heat(record)
     graphs_html = ""
-    for position, graph in enumerate(record.get("graphs") or []):
+    for position, graph in enumerate(record.graphs):
         paint, notes = heat.graph_paint(graph)
         if paint:
             index = _graph_index(graph, position)
             graphs_html += graph_section(overlay.overlay_dot(graph, "aten", paint, notes),
-                                         f"heat{index}", len(graph.get("aten") or []),
+                                         f"heat{index}", len(graph.aten),
                                          f"graph {index}: ATen nodes in their kernel's heat")
-    source = (record.get("source") or {}).get("text") or ""
+    source = record.source.text
     if not graphs_html and not lines:
         return ""
     return ("<h3>Where the time goes</h3>" + graphs_html
             + (heat.source_heat_html(source, lines) if source and lines else ""))
 
 
-def bisect_html(graph: dict, position: int = 0) -> str:
+def bisect_html(graph: GraphRecord, position: int = 0) -> str:
     """A graph's numerics bisect (Note [Numerics bisect] in engine/divergence.py), when it ran."""
-    bisect = graph.get("bisect") or {}
+    bisect = graph.bisect
     if not bisect or bisect.get("status") == "failed":
         return ""
     culprit = bisect.get("culprit") or {}
@@ -389,7 +387,7 @@ def bisect_html(graph: dict, position: int = 0) -> str:
     index = _graph_index(graph, position)
     return (f"<h3>Numerics bisect, graph {index}</h3><p>{esc(words)}</p>"
             + graph_section(overlay.overlay_dot(graph, "aten", paint, notes, bold), f"bisect{index}",
-                            len(graph.get("aten") or [])))
+                            len(graph.aten)))
 
 
 def figures_html(figures: list) -> list[str]:
@@ -397,9 +395,10 @@ def figures_html(figures: list) -> list[str]:
     return [item for item in figures if isinstance(item, str)]
 
 
-def failed_record(name: str, source: dict, stage: str, message: str) -> dict:
+def failed_record(name: str, source: SourceFile, stage: str, message: str) -> Exploration:
     """The record of an exploration that did not produce one (the compile raised): enough for a report."""
-    return {"model": name, "source": source, "graphs": [], "errors": [{"stage": stage, "message": message}]}
+    return Exploration(model=name, backend="", device="", source=source,
+                       errors=[ErrorRecord(kind="compile", stage=stage, message=message)])
 
 
 _SCRIPT_TAG = re.compile(r"<script\b[^>]*\bsrc=", re.I)

@@ -1,7 +1,8 @@
 """A graph with a measurement painted on its nodes (DOT): the numerics bisect's status per ATen node
-(Note [Numerics bisect] in engine/divergence.py). Reads the record's JSON only."""
+(Note [Numerics bisect] in engine/divergence.py). Reads the typed record only."""
 from __future__ import annotations
 
+from engine.record import GraphRecord
 from visualizers.graphs import _attrs, _digraph, dot_text, shape_text, short_target
 
 STATUS_STYLE = {  # fill, border, legend
@@ -12,31 +13,31 @@ STATUS_STYLE = {  # fill, border, legend
 UNCOMPARED = ("#f3f4f6", "#9ca3af", "not compared (a view, or no ATen value of its own)")
 
 
-def overlay_dot(graph: dict, which: str, paint: dict[str, tuple[str, str]], notes: dict[str, str] | None = None,
+def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]], notes: dict[str, str] | None = None,
                 bold: frozenset = frozenset(), title: str | None = None) -> str:
     """The graph's nodes, each filled and bordered as `paint` says (name -> (fill, border)), with `notes` under
     its label and a thick border for `bold`; nodes not painted are grey."""
     dot = _digraph(title, "TB")
     notes = notes or {}
-    nodes = [n for n in graph.get(which) or [] if n.get("op") != "output"]
-    names = {n["name"] for n in nodes}
+    nodes = [n for n in getattr(graph, which) if n.op != "output"]
+    names = {n.name for n in nodes}
     for node in nodes:
-        name = node["name"]
+        name = node.name
         fill, border = paint.get(name, UNCOMPARED[:2])
-        label = name if node.get("op") == "placeholder" else f"{short_target(node)}\n{name}"
+        label = name if node.op == "placeholder" else f"{short_target(node)}\n{name}"
         label += f"\n{shape_text(node)}" + (f"\n{notes[name]}" if name in notes else "")
         attrs = dict(label=label, fillcolor=fill, color=border, style="rounded,filled",
                      penwidth="3" if name in bold else "1", tooltip=f"{name}: {notes.get(name, '')}")
-        if node.get("op") == "placeholder":
+        if node.op == "placeholder":
             attrs["shape"] = "oval"
         dot.node(dot_text(name), **_attrs(**attrs))
-        for argument in node.get("args") or []:
+        for argument in node.args:
             if argument in names:
                 dot.edge(dot_text(argument), dot_text(name))
     return dot.source
 
 
-def bisect_paint(graph: dict) -> tuple[dict, dict, frozenset]:
+def bisect_paint(graph: GraphRecord) -> tuple[dict, dict, frozenset]:
     """(paint, notes, bold) of a graph's numerics bisect: status colours, each node's error, the culprit's
     nodes bold."""
     bisect = graph.get("bisect") or {}

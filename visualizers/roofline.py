@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from engine.record import Exploration, KernelRecord
 from visualizers.graphs import KIND_STYLE
 
 OURS, THEIRS = "#2563eb", "#f97316"
 
 
-def _kernels(record: dict) -> list[tuple[int, dict]]:
-    return [(g.get("index", 0), k) for g in record.get("graphs") or [] for k in g.get("kernels") or []
-            if isinstance(k.get("time_ms"), (int, float))]
+def _kernels(record: Exploration) -> list[tuple[int, KernelRecord]]:
+    return [(g.index, k) for g in record.graphs for k in g.kernels if k.time_ms is not None]
 
 
 def _layout(figure: go.Figure, title: str, height: int) -> go.Figure:
@@ -23,19 +23,19 @@ def _layout(figure: go.Figure, title: str, height: int) -> go.Figure:
     return figure
 
 
-def kernel_time_figure(record: dict, height: int | None = None) -> go.Figure | None:
+def kernel_time_figure(record: Exploration, height: int | None = None) -> go.Figure | None:
     """Each kernel's median time with its interquartile range, labelled with its share of the call; Inductor's
     kernels (when the record has them) as a second colour."""
     kernels = _kernels(record)
     if not kernels:
         return None
-    names = [f"graph {g} {k['name']}" if len(record.get("graphs") or []) > 1 else k["name"] for g, k in kernels]
+    names = [f"graph {g} {k.name}" if len(record.graphs) > 1 else k.name for g, k in kernels]
     figure = go.Figure(go.Bar(
-        y=names, x=[k["time_ms"] for _, k in kernels], orientation="h", name="Glassbox", marker_color=OURS,
-        error_x=dict(type="data", array=[k.get("time_iqr_ms") or 0 for _, k in kernels], visible=True),
-        text=[f"{k['share']:.0%}" if isinstance(k.get("share"), (int, float)) else "" for _, k in kernels],
+        y=names, x=[k.time_ms for _, k in kernels], orientation="h", name="Glassbox", marker_color=OURS,
+        error_x=dict(type="data", array=[k.time_iqr_ms or 0 for _, k in kernels], visible=True),
+        text=[f"{k.share:.0%}" if k.share is not None else "" for _, k in kernels],
         textposition="auto",
-        customdata=[[k.get("kind", ""), k.get("gbps") or 0, ", ".join(k.get("ops") or [])] for _, k in kernels],
+        customdata=[[k.kind, k.gbps or 0, ", ".join(k.ops)] for _, k in kernels],
         hovertemplate="%{y} (%{customdata[0]}): %{x:.4f} ms, %{customdata[1]:.2f} GB/s<br>%{customdata[2]}"
                       "<extra>Glassbox</extra>"))
     theirs = ((record.get("inductor") or {}).get("kernel_times")) or []
@@ -51,14 +51,14 @@ def kernel_time_figure(record: dict, height: int | None = None) -> go.Figure | N
     return _layout(figure, "Time per kernel", height or max(220, 60 + 26 * rows))
 
 
-def roofline_figure(record: dict, height: int = 380) -> go.Figure | None:
+def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
     """Achieved GFLOP/s against arithmetic intensity (FLOPs per byte moved), under the machine's two roofs:
     the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
     machine = record.get("machine") or {}
-    points = [(g, k) for g, k in _kernels(record) if k.get("flops") and k.get("bytes") and k.get("gflops")]
+    points = [(g, k) for g, k in _kernels(record) if k.flops and k.bytes and k.gflops]
     if not points or not machine.get("copy_gbps"):
         return None
-    intensity = [k["flops"] / k["bytes"] for _, k in points]
+    intensity = [k.flops / k.bytes for _, k in points]
     low, high = min(intensity + [0.05]) / 2, max(intensity + [50.0]) * 2
     bandwidth, peak = machine["copy_gbps"], machine.get("matmul_gflops") or None
     ridge = peak / bandwidth if peak else high
@@ -69,10 +69,10 @@ def roofline_figure(record: dict, height: int = 380) -> go.Figure | None:
                        + (f", matmul {peak:.0f} GFLOP/s" if peak else ""), line=dict(color="#64748b", dash="dash"),
                        hoverinfo="skip")
     figure.add_scatter(
-        x=intensity, y=[k["gflops"] for _, k in points], mode="markers+text", name="kernels",
-        text=[k["name"] for _, k in points], textposition="top center",
-        marker=dict(size=11, color=[KIND_STYLE.get(k.get("kind"), KIND_STYLE["other"])[1] for _, k in points]),
-        customdata=[[k.get("time_ms"), k.get("gbps") or 0] for _, k in points],
+        x=intensity, y=[k.gflops for _, k in points], mode="markers+text", name="kernels",
+        text=[k.name for _, k in points], textposition="top center",
+        marker=dict(size=11, color=[KIND_STYLE.get(k.kind, KIND_STYLE["other"])[1] for _, k in points]),
+        customdata=[[k.time_ms, k.gbps or 0] for _, k in points],
         hovertemplate="%{text}: %{x:.3f} FLOP/byte, %{y:.2f} GFLOP/s, %{customdata[0]:.4f} ms, "
                       "%{customdata[1]:.2f} GB/s<extra></extra>")
     figure.update_layout(xaxis=dict(type="log", dtick=1, title="arithmetic intensity (FLOP per byte moved, estimated)"),

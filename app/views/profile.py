@@ -49,7 +49,7 @@ else:
     left, right = st.columns(2)
     name = record.model or "model"
     # the report renders the JSON document, as `python -m engine report record.json` does with a saved one
-    left.download_button("Download the report (offline HTML)", html_report.report_html(record.to_json()),
+    left.download_button("Download the report (offline HTML)", html_report.report_html(record),
                          file_name=file_name(name) + "-glassbox.html", mime="text/html", key="download_report")
     right.download_button("Download the record (JSON)", record.dumps(indent=1), file_name=file_name(name) + ".json",
                           mime="application/json", key="download_json")

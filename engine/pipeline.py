@@ -250,7 +250,7 @@ def schedule_stage(lowered: Lowered, options: Options) -> Scheduled:
 
 def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     graph = scheduled.lowered.graph
-    backend = codegen.backend_module(options.backend)
+    backend = codegen.backend(options.backend)
     with spans.span("kernels") as kernels_span:
         module = backend.generate_module(scheduled.schedule.kernels, graph.buffers, graph.size_symbols(),
                                          mode=options.mode)
@@ -258,7 +258,7 @@ def codegen_stage(scheduled: Scheduled, options: Options) -> Generated:
     with spans.span("wrapper"):
         launches = {k.name: module.launch_text(k) for k in module.kernels}
         wrapper = generate_wrapper(graph, scheduled.schedule.kernels, scheduled.memory, launches,
-                                   prologue=list(getattr(module, "call_prologue", ())))
+                                   prologue=list(module.call_prologue))
     return Generated(scheduled, module, wrapper)
 
 

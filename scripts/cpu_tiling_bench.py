@@ -93,7 +93,7 @@ def _upsample_add(x, y):
 
 def extra_threads(fn, inputs: tuple) -> int:
     """Threads the process gains while `fn` runs in a Python thread that never called torch.set_num_threads
-    (Note [Kernel threads] in engine/codegen/cpp_prelude.h): OpenMP's workers are threads of the process, so
+    (Note [Kernel threads] in engine/codegen/cpp/prelude.h): OpenMP's workers are threads of the process, so
     a kernel on more threads than torch is set to shows up here."""
     import threading
 

@@ -75,7 +75,7 @@ def swin(layers: int):
 
 
 def time_stages(graphs, backend_name: str, with_codegen: bool) -> dict:
-    backend = codegen.backend_module(backend_name)
+    backend = codegen.backend(backend_name)
     times = {"lower": 0.0, "schedule": 0.0, "codegen": 0.0}
     counts = {"ir_nodes": 0, "kernels": 0}
     for aten_gm, aten_inputs in graphs:

@@ -1,4 +1,4 @@
-"""C++ cat kernels are split into one loop nest per input (Note [Cat pieces] in engine/codegen/cpp.py): the
+"""C++ cat kernels are split into one loop nest per input (Note [Cat pieces] in engine/codegen/cpp/module.py): the
 output matches eager, and the kernel's record says how it was cut and which inputs each piece reads."""
 import pytest
 import torch

@@ -94,7 +94,7 @@ def test_the_narrowest_column_read_decides():
 def test_the_column_config_counts_bytes(rows):
     """A bfloat16 column kernel with rows of as many bytes as a float32 one's (twice the outputs) reads as many
     bytes of each row and a step, on as many programs and warps: the float32 configs are the measured ones."""
-    from engine.codegen.triton_config import choose_config
+    from engine.codegen.triton.config import choose_config
     f32 = choose_config("column", rows, 8192, interpreter=False, itemsize=4)
     bf16 = choose_config("column", 2 * rows, 8192, interpreter=False, itemsize=2)
     assert (bf16.XBLOCK * 2, bf16.RBLOCK, bf16.num_warps) == (f32.XBLOCK * 4, f32.RBLOCK, f32.num_warps)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.runtime import triton_build
-from engine.codegen.triton_config import MANY_COLUMNS, choose_config
+from engine.codegen.triton.config import MANY_COLUMNS, choose_config
 from engine.pipeline import AtenGraph, Options, stage_named
 from engine.tools.aten_graphs import capture_aten
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import engine
-from engine.codegen.triton_printer import triton_index
+from engine.codegen.triton.printer import triton_index
 from engine.ir.indexing import FloorDiv, ModIndex, c_index, loop_var, py_index, size_symbol
 from engine.tools.model_file import load_model_file
 from engine.pipeline import compile_reference

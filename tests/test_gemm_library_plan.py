@@ -186,7 +186,7 @@ def test_gpu_candidates_are_timed_in_interleaved_rounds(monkeypatch):
 def test_epilogue_only_tiles_are_candidates_and_match_eager(tile, tuned, monkeypatch):
     """Note [Epilogue-only tiles]: the library call with the epilogue on a pointwise-shaped tile is timed too
     (on a GPU; forced here under the interpreter), and when it wins it computes what eager does, in place."""
-    from engine.codegen import triton_gemm
+    from engine.codegen.triton import gemm as triton_gemm
 
     configs = [c.kwargs() for c in triton_gemm.EPILOGUE_ONLY_CONFIGS]
     monkeypatch.setattr(TritonTemplateRunner, "epilogue_configs", lambda self: configs)

@@ -4,7 +4,7 @@ included), and computes what eager does; a plain config still launches one progr
 import pytest
 import torch
 
-from engine.codegen import triton_gemm
+from engine.codegen.triton import gemm as triton_gemm
 from engine.schedule import gemm_tiles
 from tests.test_templates import MODELS, _assert_fused, _explore, _templates
 

@@ -1,4 +1,4 @@
-"""The C++ template's stream form for skinny GEMMs (Note [Streaming skinny GEMM] in engine/codegen/cpp_gemm.py)
+"""The C++ template's stream form for skinny GEMMs (Note [Streaming skinny GEMM] in engine/codegen/cpp/gemm.py)
 and default mode's choice of it (Note [When a C++ template pays] in engine/schedule/templates.py): forced on, it
 matches eager on skinny and ragged shapes (1, 3, 17 rows; K not a multiple of the vector, the bf16 pair or the
 K chunk; N not a multiple of the column block; strided and batched operands; float32 and bf16); in default mode

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from engine.runtime import triton_build
-from engine.codegen.triton_gemm import TritonTemplateKernel
-from engine.codegen.triton_module import generate_module
+from engine.codegen.triton.gemm import TritonTemplateKernel
+from engine.codegen.triton.module import generate_module
 from engine.lowering.graph import lower
 from engine.schedule import gemm_tiles
 from engine.schedule.fusion import schedule

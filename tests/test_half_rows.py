@@ -1,5 +1,5 @@
-"""fp16 rows converted whole (Note [Vector half conversions] in cpp_prelude.h) and whole tiles (Note [Whole
-tiles] in codegen/cpp.py), through the C++ backend: a cast-add-cast computes in float and rounds once, so the
+"""fp16 rows converted whole (Note [Vector half conversions] in cpp/prelude.h) and whole tiles (Note [Whole
+tiles] in codegen/cpp/module.py), through the C++ backend: a cast-add-cast computes in float and rounds once, so the
 results are eager's bit for bit, for fp16 and bf16, in 2D tiles (whole and partial) and in 1D kernels (rows
 longer than a chunk, rows that are not a multiple of a vector, broadcasts, dynamic sizes)."""
 import pytest

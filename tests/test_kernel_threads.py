@@ -1,4 +1,4 @@
-"""C++ kernels run on the thread count torch is set to (Note [Kernel threads] in engine/codegen/cpp_prelude.h),
+"""C++ kernels run on the thread count torch is set to (Note [Kernel threads] in engine/codegen/cpp/prelude.h),
 whichever Python thread calls them: never more threads than asked. Each case runs in a fresh process started
 with more OpenMP threads in its environment than torch is set to, and counts the process's threads while a
 compiled kernel runs (OpenMP's workers are threads of the process, created at the first parallel region that

@@ -7,9 +7,9 @@ import pytest
 import sympy
 import torch
 
-from engine.codegen.cpp import CppPrinter
+from engine.codegen.cpp.module import CppPrinter
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton_printer import TritonPrinter, TVar, X, triton_index
+from engine.codegen.triton.printer import TritonPrinter, TVar, X, triton_index
 from engine.ir.evaluator import TorchEvaluator
 from engine.ir.handlers import AccessRecorder, IRPrinter, TextHandler, Var
 from engine.ir.indexing import c_index, py_index

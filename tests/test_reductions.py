@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import engine
-from engine.codegen import cpp_reduction as cpp
+from engine.codegen.cpp import reduction as cpp
 
 
 def _check(fn, *inputs):

@@ -1,4 +1,4 @@
-"""The C++ row cache (Note [Row cache] in codegen/cpp_reduction.py) takes rows up to 256 KiB: softmax over
+"""The C++ row cache (Note [Row cache] in codegen/cpp/reduction.py) takes rows up to 256 KiB: softmax over
 vocabulary-wide rows computes exp(x - max) once, keeps it for the division, and matches eager; a row too wide
 for the cache in its type (float64 at 50257) recomputes it and matches too."""
 import pytest

@@ -1,5 +1,5 @@
 """Few outputs over a long leading dim run as column tiles whose reduction chunks are shared by the threads
-(Note [Split column tiles in C++] in engine/codegen/cpp_reduction.py); results equal eager's, NaN included,
+(Note [Split column tiles in C++] in engine/codegen/cpp/reduction.py); results equal eager's, NaN included,
 on one thread and on two, and equal each other (the chunks are folded in one order)."""
 import pytest
 import torch

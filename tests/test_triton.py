@@ -99,7 +99,7 @@ def test_flag_reductions(kind):
 
 
 def test_looped_reduction_beyond_the_persistent_limit():
-    from engine.codegen.triton import PERSISTENT_LIMIT
+    from engine.codegen.triton.kernel import PERSISTENT_LIMIT
 
     x = torch.randn(6, PERSISTENT_LIMIT * 2 + 123)
     x[2, 9000] = float("nan")
@@ -170,7 +170,7 @@ def test_gather_and_dynamic_shapes():
 def test_triton_printer_writes_every_op(dtype):
     import sympy
 
-    from engine.codegen.triton_printer import TritonPrinter, TVar
+    from engine.codegen.triton.printer import TritonPrinter, TVar
     from engine.ir.ops import ALL_OPS, BINARY, UNARY
     from engine.schedule.kernel_plan import KernelPlan
 
@@ -212,7 +212,7 @@ def test_int64_index_values_stay_int64():
     _check(lambda t: torch.where(t > 0, 0, -1).amax() - t.long(), torch.randn(7) * 4)
     import sympy
 
-    from engine.codegen.triton_printer import TritonPrinter, TVar
+    from engine.codegen.triton.printer import TritonPrinter, TVar
     from engine.schedule.kernel_plan import KernelPlan
 
     printer = TritonPrinter(KernelPlan([], sympy.Integer(8), sympy.Integer(1)), {}, "x", {"x": "xmask"})

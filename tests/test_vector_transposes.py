@@ -1,5 +1,5 @@
 """Staged transposed reads copy whole tiles in 8x8 register transposes (Note [Vector transposes] in
-cpp_prelude.h), partial tiles element by element: copies are exact, for 32-bit and 16-bit storage, at sizes
+cpp/prelude.h), partial tiles element by element: copies are exact, for 32-bit and 16-bit storage, at sizes
 with and without partial tiles, through the C++ backend."""
 import pytest
 import torch

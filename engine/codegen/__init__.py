@@ -1,19 +1,12 @@
-"""Code generators. A backend module provides
-
-    generate_module(kernels, buffers, size_symbols, mode) -> module   (.source, .kernels, .line_kernel, .language,
-                                                                      .launch_text(kernel))
-
-The wrapper (wrapper.py) is shared: it calls kernels by name through `launch_text`. Codegen prints text and never
-runs it: engine/runtime/load.py builds or imports a module and binds its kernels (load_kernels).
+"""Code generators: fused kernels -> printed source (engine/codegen/backend.py, Note [Backends print, the
+runtime runs]). Shared by both backends: kernel_core.py (a kernel's passes, stores, signature),
+kernel_printer.py (the ops protocol's printer base), provenance.py (line tags) and wrapper.py (the per-graph
+Python wrapper). Each backend is a folder that registers itself: cpp/ (C++/OpenMP) and triton/ (Triton, and
+the TTIR-to-SASS display of its kernels).
 """
 from __future__ import annotations
 
-import importlib
+from engine.codegen import cpp, triton  # noqa: F401 - each registers its backend
+from engine.codegen.backend import BACKENDS, Backend, GeneratedModule, backend
 
-BACKEND_MODULES = {"cpp": "engine.codegen.cpp", "triton": "engine.codegen.triton_module"}
-
-
-def backend_module(name: str):
-    if name not in BACKEND_MODULES:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
-    return importlib.import_module(BACKEND_MODULES[name])
+__all__ = ["BACKENDS", "Backend", "GeneratedModule", "backend"]

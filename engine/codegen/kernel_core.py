@@ -12,7 +12,7 @@ Every generated kernel is built from the same pieces, whatever the language:
               `emit_epilogue`, the row loop a backend's template)
   signature   the buffers it reads (those the body really loads) then those it stores, then the size
               symbols the body names (`buffer_arguments`, `size_arguments`, Note [Signature from the printer])
-C++ (engine/codegen/cpp*.py) and Triton (engine/codegen/triton.py) put these into their own loop shapes:
+C++ (engine/codegen/cpp/) and Triton (engine/codegen/triton/kernel.py) put these into their own loop shapes:
 OpenMP loops with simd accumulators, or blocks of a program with masks.
 """
 from __future__ import annotations

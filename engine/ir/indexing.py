@@ -393,7 +393,7 @@ class _IndexPrinter(StrPrinter):
         return super()._print_Rational(e)
 
 
-class PythonIndexPrinter(_IndexPrinter):  # also the base of the Triton index printer (codegen/triton_printer.py)
+class PythonIndexPrinter(_IndexPrinter):  # also the base of the Triton index printer (codegen/triton/printer.py)
     floordiv = "//"
     max_fn, min_fn = "max", "min"
 

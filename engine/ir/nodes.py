@@ -111,7 +111,7 @@ class Scan(Buffer):
     """out[..., i] = scan_type over value[..., :i + 1] along the last dim (Note [Scans])."""
     inner_fn: Callable[[Index], Any] = None
     scan_type: str = "sum"
-    acc_dtype: torch.dtype = torch.float32  # what the values are and combine in (backends may widen: cpp_scan.py)
+    acc_dtype: torch.dtype = torch.float32  # what the values are and combine in (backends may widen: cpp/scan.py)
     kind = "scan"
 
     @property
@@ -131,7 +131,7 @@ class Scan(Buffer):
 # loops over its *source* instead: `inner_fn(index)` yields (the place in this buffer, the value, a bool
 # value saying whether to add at all, or None for always) for each source element, and the kernel adds the
 # value there (ops.store_add: an atomic add in Triton, a `+=` in a one-thread loop in C++, Note [Scatter
-# kernels in C++] in codegen/cpp.py, an ordered index_add_ in the evaluator). The condition keeps out entries
+# kernels in C++] in codegen/cpp/module.py, an ordered index_add_ in the evaluator). The condition keeps out entries
 # that add nothing (an embedding's padding_idx) or point outside the buffer: those are ignored, as the search
 # ignores them (an address is formed for them, never used). So:
 # - the buffer starts at zero: the wrapper zeroes it before the kernel runs (what a lowering adds to, `self`

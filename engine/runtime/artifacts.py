@@ -19,7 +19,7 @@ class TunePlan:
 
 @dataclass
 class KernelLaunch:
-    """How to launch one generated Triton kernel, decided by codegen (engine/codegen/triton_module.py)."""
+    """How to launch one generated Triton kernel, decided by codegen (engine/codegen/triton/module.py)."""
     name: str
     config: dict  # block sizes (XBLOCK, YBLOCK, RBLOCK) and num_warps
     checked: tuple[int, ...]  # arguments whose specialization may vary (Note [Bound Triton launches])

@@ -38,7 +38,7 @@ schedule/memory.py), or max-autotune loses where it chose exactly that plan. So:
   - no per-call Python beyond the launches: each mode is bound at its first call to a closure over the
     resolved launches (`_Bound`), and views are the wrapper's strided_view.
 What remains different: the epilogue runs as the template's kernel in its ACC_FROM_MEMORY mode (Note
-[Epilogue-only tiles] in codegen/triton_gemm.py). The H200 run that showed the cost: reports/
+[Epilogue-only tiles] in codegen/triton/gemm.py). The H200 run that showed the cost: reports/
 runtime_measurements.md, "Library plan in place".
 """
 from __future__ import annotations
@@ -341,7 +341,7 @@ class TritonTemplateRunner:
 
     def epilogue_configs(self) -> list[dict]:
         """Tiles for the epilogue-only mode besides the template's own (Note [Epilogue-only tiles] in
-        codegen/triton_gemm.py); none under the interpreter."""
+        codegen/triton/gemm.py); none under the interpreter."""
         return self.kernel.epilogue_configs
 
     def _launch(self, config: dict, from_memory: bool):

@@ -1,6 +1,6 @@
 """Loading what codegen printed, for both backends: one callable per kernel name in the wrapper's namespace.
 
-A backend's module (engine/codegen: cpp.CppModule, triton_module.TritonModule) is data here: its `language`,
+A backend's module (engine/codegen: cpp/module.CppModule, triton/module.TritonModule) is data here: its `language`,
 `source`, `kernels` (each with `name`, `args`, `size_args`; a GEMM template also with `template` and the launch
 data of runtime/gemm_launch.TemplateKernel) and `autotune`; a Triton module also has `launches`, the
 KernelLaunch of each generated kernel. Nothing here asks codegen or the scheduler a question.
@@ -27,7 +27,7 @@ def load_kernels(module, namespace: dict, device: str = "cpu") -> bool:
 
 class ThreadCount:
     """Hands torch.get_num_threads() of the calling thread to a library's kernels when it changed (Note [Kernel
-    threads] in engine/codegen/cpp_prelude.h): about 0.1 us a call, once per graph call."""
+    threads] in engine/codegen/cpp/prelude.h): about 0.1 us a call, once per graph call."""
 
     def __init__(self, setter):
         setter.argtypes, setter.restype = [ctypes.c_int], None

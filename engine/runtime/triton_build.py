@@ -13,7 +13,7 @@ the interpreter is decided when @triton.jit runs, that is while the module is im
 TRITON_INTERPRET set to "1" (CPU) or "0" (CUDA), and restore the variable afterwards. The two flavours are two
 module objects, so one process can hold both. (Triton's own jit functions, tl.sum and friends, were decorated
 once when triton was imported; generated code does not call them: Note [Reductions without Triton's standard
-library] in triton_prelude.py.)
+library] in triton/prelude.py.)
 """
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ class TritonLaunch:
 
 class QuietInterpreted:
     """A jit function under the interpreter, run with numpy's floating-point warnings off (see TritonLaunch);
-    for kernels launched through their own runner (GEMM templates, codegen/triton_gemm.py)."""
+    for kernels launched through their own runner (GEMM templates, codegen/triton/gemm.py)."""
 
     def __init__(self, function):
         self.function = function
@@ -414,7 +414,7 @@ def add_assembly(record, kernel_names: list[str] | None = None) -> int:
             if kernel_names is not None and entry["name"] not in kernel_names:
                 continue
             display = (entry.get("template") or {}).get("display")
-            if display:  # a GEMM template: its GPU config's constexprs (codegen/triton_gemm.py)
+            if display:  # a GEMM template: its GPU config's constexprs (codegen/triton/gemm.py)
                 entry["asm"] = kernel_assembly(code["source"], entry["name"], entry["template"]["signature"],
                                                display["constants"], display["num_warps"])
                 count += 1

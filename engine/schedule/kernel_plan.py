@@ -29,7 +29,7 @@ class NotFusable(Exception):
 
 
 # A reduction row of at most this many elements (a static count) is held whole in one block: Triton's
-# persistent form keeps it in registers (Note [Triton kernel shapes] in codegen/triton.py), and a C++ thread's
+# persistent form keeps it in registers (Note [Triton kernel shapes] in codegen/triton/kernel.py), and a C++ thread's
 # row stays in its L1/L2 cache between passes. The scheduler lets such rows take any number of passes (Note
 # [Persistent chains] in policy.py).
 PERSISTENT_ROW = 8192

@@ -137,7 +137,7 @@ def library_call(c: Candidate) -> Verdict | None:
 # (a static PERSISTENT_ROW elements or fewer, walked along its contiguous axis) is read once whatever the
 # passes: Triton's persistent form keeps it in registers and computes every producer once for all passes, and
 # a C++ thread walks it again in its own L1 cache (an expensive value two passes need is kept in the row cache,
-# Note [Row cache] in codegen/cpp_reduction.py). So such rows have no pass limit: a chain of 32 softmaxes over
+# Note [Row cache] in codegen/cpp/reduction.py). So such rows have no pass limit: a chain of 32 softmaxes over
 # rows of 64 is one kernel (Inductor keeps it in registers too), where the limit cut it into 16 kernels and
 # 15 round trips through memory. A column reduction (strided along the row: Triton's column form loops over
 # it) keeps the limit, as a looped row does. The mechanism finds the fact (fusion.py `_persistent_row`) only

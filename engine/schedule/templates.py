@@ -43,7 +43,7 @@ CPU_SKINNY_ROWS = 32  # the C++ template beats the CPU BLAS only on few rows (ba
 # Default mode on the CPU takes the C++ template for a GEMM of at most CPU_SKINNY_ROWS rows when an epilogue
 # fuses into it (the output is written once), and also with no epilogue at all when it is a weight stream
 # (`streams`: x @ W.T with W contiguous along K, the stream form of Note [Streaming skinny GEMM] in
-# codegen/cpp_gemm.py) of at least CPU_STREAM_MIN_WEIGHT elements. Why without an epilogue: on the machine
+# codegen/cpp/gemm.py) of at least CPU_STREAM_MIN_WEIGHT elements. Why without an epilogue: on the machine
 # this was measured on (AMD EPYC, 2 threads, torch 2.13's CPU BLAS), the library's skinny GEMMs were slower
 # than the stream form: float32 x @ W.T for 4096x4096 ran 1.3x (M = 1) to 4x (M = 8) slower in the BLAS, and
 # bf16's 1-row GEMV 2x slower; bf16 at 8-32 rows runs the same instruction (vdpbf16ps) in both and came out

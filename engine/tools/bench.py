@@ -17,7 +17,7 @@ case runs first; run a throwaway case first when that matters.
 
 Note [Threads]
 Glassbox's C++ kernels use OpenMP, on torch.get_num_threads() threads of the calling thread, handed to them
-by the wrapper at each call (Note [Kernel threads] in engine/codegen/cpp_prelude.h); OMP_NUM_THREADS is read
+by the wrapper at each call (Note [Kernel threads] in engine/codegen/cpp/prelude.h); OMP_NUM_THREADS is read
 once, when the runtime starts, and sets torch's default. set_threads() therefore does both,
 and callers (the CLI) should call it before the first compile of the process: that is why the CLI applies
 --threads before loading any model. Without --threads, each case takes the cores the machine has free just

@@ -93,7 +93,7 @@ static inline float gb_round_bf16(float f) { return gb_bf16_to_float(gb_float_to
 // permuted fp16 add spent three quarters of its time in them (1.4 ms of 1.8 ms a call on one thread, where
 // F16C conversions take 0.36 ms). So an fp16 row that the inner loop reads or writes contiguously is
 // converted as a whole with F16C (8 lanes) or AVX-512 (16 lanes): before the loop into a float array that the
-// loop reads, and after it from a float array that the loop wrote (cpp_printer.HalfRows). Both instructions
+// loop reads, and after it from a float array that the loop wrote (cpp/printer.py, HalfRows). Both instructions
 // round to nearest even and keep infinities, subnormals and NaN (quiet, payload truncated), so the values are
 // those of the scalar functions, which still do the tail of a row and any CPU without F16C.
 static inline void gb_half_to_float_n(const uint16_t* src, float* dst, int64_t n) {
@@ -169,7 +169,7 @@ template <typename T> static inline T gb_erfinv(T y) {
     return (T)x;
 }
 
-// Note [Vector transposes]: a staged read (Note [Staged reads] in cpp_printer.py) copies a tile of a transposed
+// Note [Vector transposes]: a staged read (Note [Staged reads] in cpp/printer.py) copies a tile of a transposed
 // input into a small array along the other axis. Written as two loops, one side of the copy strides and gcc
 // leaves it scalar (AVX2 has no scatter, and no gather of 16-bit values). A full tile is copied instead in
 // 8x8 blocks transposed in registers, as Inductor's C++ kernels do: eight row loads, three rounds of

@@ -1,6 +1,6 @@
-"""Helpers that generated Triton kernels may call (the Triton counterpart of cpp_prelude.h).
+"""Helpers that generated Triton kernels may call (the Triton counterpart of cpp/prelude.h).
 
-This file is read as text, never imported by the engine: engine/codegen/triton_module.py copies the header and the
+This file is read as text, never imported by the engine: engine/codegen/triton/module.py copies the header and the
 helpers a module uses (with the helpers they call) into each generated module.
 
 Note [Math under the interpreter]

@@ -26,7 +26,7 @@ C_TYPES = {
 }
 STORAGE_TYPES = {**C_TYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
 PARALLEL_MIN_ELEMENTS = 32768  # below this, starting OpenMP threads costs more than it saves
-THREADS = "num_threads(gb_thread_count())"  # every parallel region's clause (Note [Kernel threads] in cpp_prelude.h)
+THREADS = "num_threads(gb_thread_count())"  # every parallel region's clause (Note [Kernel threads] in cpp/prelude.h)
 
 LIBM = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos",
         "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "floor", "ceil",
@@ -333,7 +333,7 @@ class CppPrinter(KernelPrinter):
 
 @dataclass
 class HalfRows:
-    """fp16 rows of the inner loop converted whole (Note [Vector half conversions] in cpp_prelude.h): a load
+    """fp16 rows of the inner loop converted whole (Note [Vector half conversions] in cpp/prelude.h): a load
     or store contiguous along `var` (stride 1, no other value that changes inside the loop) reads or writes a
     float array instead, filled before the loop (`before`) or converted into memory after it (`after`). The
     loop walks var over [start, start + count), count <= capacity."""
@@ -395,7 +395,7 @@ class HalfRows:
 # small array laid out like the output (stage[(y - yo) * TILE + (x - xo)]), and the vectorized inner loop
 # reads the array contiguously. The copy keeps the storage type (a half read stays 16-bit until computed).
 STAGE_MIN_STRIDE = 16  # a smaller stride along X is a few cache lines per tile row: read it directly
-# by storage type: (function, block side), the widest block first (Note [Vector transposes] in cpp_prelude.h)
+# by storage type: (function, block side), the widest block first (Note [Vector transposes] in cpp/prelude.h)
 VECTOR_TRANSPOSES = {"float": [("gb_transpose16_f32", 16), ("gb_transpose8_f32", 8)],
                      "uint16_t": [("gb_transpose8_u16", 8)]}
 
@@ -435,7 +435,7 @@ class Staging:
                 step = int(sympy.simplify(offset.subs(x, x + 1) - offset))
                 blocks = [(fn, side) for fn, side in VECTOR_TRANSPOSES.get(storage, []) if tile % side == 0]
                 transpose, side = blocks[0] if blocks and step > 0 else (None, 1)
-                if transpose:  # Note [Vector transposes] in cpp_prelude.h: whole tiles in register blocks
+                if transpose:  # Note [Vector transposes] in cpp/prelude.h: whole tiles in register blocks
                     block = contextlib.nullcontext() if whole else \
                         body.block(f"if ({x}e - {x}o == {tile} && {y}e - {y}o == {tile})")
                     with block, body.block(f"for (int64_t {x} = {x}o; {x} < {x}e; {x} += {side})"), \
@@ -463,7 +463,7 @@ class CppKernel:
     size_args: list[str]
     tiling: Tiling
     line_tags: list = field(default_factory=list)  # one per source line
-    pieces: dict | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp.py)
+    pieces: dict | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp/module.py)
     float_sizes: tuple[str, ...] = ()  # size arguments passed as doubles (Note [Derived sizes])
 
     def record_fields(self) -> dict:

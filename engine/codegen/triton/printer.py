@@ -1,4 +1,4 @@
-"""The Triton printer: loop bodies in the ops protocol -> lines of Triton (engine/codegen/triton.py puts the
+"""The Triton printer: loop bodies in the ops protocol -> lines of Triton (engine/codegen/triton/kernel.py puts the
 lines into kernels).
 
 Like CppPrinter it is a KernelPrinter (one temporary per op, identical expressions shared) whose loads follow
@@ -203,7 +203,7 @@ class TritonPrinter(KernelPrinter):
         return f"{var} = {text}"
 
     def row_value(self, node, dtype, reduction_type):
-        """The [XBLOCK, 1] row value triton.py assigns after the reduction (row_<node>)."""
+        """The [XBLOCK, 1] row value triton/kernel.py assigns after the reduction (row_<node>)."""
         return TVar(f"row_{node}", dtype, False, X)
 
     def take(self) -> tuple[list[str], list]:

@@ -27,8 +27,8 @@ import torch
 
 from engine.runtime.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton import SIGNATURE_TYPES
-from engine.codegen.triton_printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
+from engine.codegen.triton.kernel import SIGNATURE_TYPES
+from engine.codegen.triton.printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
 from engine.ir.nodes import Template
 from engine.ir.ops import ops, use_handler
 from engine.schedule import gemm_tiles

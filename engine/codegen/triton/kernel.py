@@ -1,5 +1,5 @@
-"""Triton code generation: one @triton.jit kernel per fused kernel (triton_module.py puts all of a graph's
-kernels, the GEMM templates of triton_gemm.py among them, in one module and loads it).
+"""Triton code generation: one @triton.jit kernel per fused kernel (triton/module.py puts all of a graph's
+kernels, the GEMM templates of triton/gemm.py among them, in one module and loads it).
 
 Kernel shapes (Note [Fused loop shape]; Note [Triton kernel shapes]):
   pointwise   x0 = pid*XBLOCK + arange(XBLOCK); values are 1-D blocks; loads and stores masked by x0 < numel
@@ -21,10 +21,10 @@ from engine.codegen.kernel_core import (FLAG_REDUCTIONS, PythonSource, accumulat
                                         emit_epilogue, emit_stores, float_sizes, run_pass, size_arguments,
                                         stores_by_role)
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton_config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
+from engine.codegen.triton.config import (PERSISTENT_LIMIT, LaunchConfig, static_int, candidate_configs,
                                           choose_config, looped_config_reason)
-from engine.codegen.triton_scan import scan_body
-from engine.codegen.triton_printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
+from engine.codegen.triton.scan import scan_body
+from engine.codegen.triton.printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, use_handler
 from engine.schedule.fusion import Kernel
@@ -59,7 +59,7 @@ class TritonKernel:
     source: str
     args: list[str]  # buffer names in signature order
     size_args: list[str]
-    form: str  # pointwise | tiled | persistent | looped | column (engine/codegen/triton_config.py)
+    form: str  # pointwise | tiled | persistent | looped | column (engine/codegen/triton/config.py)
     rows: sympy.Expr  # tiled: the Y extent
     red: sympy.Expr  # tiled: the X extent
     config: LaunchConfig
@@ -68,7 +68,7 @@ class TritonKernel:
     tiling: Tiling
     line_tags: list = field(default_factory=list)
     tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
-    itemsize: int = 4  # the column form's narrowest column read, in bytes: its config counts bytes (triton_config)
+    itemsize: int = 4  # the column form's narrowest column read, in bytes: its config counts bytes (triton/config.py)
     accumulates: bool = False  # adds into its output (Note [Accumulating stores]): a second run would add twice
 
     def grid(self, config: LaunchConfig | None = None) -> tuple | None:
@@ -265,7 +265,7 @@ def _tiled_body(kernel, plan, printer, body, masks, int64):
     _store_every_output(kernel, plan, printer, body, XR, "[YBLOCK, XBLOCK]")
 
 
-# Reductions (Note [torch semantics in Triton] in triton_prelude.py): each value is first made a full
+# Reductions (Note [torch semantics in Triton] in triton/prelude.py): each value is first made a full
 # [XBLOCK, RBLOCK] tile with masked-off lanes set to the reduction's identity, then reduced along axis 1 to
 # [XBLOCK, 1] (Note [Reductions without Triton's standard library] in the prelude).
 ROW_REDUCE = {"sum": "gb_sum_row({t}, XBLOCK, RBLOCK)", "prod": "gb_prod_row({t}, XBLOCK, RBLOCK)",

@@ -4,7 +4,7 @@ Loop shapes (Note [Fused loop shape]; the tiling from engine/schedule/tiling.py)
   pointwise  for xo (OpenMP threads) { for xi (simd) { body; stores } }
   2d tiles   for (yo, xo) blocks (OpenMP threads) { for y { for x (simd) { body; stores } } }
   reduction  for x (OpenMP threads) { pass 1: for r (simd reduction) {...}; ...; last: for r { stores } }
-             (engine/codegen/cpp_reduction.py: split accumulators, cascade sums, split reductions)
+             (engine/codegen/cpp/reduction.py: split accumulators, cascade sums, split reductions)
 Values that do not depend on the innermost loop variable are hoisted out of it (loop-invariant code motion
 in the printer), so a row's mean or a broadcast bias is computed once per row, not once per element.
 """
@@ -19,10 +19,10 @@ from types import SimpleNamespace
 
 import sympy
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, HalfRows, Staging, finish_kernel, parallel_clause
+from engine.codegen.cpp.printer import CppKernel, CppPrinter, HalfRows, Staging, finish_kernel, parallel_clause
 from engine.codegen.kernel_core import Source, emit_stores
-from engine.codegen.cpp_reduction import reduction_kernel
-from engine.codegen.cpp_scan import scan_kernel
+from engine.codegen.cpp.reduction import reduction_kernel
+from engine.codegen.cpp.scan import scan_kernel
 from engine.ir.indexing import ModIndex, c_index, contiguous_strides, linearize, product, simplify_index, unflatten
 from engine.ir.nodes import loop_size
 from engine.ir.ops import use_handler
@@ -30,7 +30,7 @@ from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.tiling import Tiling, choose_tiling
 
-PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
+PRELUDE = (Path(__file__).with_name("prelude.h")).read_text()
 
 
 def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symbol]) -> CppKernel:
@@ -341,7 +341,7 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
     lines = PRELUDE.splitlines()
     line_kernel: list = [None] * len(lines)
     generated = []
-    from engine.codegen.cpp_gemm import generate_template
+    from engine.codegen.cpp.gemm import generate_template
 
     for kernel in kernels:
         if kernel.kind not in ("pointwise", "reduction", "template"):

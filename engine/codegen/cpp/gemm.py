@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.codegen.cpp_printer import STORAGE_TYPES, THREADS, CppPrinter
+from engine.codegen.cpp.printer import STORAGE_TYPES, THREADS, CppPrinter
 from engine.codegen.kernel_core import Source
 from engine.runtime.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
@@ -65,7 +65,7 @@ def inner_form(spec: GemmSpec) -> str:
 STREAM_KC = 512  # a chunk of K: 4 weight rows x 512 floats = 8 KB, in L1 while every row block uses it
 STREAM_HELPERS = r"""#ifndef GB_STREAM_GEMM
 #define GB_STREAM_GEMM
-// Note [Streaming skinny GEMM] (engine/codegen/cpp_gemm.py): vector accumulators along K, explicit FMAs.
+// Note [Streaming skinny GEMM] (engine/codegen/cpp/gemm.py): vector accumulators along K, explicit FMAs.
 #include <algorithm>
 #include <vector>
 #if defined(__AVX512F__)

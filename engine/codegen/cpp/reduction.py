@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from engine.codegen.cpp_printer import (THREADS, CppKernel, CppPrinter, Staging, c_constant, c_type, finish_kernel,
+from engine.codegen.cpp.printer import (THREADS, CppKernel, CppPrinter, Staging, c_constant, c_type, finish_kernel,
                                        parallel_clause)
 from engine.codegen.kernel_core import (FLAG_REDUCTIONS, Source, accumulator_type, emit_epilogue, emit_stores, run_pass,
                                         stores_by_role)

@@ -1,6 +1,6 @@
 """Triton launch configurations: block sizes and warps per kernel form, for the GPU and for the interpreter.
 
-Forms (Note [Triton kernel shapes] in triton.py; tilings in engine/schedule/tiling.py):
+Forms (Note [Triton kernel shapes] in triton/kernel.py; tilings in engine/schedule/tiling.py):
   pointwise   1-D blocks of XBLOCK outputs
   tiled       2-D [YBLOCK, XBLOCK] tiles of a pointwise kernel whose reads and writes run along different
               output dims (Note [Tiling from strides])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.codegen.cpp_printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
+from engine.codegen.cpp.printer import CppKernel, CppPrinter, c_constant, c_type, finish_kernel, parallel_clause
 from engine.codegen.kernel_core import Source, emit_stores, scan_accumulation as accumulation
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var

@@ -16,7 +16,7 @@ import torch
 
 from engine.codegen.kernel_core import emit_stores, scan_accumulation
 from engine.codegen.provenance import LineTag
-from engine.codegen.triton_printer import XR, TritonPrinter, TVar, literal, tl_type, triton_index
+from engine.codegen.triton.printer import XR, TritonPrinter, TVar, literal, tl_type, triton_index
 from engine.ir.nodes import Scan
 from engine.ir.ops import reduction_identity
 from engine.schedule.fusion import Kernel
@@ -46,7 +46,7 @@ def _tile(printer: TritonPrinter, node: Scan, value: TVar) -> TVar:
 
 def scan_body(kernel: Kernel, plan: KernelPlan, printer: TritonPrinter, body, masks: dict, int64: bool, form: str,
               rows_header, r_header, r_loop) -> None:
-    """The body of a scan kernel (Note [Scans in Triton]); the row and r headers and the r loop are triton.py's."""
+    """The body of a scan kernel (Note [Scans in Triton]); the row and r headers and the r loop are triton/kernel.py's."""
     rows_header(body, plan, masks, int64, two_d=True)
     looped = form == "scan_looped"
     if not looped:

@@ -1,9 +1,8 @@
 """The Triton backend's module: all generated kernels of one graph (pointwise and reduction kernels from
-triton.py, GEMM templates from triton_gemm.py) with the prelude helpers they call, in one Python module that is
-imported once per graph; and its loading, one bound launch per kernel.
+kernel.py, GEMM templates from gemm.py) with the prelude helpers they call, in one Python module that is
+imported once per graph.
 
-This is the backend module engine/codegen/__init__.py names for "triton" (generate_module). It sits above both
-kernel generators, so neither imports the other's assembly (they used to import each other). How each kernel
+This is what the "triton" backend (triton/__init__.py) generates. It sits above both kernel generators, so neither imports the other's assembly (they used to import each other). How each kernel
 launches (its config, the arguments to check, the configs to tune) goes to the runtime as data: `launches`
 (engine/runtime/load.py loads the module).
 """
@@ -14,16 +13,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.codegen.triton import TritonKernel, generate_kernel
-from engine.codegen.triton_config import candidate_configs
-from engine.codegen.triton_gemm import generate_template
+from engine.codegen.triton.kernel import TritonKernel, generate_kernel
+from engine.codegen.triton.config import candidate_configs
+from engine.codegen.triton.gemm import generate_template
 from engine.runtime.artifacts import KernelLaunch, TunePlan
 from engine.schedule.fusion import Kernel
 
 
 # --- the prelude of helper functions -------------------------------------------------------------------------
 
-_PRELUDE_PATH = Path(__file__).with_name("triton_prelude.py")
+_PRELUDE_PATH = Path(__file__).with_name("prelude.py")
 
 
 def _parse_prelude() -> tuple[str, dict[str, str], dict[str, set[str]]]:
@@ -73,6 +72,7 @@ class TritonModule:
     produced: frozenset = frozenset()  # buffers that generated kernels store (allocated by the wrapper)
     launches: dict = field(default_factory=dict)  # kernel name -> runtime.artifacts.KernelLaunch (not templates)
     language = "triton"
+    call_prologue = ()  # nothing to set up per call
 
     def tunable(self, kernel: TritonKernel) -> bool:
         """Autotuned: asked for (mode="max-autotune"), on a GPU, and with static sizes (one grid per config); never

@@ -17,15 +17,21 @@ def render(record: Exploration) -> None:
     items = "".join(f"<span style='background:{fill};border:1px solid {border};border-radius:4px;padding:1px 6px;"
                     f"margin-right:8px;font-size:0.8rem'>{label}</span>" for fill, border, label in heat.legend())
     st.html(f"<div>{items}</div>")
+    caption = heat.roof_caption(record)
+    if caption:
+        st.caption(caption)
     left, right = st.columns(2)
     with left:
         for graph in record.graphs:
             paint, notes = heat.graph_paint(graph)
             if paint:
-                st.caption(f"graph {graph.index}: ATen nodes in their kernel's heat")
-                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes), len(graph.aten))
+                st.caption(f"graph {graph.index}: each kernel a box in the heat of its time, with its GB/s, "
+                           "GFLOP/s and % of roof; its ATen nodes inside")
+                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes, clusters=heat.graph_clusters(graph)),
+                              len(graph.aten))
     with right:
         source = record.source.text
         if source and lines:
-            st.caption("your source: each line's share of the kernels' time (a kernel's time split over its lines)")
+            st.caption("your source: each line's share of the kernels' time, bytes and FLOPs (a kernel's split over "
+                       "its lines), and its kernels' % of roof")
             st.html(f"<div style='max-height:640px;overflow:auto'>{heat.source_heat_html(source, lines)}</div>")

@@ -385,7 +385,7 @@ def verdict_exit(record: dict, name: str, verbose: bool = False) -> int:
 
 def hot_lines(record: dict, count: int = 5) -> list[str]:
     """With --profile: the user's lines that cost the most (Note [Time on lines] in visualizers/heat.py)."""
-    from visualizers.heat import line_heat
+    from visualizers.heat import line_heat, rates_text
 
     heat = line_heat(Exploration.from_json(record))
     if not heat:
@@ -393,8 +393,9 @@ def hot_lines(record: dict, count: int = 5) -> list[str]:
     source = record["source"]["text"].splitlines()
     ranked = sorted(heat.items(), key=lambda item: -item[1]["ms"])[:count]
     return ["Time on your lines (profiled kernels, each split over its lines):"] + [
-        f"  line {line}: {entry['ms']:.4f} ms ({entry['share']:.0%})  "
-        f"{source[line - 1].strip() if 0 < line <= len(source) else ''}" for line, entry in ranked]
+        f"  line {line}: {entry['ms']:.4f} ms ({entry['share']:.0%})"
+        + (f", {rates}" if (rates := rates_text(entry.get("gbps"), entry.get("gflops"), entry.get("pct"))) else "")
+        + f"  {source[line - 1].strip() if 0 < line <= len(source) else ''}" for line, entry in ranked]
 
 
 def cli_bisect_lines(record: dict) -> list[str]:

@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -190,6 +190,9 @@ class KernelRecord(Record):
     gbps: float | None = None
     flops: int | None = None
     gflops: float | None = None
+    # its place under the roofs (engine/runtime/peaks.py, Note [Roofs from the datasheet]): {pct, bound (memory |
+    # compute), roof_gflops or roof_gbps}
+    roofline: dict[str, Any] | None = None
     # what a standalone reproducer of it needs: arguments' layouts, launch, the eager ATen slice (Note [Kernel
     # reproducers] in engine/reproducer.py); {"unsupported": why} for kernels it cannot take away
     repro: dict[str, Any] | None = None

@@ -6,7 +6,9 @@ A kernel's measured time belongs to the ATen nodes it computes (each node shows 
 nodes fused into one kernel share one figure, since a fused kernel has no per-op time). On the source, a
 kernel's time is split evenly over the distinct user lines its ATen nodes came from (their stack traces, as
 provenance reads them), so the lines' figures sum to the kernels' total: a line's figure is what the kernels
-it contributes to cost, shared with the other lines they fuse.
+it contributes to cost, shared with the other lines they fuse. A line's bytes and FLOPs are split the same way,
+so its GB/s and GFLOP/s are its share of bytes and FLOPs over its share of time, and its % of the roof is its
+kernels' %, weighted by the time each gives it (Note [Roofs from the datasheet] in engine/runtime/peaks.py).
 """
 from __future__ import annotations
 
@@ -19,14 +21,43 @@ def _timed(graph: GraphRecord) -> list[KernelRecord]:
     return [k for k in graph.kernels if k.time_ms is not None]
 
 
+def roof_pct(kernel: KernelRecord) -> float | None:
+    """The kernel's % of the roof at its arithmetic intensity, when the profile placed it."""
+    pct = (kernel.roofline or {}).get("pct")
+    return pct if isinstance(pct, (int, float)) else None
+
+
+def rates_text(gbps, gflops, pct) -> str:
+    """"12 GB/s · 3.4 GFLOP/s · 56% of roof", leaving out what is unknown."""
+    parts = [f"{gbps:.3g} GB/s" if gbps else "", f"{gflops:.3g} GFLOP/s" if gflops else "",
+             f"{pct:.0f}% of roof" if pct is not None else ""]
+    return " · ".join(p for p in parts if p)
+
+
 def node_heat(graph: GraphRecord) -> dict[str, dict]:
-    """ATen node -> {ms, share, kernel} of the kernel that computes it (Note [Time on lines])."""
+    """ATen node -> {ms, share, kernel, gbps, gflops, pct} of the kernel that computes it (Note [Time on lines])."""
     heat = {}
     for kernel in _timed(graph):
         for node in kernel.aten_origins:
             heat[node] = {"ms": kernel.time_ms, "share": kernel.share or 0.0, "kernel": kernel.name,
-                          "gbps": kernel.gbps}
+                          "gbps": kernel.gbps, "gflops": kernel.gflops, "pct": roof_pct(kernel)}
     return heat
+
+
+def kernel_heat(graph: GraphRecord) -> dict[str, dict]:
+    """Kernel name -> {ms, share, label, fill, nodes}: a timed kernel as a box around its ATen nodes, in the heat
+    scale, labelled with its time and rates."""
+    timed = _timed(graph)
+    hottest = max((k.time_ms for k in timed), default=0.0) or 1.0
+    clusters = {}
+    for kernel in timed:
+        rates = rates_text(kernel.gbps, kernel.gflops, roof_pct(kernel))
+        clusters[kernel.name] = {
+            "ms": kernel.time_ms, "share": kernel.share or 0.0, "nodes": list(kernel.aten_origins),
+            "fill": heat_colour(kernel.time_ms / hottest),
+            "label": f"{kernel.name}: {kernel.time_ms:.3g} ms ({kernel.share or 0.0:.0%})"
+                     + (f"\n{rates}" if rates else "")}
+    return clusters
 
 
 def kernel_lines(graph: GraphRecord, kernel: KernelRecord, filename: str | None = None) -> list[int]:
@@ -52,12 +83,25 @@ def line_heat(record: Exploration) -> dict[int, dict]:
     for graph in record.graphs:
         for kernel in _timed(graph):
             lines = kernel_lines(graph, kernel, filename)
+            pct = roof_pct(kernel)
             for line in lines:
-                entry = heat.setdefault(line, {"ms": 0.0, "kernels": []})
-                entry["ms"] += kernel.time_ms / len(lines)
+                entry = heat.setdefault(line, {"ms": 0.0, "kernels": [], "bytes": 0.0, "flops": 0.0,
+                                               "_roof_ms": 0.0, "_pct_ms": 0.0})
+                ms = kernel.time_ms / len(lines)
+                entry["ms"] += ms
+                entry["bytes"] += (kernel.bytes or 0) / len(lines)
+                entry["flops"] += (kernel.flops or 0) / len(lines)
+                if pct is not None:
+                    entry["_roof_ms"] += ms
+                    entry["_pct_ms"] += pct * ms
                 entry["kernels"].append(f"g{graph.index}:{kernel.name}")
     for entry in heat.values():
         entry["share"] = entry["ms"] / total if total else 0.0
+        ms = entry["ms"]
+        entry["gbps"] = entry["bytes"] / ms / 1e6 if ms > 0 and entry["bytes"] else None
+        entry["gflops"] = entry["flops"] / ms / 1e6 if ms > 0 and entry["flops"] else None
+        roof_ms, pct_ms = entry.pop("_roof_ms"), entry.pop("_pct_ms")
+        entry["pct"] = pct_ms / roof_ms if roof_ms > 0 else None
     return heat
 
 
@@ -78,23 +122,51 @@ def graph_paint(graph: GraphRecord) -> tuple[dict, dict]:
     return paint, notes
 
 
+def graph_clusters(graph: GraphRecord) -> dict[str, tuple[str, str, list[str]]]:
+    """Kernel boxes for visualizers/overlay.py: kernel -> (label with time and rates, heat fill, its nodes)."""
+    return {name: (k["label"], k["fill"], k["nodes"]) for name, k in kernel_heat(graph).items() if k["nodes"]}
+
+
 def source_heat_html(source: str, heat: dict[int, dict]) -> str:
     """The user's source with each line's time in a gutter and its background in the heat scale."""
     hottest = max((h["ms"] for h in heat.values()), default=0.0) or 1.0
-    rows = []
+    rows = ["<tr class='gb-heat-head'><th>ms</th><th>share</th><th>GB/s</th><th>GFLOP/s</th><th>% roof</th>"
+            "<th>#</th><th style='text-align:left'>your source</th></tr>"]
     for number, line in enumerate(source.splitlines(), start=1):
         entry = heat.get(number)
         colour = heat_colour(entry["ms"] / hottest) if entry else "transparent"
-        gutter = f"{entry['ms']:.3g} ms {entry['share']:.0%}" if entry else ""
+        cells = ["", "", "", "", ""]
+        if entry:
+            pct = entry.get("pct")
+            cells = [f"{entry['ms']:.3g}", f"{entry['share']:.0%}", _rate(entry.get("gbps")),
+                     _rate(entry.get("gflops")), f"{pct:.0f}%" if pct is not None else ""]
         title = html.escape(", ".join(entry["kernels"]), quote=True) if entry else ""
         rows.append(f"<tr class='gb-heat-line' data-line='{number}' title='{title}' style='background:{colour}'>"
-                    f"<td class='gb-heat-ms'>{html.escape(gutter)}</td><td class='gb-heat-no'>{number}</td>"
-                    f"<td><pre>{html.escape(line) or ' '}</pre></td></tr>")
+                    + "".join(f"<td class='gb-heat-ms'>{html.escape(c)}</td>" for c in cells)
+                    + f"<td class='gb-heat-no'>{number}</td><td><pre>{html.escape(line) or ' '}</pre></td></tr>")
     style = ("<style>.gb-heat{border-collapse:collapse;font-family:monospace;font-size:12px;width:100%}"
-             ".gb-heat td{padding:0 6px;vertical-align:top}.gb-heat pre{margin:0;white-space:pre-wrap}"
-             ".gb-heat-ms{color:#7f1d1d;text-align:right;white-space:nowrap;width:9em}"
+             ".gb-heat td{padding:0 5px;vertical-align:top}.gb-heat pre{margin:0;white-space:pre-wrap}"
+             ".gb-heat th{font-weight:normal;color:#6b7280;text-align:right;padding:0 5px;"
+             "border-bottom:1px solid #e5e7eb}"
+             ".gb-heat-ms{color:#7f1d1d;text-align:right;white-space:nowrap}"
              ".gb-heat-no{color:#9ca3af;text-align:right;width:3em}</style>")
     return style + "<table class='gb-heat'>" + "".join(rows) + "</table>"
+
+
+def _rate(value) -> str:
+    return f"{value:.3g}" if value else ""
+
+
+def roof_caption(record: Exploration) -> str:
+    """Which roofs the % of roof is of (the record's machine.peaks), in words."""
+    peaks = (record.machine or {}).get("peaks") or {}
+    if not peaks.get("gbps"):
+        return ""
+    compute = f", {peaks['fp32_gflops']:.4g} GFLOP/s fp32" if peaks.get("fp32_gflops") else ""
+    tensor = (f", {peaks['tensor_gflops']:.4g} GFLOP/s fp16/bf16 matmul"
+              if peaks.get("tensor_gflops") and peaks.get("tensor_gflops") != peaks.get("fp32_gflops") else "")
+    return (f"% of roof: achieved over attainable at the kernel's FLOP/byte, under {peaks['gbps']:.4g} GB/s"
+            f"{compute}{tensor} ({peaks.get('source', '')}; {peaks.get('name', '')})")
 
 
 def legend() -> list[tuple[str, str, str]]:

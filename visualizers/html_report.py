@@ -361,13 +361,15 @@ def heat_html(record: Exploration) -> str:
         paint, notes = heat.graph_paint(graph)
         if paint:
             index = _graph_index(graph, position)
-            graphs_html += graph_section(overlay.overlay_dot(graph, "aten", paint, notes),
+            graphs_html += graph_section(overlay.overlay_dot(graph, "aten", paint, notes,
+                                                             clusters=heat.graph_clusters(graph)),
                                          f"heat{index}", len(graph.aten),
-                                         f"graph {index}: ATen nodes in their kernel's heat")
+                                         f"graph {index}: each kernel a box in the heat of its time, with its GB/s, "
+                                         "GFLOP/s and % of roof; its ATen nodes inside")
     source = record.source.text
     if not graphs_html and not lines:
         return ""
-    return ("<h3>Where the time goes</h3>" + graphs_html
+    return ("<h3>Where the time goes</h3>" + f"<p class='muted'>{esc(heat.roof_caption(record))}</p>" + graphs_html
             + (heat.source_heat_html(source, lines) if source and lines else ""))
 
 

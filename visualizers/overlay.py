@@ -14,13 +14,20 @@ UNCOMPARED = ("#f3f4f6", "#9ca3af", "not compared (a view, or no ATen value of i
 
 
 def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]], notes: dict[str, str] | None = None,
-                bold: frozenset = frozenset(), title: str | None = None) -> str:
+                bold: frozenset = frozenset(), title: str | None = None,
+                clusters: dict[str, tuple[str, str, list[str]]] | None = None) -> str:
     """The graph's nodes, each filled and bordered as `paint` says (name -> (fill, border)), with `notes` under
-    its label and a thick border for `bold`; nodes not painted are grey."""
+    its label and a thick border for `bold`; nodes not painted are grey. `clusters` (name -> (label, fill,
+    nodes)) boxes nodes together, as a kernel and its figures."""
     dot = _digraph(title, "TB")
     notes = notes or {}
     nodes = [n for n in getattr(graph, which) if n.op != "output"]
     names = {n.name for n in nodes}
+    home: dict[str, int] = {}  # node -> the box it is drawn in
+    for number, (_, _, members) in enumerate((clusters or {}).values()):
+        for member in members:
+            home.setdefault(member, number)
+    boxes: dict[int, list] = {}
     for node in nodes:
         name = node.name
         fill, border = paint.get(name, UNCOMPARED[:2])
@@ -30,10 +37,20 @@ def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]
                      penwidth="3" if name in bold else "1", tooltip=f"{name}: {notes.get(name, '')}")
         if node.op == "placeholder":
             attrs["shape"] = "oval"
-        dot.node(dot_text(name), **_attrs(**attrs))
+        if name in home:
+            boxes.setdefault(home[name], []).append((dot_text(name), _attrs(**attrs)))
+        else:
+            dot.node(dot_text(name), **_attrs(**attrs))
         for argument in node.args:
             if argument in names:
                 dot.edge(dot_text(argument), dot_text(name))
+    for number, (label, fill, _) in enumerate((clusters or {}).values()):
+        if number in boxes:
+            with dot.subgraph(name=f"cluster_k{number}") as box:
+                box.attr(**_attrs(label=label, style="rounded,filled", fillcolor=fill, color="#7f1d1d",
+                                  fontcolor="#450a0a", fontsize="11", labeljust="l"))
+                for node_name, attrs in boxes[number]:
+                    box.node(node_name, **attrs)
     return dot.source
 
 

@@ -56,26 +56,33 @@ def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
     the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
     machine = record.get("machine") or {}
     points = [(g, k) for g, k in _kernels(record) if k.flops and k.bytes and k.gflops]
-    if not points or not machine.get("copy_gbps"):
+    peaks = machine.get("peaks") or {}  # datasheet or measured (Note [Roofs from the datasheet])
+    bandwidth = peaks.get("gbps") or machine.get("copy_gbps")
+    if not points or not bandwidth:
         return None
     intensity = [k.flops / k.bytes for _, k in points]
     low, high = min(intensity + [0.05]) / 2, max(intensity + [50.0]) * 2
-    bandwidth, peak = machine["copy_gbps"], machine.get("matmul_gflops") or None
-    ridge = peak / bandwidth if peak else high
-    xs = [low, min(ridge, high), high]
-    ys = [min(bandwidth * x, peak or bandwidth * x) for x in xs]
+    peak = peaks.get("fp32_gflops") or machine.get("matmul_gflops") or None
+    where = "datasheet" if peaks.get("part") else "measured"
+    roofs = [(peak, "fp32", "#64748b")]
+    if peaks.get("tensor_gflops") and peaks["tensor_gflops"] != peak:
+        roofs.append((peaks["tensor_gflops"], "fp16/bf16 matmul", "#a855f7"))
     figure = go.Figure()
-    figure.add_scatter(x=xs, y=ys, mode="lines", name=f"roof: copy {bandwidth:.1f} GB/s"
-                       + (f", matmul {peak:.0f} GFLOP/s" if peak else ""), line=dict(color="#64748b", dash="dash"),
-                       hoverinfo="skip")
+    for top, name, colour in roofs:
+        ridge = top / bandwidth if top else high
+        xs = [low, min(ridge, high), high]
+        ys = [min(bandwidth * x, top or bandwidth * x) for x in xs]
+        figure.add_scatter(x=xs, y=ys, mode="lines", name=f"{where} roof: {bandwidth:.4g} GB/s"
+                           + (f", {name} {top:.4g} GFLOP/s" if top else ""), line=dict(color=colour, dash="dash"),
+                           hoverinfo="skip")
     figure.add_scatter(
         x=intensity, y=[k.gflops for _, k in points], mode="markers+text", name="kernels",
         text=[k.name for _, k in points], textposition="top center",
         marker=dict(size=11, color=[KIND_STYLE.get(k.kind, KIND_STYLE["other"])[1] for _, k in points]),
-        customdata=[[k.time_ms, k.gbps or 0] for _, k in points],
+        customdata=[[k.time_ms, k.gbps or 0, (k.roofline or {}).get("pct") or 0] for _, k in points],
         hovertemplate="%{text}: %{x:.3f} FLOP/byte, %{y:.2f} GFLOP/s, %{customdata[0]:.4f} ms, "
-                      "%{customdata[1]:.2f} GB/s<extra></extra>")
+                      "%{customdata[1]:.2f} GB/s, %{customdata[2]:.0f}% of roof<extra></extra>")
     figure.update_layout(xaxis=dict(type="log", dtick=1, title="arithmetic intensity (FLOP per byte moved, estimated)"),
                          yaxis=dict(type="log", dtick=1, title="achieved GFLOP/s"),  # a label at every decade
                          legend=dict(orientation="h", y=-0.25))
-    return _layout(figure, "Roofline: each kernel against the machine's measured roofs", height)
+    return _layout(figure, f"Roofline: each kernel against the {where} roofs", height)

@@ -37,6 +37,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
+from engine.runtime import peaks
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
 MIN_REPEATS, MAX_REPEATS = 5, 2000
@@ -363,11 +364,29 @@ class Profiler:
         return watched
 
     def measure(self, exploration) -> None:
+        measured = machine_roofs(self.device)
+        roofs = peaks.device_peaks(peaks.device_name(self.device), measured, str(self.device).startswith("cuda"))
         for graph_record, compiled, hints, saved in self.graphs:
             if saved and any(g is graph_record for g in exploration.graphs):  # Note [Restarted analysis]
                 profile_into(graph_record, compiled, saved, hints, self.device, self.min_time)
                 graph_record.profile["timeline"] = kernel_timeline(compiled, saved, self.device)
-        exploration.machine = {**machine_roofs(self.device), **machine_load()}
+                place_under_roofs(graph_record, compiled, roofs)
+        exploration.machine = {**measured, **machine_load(), "peaks": roofs}
+
+
+def _kernel_dtype(kernel) -> str | None:
+    """The dtype a kernel computes in, as the record spells it (its last node's): picks its arithmetic roof."""
+    dtype = getattr(kernel.nodes[-1], "dtype", None) if kernel.nodes else None
+    return str(dtype).replace("torch.", "") if dtype is not None else None
+
+
+def place_under_roofs(graph_record, compiled, roofs: dict) -> None:
+    """Each timed kernel's `roofline`: its % of the roof at its arithmetic intensity (Note [Roofs from the
+    datasheet] in engine/runtime/peaks.py)."""
+    dtypes = {k.name: _kernel_dtype(k) for k in compiled.schedule.kernels}
+    for entry in graph_record.kernels:
+        if entry.get("time_ms"):
+            entry["roofline"] = peaks.kernel_roof(entry, roofs, dtypes.get(entry["name"]))
 
 
 def machine_load() -> dict:

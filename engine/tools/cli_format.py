@@ -175,6 +175,9 @@ def kernel_profile(kernel: dict) -> str:
     share = kernel.get("share")
     rates = [f"{kernel[key]:.2f} {unit}" for key, unit in (("gbps", "GB/s"), ("gflops", "GFLOP/s"))
              if isinstance(kernel.get(key), (int, float))]
+    roof = kernel.get("roofline") or {}
+    if isinstance(roof.get("pct"), (int, float)):
+        rates.append(f"{roof['pct']:.0f}% of roof ({roof.get('bound')}-bound)")
     return (f"  {kernel['time_ms']:.4f} ms ±{kernel.get('time_iqr_ms', 0):.4f}"
             + (f" ({share:.0%} of the call)" if isinstance(share, (int, float)) else "")
             + (f", {', '.join(rates)}" if rates else ""))
@@ -194,6 +197,10 @@ def machine_line(machine: dict) -> list[str]:
         return []
     return [f"Machine: copy {machine['copy_gbps']:.1f} GB/s, matmul {machine['matmul_gflops']:.1f} GFLOP/s "
             f"({machine.get('threads', '?')} threads; {machine.get('how', '')})"] + \
+        ([f"Roofs: {peaks['gbps']:.4g} GB/s, {peaks['fp32_gflops']:.4g} GFLOP/s fp32"
+          + (f", {peaks['tensor_gflops']:.4g} GFLOP/s fp16/bf16 matmul" if peaks.get("part") else "")
+          + f" ({peaks.get('source')}; {peaks.get('name')})"]
+         if (peaks := machine.get("peaks") or {}).get("gbps") and peaks.get("fp32_gflops") else []) + \
         ([f"Warning: {machine['load_warning']}"] if machine.get("load_warning") else [])
 
 

@@ -194,7 +194,7 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
                                         *options.cli_args()],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json", EVIDENCE_NAME),
                        on_tick=on_tick)
-    return explore_outcome(finished, name, train=options.train)
+    return explore_outcome(finished, name)
 
 
 # The errors that end a job, as data (explore and bench --record-out in engine/__main__.py, app/inductor_worker.py):
@@ -215,7 +215,7 @@ FAILED: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def explore_outcome(finished: Finished, name: str = "", train: bool = False) -> Outcome:
+def explore_outcome(finished: Finished, name: str = "") -> Outcome:
     """The job's record, read once into the typed Exploration (Note [Strict record]: a document that is not a
     record of this schema is refused whole, never half read), its verdict judged outside the job (Note [Judged
     outside the job] in engine/tools/judged.py), and what went wrong, from the record's errors."""
@@ -227,9 +227,9 @@ def explore_outcome(finished: Finished, name: str = "", train: bool = False) -> 
                                                 for e in document.get("errors") or [])
     if isinstance(document, dict) and finished.completed and not finished.result.limit_hit and not failed:
         evidence = finished.files.get(EVIDENCE_NAME)
-        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None and not train else (
+        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
             None, "the job wrote no evidence (its outputs as data)")
-        apply_verdicts(document, verdicts, why_not, train=train)
+        apply_verdicts(document, verdicts, why_not)
         returncode = verdict_code(document, name)[0]  # the job's own exit code is the model's to forge
     if document is not None:
         _strip_workdir(document, Path(finished.workdir))
@@ -579,4 +579,4 @@ def profile(source: str, label: str, options: Options, timeout: float = BENCH_TI
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--json", "--profile",
                                         "--evidence-out", str(workdir / EVIDENCE_NAME), *options.cli_args()],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=(EVIDENCE_NAME,), on_tick=on_tick)
-    return explore_outcome(finished, name, train=options.train)
+    return explore_outcome(finished, name)

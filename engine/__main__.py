@@ -258,11 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def judge_command(args) -> tuple[dict, int]:
     """Note [Judged outside the job] (engine/tools/judged.py): runs no model, only engine/verdict.py."""
-    from engine import verdict
+    from engine.tools.judged import judge_file
 
     try:
-        evidences = verdict.load_evidence(args.evidence)
-        return {"verifies": [verdict.judge(evidence) for evidence in evidences]}, EXIT_OK
+        return {"verifies": judge_file(args.evidence)}, EXIT_OK
     except Exception as error:  # a file written by a model: anything unreadable is said, not trusted
         raise Failure(f"Cannot judge {args.evidence}: {type(error).__name__}: {error}", EXIT_USER_ERROR,
                       error) from error
@@ -345,7 +344,7 @@ def explore_command(args) -> tuple[dict, int]:
                 tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
                 mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
         if getattr(args, "evidence_out", None):
-            from engine.verdict import save_evidence
+            from engine.tools.judged import save_evidence
             save_evidence(evidence, args.evidence_out)
     except ModelFileError:
         raise
@@ -454,9 +453,9 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     finally:
         workdir.remove()
     # Note [Judged outside the job]: the job's verdict is replaced by one judged where the model never ran
-    verdicts, why_not = judge_in_sandbox(data, args.timeout, args.memory_mb) if data is not None and not args.train \
+    verdicts, why_not = judge_in_sandbox(data, args.timeout, args.memory_mb) if data is not None \
         else (None, "the job wrote no evidence (its outputs as data)")
-    apply_verdicts(record, verdicts, why_not, train=args.train)
+    apply_verdicts(record, verdicts, why_not)
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))
     if args.out:

@@ -16,9 +16,9 @@ numbers our compiled code makes itself (none today: random ops are Fallbacks) wo
 says the step is random instead of failing on every tensor.
 
 Every tensor (loss, outputs, gradients named by parameter path or input position, buffers) is judged by
-verdict.py's per-tensor policy (Note [Tolerance policy]), with the float64 rule from a float64 eager step
-(taken when a tensor fails against eager, or when the step has half-precision tensors, which that rule judges
-first); the result has a `verdict` ("ok", "mismatch", "random") and a `reference` in words.
+verdict.py's per-tensor policy (Note [Tolerance policy]), with the float64 rule from the float64 shadow of
+eager's step, from values alone (engine/train_verdict.py, Note [Training verdict from data]); the result has a
+`verdict` ("ok", "mismatch", "random") and a `reference` in words.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from engine import run, verdict
+from engine import run, shadow64, train_verdict, verdict
+from engine.train_verdict import TrainingEvidence
 
 
 class TrainingInputError(ValueError):
@@ -160,44 +161,35 @@ class TrainingStep:
         finally:
             torch.set_rng_state(after)
 
-    def verify(self, tolerance: dict | None = None) -> dict:
-        """Every tensor of the step judged by Note [Tolerance policy] (engine/verdict.py): against eager, and
-        against a float64 step where that fails or the tensor is half precision (Note [Verdicts])."""
+    def evidence(self, tolerance: dict | None = None) -> TrainingEvidence:
+        """The step's evidence as values (Note [Training verdict from data]): eager's step under the float64
+        shadow (so every tensor has its float64 value, Note [Float64 shadow]), ours, and when some tensor is not
+        close to eager a second eager step's loss."""
         tolerance = verdict.validate_tolerance(tolerance)
-        ours = self.compiled_result
-        eager = self.eager()
-        pairs = self._pairs(eager, ours)
-        checked = [self._entry(name, e, a, None, tolerance) for name, (e, a) in pairs.items()]
-        half = any(isinstance(e, torch.Tensor) and e.dtype in verdict.HALF for e, _ in pairs.values())
-        fp64_why_not = ""
-        if not all(e["ok"] for e in checked) or half:
-            reference = self._fp64_step()
-            if reference is None:
-                fp64_why_not = "the model does not run a training step in float64"
-            else:
-                references = self._pairs(reference, reference)
-                checked = [entry if entry["ok"] and not half else
-                           self._entry(entry["name"], *pairs[entry["name"]], references.get(entry["name"], (None,))[0],
-                                       tolerance)
-                           for entry in checked]
-        entries = [e for e in checked if e["name"] == "loss" or e["name"].startswith("output[")]
-        gradient_entries = [e for e in checked if e["name"].startswith(("param:", "input["))]
-        buffer_entries = [e for e in checked if e["name"].startswith("buffer:")]
-        ok = all(e["ok"] for e in checked)
-        result = {
-            "ok": ok, "verdict": "ok" if ok else "mismatch",
-            "max_abs_err": max((e["max_abs_err"] for e in checked), default=0.0),
-            "max_rel_err": max((e["max_rel_err"] for e in checked), default=0.0),
-            "loss": entries[0], "outputs": entries[1:], "gradients": gradient_entries, "buffers": buffer_entries,
-            "skipped": list(self.skipped), "notes": list(self.notes),
-            "reference": verdict.reference_words(checked, fp64_why_not),
-            **({"fp64": fp64_why_not} if fp64_why_not else {}),
-        }
-        if not result["ok"] and self._is_random(eager, tolerance):
-            result["verdict"] = "random"
-            result["problem"] = ("the training step is random: two eager steps from the same RNG state disagree, "
-                                 "so it cannot be checked. Make the randomness an input, or call model.eval().")
-        return result
+        mode = shadow64.Float64Shadow()
+        why_not = ""
+        try:
+            with mode:
+                eager = self.eager()
+        except Exception as error:  # the model raised only under the shadow: eager alone, rule 1 decides
+            eager, mode = self.eager(), None
+            why_not = f"the float64 shadow of eager's step failed ({type(error).__name__}: {str(error)[:120]})"
+        pairs = [(name, e, a) for name, (e, a) in self._pairs(eager, self.compiled_result).items()]
+        fp64 = {} if mode is None else {name: mode.shadow_of(e) for name, e, _ in pairs
+                                        if isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex())}
+        found = TrainingEvidence(pairs, fp64, why_not, skipped=list(self.skipped), notes=list(self.notes),
+                                 tolerance=tolerance)
+        if not train_verdict.close_to_eager(pairs, tolerance):
+            found.again_loss = self.eager(self.original, self.inputs).loss
+        return found
+
+    def verify(self, tolerance: dict | None = None) -> dict:
+        """Every tensor of the step judged by Note [Tolerance policy] (engine/train_verdict.py); the evidence
+        goes to run.collect_evidence's collectors too, for a judge outside the job."""
+        found = self.evidence(tolerance)
+        for collector in run.evidence_collectors():
+            collector.append(found)
+        return train_verdict.judge(found)
 
     @staticmethod
     def _pairs(eager: StepResult, ours: StepResult) -> dict[str, tuple]:
@@ -208,29 +200,6 @@ class TrainingStep:
         pairs.update({name: (expected, ours.gradients.get(name)) for name, expected in eager.gradients.items()})
         pairs.update({n: (e, ours.buffers[n]) for n, e in eager.buffers.items() if n in ours.buffers})
         return pairs
-
-    @staticmethod
-    def _entry(name: str, expected, actual, reference, tolerance) -> dict:
-        if expected is None and actual is None:
-            return {"name": name, "ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "judged_by": "eager",
-                    "note": "no gradient reaches it (unused in this step), in eager as in ours"}
-        if expected is None or actual is None:
-            return {"name": name, "ok": False, "max_abs_err": float("inf"), "max_rel_err": float("inf"),
-                    "judged_by": "eager", "problem": f"{'eager' if expected is None else 'compiled'} has no gradient"}
-        return {"name": name, **verdict.compare_tensor(expected, actual, reference, tolerance)}
-
-    def _is_random(self, eager: StepResult, tolerance) -> bool:
-        again = self.eager(self.original, self.inputs)
-        return not run.compare(eager.loss, again.loss, tolerance)["ok"]
-
-    def _fp64_step(self) -> StepResult | None:
-        try:
-            reference = copy.deepcopy(self.original)
-            if isinstance(reference, torch.nn.Module):
-                reference = reference.to(torch.float64)
-            return self.eager(reference, tuple(torch.utils._pytree.tree_map(run._upcast, list(self.inputs))))
-        except Exception:  # the model may insist on its dtypes: then rule 1 alone decides
-            return None
 
 
 def _describe(value) -> str:

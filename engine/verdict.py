@@ -410,7 +410,7 @@ def evidence_payload(evidence: Evidence) -> dict:
     def pack(entries):
         return None if entries is None else [[p, v.detach().cpu() if isinstance(v, torch.Tensor) else v]
                                              for p, v in entries]
-    return {"eager": pack(evidence.eager), "ours": pack(evidence.ours), "fp64": pack(evidence.fp64),
+    return {"kind": "infer", "eager": pack(evidence.eager), "ours": pack(evidence.ours), "fp64": pack(evidence.fp64),
             "fp64_why_not": evidence.fp64_why_not, "again": pack(evidence.again), "tolerance": evidence.tolerance}
 
 
@@ -418,15 +418,20 @@ def save_evidence(evidences: list[Evidence], path) -> None:
     torch.save([evidence_payload(e) for e in evidences], path)
 
 
-def load_evidence(path) -> list[Evidence]:
-    """The Evidence a job saved; weights_only: a file written by a model cannot make this process run code."""
+def load_payloads(path) -> list:
+    """The payloads a job saved; weights_only: a file written by a model cannot make this process run code."""
     payloads = torch.load(path, weights_only=True, map_location="cpu")
     if not isinstance(payloads, list):
         raise ValueError("the job's evidence is not a list")
-    return [_evidence_from(payload) for payload in payloads]
+    return payloads
 
 
-def _evidence_from(payload) -> Evidence:
+def load_evidence(path) -> list[Evidence]:
+    """The Evidence of a job's inference runs."""
+    return [evidence_from(payload) for payload in load_payloads(path)]
+
+
+def evidence_from(payload) -> Evidence:
     if not isinstance(payload, dict):
         raise ValueError("the job's evidence is not a dict")
 

@@ -81,14 +81,12 @@ def test_an_honest_model_passes_sandboxed_judged_outside(tmp_path):
     assert record["verify"]["outputs"][0]["judged_by"] == "eager"
 
 
-def test_no_evidence_or_a_training_step_is_said_as_such():
+def test_no_evidence_is_no_pass():
     record = {"verify": {"ok": True, "verdict": "ok"}, "runs": [{"verify": {"ok": True}}]}
     judged.apply_verdicts(record, None, "the job wrote no evidence")
     assert record["verify"]["ok"] is False and record["runs"][0]["verify"]["ok"] is False
     assert "no evidence" in record["verify"]["problem"]
     assert judged.verdict_code(record)[0] == 1
-    trained = judged.apply_verdicts({"verify": {"ok": True}}, None, train=True)
-    assert trained["verify"]["judged_in"] == judged.INSIDE  # said, not hidden
 
 
 def test_evidence_is_loaded_as_data_only(tmp_path):
@@ -104,3 +102,17 @@ def test_evidence_is_loaded_as_data_only(tmp_path):
     torch.save({"not": "a list"}, path)
     with pytest.raises(ValueError):
         verdict.load_evidence(path)
+
+
+def test_a_training_step_that_forges_its_verdict_gets_an_honest_one_sandboxed(tmp_path):
+    # Note [Training verdict from data]: the step's tensors are judged outside the job too
+    path = tmp_path / "trainer.py"
+    path.write_text(WRONG_WHEN_COMPILED.replace("PATCH", "import engine.train_verdict\n"
+                                                "engine.train_verdict.judge = lambda *a, **k: _ok()\n"
+                                                "engine.verdict.compare_tensor = _ok"))
+    finished = subprocess.run([sys.executable, "-m", "engine", "explore", str(path), "--sandbox", "--train",
+                               "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    verify = json.loads(finished.stdout)["verify"] if finished.stdout.strip() else {}
+    assert finished.returncode == 1, (finished.returncode, finished.stderr[-2000:])
+    assert verify.get("verdict") == "mismatch" and verify.get("judged_in") == judged.OUTSIDE, verify
+    assert verify["loss"]["ok"] is False and all(g["ok"] for g in verify["gradients"]), verify

@@ -8,12 +8,13 @@ job writes its Evidence (engine/verdict.py, Note [Verdict from data]: the output
 code, of the float64 run, as tensors and plain values) to `evidence.pt`, and a fresh sandboxed process that
 never ran a model (`python -m engine judge FILE`) loads it with weights_only and judges it. Its verdicts replace
 the record's, each marked with `judged_in`. The process that judges is sandboxed too: the file was written by a
-model. A record with no evidence, or evidence that cannot be read, is no pass.
+model. A record with no evidence, or evidence that cannot be read, is no pass. A training step's evidence
+(engine/train_verdict.py, Note [Training verdict from data]) travels and is judged the same way.
 What this cannot promise: the outputs themselves come from the model's process, so a model that forges the
 evidence (returns eager's values as the compiled ones, writes its tensors behind ATen's back) still fools the
 verdict; README, "Security", says so. Its float64 reference it cannot steer by what it tests (its inputs'
-dtype, is_compiling()): it is the float64 shadow of eager's run (Note [Float64 shadow], engine/shadow64.py). Training steps are judged in the job for now
-(their verify says `judged_in: "the job"`).
+dtype, is_compiling()): it is the float64 shadow of eager's run (Note [Float64 shadow],
+engine/shadow64.py).
 """
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2  # the CLI's exit codes (engine/
 EVIDENCE_NAME = "evidence.pt"
 EVIDENCE_LIMIT_BYTES = 512 << 20
 OUTSIDE = "a separate process the model never ran in"
-INSIDE = "the job (training steps are not yet judged outside it)"
 
 
 def read_evidence(path: Path, limit_bytes: int = EVIDENCE_LIMIT_BYTES) -> bytes | None:
@@ -43,6 +43,29 @@ def read_evidence(path: Path, limit_bytes: int = EVIDENCE_LIMIT_BYTES) -> bytes 
             return None
         data = file.read(limit_bytes + 1)
     return data if len(data) <= limit_bytes else None
+
+
+def save_evidence(evidences: list, path) -> None:
+    """A job's evidence, inference runs' and training steps' alike, as tensors and plain values."""
+    import torch
+
+    from engine import train_verdict, verdict
+
+    torch.save([train_verdict.payload(e) if isinstance(e, train_verdict.TrainingEvidence)
+                else verdict.evidence_payload(e) for e in evidences], path)
+
+
+def judge_file(path) -> list[dict]:
+    """The verdicts of a saved evidence file; runs no model code (`python -m engine judge`)."""
+    from engine import train_verdict, verdict
+
+    verdicts = []
+    for payload in verdict.load_payloads(path):
+        if isinstance(payload, dict) and payload.get("kind") == "train":
+            verdicts.append(train_verdict.judge(train_verdict.from_payload(payload)))
+        else:
+            verdicts.append(verdict.judge(verdict.evidence_from(payload)))
+    return verdicts
 
 
 def judge_command(evidence: Path) -> list[str]:
@@ -76,15 +99,10 @@ def parse_verdicts(text: str) -> tuple[list[dict] | None, str]:
     return verdicts, ""
 
 
-def apply_verdicts(record: dict, verdicts: list[dict] | None, why_not: str = "", train: bool = False) -> dict:
+def apply_verdicts(record: dict, verdicts: list[dict] | None, why_not: str = "") -> dict:
     """The record with its verify (and its other input sets' verify) replaced by the verdicts judged outside
-    the job (Note [Judged outside the job]). Without them the verify is a failure that says why; a training
-    step's (`train`, as the caller asked: not the record's word) stays the job's, marked as such."""
+    the job (Note [Judged outside the job]). Without them the verify is a failure that says why."""
     runs = [run for run in record.get("runs") or [] if isinstance(run, dict)]
-    if train:
-        record["verify"] = {**(record.get("verify") if isinstance(record.get("verify"), dict) else {}),
-                            "judged_in": INSIDE}
-        return record
     if verdicts is None or len(verdicts) != 1 + len(runs):
         problem = ("the job's outputs could not be judged outside it, so nothing is verified: "
                    + (why_not or f"it returned {len(verdicts or [])} sets of outputs for {1 + len(runs)} runs"))

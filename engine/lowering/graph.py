@@ -138,12 +138,20 @@ class GraphLowering(torch.fx.Interpreter):
             result, stored = layouts.store_preferred(self.current_node, result, first_new, self.nodes,
                                                      self.layout.preferred)
             self.channels_last += stored
-        if layouts.eager_returns_channels_last(self.current_node, val):
-            placed = layouts.store_channels_last(result, first_new, self.nodes)
-            if placed is not result:
-                self.channels_last.append(placed.node.name)
-            result = placed
+        if isinstance(result, tuple):  # a result whose getitem is such an output (max pooling's values)
+            returned = {u.args[1] for u in self.current_node.users if u.target is operator.getitem
+                        and layouts.eager_returns_channels_last(u, u.meta.get("val"))}
+            result = tuple(self._as_eager_returns(v, first_new) if i in returned else v for i, v in enumerate(result))
+        elif layouts.eager_returns_channels_last(self.current_node, val):
+            result = self._as_eager_returns(result, first_new)
         return result
+
+    def _as_eager_returns(self, result, first_new: int):
+        """A graph output that eager returns channels-last, stored that way."""
+        placed = layouts.store_channels_last(result, first_new, self.nodes)
+        if placed is not result:
+            self.channels_last.append(placed.node.name)
+        return placed
 
     def output(self, target, args, kwargs):
         outputs = list(args[0]) if isinstance(args[0], (tuple, list)) else [args[0]]

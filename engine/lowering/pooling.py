@@ -57,6 +57,42 @@ def _avg_divisor(outputs, kernel, stride, padding, in_sizes, out_sizes, count_in
     return product(sizes)
 
 
+# Note [Window bounds the sizes decide]
+# A window position o*s - p + k*dilation (output o, offset k) needs a test against the input's start only
+# where padding can put it before 0 (k*dilation < p), and against its end only where the last output's
+# window can reach past it ((out - 1)*s - p + k*dilation >= in: padding on the right, ceil mode). Where the
+# sizes decide a test, it is left out, and a position no test guards is read as is (not Bounded, no mask):
+# Inception's 3x3 stride-2 max pools and ResNet's 2x2 average pools test nothing, and a 3x3 stride-1 pool
+# with padding 1 tests only its first and last offsets. Symbolic sizes keep the tests sympy cannot decide.
+
+
+def _inside_test(position, offset, out_extent, stride: int, pad: int, size):
+    """The bool test that `position` (offset `offset` of its window) lies inside [0, size), or None where the
+    sizes decide it always does (Note [Window bounds the sizes decide])."""
+    tests = []
+    if sympy.Ge(offset - pad, 0) is not sympy.true:
+        tests.append(ops.ge(ops.index_expr(position, torch.int64), ops.constant(0, torch.int64)))
+    if sympy.Lt((out_extent - 1) * stride - pad + offset, size) is not sympy.true:
+        tests.append(ops.lt(ops.index_expr(position, torch.int64), ops.index_expr(size, torch.int64)))
+    if not tests:
+        return None
+    return tests[0] if len(tests) == 1 else ops.logical_and(tests[0], tests[1])
+
+
+def _window_read(x, lead: int, index, positions, tests, dtype):
+    """x at the window position `positions` (one per spatial dim), each with its inside test or None: a plain
+    load where no test is left, else a masked load at Bounded positions that reads `other` outside."""
+    live = [t for t in tests if t is not None]
+    if not live:
+        return None, load_as(x, list(index[:lead]) + list(positions), dtype)
+    inside = live[0]
+    for t in live[1:]:
+        inside = ops.logical_and(inside, t)
+    source = list(index[:lead]) + [q if t is None else Bounded(q, n)
+                                   for q, t, n in zip(positions, tests, x.size[lead:])]
+    return inside, ops.masked(inside, lambda: load_as(x, source, dtype), ops.constant(0, dtype))
+
+
 def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
     kernel, stride, padding = _window(kernel_size, stride, padding, spatial)
     size = out_size()
@@ -66,32 +102,43 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
     # integers: an int64 sum divided by the window size, truncating like eager's C++ kernel
     acc = compute_dtype(result_dtype) if result_dtype.is_floating_point else torch.int64
     lead = x.ndim - spatial
-    in_sizes = x.size[lead:]
+    in_sizes, out_sizes = x.size[lead:], size[lead:]
 
-    def window_start(o, d):
-        return o * stride[d] - padding[d]
+    def read(index, offsets):
+        positions = [index[lead + d] * stride[d] - padding[d] + offsets[d] for d in range(spatial)]
+        tests = [_inside_test(positions[d], offsets[d], out_sizes[d], stride[d], padding[d], in_sizes[d])
+                 for d in range(spatial)]
+        return _window_read(x, lead, index, positions, tests, acc)[1]  # padding: not read, adds 0
 
-    def sum_fn(index, rindex):
-        source, inside = list(index[:lead]), None
-        for d in range(spatial):
-            position = window_start(index[lead + d], d) + rindex[d]
-            source.append(Bounded(position, in_sizes[d]))
-            p = ops.index_expr(position, torch.int64)
-            ok = ops.logical_and(ops.ge(p, ops.constant(0, torch.int64)),
-                                 ops.lt(p, ops.index_expr(in_sizes[d], torch.int64)))
-            inside = ok if inside is None else ops.logical_and(inside, ok)
-        return ops.masked(inside, lambda: load_as(x, source, acc), ops.constant(0, acc))  # padding: not read
-
-    summed = reduction_node(sum_fn, size=size, reduction_size=[sympy.Integer(k) for k in kernel],
-                            reduction_type="sum", dtype=acc)
-
-    def inner_fn(index):
-        divide = ops.truediv if acc.is_floating_point else ops.truncdiv
-        divisor = _avg_divisor(index[lead:], kernel, stride, padding, in_sizes, size[lead:], count_include_pad,
+    def divide(index, summed):
+        divisor = _avg_divisor(index[lead:], kernel, stride, padding, in_sizes, out_sizes, count_include_pad,
                                divisor_override)
-        return divide(summed.load(index), ops.index_expr(divisor, acc))
+        return (ops.truediv if acc.is_floating_point else ops.truncdiv)(summed, ops.index_expr(divisor, acc))
 
-    return pointwise_node(inner_fn, computed_in=acc)
+    if product(kernel) <= MAX_UNROLLED_WINDOW:  # Note [Average pooling unrolled]
+        def unrolled(index):
+            total = None
+            for offsets in itertools.product(*[range(k) for k in kernel]):
+                term = read(index, offsets)
+                total = term if total is None else ops.add(total, term)
+            return divide(index, total)
+        return pointwise_node(unrolled, computed_in=acc)
+
+    summed = reduction_node(lambda index, rindex: read(index, rindex), size=size,
+                            reduction_size=[sympy.Integer(k) for k in kernel], reduction_type="sum", dtype=acc)
+    return pointwise_node(lambda index: divide(index, summed.load(index)), computed_in=acc)
+
+
+# Note [Average pooling unrolled]
+# A window of at most MAX_UNROLLED_WINDOW positions is summed as a chain of loads in one elementwise node, as
+# max pooling's is, not as a Reduction over the window: a Reduction's row is the window, so its kernel walks
+# the outputs in the order of its rows (NCHW) and, on a channels-last input, each row's 9 loads sit C
+# elements apart from the next row's: no load coalesced, where an elementwise node is stored in the graph's
+# layout and its neighbours along the channels read neighbouring addresses. On the H200, Inception-v3's 3x3
+# stride-1 pools (fp16, batch 16 at 299, channels-last) were such reductions, kernels of 0.3-1.9 ms in a model
+# whose convolutions take 0.9 ms in all. An elementwise node also fuses: the ReLU or cat after it, the batch
+# norm before it (Note [Window reads] decides whether that producer is recomputed at 9 positions). Longer
+# windows (a global average pool written as avg_pool2d) stay a Reduction over the window.
 
 
 @register_lowering(aten.avg_pool2d.default)
@@ -268,9 +315,10 @@ def _first_inside(start, step: int):
     return start + step * FloorDiv(sympy.Max(0, -start) + step - 1, step)
 
 
-def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, acc):
+def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, out_sizes, acc):
     """(max value, flat input position of its first occurrence) of the window of output `index` (Note [Max
-    pooling as our kernel])."""
+    pooling as our kernel]); positions tested only where the sizes do not decide it (Note [Window bounds the
+    sizes decide])."""
     in_sizes = x.size[lead:]
     starts = [index[lead + d] * stride[d] - padding[d] for d in range(2)]
     first = [_first_inside(s, dilation[d]) for d, s in enumerate(starts)]
@@ -278,16 +326,13 @@ def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, acc
     where = ops.index_expr(first[0] * in_sizes[1] + first[1], torch.int64)
     for kh in range(kernel[0]):
         for kw in range(kernel[1]):
-            position = [starts[0] + kh * dilation[0], starts[1] + kw * dilation[1]]
-            inside = None
-            for d in range(2):
-                p = ops.index_expr(position[d], torch.int64)
-                ok = ops.logical_and(ops.ge(p, ops.constant(0, torch.int64)),
-                                     ops.lt(p, ops.index_expr(in_sizes[d], torch.int64)))
-                inside = ok if inside is None else ops.logical_and(inside, ok)
-            source = list(index[:lead]) + [Bounded(position[d], in_sizes[d]) for d in range(2)]
-            value = ops.masked(inside, lambda source=source: load_as(x, source, acc), ops.constant(0, acc))
-            better = ops.logical_and(inside, ops.logical_or(ops.gt(value, best), ops.isnan(value)))
+            offsets = [kh * dilation[0], kw * dilation[1]]
+            position = [starts[d] + offsets[d] for d in range(2)]
+            tests = [_inside_test(position[d], offsets[d], out_sizes[d], stride[d], padding[d], in_sizes[d])
+                     for d in range(2)]
+            inside, value = _window_read(x, lead, index, position, tests, acc)
+            better = ops.logical_or(ops.gt(value, best), ops.isnan(value))
+            better = better if inside is None else ops.logical_and(inside, better)
             best = ops.where(better, value, best)
             where = ops.where(better, ops.index_expr(position[0] * in_sizes[1] + position[1], torch.int64), where)
     return best, where
@@ -309,7 +354,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     lead = x.ndim - 2
 
     def window(index):
-        return _max_over_window(x, index, lead, kernel, stride, padding, dilation, acc)
+        return _max_over_window(x, index, lead, kernel, stride, padding, dilation, size[lead:], acc)
 
     values = pointwise_node(lambda index: window(index)[0], size=size, dtype=values_meta.dtype, computed_in=acc)
     indices = pointwise_node(lambda index: window(index)[1], size=size, dtype=torch.int64)

@@ -26,11 +26,11 @@ STACK_SIGNAL = signal.SIGUSR1  # app/worker.py sends it before a limit kill
 
 
 def assembly(in_path: Path, out_path: Path, kernel_names: list[str] | None) -> int:
-    """The engine's on-request Triton lowerings (engine/runtime/triton_build.add_assembly) for a record's
+    """The engine's on-request Triton lowerings (engine/tools/assembly.add_assembly) for a record's
     graphs, written back as {kernel name: {"ttir", "ttgir", "llir", "ptx", "sass", "target", "error"?}}."""
     document = json.loads(in_path.read_text(encoding="utf-8"))
     try:
-        from engine.runtime.triton_build import add_assembly
+        from engine.tools.assembly import add_assembly
     except ImportError as error:
         out_path.write_text(json.dumps({"error": f"this engine cannot lower Triton for display: {error}"}))
         return 1

@@ -686,7 +686,7 @@ def quiet_exploration(args) -> dict:
 
 
 def asm_command(args) -> tuple[dict, int]:
-    from engine.runtime.triton_build import add_assembly
+    from engine.tools.assembly import add_assembly
 
     record = quiet_exploration(args)
     kernels = {k["name"]: (g, k) for g in record.get("graphs") or [] for k in g.get("kernels") or []}

@@ -181,7 +181,7 @@ class KernelRecord(Record):
     tiling: dict[str, Any] | None = None  # how its loops are tiled, with the reason
     triton: dict[str, Any] | None = None  # Triton's launch config, grid, signature, autotuning
     template: dict[str, Any] | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
-    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (runtime/triton_build.add_assembly)
+    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (engine/tools/assembly.add_assembly)
     # with --profile (engine/runtime/profile.py): median time, its interquartile range, share of the graph's call,
     # achieved rates and the FLOP estimate
     time_ms: float | None = None

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import engine
-from engine.runtime import triton_build
+from engine.tools import assembly
 from engine.ir.evaluator import TorchEvaluator
 from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, loop_var, simplify_index
@@ -166,11 +166,11 @@ def test_three_way_cat_ttir_for_sm90_loads_each_input_once():
     """The same kernel compiled for sm_90 (no GPU needed): three tt.load, each with a mask operand, and in PTX
     every global load is a vector load (no clamp in the address hides its contiguity from Triton: with one,
     each thread read its 8 bf16 of each input as 8 scalar 16-bit loads)."""
-    if not triton_build.ptxas_available():
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
     (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
-    assert triton_build.add_assembly(exploration, [kernel["name"]]) == 1
+    assert assembly.add_assembly(exploration, [kernel["name"]]) == 1
     asm = kernel["asm"]
     assert not asm.get("error"), asm.get("error")
     loads = [line for line in asm["ttir"].splitlines() if "tt.load" in line]

@@ -134,13 +134,13 @@ def test_byte_splits_match_eager(backend, case):
 
 def test_byte_split_stages_compile_for_sm90_without_a_gpu():
     """Both stages compile for an H200 with their GPU configs (stage 1 of bfloat16: 64 outputs x 64 steps)."""
-    from engine.runtime import triton_build
-    if not triton_build.ptxas_available():
+    from engine.tools import assembly
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     fn, make, _ = CASES["bf16_2048_columns"]
     torch._dynamo.reset()
     exploration = engine.explore(fn, make(), backend="triton", name="column_bytes_sm90")
-    assert triton_build.add_assembly(exploration) == 2
+    assert assembly.add_assembly(exploration) == 2
     for kernel in exploration.kernels:
         asm = kernel.get("asm")
         if asm is not None:

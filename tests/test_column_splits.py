@@ -80,12 +80,12 @@ def test_no_split_when_a_full_store_does_not_divide():
 
 
 def test_column_split_stages_compile_for_sm90_without_a_gpu():
-    from engine.runtime import triton_build
-    if not triton_build.ptxas_available():
+    from engine.tools import assembly
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     for fn, make, _ in (CASES["few_columns_clamped"], CASES["se_mean_with_full_store"], CASES["avgpool_half"]):
         _, exploration = _explore(fn, make(), "triton")
-        assert triton_build.add_assembly(exploration) >= 2
+        assert assembly.add_assembly(exploration) >= 2
         for kernel in exploration.kernels:
             asm = kernel.get("asm")
             if asm is not None:

@@ -6,7 +6,7 @@ import torch
 
 import engine
 from engine.runtime import triton_build
-from engine.runtime.artifacts import KernelLaunch
+from engine.ir.artifacts import KernelLaunch
 from engine.codegen.wrapper import generate_wrapper
 from engine.runtime.wrapper import LibraryCall
 from engine.lowering.graph import lower

@@ -4,7 +4,9 @@ included: a cycle hidden in a function is still a cycle).
     record                       the record's data types (standard library only)
     ir < lowering < schedule < runtime < codegen < run, capture, decompose, rewrite < report < pipeline < reference
                                  the compiler core; the runtime (engine/runtime: build, load, launch, tune,
-                                 replay, measure what codegen printed) imports only ir/, the record and itself
+                                 replay, measure what codegen printed) imports only ir/, the record and itself,
+                                 and codegen (which prints text and never runs it) nothing of the runtime: the
+                                 two meet only in the data of engine/ir/artifacts.py
     tools                        engine/tools/*: may use the core, never the reverse
     visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
     app, engine/__main__.py      the entry points, above everything: the Streamlit UI, and the command line
@@ -148,15 +150,21 @@ def test_the_runtime_imports_only_the_ir_the_record_and_itself():
     assert not wrong, "\n".join(wrong)
 
 
+def test_codegen_imports_nothing_of_the_runtime():
+    """Codegen hands the runtime data (engine/ir/artifacts.py: kernel launches, tune plans, template kernels,
+    the wrapper's library calls and allocators); the runtime binds it. Neither asks the other a question."""
+    wrong = [f"{source} imports {target}" for source, targets in import_graph().items()
+             if source.startswith("engine.codegen") for target in sorted(targets)
+             if target.startswith("engine.runtime")]
+    assert not wrong, "\n".join(wrong)
+
+
 # What running code looks like: codegen/ prints text and never runs it (CUDA graphs, loading, launching and
 # timing are the runtime's).
 RUNNING_NAMES = {"CUDAGraph", "replay", "perf_counter", "do_bench", "Event", "elapsed_time", "synchronize", "CDLL",
                  "build_library", "load_library", "load_source", "exec_module", "TritonLaunch", "TemplateLaunch",
                  "bind_launch", "measure", "measure_overhead"}
 RUNNING_MODULES = {"time", "ctypes", "timeit", "triton.testing"}
-# codegen hands the runtime data (engine/runtime/artifacts.py) and binds the wrapper's namespace objects
-# (engine/runtime/wrapper.py); nothing else of the runtime
-CODEGEN_MAY_IMPORT_FROM_RUNTIME = {"engine.runtime.artifacts", "engine.runtime.wrapper"}
 
 
 def test_codegen_holds_no_cuda_graph_launch_or_timing_code():
@@ -170,8 +178,8 @@ def test_codegen_holds_no_cuda_graph_launch_or_timing_code():
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
-            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {m}" for m in modules if m in RUNNING_MODULES
-                      or m.startswith("engine.runtime") and m not in CODEGEN_MAY_IMPORT_FROM_RUNTIME]
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {m}" for m in modules
+                      if m in RUNNING_MODULES or m.startswith("engine.runtime")]
     assert not found, "running code in codegen/:\n" + "\n".join(found)
 
 

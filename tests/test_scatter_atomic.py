@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import engine
-from engine.runtime import triton_build
+from engine.tools import assembly
 from engine.ir.evaluator import evaluate_graph
 from engine.lowering.scatters import MAX_SCATTER_SEARCH, SEARCH_WORK_LIMIT
 from tests.lowered_graphs import lowered
@@ -251,7 +251,7 @@ def test_decoder_training_generates_the_embedding_gradient(backend):
 
 def test_atomic_kernel_compiles_for_sm90():
     """The generated atomic-add kernel compiles to PTX and SASS for an H200 (sm_90) without a GPU."""
-    if not triton_build.ptxas_available():
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     torch.manual_seed(4)
     weight, ids = torch.randn(512, 64, dtype=torch.bfloat16), torch.randint(0, 512, (4, 256))
@@ -266,8 +266,8 @@ def test_atomic_kernel_compiles_for_sm90():
     (atomic,) = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"] and
                  "atomic" in k["tiling"]["reason"]]
     config = atomic["triton"]["gpu_config"]
-    asm = triton_build.kernel_assembly(backward.code["source"], atomic["name"], atomic["triton"]["signature"],
-                                       {"XBLOCK": config["XBLOCK"]}, config["num_warps"])
+    asm = assembly.kernel_assembly(backward.code["source"], atomic["name"], atomic["triton"]["signature"],
+                                   {"XBLOCK": config["XBLOCK"]}, config["num_warps"])
     assert not asm.get("error"), asm.get("error")
     adds = [line for line in asm["ptx"].splitlines() if ".add." in line and ("red." in line or "atom." in line)]
     assert ".target sm_90" in asm["ptx"] and adds, asm["ptx"][:2000]  # red.global.gpu.relaxed.add.v4.f32

@@ -56,13 +56,13 @@ def test_kernels_that_cannot_split_say_why(backend, fn, why):
 
 def test_split_stages_compile_for_sm90_without_a_gpu():
     """Both stages (a looped stage 1 with clamped, masked lanes; a persistent stage 2) compile for an H200."""
-    from engine.runtime import triton_build
-    if not triton_build.ptxas_available():
+    from engine.tools import assembly
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     for fn, inputs in [(lambda t: t.sum(), (torch.randn(1 << 20),)), (lambda t: t.sum(0), (torch.randn(3 * 65537, 8),))]:
         torch._dynamo.reset()
         exploration = engine.explore(fn, inputs, backend="triton", name="sm90")
-        assert triton_build.add_assembly(exploration) == 2
+        assert assembly.add_assembly(exploration) == 2
         for kernel in exploration.kernels:
             asm = kernel.get("asm")
             if asm is not None:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import engine
-from engine.runtime import triton_build
+from engine.tools import assembly
 from engine.schedule import gemm_tiles, templates
 
 TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
@@ -275,7 +275,7 @@ def test_tiny_gemm_stays_library_on_triton_by_default_with_reason():
 
 def test_triton_template_compiles_for_sm90_without_a_gpu():
     exploration = _explore("linear_gelu_residual", torch.bfloat16, "triton", templates="on")
-    assert triton_build.add_assembly(exploration) >= 1
+    assert assembly.add_assembly(exploration) >= 1
     for kernel in _templates(exploration):
         asm = kernel["asm"]
         assert not asm.get("error"), asm.get("error")

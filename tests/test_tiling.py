@@ -85,8 +85,8 @@ def test_cross_entropy_over_long_rows(backend):
 def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
     """The GPU configs of the new forms (2D tiles, column tiles, long looped rows, online softmax, half types)
     compile for an H200's target here, so scripts/gpu_check.py's tiling cases will not fail on the generated source."""
-    from engine.runtime import triton_build
-    if not triton_build.ptxas_available():
+    from engine.tools import assembly
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel nor on PATH")
     cases = [
         (lambda a, b: a.t() + b, (torch.randn(64, 64), torch.randn(64, 64))),
@@ -103,7 +103,7 @@ def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
     for fn, inputs in cases:
         torch._dynamo.reset()
         exploration = engine.explore(fn, inputs, backend="triton", name="sm90")
-        assert triton_build.add_assembly(exploration) >= 1
+        assert assembly.add_assembly(exploration) >= 1
         for kernel in exploration.kernels:
             asm = kernel.get("asm")
             if asm is not None:

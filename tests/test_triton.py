@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import engine
-from engine.runtime import triton_build
+from engine.tools import assembly
 from engine.tools.model_file import load_model_file
 from samples import sample_names
 
@@ -246,20 +246,20 @@ def test_reductions_over_an_empty_axis():
 
 
 def test_ptx_and_sass_for_sm90_without_a_gpu():
-    if not triton_build.ptxas_available():
+    if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     exploration = _explore("softmax")
-    assert triton_build.add_assembly(exploration) == 1
+    assert assembly.add_assembly(exploration) == 1
     asm = exploration.kernels[0]["asm"]
     assert not asm.get("error"), asm.get("error")
     assert "tt.func" in asm["ttir"] and "ttg." in asm["ttgir"] and "define" in asm["llir"]
     assert ".entry kernel_0" in asm["ptx"] and ".target sm_90" in asm["ptx"]
     assert asm["sass"].strip(), asm.get("sass_note")
-    again = triton_build.kernel_assembly(exploration.graphs[0].code["source"], "kernel_0",
-                                         exploration.kernels[0]["triton"]["signature"],
-                                         {"XBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["XBLOCK"],
-                                          "RBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["RBLOCK"]},
-                                         exploration.kernels[0]["triton"]["gpu_config"]["num_warps"])
+    again = assembly.kernel_assembly(exploration.graphs[0].code["source"], "kernel_0",
+                                     exploration.kernels[0]["triton"]["signature"],
+                                     {"XBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["XBLOCK"],
+                                      "RBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["RBLOCK"]},
+                                     exploration.kernels[0]["triton"]["gpu_config"]["num_warps"])
     assert again["ptx"] == asm["ptx"]  # served from the cache
 
 

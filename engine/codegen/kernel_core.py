@@ -183,3 +183,17 @@ def size_arguments(size_symbols, printer) -> list[str]:
     symbols = set(printer.index_symbols).union(*(sympy.sympify(e).free_symbols for e in printer.index_ranges.values()))
     used = {str(s) for s in symbols}  # by name, as the source spells them
     return [str(s) for s in size_symbols if str(s) in used]
+
+
+def assemble_module(header: list[str], kernels: list, gap: int) -> tuple[str, list]:
+    """One unit of source for a graph, as both backends lay it out: the header (prelude), then each kernel's
+    source after `gap` blank lines; with, per line, the (kernel name, LineTag) it computes or None."""
+    lines = list(header)
+    line_kernel: list = [None] * len(lines)
+    for kernel in kernels:
+        lines += [""] * gap
+        line_kernel += [None] * gap
+        for line, tag in zip(kernel.source.splitlines(), kernel.line_tags):
+            lines.append(line)
+            line_kernel.append((kernel.name, tag))
+    return "\n".join(lines) + "\n", line_kernel

@@ -2,7 +2,8 @@
 
 It binds size symbols from the inputs, allocates (or reuses, per the memory plan) each kernel's outputs,
 launches kernels in order, calls library and eager ops, drops dead buffers and returns the outputs.
-Kernels are referenced by name from a namespace the backend fills (ctypes functions, Triton launchers).
+Kernels are referenced by name from a namespace the runtime fills (ctypes functions, Triton launchers); the
+library calls and the allocator are data here (engine/ir/artifacts.py) that the runtime binds at load.
 
 Note [Lean wrapper]
 Small models are launch bound, so the wrapper's own work per call is kept to what cannot be done at load:
@@ -23,10 +24,10 @@ import sympy
 import torch
 
 from engine.ir import derived
+from engine.ir.artifacts import Allocator, LibraryOp
 from engine.ir.indexing import contiguous_strides, py_index
 from engine.ir.nodes import Extern, Fallback, MultiOutput, Scatter, TensorArg, TensorValue
 from engine.ir.graph import LoweredGraph
-from engine.runtime.wrapper import LibraryCall, empty_strided_for, public_binding, raw_stream
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
 from engine.schedule.templates import MATMULS
@@ -188,10 +189,9 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
     if any(k.kind in GENERATED for k in kernels):
         body.extend(prologue)
     allocator = f"empty_strided_{torch.device(device).type}"
-    constants[allocator] = empty_strided_for(device)
+    constants[allocator] = Allocator(str(device))
     if str(device).startswith("cuda") and any(k.kind in GENERATED for k in kernels):
         body.append(f"stream = raw_stream({torch.device(device).index or 0})  # Triton launches go on this stream")
-        constants["raw_stream"] = raw_stream
     for index, kernel in enumerate(kernels):
         body.append(f"# {kernel.name}: {kernel.kind} ({', '.join(n.name for n in kernel.nodes)})")
         if kernel.kind in GENERATED:
@@ -217,8 +217,7 @@ def generate_wrapper(graph: LoweredGraph, kernels: list[Kernel], memory: MemoryP
                     target_name = f"op_{node.name}"
                     library = isinstance(node, Extern) and not isinstance(node, Fallback)
                     if library:
-                        binding = public_binding(node.target, node.args, node.kwargs)
-                        constants[target_name] = LibraryCall(node.target, binding)
+                        constants[target_name] = LibraryOp(node.target, len(node.args), tuple(node.kwargs))
                     else:
                         constants[target_name] = node.target
                     args = ", ".join([_call_args(a, graph.buffers, constants, held) for a in node.args] +

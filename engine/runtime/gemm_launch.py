@@ -52,7 +52,7 @@ from typing import Callable
 import torch
 
 from engine.ir.nodes import TensorArg, Template
-from engine.runtime.artifacts import TemplateKernel
+from engine.ir.artifacts import TemplateKernel
 from engine.runtime.build import atomic_write, cache_dir, compiler
 from engine.runtime.wrapper import raw_stream, strided_view
 

@@ -1,6 +1,6 @@
-"""Build and run generated Triton: import a module's source (natively or under the interpreter), autotune
-block sizes on a GPU, and compile kernels to TTIR/TTGIR/LLIR/PTX/SASS for display without a GPU. (CUDA graph
-replay: cuda_graphs.py.)
+"""Build and run generated Triton: import a module's source (natively or under the interpreter) and autotune
+block sizes on a GPU. (CUDA graph replay: cuda_graphs.py; TTIR..SASS for display:
+engine/codegen/triton/assembly.py.)
 
 Public Triton API is used (triton.jit, triton.compile with an explicit GPUTarget, triton.testing.do_bench),
 plus the compiled kernel's launcher for the bound launch path, with JITFunction.run as the fallback where that
@@ -22,30 +22,27 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from engine.runtime.artifacts import KernelLaunch, TunePlan
+from engine.ir.artifacts import KernelLaunch, TunePlan
 from engine.runtime.build import cache_dir
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
 _IMPORT_LOCK = threading.Lock()
-SM90 = ("cuda", 90, 32)  # the display target: an H100/H200
 
 
 def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
-def _write_once(path: Path, text: str) -> bool:
+def write_once(path: Path, text: str) -> bool:
     """Write `text` to `path` unless it is there already; True when it was (a cache hit)."""
     if path.exists():
         return True
@@ -64,7 +61,7 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
         if (key, interpret) in _LOADED:
             return _LOADED[(key, interpret)], True
         path = cache_dir() / "triton" / key / f"kernels_{key}.py"
-        cache_hit = _write_once(path, source)
+        cache_hit = write_once(path, source)
         name = f"glassbox_triton_{key}_{'interpreted' if interpret else 'native'}"
         previous = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
@@ -304,7 +301,7 @@ def autotune(plan: TunePlan, jit_function, args, device: str) -> tuple[dict, tup
                 results.append({"config": config, "ms": None, "error": str(error)[:200]})
                 continue
             results.append({"config": config, "ms": milliseconds})
-        _write_once(path, json.dumps(results))
+        write_once(path, json.dumps(results))
     timed = [r for r in results if r.get("ms") is not None]
     best = min(timed, key=lambda r: r["ms"])["config"] if timed else configs[0]
     plan.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
@@ -316,115 +313,3 @@ def _median_ms(do_bench, fn) -> float:
         return float(do_bench(fn, return_mode="median"))
     except TypeError:  # a do_bench without return_mode: the median as its quantile
         return float(do_bench(fn, quantiles=[0.5])[0])
-
-
-# --- display extras: TTIR, TTGIR, LLIR, PTX, SASS without a GPU -----------------------------------------------
-
-
-def _nvidia_tool(name: str) -> str | None:
-    import triton
-
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-    if bundled.exists():
-        return str(bundled)
-    return shutil.which(name)
-
-
-def ptxas_available() -> bool:
-    return _nvidia_tool("ptxas") is not None
-
-
-def kernel_assembly(source: str, kernel_name: str, signature: dict, constants: dict, num_warps: int = 4,
-                    target: tuple = SM90) -> dict:
-    """Compile one kernel of a generated module for `target` (default sm_90) and return its stages as text:
-    {"ttir", "ttgir", "llir", "ptx", "sass", "target", "error"?}. Needs no GPU: triton.compile is given the
-    target explicitly, and ptxas/cuobjdump come with the Triton wheel. Cached by content hash."""
-    import triton
-
-    key = source_key(json.dumps([source, kernel_name, signature, constants, num_warps, list(target),
-                                 triton.__version__]))
-    path = cache_dir() / "triton" / "asm" / f"{key}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    result = _compile_for_display(source, kernel_name, signature, constants, num_warps, target)
-    if not result.get("error"):
-        _write_once(path, json.dumps(result))
-    return result
-
-
-def _compile_for_display(source, kernel_name, signature, constants, num_warps, target) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    module, _ = load_source(source, interpret=False)
-    fn = getattr(module, kernel_name)
-    result: dict[str, Any] = {"target": f"{target[0]} sm_{target[1]}"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
-             if kind.startswith("*")}  # pointers from torch's allocator are 16-byte aligned
-    compiled = None
-    errors = []
-    for attempt in (attrs, None):  # the attrs format changed between Triton versions: fall back to none
-        try:
-            src = ASTSource(fn, dict(signature), constexprs=dict(constants), attrs=attempt)
-            compiled = triton.compile(src, target=GPUTarget(*target), options={"num_warps": num_warps, "enable_fp_fusion": True})
-            break
-        except Exception as error:  # noqa: BLE001 - shown to the user as the reason there is no assembly
-            errors.append(f"{type(error).__name__}: {error}")
-    if compiled is None:
-        result["error"] = errors[-1][:2000]
-        return result
-    for stage in ("ttir", "ttgir", "llir", "ptx"):
-        text = compiled.asm.get(stage)
-        result[stage] = text if isinstance(text, str) else ""
-    cubin = compiled.asm.get("cubin")
-    result["sass"] = disassemble(cubin) if isinstance(cubin, bytes) else ""
-    if not result["sass"]:
-        result["sass_note"] = "no SASS: ptxas or cuobjdump was not found"
-    return result
-
-
-def disassemble(cubin: bytes) -> str:
-    """SASS text of a cubin, with cuobjdump (or nvdisasm) from the Triton wheel."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, "kernel.cubin")
-        path.write_bytes(cubin)
-        for tool, flags in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
-            binary = _nvidia_tool(tool)
-            if binary is None:
-                continue
-            run = subprocess.run([binary, *flags, str(path)], capture_output=True, text=True)
-            if run.returncode == 0 and run.stdout.strip():
-                return run.stdout
-    return ""
-
-
-def add_assembly(record, kernel_names: list[str] | None = None) -> int:
-    """Fill `asm` (TTIR/TTGIR/LLIR/PTX/SASS for sm_90) into the Triton kernels of an Exploration (or of its
-    JSON form); on request only, since each kernel takes a second or two to compile. Returns how many."""
-    graphs = record.graphs if hasattr(record, "graphs") else record["graphs"]
-    count = 0
-    for graph in graphs:
-        code = graph.code if hasattr(graph, "code") else graph["code"]
-        kernels = graph.kernels if hasattr(graph, "kernels") else graph["kernels"]
-        if code.get("language") != "triton":
-            continue
-        for entry in kernels:
-            info = entry.get("triton")
-            if kernel_names is not None and entry["name"] not in kernel_names:
-                continue
-            display = (entry.get("template") or {}).get("display")
-            if display:  # a GEMM template: its GPU config's constexprs (codegen/triton/gemm.py)
-                entry["asm"] = kernel_assembly(code["source"], entry["name"], entry["template"]["signature"],
-                                               display["constants"], display["num_warps"])
-                count += 1
-                continue
-            if not info:
-                continue
-            # the config the kernel launches with on a GPU (a CPU record's own config is the interpreter's)
-            config = (info.get("autotune") or {}).get("best") or info.get("gpu_config", info["config"])
-            constants = {k: v for k, v in config.items() if k in ("XBLOCK", "YBLOCK", "RBLOCK")}
-            entry["asm"] = kernel_assembly(code["source"], entry["name"], info["signature"], constants,
-                                           config.get("num_warps", 4))
-            count += 1
-    return count

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from engine.ir.artifacts import Allocator, LibraryOp
 from engine.ir.indexing import contiguous_strides
 
 # Note [Library calls through torch's bindings]
@@ -165,10 +166,21 @@ class FirstRunGuard:
 
 
 def wrapper_namespace(wrapper) -> dict[str, Any]:
+    """The names the wrapper's source refers to, other than kernels: what codegen left as data (library calls,
+    allocators: engine/ir/artifacts.py) bound to the runtime's objects."""
     namespace: dict[str, Any] = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-                                 "with_layout": with_layout, "strided_view": strided_view}
-    namespace.update(wrapper.constants)
+                                 "with_layout": with_layout, "strided_view": strided_view, "raw_stream": raw_stream}
+    namespace.update((name, _bound(value)) for name, value in wrapper.constants.items())
     return namespace
+
+
+def _bound(value):
+    if isinstance(value, LibraryOp):
+        binding = public_binding(value.target, (None,) * value.positional, dict.fromkeys(value.keywords))
+        return LibraryCall(value.target, binding)
+    if isinstance(value, Allocator):
+        return empty_strided_for(value.device)
+    return value
 
 
 def load_wrapper(wrapper, namespace: dict) -> Callable:

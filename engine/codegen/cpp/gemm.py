@@ -20,7 +20,7 @@ import torch
 
 from engine.codegen.cpp.printer import STORAGE_TYPES, THREADS, CppPrinter
 from engine.codegen.kernel_core import Source
-from engine.runtime.artifacts import TemplateKernel
+from engine.ir.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import sympy
 
 from engine.codegen.cpp.printer import CppKernel, CppPrinter, HalfRows, Staging, finish_kernel, parallel_clause
-from engine.codegen.kernel_core import Source, emit_stores
+from engine.codegen.kernel_core import Source, assemble_module, emit_stores
 from engine.codegen.cpp.reduction import reduction_kernel
 from engine.codegen.cpp.scan import scan_kernel
 from engine.ir.indexing import ModIndex, c_index, contiguous_strides, linearize, product, simplify_index, unflatten
@@ -338,20 +338,10 @@ class CppModule:
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
                     mode: str = "default") -> CppModule:
     """All generated kernels of one graph in one translation unit (one g++ call per graph)."""
-    lines = PRELUDE.splitlines()
-    line_kernel: list = [None] * len(lines)
-    generated = []
     from engine.codegen.cpp.gemm import generate_template
 
-    for kernel in kernels:
-        if kernel.kind not in ("pointwise", "reduction", "template"):
-            continue
-        cpp = generate_template(kernel, buffers) if kernel.kind == "template" else \
-            generate_kernel(kernel, buffers, size_symbols)
-        generated.append(cpp)
-        lines.append("")
-        line_kernel.append(None)
-        for line, tag in zip(cpp.source.splitlines(), cpp.line_tags):
-            lines.append(line)
-            line_kernel.append((cpp.name, tag))
-    return CppModule("\n".join(lines) + "\n", generated, line_kernel, autotune=mode == "max-autotune")
+    generated = [generate_template(kernel, buffers) if kernel.kind == "template" else
+                 generate_kernel(kernel, buffers, size_symbols) for kernel in kernels
+                 if kernel.kind in ("pointwise", "reduction", "template")]
+    source, line_kernel = assemble_module(PRELUDE.splitlines(), generated, gap=1)
+    return CppModule(source, generated, line_kernel, autotune=mode == "max-autotune")

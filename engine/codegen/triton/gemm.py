@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from engine.runtime.artifacts import TemplateKernel
+from engine.ir.artifacts import TemplateKernel
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton.kernel import SIGNATURE_TYPES
 from engine.codegen.triton.printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
@@ -97,7 +97,7 @@ class TritonTemplateKernel(TemplateKernel):
                 "num_warps": gpu_configs(self.spec)[0].num_warps}}}
 
     def display_constants(self, config: GemmConfig) -> dict:
-        """The constexprs of a launch with `config` (for triton_build.kernel_assembly)."""
+        """The constexprs of a launch with `config` (for engine/tools/assembly.kernel_assembly)."""
         return dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
                     GROUP_M=config.GROUP_M, EVEN_K=self.spec.k % config.BLOCK_K == 0, ACC_FROM_MEMORY=False,
                     PROGRAMS=self.grid(config)[0], PERSISTENT=config.PERSISTENT)

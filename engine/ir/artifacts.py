@@ -4,8 +4,29 @@ asks no compiler layer a question (docs/design.md, "The runtime"). Codegen fills
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.ir.nodes import Template
+
+
+# --- what the wrapper's namespace holds for the runtime to bind at load time ----------------------------------
+
+
+@dataclass(frozen=True)
+class LibraryOp:
+    """A library call of the wrapper (an aten op run by torch's kernels). The runtime binds it as a LibraryCall
+    (engine/runtime/wrapper.py): through torch's binding where that reaches the same overload for a call with
+    `positional` arguments and these `keywords`, with a contiguous retry where a library refuses a layout."""
+    target: Any
+    positional: int
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Allocator:
+    """The wrapper's `allocate(size, stride, dtype)` on `device`, bound by the runtime to torch's fastest
+    allocation path there (Note [Lean wrapper] in engine/codegen/wrapper.py)."""
+    device: str
 
 
 @dataclass

@@ -19,7 +19,9 @@
     python scripts/gpu_check.py --sections zoo --layout contiguous   # the zoo with eager's NCHW convolutions
     python scripts/gpu_check.py --zoo-json a/gpu_bench.json,b/gpu_bench.json  # one zoo table from two runs
 
-Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below;
+Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below
+(with issue 29's: cumsum_rows_fp32, upsample_bilinear_add_fp16, softmax_chain32, inception_v3_fp16 where
+torchvision is installed; `--only` picks them by name);
 `chain` chains of 16 and 32 small dependent kernels (fusion cannot merge them), timed through our bound
 launches, through Triton's JITFunction.run (the launch path before binding: GLASSBOX_TRITON_DIRECT_LAUNCH=0),
 in reduce-overhead mode and through Inductor's two modes: the per-launch cost; `zoo` real models from
@@ -112,6 +114,47 @@ def mlp():
     return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
+def cumsum_half(x):
+    return x.cumsum(1) * 0.5
+
+
+def upsample_add(x, y):
+    return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False) + y
+
+
+def softmax_chain(x):
+    for _ in range(32):
+        x = torch.softmax(x, dim=-1)
+    return x
+
+
+def inception_v3():
+    """torchvision's Inception-v3 (random weights, eval), or None without torchvision."""
+    try:
+        from torchvision.models import inception_v3 as build
+    except ImportError:
+        return None
+    return build(weights=None, aux_logits=False, init_weights=False)
+
+
+def issue29_cases(device: str, small: bool) -> list[dict]:
+    """Issue 29's held-out kernel classes: a scan, interpolation, pools and cats, a chain of small reductions."""
+    n = lambda big, tiny: tiny if small else big  # noqa: E731
+    f32, f16 = dict(device=device, dtype=torch.float32), dict(device=device, dtype=torch.float16)
+    found = [
+        dict(name="cumsum_rows_fp32", model=cumsum_half, inputs=lambda: (torch.randn(n(4096, 64), n(4096, 64), **f32),)),
+        dict(name="upsample_bilinear_add_fp16", model=upsample_add,
+             inputs=lambda: (torch.randn(n(16, 2), n(256, 4), n(64, 8), n(64, 8), **f16),
+                             torch.randn(n(16, 2), n(256, 4), n(128, 16), n(128, 16), **f16))),
+        dict(name="softmax_chain32", model=softmax_chain, inputs=lambda: (torch.randn(8, 64, **f32),)),
+    ]
+    model = inception_v3()
+    if model is not None:
+        found.append(dict(name="inception_v3_fp16", model=model.half(),
+                          inputs=lambda: (torch.randn(n(16, 1), 3, n(299, 75), n(299, 75), **f16),)))
+    return found
+
+
 def cases(device: str, small: bool) -> list[dict]:
     """name, model, inputs (a function of the device), mode; `small` shrinks every shape for --dry-run."""
     n = lambda big, tiny: tiny if small else big  # noqa: E731
@@ -139,7 +182,7 @@ def cases(device: str, small: bool) -> list[dict]:
              inputs=lambda: (torch.randn(2, 32, 64, **f32),)),
         dict(name="tiny_transformer", model=Block(64, 4),
              inputs=lambda: (torch.randn(2, 32, 64, **f32),), mode="reduce-overhead"),
-    ] + tiling_cases(device, small)
+    ] + tiling_cases(device, small) + issue29_cases(device, small)
 
 
 # --- measuring -----------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@
     python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
     python -m engine repro   FILE_OR_SAMPLE|RECORD.json [--kernel NAME] [--graph N] [--out FILE]
                                             (a standalone reproducer: engine/tools/repro_file.py)
+    python -m engine sweep   opinfo|models|hostile [FLAGS]    the acceptance sweeps (engine/tools/sweep_*.py)
+    python -m engine bench   gemm|train|gpu [FLAGS]           the acceptance benches (engine/tools/bench_*.py)
+                                            (each tool's own flags: Note [Tool verbs] in engine/tools/verbs.py)
 
 Exit codes: 0 when all went well; 1 when Glassbox failed (a compile error, a graph that fell back to eager because
 our compile of it raised, or outputs that differ from eager);
@@ -28,16 +31,17 @@ import re
 import sys
 import tempfile
 import traceback
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from engine.record import ErrorRecord, Exploration, SourceFile
 from engine.tools import cli_format
+from engine.tools.json_stdout import stdout_to_stderr
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
 from engine.tools.sandbox import positive_limit
+from engine.tools.verbs import TOOLS, run_tool, tool_module
 from samples import DEFAULT_SAMPLE
 
 EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2
@@ -154,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
                                 description="Time a model under eager, Glassbox and Inductor in one process. "
                                             "FILE_OR_SAMPLE may be a comma-separated list, and `suite` "
-                                            "is the CPU benchmark suite.")
+                                            "is the CPU benchmark suite. `bench gemm|train|gpu [FLAGS]` run "
+                                            "the acceptance benches, each with flags of its own "
+                                            "(`python -m engine bench gemm --help`).")
     common(bench)
     bench.add_argument("--threads", type=int, metavar="N",
                        help="threads for torch and for our OpenMP kernels; applied before anything compiles. "
@@ -248,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     which = provenance.add_mutually_exclusive_group(required=True)
     which.add_argument("--line", type=int, metavar="N", help="a line of the model file")
     which.add_argument("--node", metavar="NAME", help="an FX or ATen node's name")
+    sweep = commands.add_parser("sweep", help="the acceptance sweeps: opinfo, models, hostile",
+                                description="Run one acceptance sweep, with flags of its own (`python -m engine "
+                                            "sweep opinfo --help`): opinfo (torch's OpInfo database), models "
+                                            "(the model catalogue vs eager and Inductor), hostile (the hostile "
+                                            "input suite through the sandbox). Note [Tool verbs].")
+    sweep.add_argument("kind", choices=tuple(TOOLS["sweep"]))
+    sweep.add_argument("flags", nargs=argparse.REMAINDER, help="the sweep's own flags")
     judge = commands.add_parser("judge", help="the verdicts of a job's evidence, judged here (JSON)",
                                 description="Judge the evidence a sandboxed explore wrote (--evidence-out): the "
                                             "verdicts, computed in this process (Note [Judged outside the job]).")
@@ -271,6 +284,9 @@ ASM_LEVELS = ("ttir", "ttgir", "llir", "ptx", "sass")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if tool_module(argv):  # sweep opinfo, bench gemm, ...: a tool with flags of its own (Note [Tool verbs])
+        return run_tool(tool_module(argv), argv[2:])
     args = build_parser().parse_args(argv)
     if getattr(args, "threads", None) is not None:
         if args.threads < 1:
@@ -894,24 +910,6 @@ def report_failure(failure: Failure | ModelFileError, verbose: bool) -> int:
         print(file=sys.stderr)
     print(failure.message, file=sys.stderr, flush=True)
     return failure.code
-
-
-@contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send everything written to stdout (Python's print, and C code writing to fd 1) to stderr for a while,
-    so that --json output stays parseable even when the model prints."""
-    sys.stdout.flush()
-    saved_fd = os.dup(1)
-    saved_stdout = sys.stdout
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved_fd, 1)
-        os.close(saved_fd)
-        sys.stdout = saved_stdout
 
 
 if __name__ == "__main__":

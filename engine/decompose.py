@@ -31,7 +31,7 @@ EXTRA_DECOMPOSITIONS = [
     aten.avg_pool2d, aten._adaptive_avg_pool2d,
     aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
     aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
-    # found by the OpInfo sweep: torch has a decomposition into ops we lower (scripts/opinfo_sweep.py)
+    # found by the OpInfo sweep: torch has a decomposition into ops we lower (`python -m engine sweep opinfo`)
     aten.addmv, aten.ldexp, aten.as_strided_copy,
     aten.grid_sampler_2d, aten.i0, aten._native_batch_norm_legit_functional, aten.max_pool2d_with_indices_backward,
 ]

@@ -1,13 +1,9 @@
 """Hostile and broken model files, through the sandbox (issue 6): each ends with its expected clear outcome,
 nothing of its process group is left running, and the next exploration works. The case list lives in
-scripts/hostile_suite.py (which also writes reports/hostile_suite.md)."""
-import sys
-from pathlib import Path
-
+engine/tools/sweep_hostile.py (`python -m engine sweep hostile` also writes reports/hostile_suite.md)."""
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import hostile_suite  # noqa: E402
+from engine.tools import sweep_hostile as hostile_suite
 
 pytestmark = pytest.mark.slow  # the hostile suite: ~30 sandboxed jobs (Note [Two lanes], tests/conftest.py)
 

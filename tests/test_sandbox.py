@@ -256,6 +256,5 @@ def test_an_interrupted_caller_kills_the_whole_group(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         process.wait(on_tick=interrupt, tick_s=0.5)
     process.close()
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-    import hostile_suite
-    assert hostile_suite.leftovers(process.pid, process.pid_namespace) == []  # the sleeping child went too
+    from engine.tools import procfs
+    assert procfs.leftovers(process.pid, process.pid_namespace) == []  # the sleeping child went too

@@ -1,8 +1,9 @@
 """OpInfo sweep: every op in torch's own op test database, through Glassbox, against eager.
 
-    python scripts/opinfo_sweep.py                      # the full sweep -> reports/opinfo_sweep.{md,csv}
-    python scripts/opinfo_sweep.py --ops add,sum --max-samples 2 --out /tmp/sweep
-    python scripts/opinfo_sweep.py --backend triton     # Triton under the interpreter
+    python -m engine sweep opinfo                       # the full sweep -> reports/opinfo_sweep.{md,csv}
+    python -m engine sweep opinfo --ops add,sum --max-samples 2 --out /tmp/sweep
+    python -m engine sweep opinfo --backend triton      # Triton under the interpreter
+    python -m engine sweep opinfo --ops add --json      # the summary alone on stdout, progress on stderr
 
 Each sample becomes a function `lambda *tensors: op(input, *args, **kwargs)` whose tensors are graph inputs
 and whose other arguments are baked in. It runs through `engine.explore` (capture, lowering, fusion, C++ or
@@ -30,11 +31,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from engine.tools.json_stdout import print_json, stdout_to_stderr
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "python -m engine sweep opinfo"
 
 STATUSES = ("generated", "fallback", "wrong", "crash", "unsupported-by-capture", "nothing-compared", "skipped")
 DEFAULT_DTYPES = ("float32", "int64", "bool")
@@ -357,7 +360,7 @@ def run_sweep(positions: list[int], args, work_dir: Path) -> list[dict]:
         nonlocal counter
         counter += 1
         out_path = work_dir / f"worker{counter}.jsonl"
-        command = [sys.executable, __file__, "--worker-ops", ",".join(map(str, ops_chunk)), "--worker-out",
+        command = [sys.executable, "-m", "engine", "sweep", "opinfo", "--worker-ops", ",".join(map(str, ops_chunk)), "--worker-out",
                    str(out_path), "--backend", args.backend, "--dtypes", args.dtypes,
                    "--max-samples-json", json.dumps(args.max_samples_map), "--sample-timeout", str(args.sample_timeout)]
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -503,8 +506,8 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cpp", choices=["cpp", "triton"])
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES))
@@ -516,11 +519,12 @@ def main(argv=None) -> int:
     parser.add_argument("--op-timeout", type=int, default=240, help="seconds of budget per op in a chunk")
     parser.add_argument("--out", default=str(ROOT / "reports" / "opinfo_sweep"))
     parser.add_argument("--from-csv", default="", help="rewrite the markdown report from this CSV (no sweep)")
-    parser.add_argument("--sweep-command", default="python scripts/opinfo_sweep.py",
+    parser.add_argument("--sweep-command", default=COMMAND,
                         help="with --from-csv: the command that made the CSV, for the report")
     parser.add_argument("--baseline", default="", help="CSV of an earlier sweep, compared in the report")
     parser.add_argument("--baseline-note", default="an earlier sweep")
     parser.add_argument("--note", action="append", default=[], help="a paragraph for the report (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout and nothing else")
     parser.add_argument("--worker-ops", default="", help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
     parser.add_argument("--max-samples-json", default="", help=argparse.SUPPRESS)
@@ -538,7 +542,15 @@ def main(argv=None) -> int:
         Path(args.out).with_suffix(".md").write_text(markdown_report(rows, args, partial=False))
         print(json.dumps(summarize(rows)))
         return 0
-    args.command = "python scripts/opinfo_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.command = f"{COMMAND} " + " ".join(argv if argv is not None else sys.argv[1:])
+    with stdout_to_stderr() if args.json else nullcontext():  # progress lines: stderr under --json
+        summary = sweep(args)
+    print_json(summary)
+    return 0
+
+
+def sweep(args) -> dict:
+    """The sweep of args.ops (all ops when empty) over worker processes; writes the reports, returns the summary."""
     from torch.testing._internal.common_methods_invocations import op_db
     names = [n for n in args.ops.split(",") if n]
     wanted = {id(op) for op in load_ops(names)}
@@ -550,9 +562,7 @@ def main(argv=None) -> int:
     start = time.time()
     rows = run_sweep(positions, args, work_dir)
     write_reports(rows, args)
-    summary = summarize(rows)
-    print(json.dumps({**summary, "minutes": round((time.time() - start) / 60, 1)}))
-    return 0
+    return {**summarize(rows), "minutes": round((time.time() - start) / 60, 1)}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The offline report runs no script but its own (issue 33; Note [Report scripts] in visualizers/html_report.py):
-a record with markup in every string, the graph index included, rendered by `python -m engine report`, runs no
-script in headless Chromium, while the report's own node search still works; a record `report` cannot read is
+a record with markup in every string rendered by `python -m engine report` runs no script in headless Chromium
+(markup where a number belongs, the graph index that once ran 16 scripts, is refused as a malformed record), while the report's own node search still works; a record `report` cannot read is
 a clear error, not a traceback."""
 import json
 import os
@@ -43,10 +43,13 @@ def test_a_record_full_of_markup_runs_no_script_in_chromium(tmp_path):
     playwright_api = pytest.importorskip("playwright.sync_api")
     record = engine.explore(lambda x: torch.relu(x) * 2 + 1, (torch.randn(8, 8),)).to_json()
     record = _poison(record)
-    record["graphs"][0]["index"] = PAYLOAD  # the field that ran 16 scripts
-    for item in record["graphs"][0]["code"]["provenance"]:
-        item["line"] = PAYLOAD
-    record["graph_breaks"] = [{"reason": PAYLOAD, "lineno": PAYLOAD, "line": PAYLOAD, "hints": [PAYLOAD]}]
+    record["graph_breaks"] = [{"reason": PAYLOAD, "filename": PAYLOAD, "lineno": 3, "line": PAYLOAD,
+                               "gb_type": PAYLOAD, "explanation": PAYLOAD, "hints": [PAYLOAD]}]
+    indexed = json.loads(json.dumps(record))
+    indexed["graphs"][0]["index"] = PAYLOAD  # the field that ran 16 scripts: a typed record refuses it
+    refused = _report(tmp_path, json.dumps(indexed), tmp_path / "indexed.html")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and "index" in refused.stderr, refused.stderr
+    assert not (tmp_path / "indexed.html").exists()
     out = tmp_path / "report.html"
     finished = _report(tmp_path, json.dumps(record), out)
     assert finished.returncode == 0, finished.stderr
@@ -80,7 +83,7 @@ def test_a_record_report_cannot_read_is_a_clear_error(tmp_path, text):
 
 def test_report_into_a_directory_writes_a_file_there(tmp_path):
     (tmp_path / "out").mkdir()
-    record = {"model": PAYLOAD, "graphs": [{"index": PAYLOAD}], "errors": []}
+    record = {"model": PAYLOAD, "graphs": [{"index": 0}], "errors": []}
     finished = _report(tmp_path, json.dumps(record), tmp_path / "out")
     assert finished.returncode == 0 and "Traceback" not in finished.stderr, finished.stderr
     assert "<script>window.__pwned" not in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")

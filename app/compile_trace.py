@@ -1,4 +1,4 @@
-"""Compile cost and the trace (Note [Compile trace] in engine/spans.py): the bench stage's compile timeline and
+"""Compile cost and the trace (Note [Compile trace] in engine/runtime/spans.py): the bench stage's compile timeline and
 cache facts, the profile page's run timeline, and the trace-event JSON to download (ui.perfetto.dev)."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import streamlit as st
 
 from app.safe_text import file_name
 from engine.record import Exploration
-from engine.tools.trace_file import compile_cost, trace_events
+from engine.tools.trace_file import trace_events
+from visualizers.compile_cost import compile_cost, cost_rows
 from visualizers import timeline
 
 
@@ -32,6 +33,9 @@ def compile_pane(record: Exploration, key: str) -> None:
                                         if b["cache_hit"] else f"cold build, {b['seconds']:.2f} s")
              for b in builds]
     st.caption(f"Compile {cost['total_s']:.2f} s in all; kernels built: " + ("; ".join(words) or "none") + ".")
+    with st.expander("Compile cost per stage, pass and kernel, and the cache"):
+        st.dataframe([{"what": row["what"], "kind": row["kind"], "ms": round(row["seconds"] * 1e3, 2)}
+                      for row in cost_rows(cost)], hide_index=True, width="stretch")
     _download(trace_events(data), record.model or "model", f"{key}_trace_download")
 
 

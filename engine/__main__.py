@@ -438,7 +438,8 @@ def cli_bisect_lines(record: dict) -> list[str]:
 
 def write_trace(record: dict, path: Path, quiet: bool) -> None:
     """explore --trace: the trace-event JSON, and the compile's cost in words (stderr under --json)."""
-    from engine.tools.trace_file import compile_cost, cost_lines, trace_events
+    from engine.tools.trace_file import trace_events
+    from visualizers.compile_cost import compile_cost, cost_lines
 
     path.write_text(json.dumps(trace_events(record)), encoding="utf-8")
     print("\n".join(cost_lines(compile_cost(record)) + [f"Wrote the trace to {path}: open it in "

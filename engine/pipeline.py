@@ -36,7 +36,8 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from engine import capture, codegen, fallbacks, report, rewrite, spans
+from engine import capture, codegen, fallbacks, report, rewrite
+from engine.runtime import spans
 from engine import run as run_module
 from engine.codegen.wrapper import WrapperSource, generate_wrapper
 from engine.decompose import aot_compile, static_inputs, trace_forward, will_train

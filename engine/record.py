@@ -366,7 +366,7 @@ class Exploration(Record):
     inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
     machine: dict[str, Any] = field(default_factory=dict)  # with --profile: copy GB/s, matmul GFLOP/s, load
     # when each stage and pass ran: {name, cat (stage | pass), start_s, dur_s, graph, args} (Note [Compile trace]
-    # in engine/spans.py); the build's args say whether the cache had the kernels and what it saved
+    # in engine/runtime/spans.py); the build's args say whether the cache had the kernels and what it saved
     trace: list[dict[str, Any]] = field(default_factory=list)
 
     def add_time(self, stage: str, seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""Compile cost and the trace (Note [Compile trace] in engine/spans.py): the trace-event JSON loads, has a span
+"""Compile cost and the trace (Note [Compile trace] in engine/runtime/spans.py): the trace-event JSON loads, has a span
 per stage and the passes inside them, a profiled run's kernels on a timeline, and the build says whether the
 cache had its kernels and, when warm, what the cold build cost."""
 import json
@@ -10,9 +10,11 @@ from pathlib import Path
 import torch
 
 import engine
-from engine.record import STAGE_NAMES
+from engine.record import STAGE_NAMES, Exploration
 from engine.tools.model_file import load_model_file
-from engine.tools.trace_file import compile_cost, trace_events
+from engine.tools.trace_file import trace_events
+from visualizers.compile_cost import compile_cost
+from visualizers.html_report import report_html
 from samples import sample_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,3 +71,20 @@ def test_compile_outside_explore_records_nothing_and_runs():
     compiled = engine.compile(lambda x: torch.relu(x) * 2)
     x = torch.randn(8)
     assert torch.equal(compiled(x), torch.relu(x) * 2)
+
+
+def test_rewrite_passes_and_a_kernels_autotuning_are_spans_of_their_own():
+    spec = load_model_file(str(sample_path("mlp")))
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name, mode="max-autotune",
+                            templates="on").to_json()
+    cost = compile_cost(record)
+    assert any(name.startswith("rewrite ") for name in cost["passes"])  # each named rewrite pass, timed
+    templates = {k["name"] for g in record["graphs"] for k in g["kernels"] if k["kind"] == "template"}
+    tuned = [k for k in cost["kernels"] if k["what"] == "autotune"]
+    assert templates and sorted(k["kernel"] for k in tuned) == sorted(templates)  # once each, named
+    assert all(k["seconds"] > 0 for k in tuned)
+    spans = [e for e in record["trace"] if e["name"] == "autotune"]
+    capture = next(e for e in record["trace"] if e["name"] == "capture")  # the model's first call tuned it
+    assert capture["start_s"] <= spans[0]["start_s"] <= capture["start_s"] + capture["dur_s"]
+    page = report_html(Exploration.from_json(record))  # the offline report's cost table names them
+    assert "Compile cost per stage" in page and f"{sorted(templates)[0]}: autotune" in page

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 
 from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile
-from visualizers import graphs, heat, overlay, roofline, tables, timeline
+from visualizers import compile_cost, graphs, heat, overlay, roofline, tables, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
@@ -333,7 +333,7 @@ def report_html(record: Exploration, title: str | None = None) -> str:
                    + figure_html(timeline.run_timeline_figure(record), figures)
                    + heat_html(record))
     breaks = "<h2>Graph breaks</h2>" + breaks_html(record)
-    compile_timeline = figure_html(timeline.compile_timeline_figure(record), figures)
+    compile_timeline = figure_html(timeline.compile_timeline_figure(record), figures) + compile_cost_html(record)
     numerics = "".join(bisect_html(g, i) for i, g in enumerate(graphs_list))
     body = "".join(graph_html(record, g, figures, i) for i, g in enumerate(graphs_list))
     timings = record.timings
@@ -350,6 +350,16 @@ def report_html(record: Exploration, title: str | None = None) -> str:
             f"<style>{_STYLE}</style><script>{_SEARCH_SCRIPT}</script></head><body><main>"
             f"{head}{errors}{nav}{summary}{description}{stage_line}{compile_timeline}{numerics}{profile}{breaks}{body}{_source_html(record)}"
             f"</main></body></html>")
+
+
+def compile_cost_html(record: Exploration) -> str:
+    """The compile's cost per stage, pass and kernel, and the cache's part (visualizers/compile_cost.py)."""
+    if not record.trace:
+        return ""
+    rows = [{"what": esc(row["what"]), "kind": esc(row["kind"]), "ms": f"{row['seconds'] * 1e3:.1f}"}
+            for row in compile_cost.cost_rows(compile_cost.compile_cost(record))]
+    return "<details><summary>Compile cost per stage, pass and kernel, and the cache</summary>" + table(rows) + \
+        "</details>"
 
 
 def heat_html(record: Exploration) -> str:

@@ -1,4 +1,4 @@
-"""The compile and a run on a timeline (plotly): the record's spans (Note [Compile trace] in engine/spans.py)
+"""The compile and a run on a timeline (plotly): the record's spans (Note [Compile trace] in engine/runtime/spans.py)
 and a profiled call's kernels, as horizontal bars from their start. Reads the record's JSON only."""
 from __future__ import annotations
 

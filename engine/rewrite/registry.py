@@ -17,6 +17,7 @@ import torch
 
 from torch._guards import detect_fake_mode
 
+from engine.runtime import spans
 from engine.rewrite.edit import add_node, inherit_provenance, node_sources, origin_names
 
 
@@ -164,7 +165,9 @@ def run_rewrites(graph: RewriteGraph, names: Iterable[str], before_joint: bool |
             continue
         graph.current = name
         before = len(graph.outcomes)
-        rewrite.fn(graph)
+        with spans.span(f"rewrite {name}") as entry:  # a pass of the rewrite stage (Note [Compile trace])
+            rewrite.fn(graph)
+            entry["args"]["applied"] = sum(1 for outcome in graph.outcomes[before:] if outcome.applied)
         if any(outcome.applied for outcome in graph.outcomes[before:]):
             graph.graph.lint()
     graph.gm.recompile()

@@ -53,6 +53,7 @@ import torch
 
 from engine.ir.nodes import TensorArg, Template
 from engine.ir.artifacts import TemplateKernel
+from engine.runtime import spans
 from engine.runtime.build import atomic_write, cache_dir, compiler
 from engine.runtime.wrapper import raw_stream, strided_view
 
@@ -93,7 +94,8 @@ class TemplateLaunch:
 
     def __call__(self, *tensors):
         if self.choice is None:
-            self.choice = self._autotune(tensors)
+            with spans.span("autotune", kernel=self.kernel.name, template=True):  # Note [Compile trace]
+                self.choice = self._autotune(tensors)
         self.choice(tensors)
 
     # -- the modes: each a function of the call's tensors, bound at its first call (Note [Library plan in place])

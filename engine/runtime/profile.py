@@ -250,7 +250,7 @@ class _Marked(_Timed):
 
 def kernel_timeline(compiled, args: list, device: str, calls: int = 5) -> list[dict]:
     """One call of the graph with each launch's start and end (ms since the call began): the run's part of
-    the trace (Note [Compile trace] in engine/spans.py). Of `calls` instrumented calls, the one whose length is
+    the trace (Note [Compile trace] in engine/runtime/spans.py). Of `calls` instrumented calls, the one whose length is
     the median (one call alone is at the mercy of a busy machine). CPU: perf_counter; GPU: CUDA events."""
     function = _raw_wrapper(compiled.call)
     namespace = function.__globals__

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from engine.ir.artifacts import KernelLaunch, TunePlan
+from engine.runtime import spans
 from engine.runtime.build import cache_dir
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
@@ -155,6 +156,7 @@ class TritonLaunch:
         self.direct = DIRECT_LAUNCH and not interpret  # False once binding failed or is not possible here
         self.install: Callable | None = None  # puts a generated launcher where the wrapper looks this one up
         self.binds = 0
+        self.built = False  # its first native launch, which JIT-compiles it, has happened (a span of the trace)
 
     def __call__(self, grid_x, stream, *args):
         runner = self.runner
@@ -174,9 +176,11 @@ class TritonLaunch:
         return tuple(specialization_class(args[i]) for i in self.checked)
 
     def _launch_and_bind(self, grid_x, args) -> None:
+        name = getattr(self.function, "__name__", "kernel")
         if self.tune is not None:
             (plan, device), self.tune = self.tune, None
-            best, grid = autotune(plan, self.function, args, device)
+            with spans.span("autotune", kernel=name, configs=len(plan.candidates)):  # Note [Compile trace]
+                best, grid = autotune(plan, self.function, args, device)
             self.grid_x = grid[0]
             self.constexprs = {k: v for k, v in best.items() if k in self.constexprs}
             self.options = {"num_warps": best["num_warps"]}
@@ -188,7 +192,12 @@ class TritonLaunch:
             with numpy.errstate(all="ignore"):
                 self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
             return
-        compiled = self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
+        if not self.built:  # its first native launch: Triton's JIT builds it
+            self.built = True
+            with spans.span("build kernel (Triton JIT)", kernel=name):
+                compiled = self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
+        else:
+            compiled = self.function.run(*args, grid=grid, warmup=False, **self.constexprs, **self.options)
         if self.direct:
             self._bind(compiled, args)
 

@@ -1,11 +1,11 @@
 """The compile and a run as a Chrome / Perfetto trace (trace-event JSON), and the compile's cost in numbers.
 
-Note [Compile trace] in engine/spans.py says what the spans are. `trace_events(record)` is a pure function of
+Note [Compile trace] in engine/runtime/spans.py says what the spans are. `trace_events(record)` is a pure function of
 the record's JSON (no torch): process 1 is the compile (every stage and pass as a complete "X" event, nested
 as they ran, on one thread), process 2 is the run, present when the record was profiled: each graph's one
 instrumented call with its kernels on a timeline (graphs one after another, as the model runs them). Open the
-file in ui.perfetto.dev or chrome://tracing. `compile_cost(record)` sums the same spans per stage and per pass,
-with the cache's part (hits, and what they saved)."""
+file in ui.perfetto.dev or chrome://tracing. visualizers/compile_cost.py sums the same spans per stage, pass and
+kernel, with the cache's part (hits, and what they saved)."""
 from __future__ import annotations
 
 COMPILE_PID, RUN_PID = 1, 2
@@ -55,39 +55,3 @@ def trace_events(record: dict) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": record.get("model"), "backend": record.get("backend"),
                           "device": record.get("device"), "written_by": "Glassbox (engine/tools/trace_file.py)"}}
-
-
-def compile_cost(record: dict) -> dict:
-    """Seconds per stage (own time, `timings`), per pass (summed over graphs), and per graph's build: whether the
-    cache had its kernels, the build's seconds, the remembered cold build and what the cache saved."""
-    passes: dict[str, float] = {}
-    builds = []
-    for entry in record.get("trace") or []:
-        if entry.get("cat") != "pass":
-            continue
-        passes[entry["name"]] = passes.get(entry["name"], 0.0) + entry["dur_s"]
-        if entry["name"] == "compile and load kernels":
-            args = entry.get("args") or {}
-            builds.append({"graph": entry.get("graph"), "seconds": entry["dur_s"], "cache_hit": args.get("cache_hit"),
-                           "cold_s": args.get("cold_s"), "saved_s": args.get("saved_s"),
-                           "language": args.get("language"), "kernels": args.get("kernels")})
-    timings = dict(record.get("timings") or {})
-    return {"stages": timings, "total_s": sum(v for k, v in timings.items() if k != "profile"),
-            "passes": passes,
-            "builds": builds, "cache_hits": sum(1 for b in builds if b["cache_hit"]),
-            "saved_s": sum(b["saved_s"] or 0.0 for b in builds)}
-
-
-def cost_lines(cost: dict) -> list[str]:
-    """compile_cost in words, for the CLI."""
-    stages = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in cost["stages"].items() if name != "profile")
-    passes = ", ".join(f"{name} {seconds * 1e3:.1f}ms" for name, seconds in
-                       sorted(cost["passes"].items(), key=lambda item: -item[1]))
-    lines = [f"Compile cost: {cost['total_s']:.3f}s ({stages})", f"  passes: {passes or 'none'}"]
-    for build in cost["builds"]:
-        cached = "cache hit" if build["cache_hit"] else "cold build (cache miss)"
-        saved = f", the cold build took {build['cold_s']:.3f}s: saved {build['saved_s']:.3f}s" \
-            if build["cache_hit"] and build.get("cold_s") is not None else ""
-        lines.append(f"  graph {build['graph']}: {build['kernels']} {build['language']} kernel(s) built in "
-                     f"{build['seconds'] * 1e3:.1f}ms, {cached}{saved}")
-    return lines

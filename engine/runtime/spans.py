@@ -2,10 +2,13 @@
 
 Note [Compile trace]
 `timings` says how long each stage took in all (its own time, nested stages excluded); a trace says when:
-every stage the runner runs (Compilation.run) and the passes inside the graph stages (fusion, split
-reductions, memory plan, kernels, wrapper, compile and load) are spans with a start and a duration, in
-seconds since explore() began, nested as they ran (capture holds decompose holds rewrite..build of each
-graph). The collector is a context variable, so compile() outside explore() records nothing and pays a
+every stage the runner runs (Compilation.run) and the passes inside the graph stages (each named rewrite,
+fusion, split reductions, memory plan, kernels, wrapper, compile and load) are spans with a start and a
+duration, in seconds since explore() began, nested as they ran (capture holds decompose holds rewrite..build
+of each graph). Work the runtime does at a kernel's first launch is a span too, named per kernel in its args:
+Triton's JIT build of the kernel ("build kernel (Triton JIT)", on a GPU) and autotuning ("autotune", in
+max-autotune); they nest in the stage whose call launched the kernel first (capture, for the model's first
+call). The spans live in the runtime (the lowest layer that makes them) so every layer above can open one. The collector is a context variable, so compile() outside explore() records nothing and pays a
 lookup per span. The build's span says whether the compile cache had the kernels and, on a hit, how long the
 cold build took when it was made (remembered beside the cache by its key: Note [What the cache saved]).
 engine/tools/trace_file.py turns the spans, and a profiled run's kernels, into Chrome trace-event JSON.

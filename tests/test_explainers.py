@@ -1,6 +1,9 @@
 """Record -> teaching text, fusion groups named by ops and FX nodes, the memory timeline, and shareable state
 (visualizers/teaching.py, visualizers/memory.py, app/share.py)."""
+import re
+
 import pytest
+import torch
 
 import engine
 from app import share
@@ -113,3 +116,46 @@ def test_the_mode_is_kept_in_the_url():
     query = share.url_from_session({"sample": "mlp", "mode": "max-autotune"})
     assert query["mode"] == "max-autotune"
     assert share.session_from_url(query, samples=["mlp"], stages=[])["mode"] == "max-autotune"
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.linear(x)) * 0.5 + x
+
+
+@pytest.fixture(scope="module")
+def layers_record():
+    """Four alike blocks: a Linear (a library call, templates off), then GELU, scale and residual add fused."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[_Block() for _ in range(4)]).eval()
+    return Exploration.from_json(engine.explore(model, (torch.randn(4, 16),), name="layers", templates="off").to_json())
+
+
+def test_alike_layers_are_told_once_with_their_count_in_users_words(layers_record):
+    from engine.tools import cli_format
+    graph = layers_record.graphs[0]
+    aten = teaching.aten_text(graph)
+    linear = [line for line in aten if "addmm" in line or " mm" in line]
+    assert len(linear) == 1 and "each decomposed" in linear[0], aten  # one sentence for the four Linears
+    fusion = teaching.fusion_text(graph)
+    library = sum(1 for k in graph.kernels if k.kind == "extern")
+    assert library >= 4 and f"{library} library calls" in fusion[0] and "extern" not in fusion[0], fusion
+    loop_nests = [line for line in fusion if "in one loop nest" in line]
+    assert loop_nests and not any("mm" in line.split(" in one loop nest")[0] for line in loop_nests), fusion
+    refused = [d for d in graph.fusion.decisions if not d.fused]
+    alike = [line for line in fusion if "stay apart" in line]
+    assert alike and any("pairs alike" in line for line in alike), fusion
+    assert not any(re.search(r"\bbuf\d+", line) or "'s result is a library call" in line for line in fusion)
+    told = [int(n) for line in alike for n in re.findall(r"(\d+) pairs alike", line)] or [1]
+    more = [int(m) for line in fusion for m in re.findall(r"^(\d+) more refusal", line)]
+    assert sum(told) + sum(more) + sum(1 for line in alike if "pairs alike" not in line) == len(refused), fusion
+    # the CLI's text counts each repeated refusal over the whole graph, and the counts add up
+    summary = cli_format.graph_summary(graph, verbose=False)
+    counts = [int(c) if c else 1 for line in summary if line.startswith("    refused")
+              for c in [re.search(r"\(x(\d+)\)$", line) and re.search(r"\(x(\d+)\)$", line).group(1)]]
+    hidden = [int(h) for line in summary for h in re.findall(r"\.\.\. (\d+) more refusal", line)]
+    assert sum(counts) + sum(hidden) == len(refused) and max(counts) >= 4, summary

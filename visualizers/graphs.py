@@ -27,6 +27,7 @@ KIND_STYLE = {
     "module": ("#e0e7ff", "#4338ca", "collapsed module"),
 }
 KIND_PRIORITY = ["fallback", "extern", "template", "reduction", "pointwise", "view"]
+BOX_WORDS = {"extern": "library", "fallback": "eager"}  # a folded module's op counts, in users' words
 HIGHLIGHT = "#dc2626"
 OTHER_SIDE = "#2563eb"
 FADED = "#9ca3af"
@@ -405,7 +406,7 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
         fill, border, _ = KIND_STYLE["module"]
         ops = [n for n in group_nodes if not _io_kind(n) and n.name not in weights]
         counts = Counter(kinds.get(n.name, "other") for n in ops)
-        summary = ", ".join(f"{c} {k}" for k, c in counts.most_common(3))
+        summary = ", ".join(f"{c} {BOX_WORDS.get(k, k)}" for k, c in counts.most_common(3))
         held = len(group_nodes) - len(ops)
         summary += f"\n{held} weight{'s' if held != 1 else ''} / constant{'s' if held != 1 else ''}" if held else ""
         highlighted = any(n.name in options.highlight for n in group_nodes)
@@ -413,7 +414,8 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
         # Note [Kernels when folded]: a folded module still names the kernels its ops run in
         inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n.name, [])))
         ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
-        attrs = dict(label=f"{group}\n{len(ops)} ops: {summary}{ran}", shape="box3d", style="filled",
+        attrs = dict(label=f"{group}\n{len(ops)} op{'s' if len(ops) != 1 else ''}: {summary}{ran}", shape="box3d",
+                     style="filled",
                      fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
                      tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it); inside: "
                              + " ".join(dict.fromkeys(paths.get(n.name, "") for n in group_nodes

@@ -13,7 +13,15 @@ from collections import Counter
 from engine.record import Exploration, GraphRecord, IRNode
 from visualizers import graphs
 
-GENERATED = ("pointwise", "reduction", "template")  # kernel kinds whose code we generate; the rest call a library
+GENERATED = ("pointwise", "reduction", "template", "scan")  # kernel kinds whose code we generate; the rest call a library
+KIND_WORDS = {"extern": "library call", "fallback": "eager fallback", "template": "GEMM template"}  # as users say them
+
+
+def kind_counts(kernels) -> str:
+    """"241 library calls, 97 pointwise, 49 reduction": kernels counted by kind, in users' words."""
+    counts = Counter(k.kind for k in kernels)
+    return ", ".join(_plural(count, KIND_WORDS[kind]) if kind in KIND_WORDS else f"{count} {kind}"
+                     for kind, count in counts.most_common())
 
 
 def short_op(op) -> str:
@@ -29,9 +37,10 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
 
 
-def decision_ops(graph: GraphRecord, label: str) -> dict:
-    """A fusion group label ("buf3+buf4") -> {"ir": [...], "aten": [...], "ops": [...], "fx": [...]}."""
-    ir_nodes, aten = _ir_nodes(graph), {n.name: n for n in graph.aten}
+def decision_ops(graph: GraphRecord, label: str, index: tuple | None = None) -> dict:
+    """A fusion group label ("buf3+buf4") -> {"ir": [...], "aten": [...], "ops": [...], "fx": [...]}. `index`,
+    from node_index(graph), saves rebuilding the graph's name maps on each call."""
+    ir_nodes, aten = index or node_index(graph)
     names = graphs.decision_buffers(graph, label)
     aten_names = list(dict.fromkeys(a for n in names if n in ir_nodes for a in ir_nodes[n].aten_origins))
     ops = list(dict.fromkeys(short_op(aten[a].target) for a in aten_names if a in aten))
@@ -39,9 +48,14 @@ def decision_ops(graph: GraphRecord, label: str) -> dict:
     return {"ir": names, "aten": aten_names, "ops": ops, "fx": fx}
 
 
-def describe_group(graph: GraphRecord, label: str) -> str:
+def node_index(graph: GraphRecord) -> tuple[dict, dict]:
+    """The graph's loop-IR and ATen nodes by name."""
+    return _ir_nodes(graph), {n.name: n for n in graph.aten}
+
+
+def describe_group(graph: GraphRecord, label: str, index: tuple | None = None) -> str:
     """"buf3+buf4" as a reader sees it: "mul + add (FX: mul, add)"."""
-    named = decision_ops(graph, label)
+    named = decision_ops(graph, label, index)
     ops = " + ".join(named["ops"]) or str(label)
     return f"{ops} (FX: {', '.join(named['fx'])})" if named["fx"] else ops
 
@@ -73,11 +87,24 @@ def aten_text(graph: GraphRecord) -> list[str]:
         for origin in node.fx_origins:
             by_fx.setdefault(origin, []).append(short_op(node.target))
     decomposed = [(fx, ops) for fx, ops in by_fx.items() if len(ops) > 1]
-    for fx, ops in decomposed[:4]:
-        lines.append(f"`{fx}` decomposed into {len(ops)} ATen ops: {', '.join(ops)}.")
+    alike: dict[tuple, list[str]] = {}  # the same decomposition in every layer is one sentence
+    for fx, ops in decomposed:
+        alike.setdefault(tuple(ops), []).append(fx)
+    for ops, names in list(alike.items())[:4]:
+        named = ", ".join(f"`{fx}`" for fx in names[:3])
+        if len(names) > 3:
+            named += f" and {len(names) - 3} more"
+        each = " each" if len(names) > 1 else ""
+        lines.append(f"{named}{each} decomposed into {len(ops)} ATen ops: {_counted(ops)}.")
     if not decomposed and aten_calls:
         lines.append("Each FX operation maps to one ATen op here: nothing needed decomposing.")
     return lines
+
+
+def _counted(ops) -> str:
+    """"unsqueeze, sub, unsqueeze, mul" -> "unsqueeze x2, sub, mul": each op once, in order, with its count."""
+    counts = Counter(ops)
+    return ", ".join(op + (f" x{counts[op]}" if counts[op] > 1 else "") for op in dict.fromkeys(ops))
 
 
 def ir_text(graph: GraphRecord) -> list[str]:
@@ -105,13 +132,12 @@ def fusion_text(graph: GraphRecord) -> list[str]:
     largest refusals by the bytes they send through memory (the table lists every decision)."""
     kernels = graph.kernels
     decisions = graph.fusion.decisions if graph.fusion else []
-    kinds = Counter(k.kind for k in kernels)
-    parts = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
     lines = [f"{_plural(len(_ir_nodes(graph)), 'loop node')} became **{_plural(len(kernels), 'kernel')}** "
-             f"({parts})."]
-    patterns = Counter(" + ".join(short_op(o) for o in k.ops) for k in kernels if len(k.ir_nodes) > 1)
+             f"({kind_counts(kernels) or 'none'})."]
+    fused = [k for k in kernels if k.kind in GENERATED and len(k.ir_nodes) > 1]  # a library call is no loop nest
+    patterns = Counter(" + ".join(short_op(o) for o in k.ops) for k in fused)
     for pattern, count in patterns.most_common(3):
-        example = next(k for k in kernels if len(k.ir_nodes) > 1 and " + ".join(short_op(o) for o in k.ops) == pattern)
+        example = next(k for k in fused if " + ".join(short_op(o) for o in k.ops) == pattern)
         times = f"{count} kernels compute" if count > 1 else "One kernel computes"
         lines.append(f"{times} {pattern} in one loop nest (e.g. `{example.name}`): its intermediates never go "
                      "to memory.")
@@ -121,20 +147,22 @@ def fusion_text(graph: GraphRecord) -> list[str]:
     def cost(decision) -> int:
         return sum(sizes.get(name, 0) for name in graphs.decision_buffers(graph, decision.producer))
 
-    told, seen = 0, set()
+    index = node_index(graph)
+    alike: dict[tuple, list] = {}  # the same refusal in every layer is told once, with its count
     for decision in sorted(refused, key=cost, reverse=True):
-        pair = (describe_group(graph, decision.producer), describe_group(graph, decision.consumer))
-        why = plain_words(decision.reason, graph).rstrip(".")
-        same = tuple(tuple(decision_ops(graph, side)["ops"]) for side in (decision.producer, decision.consumer))
-        if (same, why) in seen:  # the same refusal in every layer is told once
-            continue
-        seen.add((same, why))
+        why = plain_words(decision.reason, graph, index).rstrip(".")
+        same = tuple(tuple(decision_ops(graph, side, index)["ops"]) for side in (decision.producer, decision.consumer))
+        alike.setdefault((same, why), []).append(decision)
+    told = 0
+    for (_, why), group in list(alike.items())[:REFUSALS_TOLD]:
+        decision = group[0]
+        pair = (describe_group(graph, decision.producer, index), describe_group(graph, decision.consumer, index))
         spent = cost(decision)
-        moved = f" ({_bytes(spent)} through memory)" if spent else ""
+        notes = ([f"{_bytes(spent)} through memory"] if spent else []) + (
+            [f"{len(group)} pairs alike"] if len(group) > 1 else [])
+        moved = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"{pair[0]} and {pair[1]} stay apart{moved}: {why}.")
-        told += 1
-        if told == REFUSALS_TOLD:
-            break
+        told += len(group)
     if len(refused) > told:
         lines.append(f"{_plural(len(refused) - told, 'more refusal')} in the table below (filter by rule or module).")
     memory = graph.memory
@@ -144,7 +172,7 @@ def fusion_text(graph: GraphRecord) -> list[str]:
     return lines
 
 
-def plain_words(text: str | None, graph: GraphRecord | None = None) -> str:
+def plain_words(text: str | None, graph: GraphRecord | None = None, index: tuple | None = None) -> str:
     """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out and,
     given the graph, its buffer names ("buf238") said as the ops that compute them ("mm's result")."""
     text = _without_notes(text)
@@ -152,9 +180,13 @@ def plain_words(text: str | None, graph: GraphRecord | None = None) -> str:
         return text
 
     def named(match) -> str:
-        ops = " + ".join(decision_ops(graph, match.group(0))["ops"])
-        return f"{ops}'s result" if ops else match.group(0)
-    return re.sub(r"\bbuf\d+\b", named, text)
+        ops = " + ".join(decision_ops(graph, match.group(1), index)["ops"])
+        if not ops:
+            return match.group(0)
+        if match.group(2) and match.group(3) in (None, ops):  # "buf7 is a library call (mm)": "mm is a library call"
+            return f"{ops} is a library call"
+        return f"{ops}'s result" + (match.group(2) or "")
+    return re.sub(r"\b(buf\d+)\b( is a library call(?: \(([^)]*)\))?)?", named, text)
 
 
 def _without_notes(text: str | None) -> str:

@@ -102,18 +102,15 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     fused = sum(1 for d in decisions if d.fused)
     lines.append(f"  Fusion decisions: {fused} fused, {len(decisions) - fused} refused")
     shown = decisions if verbose else [d for d in decisions if not d.fused]
-    told = Counter()  # the same decision in every layer: one line, counted
+    told = Counter()  # the same decision in every layer: one line, counted over the whole graph
     for decision in shown:
         verdict = "fused" if decision.fused else "refused"
         told[f"{verdict} {group_ops(graph, decision.producer)} -> {group_ops(graph, decision.consumer)}: "
              f"{plain_words(decision.reason, graph)}"] += 1
-        if not verbose and len(told) > REFUSALS_SHOWN:
-            del told[next(reversed(told))]
-            break
-    for line, count in told.items():
+    kept = list(told.items()) if verbose else told.most_common(REFUSALS_SHOWN)
+    for line, count in kept:
         lines.append(f"    {line}" + (f" (x{count})" if count > 1 else ""))
-    shown = [d for d in shown if not d.fused][:sum(told.values())] if not verbose else shown
-    hidden = len(decisions) - fused - len(shown)
+    hidden = len(decisions) - fused - sum(count for _, count in kept if not verbose)
     if not verbose and hidden > 0:
         lines.append(f"    ... {plural(hidden, 'more refusal')} (--verbose shows every decision)")
     if graph.memory is not None:
@@ -131,8 +128,15 @@ def plain_words(text, graph: GraphRecord | None = None) -> str:
     text = _NOTE.sub("", str(text or "")).strip()
     if graph is None:
         return text
-    return re.sub(r"\bbuf\d+\b", lambda m: f"{group_ops(graph, m.group(0))}'s result"
-                  if group_ops(graph, m.group(0)) != m.group(0) else m.group(0), text)
+
+    def named(match) -> str:
+        ops = group_ops(graph, match.group(1))
+        if ops == match.group(1):
+            return match.group(0)
+        if match.group(2) and match.group(3) in (None, ops):  # "buf7 is a library call (mm)": "mm is a library call"
+            return f"{ops} is a library call"
+        return f"{ops}'s result" + (match.group(2) or "")
+    return re.sub(r"\b(buf\d+)\b( is a library call(?: \(([^)]*)\))?)?", named, text)
 
 
 def tiling_line(kernel: KernelRecord) -> str:

@@ -1,6 +1,6 @@
-"""The code stage's explanations anchored to lines (visualizers/anchors.py): pick a sentence and the generated
-lines it talks about are highlighted; pick any generated line and it says which IR node, ATen and FX nodes and
-user lines it came from."""
+"""The code and loop-IR stages' explanations anchored to lines (visualizers/anchors.py): pick a sentence and the
+lines it talks about are highlighted; pick any line and it says which IR node, ATen and FX nodes and user lines
+it came from."""
 from __future__ import annotations
 
 import streamlit as st
@@ -9,6 +9,7 @@ from app import ui
 from app.safe_text import md_text
 from engine.record import GraphRecord
 from visualizers import anchors
+from visualizers import code as code_html
 
 
 def render(graph: GraphRecord, language: str, key: str) -> None:
@@ -37,3 +38,32 @@ def render(graph: GraphRecord, language: str, key: str) -> None:
                     f"FX {md_text(', '.join(origin['fx_nodes']) or '-')}")
         for number, text in origin["user_text"].items():
             st.code(f"{number}: {text}", language="python")
+
+
+def render_ir(graph: GraphRecord, key: str) -> None:
+    """The loop-IR stage's sentences, one per IR node, each lighting up the listing's lines it talks about; and
+    any line of the listing traced to its IR node, ATen and FX nodes, kernel and the user's line."""
+    sentences = anchors.ir_sentences(graph)
+    if not sentences:
+        return
+    with st.expander("Explain the loop IR, anchored to its lines", expanded=False):
+        chosen = st.selectbox("Pick a sentence: its lines light up", range(len(sentences)), key=f"{key}_ir_anchor",
+                              format_func=lambda i: sentences[i]["text"])
+        st.markdown(md_text(sentences[chosen]["text"]))
+        first, last = sentences[chosen]["lines"]
+        listing = code_html.ir_listing(graph)[0].splitlines()
+        start = max(first - 2, 1)
+        ui.show_code("\n".join(listing[start - 1:last + 1]), "ir", first_line=start,
+                     hl_lines=list(range(first, last + 1)), max_height=360,
+                     caption=f"lines {first}–{last} of the loop IR listing")
+        line = st.number_input("Which line of the listing? (its origin)", min_value=first, max_value=last,
+                               value=first, key=f"{key}_ir_anchor_line_{chosen}")
+        origin = anchors.ir_line_origin(graph, int(line))
+        if origin is None:
+            return
+        text = " ".join(origin["text"].replace("`", "'").split())[:120]
+        st.markdown(f"Line {line} `{text}` belongs to IR node **{md_text(origin['ir_node'])}** (kernel "
+                    f"{md_text(origin['kernel'] or '-')}), from ATen {md_text(', '.join(origin['aten_nodes']) or '-')}, "
+                    f"FX {md_text(', '.join(origin['fx_nodes']) or '-')}")
+        for number, user_text in origin["user_text"].items():
+            st.code(f"{number}: {user_text}", language="python")

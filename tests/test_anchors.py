@@ -3,7 +3,7 @@ the module that hold it, and a generated line traces back to its IR node and the
 import engine
 from engine.tools.model_file import load_model_file
 from samples import sample_path
-from visualizers import anchors
+from visualizers import anchors, code
 
 
 def test_sentences_point_at_their_kernels_lines_and_lines_at_their_origin():
@@ -24,3 +24,27 @@ def test_sentences_point_at_their_kernels_lines_and_lines_at_their_origin():
     user_line = int(next(iter(origin["user_text"])))
     assert spec.source.splitlines()[user_line - 1].strip() == origin["user_text"][str(user_line)]
     assert anchors.line_origin(graph, 1) is None  # the prelude comes from no node
+
+
+def test_ir_sentences_point_at_their_nodes_lines_and_lines_at_their_origin():
+    spec = load_model_file(str(sample_path("softmax")))
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
+                            source={"filename": spec.filename, "text": spec.source})
+    graph = record.graphs[0]
+    listing = code.ir_listing(graph)[0].splitlines()
+    sentences = anchors.ir_sentences(graph)
+    assert {s["node"] for s in sentences} == {n.name for n in graph.ir.nodes}
+    for sentence in sentences:
+        first, last = sentence["lines"]
+        assert listing[first - 1].startswith(sentence["node"])  # the first line is the node's own header
+        assert f"lines {first}–{last}" in sentence["text"]
+        for buffer_line in [int(p.split("(line ")[1].rstrip(")")) for p in sentence["text"].split("reads ")[-1]
+                            .split("; it runs")[0].split(", ") if "(line " in p]:
+            assert first < buffer_line <= last and "load " in listing[buffer_line - 1]  # a read, at its line
+    reduction = next(s for s in sentences if "reduction: max over 512" in s["text"])
+    assert "amax" in reduction["text"] and "your line" in reduction["text"]
+    origin = anchors.ir_line_origin(graph, reduction["lines"][0] + 1)
+    assert origin["ir_node"] == reduction["node"] and origin["kernel"] == graph.kernels[0].name
+    user_line = int(next(iter(origin["user_text"])))
+    assert spec.source.splitlines()[user_line - 1].strip() == origin["user_text"][str(user_line)]
+    assert anchors.ir_line_origin(graph, 1) is None  # the inputs comment belongs to no node

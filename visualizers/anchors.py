@@ -1,9 +1,11 @@
 """Explanations anchored to generated lines: one sentence per kernel naming the lines of the generated module
 it talks about, and, for any generated line, the IR node, ATen nodes, FX nodes and user lines it came from
-(the record's provenance). Reads the typed record only."""
+(the record's provenance); the same for the loop IR's listing, a sentence per IR node and a line's origin.
+Reads the typed record only."""
 from __future__ import annotations
 
 from engine.record import GraphRecord
+from visualizers.code import ir_listing
 from visualizers.graphs import short_op
 
 
@@ -41,3 +43,58 @@ def line_origin(graph: GraphRecord, line: int) -> dict | None:
     text = code.source.splitlines()
     return {**entry.to_json(), "text": text[line - 1] if 0 < line <= len(text) else "",
             "user_text": {str(k): v for k, v in sorted(source_lines.items())}}
+
+
+def _dims(sizes: list[str]) -> str:
+    return "×".join(sizes) or "1"
+
+
+def ir_sentences(graph: GraphRecord) -> list[dict]:
+    """{"node", "lines": [first, last], "text"} per loop-IR node, in the order of the IR listing
+    (visualizers/code.py's ir_listing: grouped by kernel), each naming the listing's lines it talks about: what
+    the loop computes over which index space, the ATen op and your line it came from, what it reads and where."""
+    listing, where = ir_listing(graph)
+    text = listing.splitlines()
+    aten = {n.name: n for n in graph.aten}
+    ir_nodes = {n.name: n for n in (graph.ir.nodes if graph.ir else [])}
+    kernel_of = {name: k.name for k in graph.kernels for name in k.ir_nodes}
+    sentences = []
+    for name, lines in where.items():
+        node = ir_nodes[name]
+        ops = [short_op(aten[a].target).split(".")[0] for a in node.aten_origins if a in aten]
+        users = sorted({aten[a].source.lineno for a in node.aten_origins
+                        if a in aten and aten[a].source is not None and aten[a].source.lineno})
+        if node.kind == "reduction" and node.reduction_size:
+            what = (f"a reduction: {node.reduction_type or 'a combine'} over {_dims(node.reduction_size)} elements "
+                    f"for each of {_dims(node.size)} outputs")
+        elif node.kind == "pointwise":
+            what = f"a pointwise loop over {_dims(node.size)}: one output element per iteration"
+        else:
+            what = f"a {node.kind} node of size {_dims(node.size)}"
+        loads = [(number, line.split("load ", 1)[1].split("[", 1)[0]) for number in lines
+                 for line in [text[number - 1]] if "load " in line]
+        reads = ", ".join(f"{buffer} (line {number})" for number, buffer in loads)
+        sentence = (f"{name} (lines {lines[0]}–{lines[-1]}) is {what}, computing "
+                    f"{' + '.join(dict.fromkeys(ops)) or 'no ATen op of its own'}"
+                    + (f" from your line{'s' if len(users) > 1 else ''} {', '.join(map(str, users))}" if users else "")
+                    + (f"; it reads {reads}" if reads else "")
+                    + (f"; it runs in {kernel_of[name]}" if name in kernel_of else "; no kernel computes it"))
+        sentences.append({"node": name, "lines": [lines[0], lines[-1]], "text": sentence})
+    return sentences
+
+
+def ir_line_origin(graph: GraphRecord, line: int) -> dict | None:
+    """Where line `line` of the IR listing came from: its IR node, the node's ATen and FX nodes, its kernel and
+    the user lines with their text; None for a comment or blank line."""
+    listing, where = ir_listing(graph)
+    node_name = next((name for name, lines in where.items() if line in lines), None)
+    if node_name is None:
+        return None
+    node = next(n for n in graph.ir.nodes if n.name == node_name)
+    aten = {n.name: n for n in graph.aten}
+    fx = sorted({f for a in node.aten_origins if a in aten for f in aten[a].fx_origins})
+    user_text = {str(aten[a].source.lineno): aten[a].source.line for a in node.aten_origins
+                 if a in aten and aten[a].source is not None and aten[a].source.lineno}
+    kernel = next((k.name for k in graph.kernels if node_name in k.ir_nodes), None)
+    return {"ir_node": node_name, "aten_nodes": list(node.aten_origins), "fx_nodes": fx, "kernel": kernel,
+            "text": listing.splitlines()[line - 1], "user_text": dict(sorted(user_text.items(), key=lambda i: int(i[0])))}

@@ -11,15 +11,16 @@ from visualizers import partition as partition_view
 
 
 def partition_pane(graph: GraphRecord, key: str) -> None:
-    partition = graph.partition  # free-form (engine/partition.py), so a plain dict
+    partition = graph.partition
     if graph.phase == "backward":
-        st.caption(f"Backward graph of graph {partition.get('forward_graph', '?')}: its kernels trace back to the "
+        forward = "?" if partition.forward_graph is None else partition.forward_graph
+        st.caption(f"Backward graph of graph {forward}: its kernels trace back to the "
                    "forward node (and your line) whose gradient they compute.")
         return
-    if "saved" not in partition:
+    if partition.saved is None:
         return
     st.markdown("**Partition: what the forward saves for the backward**")
-    ours, plain = partition.get("saved_bytes", 0), partition.get("saved_all_bytes", 0)
+    ours, plain = partition.saved_bytes or 0, partition.saved_all_bytes or 0
     left, right = st.columns(2)
     left.metric("Activation memory (our partition)", f"{ours / 1024:.1f} KiB")
     right.metric("Saving all the backward reads", f"{plain / 1024:.1f} KiB")

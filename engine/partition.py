@@ -70,6 +70,7 @@ import networkx
 import torch
 
 from engine.decompose import split_joint
+from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
 
 aten = torch.ops.aten
 
@@ -313,7 +314,7 @@ def _activation_bytes(nodes) -> int:
     return sum(value_bytes(n) or 0 for n in roots if not is_primal(n))
 
 
-def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.fx.GraphModule) -> dict:
+def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.fx.GraphModule) -> PartitionRecord:
     """The partition as plain data: saved and recomputed values with reasons, activation bytes both ways,
     and the joint graph's nodes with the side each ended on (for drawing)."""
     saved_names = {n.name for n in choice["saved"]}
@@ -322,24 +323,23 @@ def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.
     saved = []
     for node in choice["saved"]:
         free = is_primal(_storage_root(node))
-        entry = {**_describe(node), "bytes": 0 if free else (value_bytes(node) or 0)}
         if free:
-            entry["reason"] = "an input or parameter: the caller keeps it alive, saving it costs no memory"
+            reason = "an input or parameter: the caller keeps it alive, saving it costs no memory"
         elif node.name in choice["bans"]:
-            entry["reason"] = f"not recomputed ({choice['bans'][node.name]}); the backward reads it"
+            reason = f"not recomputed ({choice['bans'][node.name]}); the backward reads it"
         elif is_sym(node):
-            entry["reason"] = "a size the backward needs"
+            reason = "a size the backward needs"
         else:
-            entry["reason"] = ("cheapest cut: recomputing it in the backward would need values costing "
-                               "more bytes to save than it does")
-        saved.append(entry)
+            reason = ("cheapest cut: recomputing it in the backward would need values costing "
+                      "more bytes to save than it does")
+        saved.append(SavedValue(**_describe(node), bytes=0 if free else (value_bytes(node) or 0), reason=reason))
     recomputed = []
     for node in joint_gm.graph.nodes:
         if node.name in bw_names and node not in choice["backward"] and node.op == "call_function":
             inputs = [i.name for i in node.all_input_nodes]
-            recomputed.append({**_describe(node), "bytes": value_bytes(node) or 0, "inputs": inputs,
-                               "reason": "cheap (pointwise or view): recomputed in the backward from "
-                                         f"{', '.join(inputs) or 'nothing'} instead of saved"})
+            recomputed.append(RecomputedValue(**_describe(node), bytes=value_bytes(node) or 0, inputs=inputs,
+                                              reason="cheap (pointwise or view): recomputed in the backward from "
+                                                     f"{', '.join(inputs) or 'nothing'} instead of saved"))
     joint = []
     for node in joint_gm.graph.nodes:
         if node.op == "output":
@@ -347,18 +347,17 @@ def partition_record(joint_gm: torch.fx.GraphModule, choice: dict, bw_gm: torch.
         side = ("backward" if node in choice["backward"] else
                 "recomputed" if node.name in bw_names else
                 "forward" if node in forward_side or node in choice["forward"] else "backward")
-        joint.append({**_describe(node), "args": [a.name for a in node.all_input_nodes], "side": side,
-                      "saved": node.name in saved_names, "ban": choice["bans"].get(node.name)})
-    return {
-        "saved": saved, "recomputed": recomputed,
-        "saved_bytes": _activation_bytes(choice["saved"]),
-        "saved_all_bytes": _activation_bytes(choice["saved_all"]),
-        "saved_all": [n.name for n in choice["saved_all"]],
-        "note": choice["note"],
+        joint.append(JointNode(**_describe(node), args=[a.name for a in node.all_input_nodes], side=side,
+                               saved=node.name in saved_names, ban=choice["bans"].get(node.name)))
+    return PartitionRecord(
+        saved=saved, recomputed=recomputed,
+        saved_bytes=_activation_bytes(choice["saved"]),
+        saved_all_bytes=_activation_bytes(choice["saved_all"]),
+        saved_all=[n.name for n in choice["saved_all"]],
+        note=choice["note"],
         # storages handed to the backward in eager's layout (Note [Saved values keep eager's strides])
-        "eager_layout": choice.get("eager_layout", []),
-        "joint": joint,
-    }
+        eager_layout=list(choice.get("eager_layout", [])),
+        joint=joint)
 
 
 def _kernel_computed(node: torch.fx.Node) -> bool:
@@ -426,7 +425,7 @@ def keep_saved_layouts(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> lis
     return fixed
 
 
-def make_partition_fn(on_partition: Callable[[dict], None] | None = None) -> Callable:
+def make_partition_fn(on_partition: Callable[[PartitionRecord], None] | None = None) -> Callable:
     """AOTAutograd's partition_fn: our min cut, then torch's graph surgery (decompose.split_joint)."""
 
     def partition(joint_gm: torch.fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **_):

@@ -48,7 +48,8 @@ from engine.lowering.layout import LAYOUTS
 from engine.partition import make_partition_fn
 from engine.reproducer import fill_repro
 from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
-                           GraphRecord, InputSpec, OptionsRecord, RecompileRecord, RewriteRecord, RunRecord, SourceFile)
+                           GraphRecord, InputSpec, OptionsRecord, PartitionRecord, RecompileRecord, RewriteRecord,
+                           RunRecord, SourceFile)
 from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
 from engine.runtime.load import load_kernels
 from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, eager_call, load_wrapper, wrapper_namespace
@@ -359,10 +360,10 @@ class Compilation:
         def join_backward() -> None:
             while backward:
                 record = backward.pop(0)
-                record.index, record.partition = len(self.exploration.graphs), {"forward_graph": graph.index}
+                record.index, record.partition = len(self.exploration.graphs), PartitionRecord(forward_graph=graph.index)
                 self.exploration.graphs.append(record)
 
-        def on_partition(partition: dict) -> None:
+        def on_partition(partition: PartitionRecord) -> None:
             if graph is not None:
                 graph.partition = partition
 

@@ -14,6 +14,12 @@ instead of silently becoming its str(): a value that reaches the record is conve
 where its meaning is known. Floats that JSON cannot hold (inf, nan: an error against a mismatched shape) are
 written as the strings "inf", "-inf" and "nan". Reading is as strict: an unknown key raises.
 
+Note [Optional keys]
+Some objects carry a key only in some cases: a forward graph's partition lists its saved values, a backward
+graph's names its forward graph, an inference graph's is empty. Such a field is declared `optional_key()`: it is
+None when absent, None is not written, and a missing key reads back as None; the schema does not require it. So
+the JSON of a typed object is key for key what the free-form dict it replaced wrote.
+
 This module imports nothing beyond the standard library: the app's server and the visualizers read records
 without importing torch.
 """
@@ -49,7 +55,7 @@ class Record:
 
     def to_json(self) -> dict:
         return {f.name: to_plain(getattr(self, f.name), f"{type(self).__name__}.{f.name}")
-                for f in dataclasses.fields(self)}
+                for f in dataclasses.fields(self) if not (_omitted(f) and getattr(self, f.name) is None)}
 
     @classmethod
     def from_json(cls, data: dict):
@@ -77,6 +83,15 @@ class Record:
 
     def __contains__(self, key: str) -> bool:
         return key in {f.name for f in dataclasses.fields(self)}
+
+
+def optional_key(default=None):
+    """A field whose key is written only when it is set (Note [Optional keys])."""
+    return field(default=default, metadata={"optional_key": True})
+
+
+def _omitted(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get("optional_key"))
 
 
 # --- graphs: one dataclass per artifact ----------------------------------------------------------------------
@@ -242,6 +257,55 @@ class RewriteRecord(Record):
 
 
 @dataclass
+class JointValue(Record):
+    """A value of the joint forward+backward graph (engine/partition.py): its op, shape and dtype."""
+    name: str
+    op: str  # the op's name; a placeholder's is its own name
+    shape: list[str] = field(default_factory=list)
+    dtype: str = ""
+
+
+@dataclass
+class SavedValue(JointValue):
+    """A value the forward saves for the backward, and why."""
+    bytes: int = 0  # activation memory it costs (0: an input or parameter, kept alive anyway)
+    reason: str = ""
+
+
+@dataclass
+class RecomputedValue(JointValue):
+    """A value the backward recomputes from `inputs` instead of having it saved."""
+    bytes: int = 0
+    inputs: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class JointNode(JointValue):
+    """A node of the joint graph and the side it ended on: forward | backward | recomputed."""
+    args: list[str] = field(default_factory=list)
+    side: str = "forward"
+    saved: bool = False
+    ban: str | None = None  # why it must stay in the forward (never recomputed), if it must
+
+
+@dataclass
+class PartitionRecord(Record):
+    """In training: a forward graph's partition (its keys but forward_graph), a backward graph's forward_graph;
+    an inference graph's is empty (Note [Optional keys])."""
+    saved: list[SavedValue] | None = optional_key()
+    recomputed: list[RecomputedValue] | None = optional_key()
+    saved_bytes: int | None = optional_key()
+    saved_all_bytes: int | None = optional_key()  # with nothing recomputed: every forward value the backward reads
+    saved_all: list[str] | None = optional_key()
+    note: str | None = optional_key()
+    # storages handed to the backward in eager's layout (Note [Saved values keep eager's strides])
+    eager_layout: list[str] | None = optional_key()
+    joint: list[JointNode] | None = optional_key()
+    forward_graph: int | None = optional_key()  # a backward graph's forward graph
+
+
+@dataclass
 class GraphRecord(Record):
     index: int
     phase: str = "inference"  # inference | forward | backward
@@ -257,7 +321,7 @@ class GraphRecord(Record):
     fallback: FallbackRecord | None = None  # set when the whole graph ran eagerly
     profile: dict[str, Any] = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms, ...
     # in training (engine/partition.py): a forward graph's saved and recomputed values; a backward's forward graph
-    partition: dict[str, Any] = field(default_factory=dict)
+    partition: PartitionRecord = field(default_factory=PartitionRecord)
     # when the outputs are not exactly eager's: each kernel's outputs against eager's ATen values (exact, within
     # tolerance, diverging), the first culprit kernel and its user line (Note [Numerics bisect] in engine/divergence.py)
     bisect: dict[str, Any] = field(default_factory=dict)
@@ -492,7 +556,7 @@ def json_schema() -> dict:
             "type": "object",
             "description": cls.__name__ if doc.startswith(cls.__name__ + "(") or not doc else doc.splitlines()[0],
             "properties": {f.name: schema_of(hints[f.name]) for f in fields},
-            "required": [f.name for f in fields],  # to_json writes every key, null included
+            "required": [f.name for f in fields if not _omitted(f)],  # to_json writes these, null included
             "additionalProperties": False,
         }
 

@@ -182,7 +182,7 @@ def _dump_our_code(spec: ModelSpec, mode: str, device: str, folder: Path) -> Non
                                  mode=mode, train=True, name=spec.name)
     folder.mkdir(parents=True, exist_ok=True)
     for graph in exploration.graphs:
-        if graph.phase == "forward" and graph.partition:  # what this device's partition saves and recomputes
+        if graph.phase == "forward" and graph.partition.saved is not None:  # what this device's partition saves and recomputes
             (folder / f"graph{graph.index}.partition.txt").write_text(_partition_text(graph.partition))
         if graph.code is not None:
             kinds = ", ".join(f"{k.name}:{k.kind}" for k in graph.kernels)
@@ -190,15 +190,15 @@ def _dump_our_code(spec: ModelSpec, mode: str, device: str, folder: Path) -> Non
                 f"# kernels: {kinds}\n\n# --- wrapper\n{graph.code.wrapper}\n\n# --- module\n{graph.code.source}")
 
 
-def _partition_text(partition: dict) -> str:
+def _partition_text(partition) -> str:
     """A forward graph's partition record as lines: saved values (bytes, reason), then recomputed ones."""
     policy = os.environ.get("GLASSBOX_PARTITION") or "min-memory"
-    lines = [f"saved {partition['saved_bytes'] / 2**20:.2f} MiB (saving all the backward reads: "
-             f"{partition['saved_all_bytes'] / 2**20:.2f} MiB; policy {policy})"]
-    lines += [f"saved      {s['name']:<24} {s['op']:<28} {'x'.join(s['shape']):<20} {s['bytes'] / 2**20:9.2f} MiB  "
-              f"{s['reason']}" for s in partition["saved"]]
-    lines += [f"recomputed {r['name']:<24} {r['op']:<28} {'x'.join(r['shape']):<20} {r['bytes'] / 2**20:9.2f} MiB  "
-              f"from {', '.join(r['inputs'])}" for r in partition["recomputed"]]
+    lines = [f"saved {partition.saved_bytes / 2**20:.2f} MiB (saving all the backward reads: "
+             f"{partition.saved_all_bytes / 2**20:.2f} MiB; policy {policy})"]
+    lines += [f"saved      {s.name:<24} {s.op:<28} {'x'.join(s.shape):<20} {s.bytes / 2**20:9.2f} MiB  "
+              f"{s.reason}" for s in partition.saved]
+    lines += [f"recomputed {r.name:<24} {r.op:<28} {'x'.join(r.shape):<20} {r.bytes / 2**20:9.2f} MiB  "
+              f"from {', '.join(r.inputs)}" for r in partition.recomputed]
     return "\n".join(lines) + "\n"
 
 

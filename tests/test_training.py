@@ -25,11 +25,11 @@ def _check_step(exploration):
     for graph in exploration.graphs:
         if graph.phase == "forward":
             partition = graph.partition
-            assert partition["saved"], "the partition saves nothing"
-            assert all("reason" in s and s["bytes"] >= 0 for s in partition["saved"] + partition["recomputed"])
-            assert partition["saved_bytes"] <= partition["saved_all_bytes"]
+            assert partition.saved, "the partition saves nothing"
+            assert all(s.reason and s.bytes >= 0 for s in partition.saved + partition.recomputed)
+            assert partition.saved_bytes <= partition.saved_all_bytes
         if graph.phase == "backward":
-            assert graph.partition["forward_graph"] < graph.index
+            assert graph.partition.forward_graph < graph.index
             assert any(k["fx_origins"] for k in graph.kernels), "backward kernels lost their FX provenance"
             # backward ops are decomposed, lowered, or library calls (convolution_backward, attention's backward)
             assert not [k["ops"] for k in graph.kernels if k["kind"] == "fallback"]
@@ -76,12 +76,12 @@ def test_recomputation_changes_the_saved_set():
     exploration = _train(chain_then_matmul, (x, w))
     _check_step(exploration)
     partition = next(g for g in exploration.graphs if g.phase == "forward").partition
-    saved_ops = {s["op"] for s in partition["saved"]}
-    recomputed_ops = {r["op"] for r in partition["recomputed"]}
-    assert {"sin.default", "cos.default"} <= recomputed_ops, partition["recomputed"]
-    assert not saved_ops & {"sin.default", "cos.default"}, partition["saved"]
-    assert partition["saved_bytes"] == 0 and partition["saved_all_bytes"] >= 2 * 32 * 64 * 4
-    assert {"sin", "cos"} <= set(partition["saved_all"])
+    saved_ops = {s.op for s in partition.saved}
+    recomputed_ops = {r.op for r in partition.recomputed}
+    assert {"sin.default", "cos.default"} <= recomputed_ops, partition.recomputed
+    assert not saved_ops & {"sin.default", "cos.default"}, partition.saved
+    assert partition.saved_bytes == 0 and partition.saved_all_bytes >= 2 * 32 * 64 * 4
+    assert {"sin", "cos"} <= set(partition.saved_all)
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -111,8 +111,8 @@ def test_matmul_outputs_are_saved_not_recomputed():
 
     exploration = _train(matmul_then_tanh, (torch.randn(8, 16), torch.randn(16, 4)))
     partition = next(g for g in exploration.graphs if g.phase == "forward").partition
-    assert not any(r["op"] in ("mm.default", "tanh.default") for r in partition["recomputed"])
-    assert partition["saved_bytes"] == 8 * 4 * 4  # tanh's output (its backward is 1 - tanh^2), kept once
+    assert not any(r.op in ("mm.default", "tanh.default") for r in partition.recomputed)
+    assert partition.saved_bytes == 8 * 4 * 4  # tanh's output (its backward is 1 - tanh^2), kept once
 
 
 def test_saving_the_backward_library_operands(monkeypatch):
@@ -133,15 +133,15 @@ def test_saving_the_backward_library_operands(monkeypatch):
     exploration = _train(chain_then_matmul, (torch.randn(32, 64), torch.randn(64, 16)))
     _check_step(exploration)
     partition = next(g for g in exploration.graphs if g.phase == "forward").partition
-    assert {s["op"] for s in partition["saved"]} >= {"cos.default"}
-    assert "sin.default" in {r["op"] for r in partition["recomputed"]}
-    assert partition["saved_bytes"] == 32 * 64 * 4 and default["saved_bytes"] == 0
+    assert {s.op for s in partition.saved} >= {"cos.default"}
+    assert "sin.default" in {r.op for r in partition.recomputed}
+    assert partition.saved_bytes == 32 * 64 * 4 and default.saved_bytes == 0
     block = _train(spec.model.train(), spec.example_inputs)
     _check_step(block)
     block_partition = next(g for g in block.graphs if g.phase == "forward").partition
     views = {"view.default", "permute.default", "alias.default", "transpose.int", "t.default", "expand.default"}
-    assert {r["op"] for r in block_partition["recomputed"]} <= views, block_partition["recomputed"]
-    assert block_default["saved_bytes"] < block_partition["saved_bytes"] == block_partition["saved_all_bytes"]
+    assert {r.op for r in block_partition.recomputed} <= views, block_partition.recomputed
+    assert block_default.saved_bytes < block_partition.saved_bytes == block_partition.saved_all_bytes
     monkeypatch.setenv("GLASSBOX_PARTITION", "fastest")
     with pytest.raises(Exception, match="GLASSBOX_PARTITION='fastest'"):
         _train(chain_then_matmul, (torch.randn(4, 8), torch.randn(8, 2)))
@@ -224,7 +224,7 @@ def test_graph_breaks_give_one_backward_per_forward():
     exploration = _train(spec.model, spec.example_inputs)
     assert exploration.verify["ok"] and exploration.graph_breaks
     forwards = [g.index for g in exploration.graphs if g.phase == "forward"]
-    backwards = sorted(g.partition["forward_graph"] for g in exploration.graphs if g.phase == "backward")
+    backwards = sorted(g.partition.forward_graph for g in exploration.graphs if g.phase == "backward")
     assert backwards == forwards
 
 
@@ -232,7 +232,7 @@ def test_partition_draws_the_joint_graph_with_saved_values_and_the_cut():
     from visualizers import partition as partition_view
 
     exploration = _train(lambda x, w: x.sin().cos() @ w, (torch.randn(8, 16), torch.randn(16, 4)))
-    partition = exploration.to_json()["graphs"][0]["partition"]
+    partition = exploration.graphs[0].partition
     dot = partition_view.joint_dot(partition)
     assert dot.startswith("digraph")
     assert "dashed" in dot and "saved" in dot  # recomputed sin/cos; the saved inputs

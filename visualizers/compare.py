@@ -1,6 +1,8 @@
 """A comparison (engine/tools/compare.py's JSON) as rows and highlighted diff text for the app's compare page."""
 from __future__ import annotations
 
+from engine.record import Exploration, KernelRecord
+
 VERBS = {"same": "same", "merged": "merged in B", "split": "split in B", "changed": "changed",
          "added": "only in B", "removed": "only in A"}
 
@@ -9,19 +11,23 @@ def _names(value) -> str:
     return " + ".join(value) if isinstance(value, list) else str(value or "-")
 
 
-def _kernel_index(document: dict, side: str) -> dict:
-    record = (document.get(side) or {}).get("record") or {}
-    return {k.get("name"): k for g in record.get("graphs") or [] for k in g.get("kernels") or []}
+def side_record(document: dict, side: str) -> Exploration | None:
+    """One side's record in a comparison document, typed (None when that side has none)."""
+    data = (document.get(side) or {}).get("record")
+    return Exploration.from_json(data) if data else None
 
 
-def _ops(kernel: dict | None) -> str:
-    ops = [str(o).replace("aten::", "").replace("aten.", "").split(".")[0] for o in (kernel or {}).get("ops") or []]
-    return " + ".join(ops)
+def _kernel_index(document: dict, side: str) -> dict[str, KernelRecord]:
+    record = side_record(document, side)
+    return {k.name: k for k in record.kernels} if record is not None else {}
 
 
-def _time(kernels: list[dict]) -> float | None:
-    times = [k.get("time_ms") for k in kernels]
-    return sum(times) if times and all(isinstance(t, (int, float)) for t in times) else None
+def _ops(kernel: KernelRecord) -> str:
+    return " + ".join(str(o).replace("aten::", "").replace("aten.", "").split(".")[0] for o in kernel.ops)
+
+
+def _time(times: list[float | None]) -> float | None:
+    return sum(times) if times and all(t is not None for t in times) else None
 
 
 def kernel_diff_rows(kernels: dict, document: dict | None = None) -> list[dict]:
@@ -35,11 +41,11 @@ def kernel_diff_rows(kernels: dict, document: dict | None = None) -> list[dict]:
             names_b = item.get("b") if isinstance(item.get("b"), list) else [item["b"]] if item.get("b") else []
             in_a = [index_a[n] for n in names_a if n in index_a]
             in_b = [index_b[n] for n in names_b if n in index_b]
-            ms_a, ms_b = _time(in_a), _time(in_b)
+            ms_a, ms_b = _time([k.time_ms for k in in_a]), _time([k.time_ms for k in in_b])
             rows.append({"change": verb, "A": _names(item.get("a")), "A ops": " | ".join(_ops(k) for k in in_a),
                          "B": _names(item.get("b")), "B ops": " | ".join(_ops(k) for k in in_b),
-                         "A ms": ms_a, "A ±": _time([{"time_ms": k.get("time_iqr_ms")} for k in in_a]),
-                         "B ms": ms_b, "B ±": _time([{"time_ms": k.get("time_iqr_ms")} for k in in_b]),
+                         "A ms": ms_a, "A ±": _time([k.time_iqr_ms for k in in_a]),
+                         "B ms": ms_b, "B ±": _time([k.time_iqr_ms for k in in_b]),
                          "ATen nodes": ", ".join(item.get("ops") or [])})
     return rows
 
@@ -48,12 +54,12 @@ def timing_rows(document: dict) -> list[dict]:
     """Per kernel time on each side (the profile), matched by name within each side."""
     rows = []
     for side in ("a", "b"):
-        record = (document.get(side) or {}).get("record") or {}
-        for graph in record.get("graphs") or []:
-            for kernel in graph.get("kernels") or []:
-                rows.append({"side": side.upper(), "graph": graph.get("index"), "kernel": kernel.get("name"),
-                             "kind": kernel.get("kind"), "time ms": kernel.get("time_ms"),
-                             "±": kernel.get("time_iqr_ms"), "GB/s": kernel.get("gbps")})
+        record = side_record(document, side)
+        for graph in record.graphs if record is not None else []:
+            for kernel in graph.kernels:
+                rows.append({"side": side.upper(), "graph": graph.index, "kernel": kernel.name,
+                             "kind": kernel.kind, "time ms": kernel.time_ms,
+                             "±": kernel.time_iqr_ms, "GB/s": kernel.gbps})
     return rows
 
 

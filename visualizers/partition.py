@@ -1,4 +1,4 @@
-"""A forward graph's partition (record["graphs"][i]["partition"], engine/partition.py) -> DOT and table rows.
+"""A forward graph's partition (GraphRecord.partition, engine/partition.py) -> DOT and table rows.
 
 The joint forward+backward graph with each node on its side: forward (blue), backward (orange), recomputed in the
 backward (green, dashed); values the forward saves for the backward are drawn bold with their size, and the edges
@@ -7,6 +7,8 @@ that carry a saved value into the backward are the cut.
 from __future__ import annotations
 
 import plotly.graph_objects as go
+
+from engine.record import PartitionRecord
 
 SIDE_STYLE = {
     "forward": ("#dbeafe", "#3b82f6", "forward"),
@@ -40,60 +42,60 @@ def _size(count: int) -> str:
     return str(count)
 
 
-def node_reasons(partition: dict) -> dict[str, str]:
+def node_reasons(partition: PartitionRecord) -> dict[str, str]:
     """Why each joint node is where it is, in words: saved and recomputed values carry the partitioner's reason,
     a value it would not recompute its ban (the tooltip of its node)."""
-    reasons = {n["name"]: f"must stay in the forward: {n['ban']}" for n in partition.get("joint") or [] if n.get("ban")}
-    reasons.update({r["name"]: r["reason"] for r in partition.get("recomputed") or []})
-    reasons.update({s["name"]: f"saved: {s['reason']}" for s in partition.get("saved") or []})
+    reasons = {n.name: f"must stay in the forward: {n.ban}" for n in partition.joint or [] if n.ban}
+    reasons.update({r.name: r.reason for r in partition.recomputed or []})
+    reasons.update({s.name: f"saved: {s.reason}" for s in partition.saved or []})
     return reasons
 
 
-def joint_dot(partition: dict, max_nodes: int = 400) -> str:
-    nodes = (partition.get("joint") or [])[:max_nodes]
-    saved = {s["name"]: s for s in partition.get("saved") or []}
+def joint_dot(partition: PartitionRecord, max_nodes: int = 400) -> str:
+    nodes = (partition.joint or [])[:max_nodes]
+    saved = {s.name: s for s in partition.saved or []}
     reasons = node_reasons(partition)
-    side_of = {n["name"]: n["side"] for n in nodes}
+    side_of = {n.name: n.side for n in nodes}
     lines = ["digraph joint {", "  rankdir=TB; node [shape=box, style=\"rounded,filled\", fontname=Helvetica, "
              "fontsize=10]; edge [color=\"#9ca3af\"];"]
     for node in nodes:
-        fill, border, _ = SIDE_STYLE.get(node["side"], SIDE_STYLE["forward"])
-        computes = node["op"] != node["name"]  # a placeholder's op is its own name
-        op = node["op"].split(".")[0]  # aten.mm.default -> mm; said once when the value is named after it
-        label = node["name"] + (f"\n{op}" if computes and op != node["name"] else "")
-        label += f"\n{node.get('dtype', '')}[{', '.join(node.get('shape') or [])}]"
+        fill, border, _ = SIDE_STYLE.get(node.side, SIDE_STYLE["forward"])
+        computes = node.op != node.name  # a placeholder's op is its own name
+        op = node.op.split(".")[0]  # aten.mm.default -> mm; said once when the value is named after it
+        label = node.name + (f"\n{op}" if computes and op != node.name else "")
+        label += f"\n{node.dtype}[{', '.join(node.shape)}]"
         extra = ""
-        if node["name"] in saved:
-            count = saved[node["name"]]["bytes"]
+        if node.name in saved:
+            count = saved[node.name].bytes
             label += f"\nsaved {_size(count)}" if count else "\nsaved (alive anyway)"
             extra = ", penwidth=3"
-        if node["side"] == "recomputed":
+        if node.side == "recomputed":
             extra += ', style="rounded,filled,dashed"'
-        tooltip = f"{node['name']} ({node['op'] if computes else 'an input of the joint graph'}, {SIDE_STYLE.get(node['side'], SIDE_STYLE['forward'])[2]})"
-        if node["name"] in reasons:
-            tooltip += f": {reasons[node['name']]}"
+        tooltip = f"{node.name} ({node.op if computes else 'an input of the joint graph'}, {SIDE_STYLE.get(node.side, SIDE_STYLE['forward'])[2]})"
+        if node.name in reasons:
+            tooltip += f": {reasons[node.name]}"
         extra += f", tooltip={_quote(tooltip)}"
-        lines.append(f"  {_quote(node['name'])} [label={_quote(label)}, fillcolor={_quote(fill)}, "
+        lines.append(f"  {_quote(node.name)} [label={_quote(label)}, fillcolor={_quote(fill)}, "
                      f"color={_quote(border)}{extra}];")
     for node in nodes:
-        for arg in node.get("args") or []:
+        for arg in node.args:
             if arg not in side_of:
                 continue
-            cut = arg in saved and node["side"] != "forward" and side_of[arg] == "forward"
+            cut = arg in saved and node.side != "forward" and side_of[arg] == "forward"
             style = ' [color="#dc2626", penwidth=2]' if cut else ""
-            lines.append(f"  {_quote(arg)} -> {_quote(node['name'])}{style};")
+            lines.append(f"  {_quote(arg)} -> {_quote(node.name)}{style};")
     lines.append("}")
     return "\n".join(lines)
 
 
-def saved_rows(partition: dict) -> list[dict]:
-    return [{"value": s["name"], "op": s["op"], "shape": "x".join(s["shape"]) or "scalar", "dtype": s["dtype"],
-             "bytes": s["bytes"], "reason": s["reason"]} for s in partition.get("saved") or []]
+def saved_rows(partition: PartitionRecord) -> list[dict]:
+    return [{"value": s.name, "op": s.op, "shape": "x".join(s.shape) or "scalar", "dtype": s.dtype,
+             "bytes": s.bytes, "reason": s.reason} for s in partition.saved or []]
 
 
-def recomputed_rows(partition: dict) -> list[dict]:
-    return [{"value": r["name"], "op": r["op"], "from": ", ".join(r.get("inputs") or []), "reason": r["reason"]}
-            for r in partition.get("recomputed") or []]
+def recomputed_rows(partition: PartitionRecord) -> list[dict]:
+    return [{"value": r.name, "op": r.op, "from": ", ".join(r.inputs), "reason": r.reason}
+            for r in partition.recomputed or []]
 
 
 def gradient_rows(verify: dict) -> list[dict]:
@@ -104,12 +106,12 @@ def gradient_rows(verify: dict) -> list[dict]:
              "note": e.get("problem") or e.get("note") or ""} for e in entries if e]
 
 
-def memory_bars(partition: dict, bench_case: dict | None = None) -> list[tuple[str, int, str]]:
+def memory_bars(partition: PartitionRecord, bench_case: dict | None = None) -> list[tuple[str, int, str]]:
     """(label, bytes, what it is) of the activation memory of one training step, ours first: the record's two
     partitions of this graph and, once a training step was benchmarked, what autograd really kept for each
     compiler's backward (engine/tools/train_bench.py Note [Training-step bench]; all graphs of the model)."""
-    bars = [("our partition", partition.get("saved_bytes") or 0, "what engine/partition.py saves (this graph)"),
-            ("save all the backward reads", partition.get("saved_all_bytes") or 0,
+    bars = [("our partition", partition.saved_bytes or 0, "what engine/partition.py saves (this graph)"),
+            ("save all the backward reads", partition.saved_all_bytes or 0,
              "no recomputation: every forward value the backward reads (this graph)")]
     measured = (bench_case or {}).get("saved_bytes") or {}
     for who, label in (("glassbox", "ours, measured"), ("inductor", "Inductor's partition, measured"),
@@ -119,7 +121,7 @@ def memory_bars(partition: dict, bench_case: dict | None = None) -> list[tuple[s
     return bars
 
 
-def memory_figure(partition: dict, bench_case: dict | None = None, height: int = 260):
+def memory_figure(partition: PartitionRecord, bench_case: dict | None = None, height: int = 260):
     bars = memory_bars(partition, bench_case)
     colours = {"our partition": "#2563eb", "ours, measured": "#2563eb", "save all the backward reads": "#94a3b8",
                "Inductor's partition, measured": "#f97316", "eager autograd, measured": "#64748b"}
@@ -133,12 +135,12 @@ def memory_figure(partition: dict, bench_case: dict | None = None, height: int =
     return figure
 
 
-def saved_figure(partition: dict, height: int = 300, top: int = 30):
+def saved_figure(partition: PartitionRecord, height: int = 300, top: int = 30):
     """Bytes of each saved value (the largest `top`), the reason on hover; inputs and parameters cost nothing."""
-    saved = sorted(partition.get("saved") or [], key=lambda s: -s["bytes"])[:top]
-    figure = go.Figure(go.Bar(x=[s["name"] for s in saved], y=[s["bytes"] for s in saved],
-                              customdata=[s["reason"] for s in saved],
-                              marker_color=["#2563eb" if s["bytes"] else "#cbd5e1" for s in saved],
+    saved = sorted(partition.saved or [], key=lambda s: -s.bytes)[:top]
+    figure = go.Figure(go.Bar(x=[s.name for s in saved], y=[s.bytes for s in saved],
+                              customdata=[s.reason for s in saved],
+                              marker_color=["#2563eb" if s.bytes else "#cbd5e1" for s in saved],
                               hovertemplate="%{x}: %{y:,} bytes<br>%{customdata}<extra></extra>"))
     figure.update_layout(title=dict(text="Saved for the backward, per value (grey: an input or parameter, free)",
                                     font=dict(size=14)), height=height, margin=dict(l=10, r=10, t=40, b=10),

@@ -13,6 +13,7 @@ import streamlit as st
 from app import stages, state, ui
 from app.safe_text import description_markdown, html_text
 from app.components import graph_view
+from engine.record import Exploration
 from visualizers import charts, graphs
 
 CHART_CONFIG = {"displayModeBar": False}
@@ -24,36 +25,36 @@ def _step(offset: int) -> None:
     st.session_state.stage_left = stages.STAGES[index]
 
 
-def _header(record: dict) -> None:
-    kernels = [k for g in record.get("graphs") or [] for k in g.get("kernels") or []]
-    verify = record.get("verify") or {}
-    timings = record.get("timings") or {}
+def _header(record: Exploration) -> None:
+    kernels = record.kernels
+    verify = record.verify
+    timings = record.timings
     compile_s = sum(v for k, v in timings.items() if k != "run" and isinstance(v, (int, float)))
     left, right = st.columns([5, 4], vertical_alignment="top")
     with left:
-        backend = state.BACKENDS.get(record.get("backend"), record.get("backend"))
-        options = record.get("options") or {}
-        dynamic = " · dynamic shapes" if options.get("dynamic") else ""
-        mode = f" · mode {options.get('mode')}" if options.get("mode", "default") != "default" else ""
-        train = " · training step" if options.get("train") else ""
-        name = record.get("model", "model")
+        backend = state.BACKENDS.get(record.backend, record.backend)
+        options = record.options
+        dynamic = " · dynamic shapes" if options.dynamic else ""
+        mode = f" · mode {options.mode}" if options.mode != "default" else ""
+        train = " · training step" if options.train else ""
+        name = record.model
         title = "your code (pasted)" if name == state.PASTED else name
         st.markdown(f"### {html_text(title)} <span style='font-size:0.9rem;color:#6b7280'>· "
-                    f"{html_text(backend)} · {html_text(record.get('device', ''))}{html_text(mode)}{dynamic}{train}"
+                    f"{html_text(backend)} · {html_text(record.device)}{html_text(mode)}{dynamic}{train}"
                     "</span>",
                     unsafe_allow_html=True)  # Note [Record text]: every record field escaped
         columns = st.columns(4)
-        columns[0].metric("graphs", len(record.get("graphs") or []))
-        columns[1].metric("graph breaks", len(record.get("graph_breaks") or []))
-        fallbacks = sum(1 for k in kernels if k.get("kind") == "fallback")
+        columns[0].metric("graphs", len(record.graphs))
+        columns[1].metric("graph breaks", len(record.graph_breaks))
+        fallbacks = sum(1 for k in kernels if k.kind == "fallback")
         columns[2].metric("kernels", len(kernels), help=f"{fallbacks} fallback(s)" if fallbacks else None)
         answer = {"random": "random", "layout differs": "yes, layout differs",
                   "nothing compared": "nothing compared"}.get(verify.get("verdict"))
         columns[3].metric("matches eager", answer or ("yes" if verify.get("ok") else "NO"),
                           help=f"max abs error {verify.get('max_abs_err')}; judged by: {verify.get('reference', '?')}")
-        if record.get("description"):
+        if record.description:
             with st.expander("About this model", expanded=True):
-                st.markdown(description_markdown(record["description"]))
+                st.markdown(description_markdown(record.description))
     with right:
         st.plotly_chart(charts.stage_times_figure(timings, height=130, legend=False), width="stretch",
                         key="header_stage_chart", config=CHART_CONFIG)
@@ -67,7 +68,7 @@ def render() -> None:
     _header(record)
     st.session_state.setdefault("stage_left", "capture")
     st.session_state.setdefault("stage_right", "code")
-    several = len(record.get("graphs") or []) > 1
+    several = len(record.graphs) > 1
     picker, stepper, compare = st.columns([1.4, 6, 1.8] if several else [0.001, 7.4, 1.8],
                                           vertical_alignment="bottom")
     with picker:

@@ -64,10 +64,10 @@ def render() -> None:
     record = ui.explored()
     if record is None:
         return
-    breaks = record.get("graph_breaks") or []
-    kernels = sum(len(g.get("kernels") or []) for g in record.get("graphs") or [])
-    matches = "match" if (record.get("verify") or {}).get("ok") else "DO NOT match"
-    message = (f"Explored **{record.get('model')}**: {len(record.get('graphs') or [])} graph(s), {kernels} kernel(s), "
+    breaks = record.graph_breaks
+    kernels = len(record.kernels)
+    matches = "match" if record.verify.get("ok") else "DO NOT match"
+    message = (f"Explored **{record.model}**: {len(record.graphs)} graph(s), {kernels} kernel(s), "
                f"{len(breaks)} graph break(s); outputs {matches} eager.")
     st.success(message)
     links = st.columns(3)

@@ -7,6 +7,7 @@ import re
 import streamlit as st
 
 from app import ui
+from engine.record import Exploration, GraphRecord
 from visualizers import code as code_html
 from visualizers import graphs, provenance
 
@@ -17,15 +18,15 @@ def render() -> None:
     record = ui.explored()
     if record is None:
         return
-    if not record.get("graphs"):
+    if not record.graphs:
         st.info("No graphs were captured, so there is nothing to trace.")
         return
-    several = len(record["graphs"]) > 1
+    several = len(record.graphs) > 1
     picker, start_from, choice = st.columns([1.2, 2.2, 4] if several else [0.001, 2.6, 4],
                                             vertical_alignment="bottom")
     with picker:
         graph_index = ui.graph_picker(record, key="prov_graph") or 0
-    graph = record["graphs"][graph_index]
+    graph = record.graphs[graph_index]
     with start_from:
         start = st.radio("Start from", ["FX node", "your source line", "generated line"], horizontal=True,
                          key="prov_start")
@@ -42,7 +43,7 @@ def _select_fx() -> None:
     st.session_state.node = st.session_state.prov_fx
 
 
-def _pick_trace(graph: dict, start: str, source_lines: list[str]) -> provenance.Trace | None:
+def _pick_trace(graph: GraphRecord, start: str, source_lines: list[str]) -> provenance.Trace | None:
     if start == "FX node":
         nodes = provenance.compute_nodes(graph)
         if not nodes:
@@ -69,13 +70,13 @@ def _pick_trace(graph: dict, start: str, source_lines: list[str]) -> provenance.
     if not lines:
         st.info("The generated code has no provenance map for this graph.")
         return None
-    module = (graph.get("code") or {}).get("source", "").splitlines()
+    module = (graph.code.source if graph.code else "").splitlines()
     chosen = st.selectbox("Generated line", lines, key="prov_gen",
                           format_func=lambda n: f"{n}: {module[n - 1].strip()[:90] if 0 < n <= len(module) else ''}")
     return provenance.from_generated_line(graph, chosen)
 
 
-def _first_compiled(graph: dict, options: list, trace_of) -> int:
+def _first_compiled(graph: GraphRecord, options: list, trace_of) -> int:
     """Start on something that reaches generated code (the first FX node may well be a view)."""
     for index, option in enumerate(options):
         trace = trace_of(graph, [option]) if trace_of is provenance.from_fx else trace_of(graph, option)
@@ -84,13 +85,15 @@ def _first_compiled(graph: dict, options: list, trace_of) -> int:
     return 0
 
 
-def _fx_label(graph: dict, name: str) -> str:
-    node = next((n for n in graph.get("fx") or [] if n["name"] == name), {})
-    line = node["source"].lineno if node.get("source") else None
+def _fx_label(graph: GraphRecord, name: str) -> str:
+    node = next((n for n in graph.fx if n.name == name), None)
+    if node is None:
+        return name
+    line = node.source.lineno if node.source else None
     return f"{name} = {graphs.short_target(node)}" + (f"  (line {line})" if line else "")
 
 
-def _show_trace(record: dict, graph: dict, trace: provenance.Trace, source: str) -> None:
+def _show_trace(record: Exploration, graph: GraphRecord, trace: provenance.Trace, source: str) -> None:
     st.caption(f"{len(trace.fx)} FX node(s) → {len(trace.aten)} ATen node(s) → {len(trace.ir)} IR node(s) → "
                f"kernel(s) {', '.join(sorted(trace.kernels)) or 'none'} → {len(trace.generated_lines)} generated "
                f"line(s); your line(s): {', '.join(map(str, sorted(trace.user_lines))) or 'none'}")
@@ -118,14 +121,14 @@ def _show_trace(record: dict, graph: dict, trace: provenance.Trace, source: str)
         snippet, first = code_html.crop(text, lines, context=3) if lines else (text, 1)
         ui.show_code(snippet, "ir", hl_lines=lines, first_line=first, max_height=420)
     st.markdown("**Generated code**")
-    code = graph.get("code") or {}
-    language = code.get("language") or record.get("backend") or "cpp"
-    module = code.get("source") or ""
+    code = graph.code
+    language = (code.language if code else "") or record.backend or "cpp"
+    module = code.source if code else ""
     if trace.generated_lines:
         snippet, first = code_html.crop(module, sorted(trace.generated_lines), context=4)
         ui.show_code(snippet, language, hl_lines=sorted(trace.generated_lines), first_line=first,
                      caption=f"kernel(s) {', '.join(sorted(trace.kernels))}", max_height=480)
-    wrapper = code.get("wrapper") or ""
+    wrapper = code.wrapper if code else ""
     names = sorted(trace.kernels | trace.ir)
     wrapper_lines = [number for number, line in enumerate(wrapper.splitlines(), start=1)
                      if names and re.search(r"\b(" + "|".join(map(re.escape, names)) + r")\b", line)]
@@ -136,7 +139,7 @@ def _show_trace(record: dict, graph: dict, trace: provenance.Trace, source: str)
         st.info("No generated line comes from this (it may be a view, or work that fused away).")
 
 
-def _trace_options(graph: dict, which: str, highlighted) -> graphs.DrawOptions:
+def _trace_options(graph: GraphRecord, which: str, highlighted) -> graphs.DrawOptions:
     """Big graphs: weights hidden and modules collapsed, except the modules that hold a highlighted node."""
     if not graphs.big(graph, which):
         return graphs.DrawOptions(highlight=frozenset(highlighted))

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import state, training, ui
 from app.safe_text import md_text
-from engine.record import Exploration, GraphRecord
+from engine.record import Exploration, GraphRecord, PartitionRecord
 from visualizers import charts, graphs, teaching
 from visualizers import partition as partition_view
 
@@ -24,7 +24,7 @@ def _turn_on() -> None:
 
 def pairs(record: Exploration) -> list[tuple[GraphRecord, GraphRecord | None]]:
     """Each forward graph with its backward graph (a backward's partition names its forward)."""
-    backward_of = {g.partition.get("forward_graph"): g for g in record.graphs if g.phase == "backward"}
+    backward_of = {g.partition.forward_graph: g for g in record.graphs if g.phase == "backward"}
     return [(g, backward_of.get(g.index)) for g in record.graphs if g.phase == "forward"]
 
 
@@ -36,12 +36,12 @@ def _header(record: Exploration, forward: GraphRecord) -> None:
     columns = st.columns(4)
     columns[0].metric("loss and gradients match eager", f"{passed} / {len([e for e in checked if e])}",
                       help="every parameter's gradient (by its path) and every floating input's, plus the loss")
-    columns[1].metric("saved for the backward", ui.bytes_text(partition.get("saved_bytes")),
+    columns[1].metric("saved for the backward", ui.bytes_text(partition.saved_bytes),
                       help="activation memory of our partition (inputs and parameters cost nothing)")
-    saved_all = partition.get("saved_all_bytes")
+    saved_all = partition.saved_all_bytes
     columns[2].metric("saving all the backward reads", ui.bytes_text(saved_all),
                       help="the same graph with no recomputation")
-    columns[3].metric("recomputed in the backward", len(partition.get("recomputed") or []),
+    columns[3].metric("recomputed in the backward", len(partition.recomputed or []),
                       help="cheap pointwise and view ops redone in the backward instead of saved")
 
 
@@ -60,19 +60,19 @@ def _graph_pane(graph: GraphRecord | None, title: str, key: str) -> None:
     ui.show_graph(graphs.graph_dot(graph, "aten", options))
 
 
-def _partition(partition: dict, key: str) -> None:
+def _partition(partition: PartitionRecord, key: str) -> None:
     st.markdown("#### The partition on the joint graph")
     st.caption("AOTAutograd traces forward and backward as one joint graph; the partitioner (a min-cut, like "
                "Inductor's) cuts it in two. Hover a node for the reason it is where it is.")
-    if partition.get("note"):
-        st.info(md_text(partition["note"]))
+    if partition.note:
+        st.info(md_text(partition.note))
     st.html(partition_view.legend_html())
-    joint = partition.get("joint") or []
+    joint = partition.joint or []
     if len(joint) > 400:
         st.caption(f"the first 400 of {len(joint)} joint nodes")
     with st.container(height=min(720, 160 + 60 * len(joint)), border=True):  # a big joint graph scrolls
         ui.show_graph(partition_view.joint_dot(partition))
-    st.markdown(f"**Saved** ({len(partition.get('saved') or [])} values)")
+    st.markdown(f"**Saved** ({len(partition.saved or [])} values)")
     st.dataframe(partition_view.saved_rows(partition), hide_index=True, width="stretch",
                  column_config={"reason": st.column_config.TextColumn(width="large")}, key=f"{key}_saved")
     recomputed = partition_view.recomputed_rows(partition)
@@ -89,7 +89,7 @@ def _bench_case(outcome) -> dict | None:
     return cases[0] if cases else None
 
 
-def _memory_and_bench(partition: dict, key: str) -> None:
+def _memory_and_bench(partition: PartitionRecord, key: str) -> None:
     st.markdown("#### Activation memory and a timed training step")
     bench = state.cached_bench()  # the bench of this request: a training step, as the toggle is on
     if st.button("Benchmark a training step: eager vs Glassbox vs Inductor", key=f"{key}_bench",

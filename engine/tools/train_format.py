@@ -1,6 +1,7 @@
 """CLI text for training explorations: a graph's phase and partition, the gradient checks (cli_format calls in)."""
 from __future__ import annotations
 
+from engine.record import GraphRecord
 from engine.tools.units import human_bytes
 
 
@@ -8,20 +9,21 @@ def _bytes(count) -> str:
     return human_bytes(count)
 
 
-def partition_lines(graph: dict, verbose: bool) -> list[str]:
+def partition_lines(graph: GraphRecord, verbose: bool) -> list[str]:
     """Under a forward graph: what it saves for the backward and what the backward recomputes."""
-    partition = graph.get("partition") or {}
-    if graph.get("phase") == "backward":
-        return [f"  Backward of graph {partition.get('forward_graph', '?')}"]
-    if "saved" not in partition:
+    partition = graph.partition
+    if graph.phase == "backward":
+        forward = partition.forward_graph
+        return [f"  Backward of graph {'?' if forward is None else forward}"]
+    if partition.saved is None:
         return []
-    saved, recomputed = partition["saved"], partition.get("recomputed") or []
-    lines = [f"  Partition: saves {len(saved)} values, {_bytes(partition.get('saved_bytes'))} of activations "
-             f"(saving all the backward reads: {_bytes(partition.get('saved_all_bytes'))}); "
+    saved, recomputed = partition.saved, partition.recomputed or []
+    lines = [f"  Partition: saves {len(saved)} values, {_bytes(partition.saved_bytes)} of activations "
+             f"(saving all the backward reads: {_bytes(partition.saved_all_bytes)}); "
              f"recomputes {len(recomputed)} ops in the backward"]
     if verbose:
-        lines += [f"    saved {s['name']} {s['dtype']}{s['shape']} [{_bytes(s['bytes'])}]: {s['reason']}" for s in saved]
-        lines += [f"    recomputed {r['name']} ({r['op']}): {r['reason']}" for r in recomputed]
+        lines += [f"    saved {s.name} {s.dtype}{s.shape} [{_bytes(s.bytes)}]: {s.reason}" for s in saved]
+        lines += [f"    recomputed {r.name} ({r.op}): {r.reason}" for r in recomputed]
     return lines
 
 

@@ -17,8 +17,8 @@ def show_fix(graph_break: GraphBreakRecord) -> None:
         st.markdown(md_text(graph_break.explanation))
     for hint in graph_break.hints:
         st.info(f"Hint: {md_text(hint)}", icon=":material/lightbulb:")
-    fix = graph_break.suggestion  # engine/break_fixes.py's rewrite: free-form, a dict
-    if fix:
-        st.markdown(f"**Suggested rewrite** ({md_text(fix.get('pattern'))}): {md_text(fix.get('why'))}")
-        ui.show_code(f"{fix.get('before', '')}\n# becomes\n{fix.get('after', '')}", "python",
+    fix = graph_break.suggestion  # engine/break_fixes.py's rewrite
+    if fix is not None:
+        st.markdown(f"**Suggested rewrite** ({md_text(fix.pattern)}): {md_text(fix.why)}")
+        ui.show_code(f"{fix.before}\n# becomes\n{fix.after}", "python",
                      max_height=220)

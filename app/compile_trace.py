@@ -22,10 +22,10 @@ def _download(document: dict, name: str, key: str) -> None:
 
 def compile_pane(record: Exploration, key: str) -> None:
     data = record.to_json()
-    figure = timeline.compile_timeline_figure(data)
+    figure = timeline.compile_timeline_figure(record)
     if figure is None:
         return
-    cost = compile_cost(data)
+    cost = compile_cost(record)
     st.plotly_chart(figure, width="stretch", key=f"{key}_compile_timeline", config={"displayModeBar": False})
     builds = cost["builds"]
     words = [f"graph {b['graph']}: " + ("cache hit" + (f", saved {b['saved_s']:.2f} s of a {b['cold_s']:.2f} s cold "
@@ -41,7 +41,7 @@ def compile_pane(record: Exploration, key: str) -> None:
 
 def run_pane(record: Exploration) -> None:
     data = record.to_json()
-    figure = timeline.run_timeline_figure(data)
+    figure = timeline.run_timeline_figure(record)
     if figure is None:
         return
     st.plotly_chart(figure, width="stretch", key="profile_run_timeline")

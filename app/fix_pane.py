@@ -6,11 +6,11 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from engine.record import Exploration, GraphBreakRecord
+from engine.record import Exploration, GraphBreakRecord, Suggestion
 from engine.tools.apply_fix import FixError, apply_fix, concrete, summary
 
 
-def _apply(number: int, lineno: int, suggestion: dict, before: dict) -> None:
+def _apply(number: int, lineno: int, suggestion: Suggestion, before: dict) -> None:
     session = st.session_state
     applied = session.applied
     try:
@@ -20,7 +20,7 @@ def _apply(number: int, lineno: int, suggestion: dict, before: dict) -> None:
         return
     session.fix_error = ""
     session.fix_trial = {"source": applied["source"], "label": applied["label"], "inputs": applied.get("inputs"),
-                         "before": before, "break": number, "line": lineno, "pattern": suggestion.get("pattern", "")}
+                         "before": before, "break": number, "line": lineno, "pattern": suggestion.pattern}
     session.editor = fixed  # the editor shows the fixed code (Note [Code editor component])
     session.applied = {"source": fixed, "label": state.PASTED, "inputs": applied.get("inputs")}
 

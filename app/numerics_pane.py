@@ -19,32 +19,32 @@ def _legend() -> None:
 def render(record: Exploration, graph: GraphRecord | None, key: str) -> None:
     if graph is None:
         return
-    bisect = graph.bisect or {}
-    if not bisect:
+    bisect = graph.bisect
+    if bisect.status is None:  # it did not run
         if record.verify.get("ok") and not record.verify.get("max_abs_err"):
             st.caption("Numerics bisect: the outputs are exactly eager's, so there is nothing to bisect.")
         return
     st.markdown(f"**Numerics bisect, graph {graph.index}** — each kernel's outputs against eager's ATen values")
-    if bisect.get("status") == "failed":
-        st.warning(f"The bisect could not run: {md_text(bisect.get('reason', ''))}")
+    if bisect.status == "failed":
+        st.warning(f"The bisect could not run: {md_text(bisect.reason or '')}")
         return
-    culprit = bisect.get("culprit")
-    if bisect.get("status") == "clean":
-        st.success(f"A clean graph: all {bisect.get('compared', 0)} compared kernel outputs are exact or within "
+    culprit = bisect.culprit
+    if bisect.status == "clean":
+        st.success(f"A clean graph: all {bisect.compared or 0} compared kernel outputs are exact or within "
                    "tolerance of eager's.")
     elif culprit:
-        line = culprit.get("user_line") or {}
-        where = f" — your line {line['lineno']}: `{md_text(line.get('line', ''))}`" if line else ""
-        st.error(f"Diverges first at **{md_text(culprit['kernel'])}** ({md_text(' + '.join(culprit.get('ops') or []))}): "
-                 f"max abs error {culprit['max_abs_err']:.3g} while its inputs are off by at most "
-                 f"{culprit['input_max_abs_err']:.3g}{where}. Kernels after it that read its values diverge "
+        line = culprit.user_line
+        where = f" — your line {line.lineno}: `{md_text(line.line)}`" if line else ""
+        st.error(f"Diverges first at **{md_text(culprit.kernel)}** ({md_text(' + '.join(culprit.ops))}): "
+                 f"max abs error {culprit.max_abs_err:.3g} while its inputs are off by at most "
+                 f"{culprit.input_max_abs_err:.3g}{where}. Kernels after it that read its values diverge "
                  "downstream.")
     paint, notes, bold = overlay.bisect_paint(graph)
     _legend()
     ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes, bold), len(graph.aten))
-    rows = [{"kernel": k["kernel"], "kind": k["kind"], "status": k["status"],
-             "inputs' max abs error": k["input_max_abs_err"], "max abs error": k["max_abs_err"]}
-            for k in bisect.get("kernels") or []]
+    rows = [{"kernel": k.kernel, "kind": k.kind, "status": k.status,
+             "inputs' max abs error": k.input_max_abs_err, "max abs error": k.max_abs_err}
+            for k in bisect.kernels or []]
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch", key=f"{key}_bisect_table",
                      column_config={"inputs' max abs error": st.column_config.NumberColumn(format="%.3e"),

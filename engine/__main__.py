@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from engine.record import ErrorRecord, Exploration, SourceFile
+from engine.record import ErrorRecord, Exploration, SourceFile, Suggestion
 from engine.tools import cli_format
 from engine.tools.json_stdout import stdout_to_stderr
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
@@ -442,7 +442,7 @@ def write_trace(record: dict, path: Path, quiet: bool) -> None:
     from visualizers.compile_cost import compile_cost, cost_lines
 
     path.write_text(json.dumps(trace_events(record)), encoding="utf-8")
-    print("\n".join(cost_lines(compile_cost(record)) + [f"Wrote the trace to {path}: open it in "
+    print("\n".join(cost_lines(compile_cost(Exploration.from_json(record))) + [f"Wrote the trace to {path}: open it in "
                                                         "ui.perfetto.dev or chrome://tracing"]),
           file=sys.stderr if quiet else sys.stdout)
 
@@ -805,10 +805,11 @@ def fix_command(args) -> tuple[dict, int]:
     chosen = [(n, b) for n, b in enumerate(breaks, start=1) if args.break_number in (None, n)]
     source, applied = spec.source, []
     for number, graph_break in sorted(chosen, key=lambda item: -(item[1].get("lineno") or 0)):  # bottom up
-        if not concrete(graph_break.get("suggestion")) or graph_break.get("filename") != spec.filename:
+        suggestion = Suggestion.from_json(graph_break["suggestion"]) if graph_break.get("suggestion") else None
+        if not concrete(suggestion) or graph_break.get("filename") != spec.filename:
             continue
         try:
-            source = apply_fix(source, graph_break["lineno"], graph_break["suggestion"])
+            source = apply_fix(source, graph_break["lineno"], suggestion)
             applied.append(number)
         except FixError as error:
             print(f"break {number}: {error}", file=sys.stderr)

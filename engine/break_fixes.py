@@ -14,6 +14,8 @@ import ast
 import re
 import textwrap
 
+from engine.record import Suggestion
+
 _IF = re.compile(r"^(?P<indent>\s*)(?:el)?if\s+(?P<condition>.+?)\s*:\s*(?:#.*)?$")
 _WHILE = re.compile(r"^(?P<indent>\s*)while\s+(?P<condition>.+?)\s*:\s*(?:#.*)?$")
 _PRINT = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s*(?:#.*)?$")
@@ -61,8 +63,8 @@ def _where_rewrite(source: str, lineno: int) -> tuple[str, str] | None:
     return None
 
 
-def suggest(reason: str, gb_type: str, line: str, source: str = "", lineno: int | None = None) -> dict | None:
-    """{"pattern", "why", "before", "after"} for the break's line, or None (Note [Suggested rewrites]). With the
+def suggest(reason: str, gb_type: str, line: str, source: str = "", lineno: int | None = None) -> Suggestion | None:
+    """A Suggestion (pattern, why, before, after) for the break's line, or None (Note [Suggested rewrites]). With the
     file's `source` and the line number, an `if` whose branches assign one name becomes that torch.where."""
     text = f"{gb_type} {reason}".lower()
     code = _code(line)
@@ -72,58 +74,60 @@ def suggest(reason: str, gb_type: str, line: str, source: str = "", lineno: int 
         match = _IF.match(code) or _WHILE.match(code)
         whole = _where_rewrite(source, lineno) if source and lineno and _IF.match(code) else None
         if whole:
-            return {"pattern": "data-dependent if",
-                    "why": "a Python `if` on a tensor's value needs the value while tracing. Both branches assign "
-                           "one name, so compute both and select element-wise with torch.where: one graph, no "
-                           "break (both branches run; torch.cond runs one, when the branches are costly).",
-                    "before": textwrap.dedent(whole[0]),
-                    "after": whole[1]}
+            return Suggestion(pattern="data-dependent if",
+                              why="a Python `if` on a tensor's value needs the value while tracing. Both "
+                                  "branches assign one name, so compute both and select element-wise with "
+                                  "torch.where: one graph, no break (both branches run; torch.cond runs one, "
+                                  "when the branches are costly).",
+                              before=textwrap.dedent(whole[0]),
+                              after=whole[1])
         if match and _IF.match(code):
             condition = match["condition"]
-            return {"pattern": "data-dependent if",
-                    "why": "a Python `if` on a tensor's value needs the value while tracing. Compute both branches "
-                           "and select element-wise with torch.where (both run; no graph break), or keep real "
-                           "branches with torch.cond (both are traced; one runs).",
-                    "before": code.strip(),
-                    "after": (f"result = torch.where({condition}, <value if true>, <value if false>)\n"
-                              f"# or: result = torch.cond({condition}, lambda args: <then>, lambda args: <else>, "
-                              f"(args,))")}
+            return Suggestion(pattern="data-dependent if",
+                              why="a Python `if` on a tensor's value needs the value while tracing. Compute "
+                                  "both branches and select element-wise with torch.where (both run; no graph "
+                                  "break), or keep real branches with torch.cond (both are traced; one runs).",
+                              before=code.strip(),
+                              after=(f"result = torch.where({condition}, <value if true>, <value if false>)\n"
+                                     f"# or: result = torch.cond({condition}, lambda args: <then>, "
+                                     f"lambda args: <else>, (args,))"))
         if match:
-            return {"pattern": "data-dependent while",
-                    "why": "a Python loop whose condition is a tensor's value cannot be traced; use a fixed trip "
-                           "count, or torch._higher_order_ops.while_loop.",
-                    "before": code.strip(), "after": "for _ in range(<fixed count>):  # or while_loop(...)"}
+            return Suggestion(pattern="data-dependent while",
+                              why="a Python loop whose condition is a tensor's value cannot be traced; use a "
+                                  "fixed trip count, or torch._higher_order_ops.while_loop.",
+                              before=code.strip(), after="for _ in range(<fixed count>):  # or while_loop(...)")
     if "print" in text and _PRINT.match(code):
-        return {"pattern": "print",
-                "why": "print() is a side effect Dynamo will not put into a graph. Remove it from the compiled "
-                       "code, or let Dynamo move it after the graph: "
-                       "torch._dynamo.config.reorderable_logging_functions.add(print).",
-                "before": code.strip(),
-                "after": f"# {code.strip()}  (removed; or, before compiling: "
-                         f"torch._dynamo.config.reorderable_logging_functions.add(print))"}
+        return Suggestion(pattern="print",
+                          why="print() is a side effect Dynamo will not put into a graph. Remove it from the compiled "
+                              "code, or let Dynamo move it after the graph: "
+                              "torch._dynamo.config.reorderable_logging_functions.add(print).",
+                          before=code.strip(),
+                          after=f"# {code.strip()}  (removed; or, before compiling: "
+                                f"torch._dynamo.config.reorderable_logging_functions.add(print))")
     if _ITEM.search(code) and ("item" in text or "scalar" in text or "_local_scalar_dense" in text):
-        return {"pattern": ".item()",
-                "why": "tensor.item() turns a tensor into a Python number. Keep it a 0-d tensor (drop .item()), "
-                       "or let the graph hold it symbolically: torch._dynamo.config.capture_scalar_outputs = True.",
-                "before": code.strip(),
-                "after": _ITEM.sub("", code.strip()) + "  # stays a 0-d tensor; or set "
-                                                       "torch._dynamo.config.capture_scalar_outputs = True"}
+        return Suggestion(pattern=".item()",
+                          why="tensor.item() turns a tensor into a Python number. Keep it a 0-d tensor (drop "
+                              ".item()), or let the graph hold it symbolically: "
+                              "torch._dynamo.config.capture_scalar_outputs = True.",
+                          before=code.strip(),
+                          after=_ITEM.sub("", code.strip()) + "  # stays a 0-d tensor; or set "
+                                                              "torch._dynamo.config.capture_scalar_outputs = True")
     if _TOLIST.search(code):
-        return {"pattern": ".tolist()",
-                "why": "tolist() leaves the graph for Python lists; index the tensor instead.",
-                "before": code.strip(), "after": _TOLIST.sub("", code.strip()) + "  # stays a tensor"}
+        return Suggestion(pattern=".tolist()",
+                          why="tolist() leaves the graph for Python lists; index the tensor instead.",
+                          before=code.strip(), after=_TOLIST.sub("", code.strip()) + "  # stays a tensor")
     if _NUMPY_CALL.search(code) or _TO_NUMPY.search(code):
         def rename(match: re.Match) -> str:
             name = match["name"]
             return f"torch.{_RENAMED.get(name, name)}(" if name in _SAME_IN_TORCH else match.group(0)
         after = _TO_NUMPY.sub("", _NUMPY_CALL.sub(rename, code.strip()))
         if after != code.strip():
-            return {"pattern": "numpy",
-                    "why": "numpy calls on tensors leave the graph (or go through Dynamo's numpy tracing); the "
-                           "same functions in torch stay in it.",
-                    "before": code.strip(), "after": after}
+            return Suggestion(pattern="numpy",
+                              why="numpy calls on tensors leave the graph (or go through Dynamo's numpy tracing); the "
+                                  "same functions in torch stay in it.",
+                              before=code.strip(), after=after)
     if "graph_break" in code:
-        return {"pattern": "explicit graph_break()",
-                "why": "torch._dynamo.graph_break() asks for the break; remove it to let the two graphs fuse.",
-                "before": code.strip(), "after": f"# {code.strip()}  (removed)"}
+        return Suggestion(pattern="explicit graph_break()",
+                          why="torch._dynamo.graph_break() asks for the break; remove it to let the two graphs fuse.",
+                          before=code.strip(), after=f"# {code.strip()}  (removed)")
     return None

@@ -18,6 +18,7 @@ import torch
 import torch._dynamo
 
 from engine.break_fixes import suggest
+from engine.record import Suggestion
 
 
 @dataclass
@@ -30,7 +31,7 @@ class GraphBreak:
     gb_id: str = ""  # its entry in Dynamo's graph-break registry, e.g. "GB0170"
     explanation: str = ""  # Dynamo's explanation
     hints: list[str] = field(default_factory=list)  # Dynamo's hints
-    suggestion: dict | None = None  # a rewrite of the user's line (engine/break_fixes.py), when one applies
+    suggestion: Suggestion | None = None  # a rewrite of the user's line (engine/break_fixes.py), when one applies
 
 
 @dataclass

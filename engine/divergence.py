@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 import torch.fx
 
+from engine.record import BisectCulprit, BisectKernel, BisectOutput, BisectRecord
 from engine.reproducer import _value_node
 from engine.run import compare_tensor
 
@@ -122,7 +123,7 @@ def _error(eager: torch.Tensor, ours: torch.Tensor, fp64: torch.Tensor | None) -
     return (WITHIN if result["ok"] else DIVERGING), float(result["max_abs_err"]), float(result["max_rel_err"])
 
 
-def bisect_graph(graph_record, compiled, aten_gm: torch.fx.GraphModule, args: list, hints: dict) -> dict:
+def bisect_graph(graph_record, compiled, aten_gm: torch.fx.GraphModule, args: list, hints: dict) -> BisectRecord:
     """The record's graphs[].bisect for one graph (Note [Numerics bisect])."""
     ours, order = _our_values(compiled, args)
     eager = _eager_values(aten_gm, args, upcast=False)
@@ -153,27 +154,25 @@ def bisect_graph(graph_record, compiled, aten_gm: torch.fx.GraphModule, args: li
             status, abs_err, rel_err = _error(eager[node.name], value, fp64.get(node.name))
             buffer_status[buffer_name] = (status, abs_err)
             node_status[node.name] = status
-            outputs.append({"buffer": buffer_name, "node": node.name, "status": status, "max_abs_err": abs_err,
-                            "max_rel_err": rel_err})
+            outputs.append(BisectOutput(buffer=buffer_name, node=node.name, status=status, max_abs_err=abs_err,
+                                        max_rel_err=rel_err))
         for buffer_name in stored:  # not comparable: as good as its inputs, at best
             buffer_status.setdefault(buffer_name, (input_status, input_err))
-        status = max((o["status"] for o in outputs), key=_ORDER.get, default="not compared")
-        entry = {"kernel": name, "kind": kernel.kind, "status": status, "outputs": outputs,
-                 "input_status": input_status, "input_max_abs_err": input_err,
-                 "max_abs_err": max((o["max_abs_err"] for o in outputs), default=0.0)}
+        status = max((o.status for o in outputs), key=_ORDER.get, default="not compared")
+        entry = BisectKernel(kernel=name, kind=kernel.kind, status=status, outputs=outputs,
+                             input_status=input_status, input_max_abs_err=input_err,
+                             max_abs_err=max((o.max_abs_err for o in outputs), default=0.0))
         kernels_out.append(entry)
         if culprit is None and status == DIVERGING and input_status != DIVERGING:
             record = next((k for k in graph_record.kernels if k.name == name), None)
-            sources = [aten_records[o["node"]].source for o in outputs if o["node"] in aten_records]
+            sources = [aten_records[o.node].source for o in outputs if o.node in aten_records]
             line = next((s for s in sources if s is not None), None)
-            culprit = {"kernel": name, "kind": kernel.kind, "ops": list(record.ops) if record else [],
-                       "max_abs_err": entry["max_abs_err"], "input_max_abs_err": input_err,
-                       "nodes": [o["node"] for o in outputs if o["status"] == DIVERGING],
-                       "user_line": line.to_json() if line is not None else None}
-    diverging = [k for k in kernels_out if k["status"] == DIVERGING]
-    return {"status": "diverges" if diverging else "clean", "culprit": culprit, "kernels": kernels_out,
-            "nodes": node_status, "compared": sum(len(k["outputs"]) for k in kernels_out),
-            "fp64": bool(fp64)}
+            culprit = BisectCulprit(kernel=name, kind=kernel.kind, ops=list(record.ops) if record else [],
+                                    max_abs_err=entry.max_abs_err, input_max_abs_err=input_err,
+                                    nodes=[o.node for o in outputs if o.status == DIVERGING], user_line=line)
+    diverging = [k for k in kernels_out if k.status == DIVERGING]
+    return BisectRecord(status="diverges" if diverging else "clean", culprit=culprit, kernels=kernels_out,
+                        nodes=node_status, compared=sum(len(k.outputs) for k in kernels_out), fp64=bool(fp64))
 
 
 class Bisector:
@@ -203,8 +202,8 @@ class Bisector:
             try:
                 graph_record.bisect = bisect_graph(graph_record, compiled, aten_gm, kept, hints)
             except Exception as error:  # noqa: BLE001 - failures as data: the bisect says it could not run
-                graph_record.bisect = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
-            graph_record.bisect["seconds"] = time.perf_counter() - start
+                graph_record.bisect = BisectRecord(status="failed", reason=f"{type(error).__name__}: {error}")
+            graph_record.bisect.seconds = time.perf_counter() - start
 
 
 def should_bisect(verify: dict) -> bool:

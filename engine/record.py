@@ -257,6 +257,59 @@ class RewriteRecord(Record):
 
 
 @dataclass
+class BisectOutput(Record):
+    """One output of a kernel against eager's ATen value (Note [Numerics bisect] in engine/divergence.py)."""
+    buffer: str
+    node: str  # the ATen node whose value it is
+    status: str  # exact | within tolerance | diverging
+    max_abs_err: float
+    max_rel_err: float
+
+
+@dataclass
+class BisectKernel(Record):
+    kernel: str
+    kind: str
+    status: str  # the worst of its outputs', or "not compared"
+    outputs: list[BisectOutput] = field(default_factory=list)
+    input_status: str = "exact"  # the worst of what it reads
+    input_max_abs_err: float = 0.0
+    max_abs_err: float = 0.0
+
+
+@dataclass
+class BisectCulprit(Record):
+    """The first kernel that diverges while its inputs do not."""
+    kernel: str
+    kind: str
+    ops: list[str] = field(default_factory=list)
+    max_abs_err: float = 0.0
+    input_max_abs_err: float = 0.0
+    nodes: list[str] = field(default_factory=list)  # its diverging ATen nodes
+    user_line: SourceLine | None = None
+
+
+@dataclass
+class BisectRecord(Record):
+    """A graph's numerics bisect; empty when it did not run, status and reason when it failed (Note [Optional
+    keys]); a finished one always says its culprit, null when clean."""
+    status: str | None = optional_key()  # diverges | clean | failed
+    culprit: BisectCulprit | None = optional_key()
+    kernels: list[BisectKernel] | None = optional_key()
+    nodes: dict[str, str] | None = optional_key()  # ATen node -> status
+    compared: int | None = optional_key()  # kernel outputs compared
+    fp64: bool | None = optional_key()  # the float64 reference ran too
+    reason: str | None = optional_key()  # why it failed
+    seconds: float | None = optional_key()
+
+    def to_json(self) -> dict:
+        data = super().to_json()
+        if self.status in ("diverges", "clean") and self.culprit is None:
+            data = {key: data[key] for key in ("status",)} | {"culprit": None} | data
+        return data
+
+
+@dataclass
 class JointValue(Record):
     """A value of the joint forward+backward graph (engine/partition.py): its op, shape and dtype."""
     name: str
@@ -324,13 +377,22 @@ class GraphRecord(Record):
     partition: PartitionRecord = field(default_factory=PartitionRecord)
     # when the outputs are not exactly eager's: each kernel's outputs against eager's ATen values (exact, within
     # tolerance, diverging), the first culprit kernel and its user line (Note [Numerics bisect] in engine/divergence.py)
-    bisect: dict[str, Any] = field(default_factory=dict)
+    bisect: BisectRecord = field(default_factory=BisectRecord)
     rewrites: list[RewriteRecord] = field(default_factory=list)  # every pass's matches and refusals, in order
     # the ATen graph before the rewrites, when one applied (graphs[].aten is the graph after, the one lowered)
     aten_before: list[AtenNode] = field(default_factory=list)
 
 
 # --- the model's run --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Suggestion(Record):
+    """A rewrite of the line a graph break is on (engine/break_fixes.py, Note [Suggested rewrites])."""
+    pattern: str  # what it recognised: "print", ".item()", "data-dependent if", ...
+    why: str
+    before: str  # the user's code it replaces
+    after: str  # the rewrite; <...> marks blanks to fill in by hand
 
 
 @dataclass
@@ -343,7 +405,7 @@ class GraphBreakRecord(Record):
     gb_id: str = ""  # its entry in Dynamo's graph-break registry, e.g. "GB0170"
     explanation: str = ""
     hints: list[str] = field(default_factory=list)
-    suggestion: dict[str, Any] | None = None  # a rewrite of the user's line (engine/break_fixes.py)
+    suggestion: Suggestion | None = None  # a rewrite of the user's line (engine/break_fixes.py)
 
 
 @dataclass
@@ -396,6 +458,17 @@ class SourceFile(Record):
 
 
 @dataclass
+class TraceSpan(Record):
+    """When one stage or pass ran (Note [Compile trace] in engine/runtime/spans.py)."""
+    name: str
+    cat: str  # stage | pass
+    start_s: float  # since the exploration began
+    dur_s: float
+    args: dict[str, Any] = field(default_factory=dict)  # what the span says of itself, e.g. the build's cache hit
+    graph: int | None = None  # the graph it worked on, by index
+
+
+@dataclass
 class OptionsRecord(Record):
     dynamic: bool | None = None
     mode: str = "default"
@@ -429,9 +502,9 @@ class Exploration(Record):
     errors: list[ErrorRecord] = field(default_factory=list)
     inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
     machine: dict[str, Any] = field(default_factory=dict)  # with --profile: copy GB/s, matmul GFLOP/s, load
-    # when each stage and pass ran: {name, cat (stage | pass), start_s, dur_s, graph, args} (Note [Compile trace]
-    # in engine/runtime/spans.py); the build's args say whether the cache had the kernels and what it saved
-    trace: list[dict[str, Any]] = field(default_factory=list)
+    # when each stage and pass ran (Note [Compile trace] in engine/runtime/spans.py); the build's args say whether the
+    # cache had the kernels and what it saved
+    trace: list[TraceSpan] = field(default_factory=list)
 
     def add_time(self, stage: str, seconds: float) -> None:
         """Add to a stage's seconds, keeping `timings` in pipeline order (stages finish nested, out of order)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.record import Suggestion
 from engine.tools.apply_fix import FixError, apply_fix, concrete
 from samples import sample_path
 
@@ -41,11 +42,12 @@ def test_applying_one_hint_removes_that_break(tmp_path):
 
 
 def test_a_rewrite_with_blanks_or_on_changed_code_is_refused():
-    blank = {"before": "if x.sum() > 0:", "after": "result = torch.where(x.sum() > 0, <value if true>, <else>)"}
+    blank = Suggestion(pattern="data-dependent if", why="", before="if x.sum() > 0:",
+                       after="result = torch.where(x.sum() > 0, <value if true>, <else>)")
     assert not concrete(blank)
     with pytest.raises(FixError, match="blanks"):
         apply_fix("if x.sum() > 0:\n    pass\n", 1, blank)
-    rename = {"before": "y = np.exp(x)", "after": "y = torch.exp(x)"}
+    rename = Suggestion(pattern="numpy", why="", before="y = np.exp(x)", after="y = torch.exp(x)")
     assert apply_fix("def f(x):\n    y = np.exp(x)  # note\n", 2, rename) == "def f(x):\n    y = torch.exp(x)\n"
     with pytest.raises(FixError, match="no longer reads"):
         apply_fix("def f(x):\n    y = x\n", 2, rename)

@@ -28,13 +28,13 @@ def test_bare_data_dependent_jump_is_looked_up_in_dynamos_registry():
 
 
 def test_suggestions_for_known_patterns():
-    assert "# print(" in suggest("print", "Failed to trace builtin operator", 'print("x")  # log')["after"]
+    assert "# print(" in suggest("print", "Failed to trace builtin operator", 'print("x")  # log').after
     item = suggest("Unsupported Tensor.item() call", "Unsupported Tensor.item()", "n = x.sum().item()")
-    assert item["after"].startswith("n = x.sum()  #") and "capture_scalar_outputs" in item["after"]
+    assert item.after.startswith("n = x.sum()  #") and "capture_scalar_outputs" in item.after
     numpy = suggest("numpy", "", "y = np.exp(x.numpy())")
-    assert numpy["after"] == "y = torch.exp(x)"
+    assert numpy.after == "y = torch.exp(x)"
     jump = suggest("generic_jump", "Data-dependent branching", "if x.sum() > 0:")
-    assert "torch.where(x.sum() > 0" in jump["after"] and "torch.cond" in jump["after"]
+    assert "torch.where(x.sum() > 0" in jump.after and "torch.cond" in jump.after
     assert suggest("something else", "Unknown", "y = f(x)") is None
 
 
@@ -48,8 +48,8 @@ def test_if_with_one_assignment_per_branch_becomes_one_torch_where():
             return z
     """)
     fix = suggest("generic_jump", "Data-dependent branching", "    if flag.sum() > 0:", source, 3)
-    assert fix["after"] == "z = torch.where(flag.sum() > 0, torch.relu(x), torch.sigmoid(x))"
-    assert fix["before"].startswith("if flag.sum() > 0:")
+    assert fix.after == "z = torch.where(flag.sum() > 0, torch.relu(x), torch.sigmoid(x))"
+    assert fix.before.startswith("if flag.sum() > 0:")
 
 
 def test_sample_breaks_have_hints_and_the_suggested_rewrite_removes_the_break(tmp_path):

@@ -1,29 +1,30 @@
 """The compile's cost in numbers and words (Note [Compile trace] in engine/runtime/spans.py): the record's spans
 summed per stage, per pass and per kernel, with the compile cache's part (hits, and what they saved). Reads the
-record (typed, or its JSON) only; the CLI prints cost_lines, the app and the offline report draw cost_rows."""
+typed record only; the CLI prints cost_lines, the app and the offline report draw cost_rows."""
 from __future__ import annotations
 
+from engine.record import Exploration
 
-def compile_cost(record: dict) -> dict:
+
+def compile_cost(record: Exploration) -> dict:
     """Seconds per stage (own time, `timings`), per pass (summed over graphs), per graph's build (whether the
     cache had its kernels, the build's seconds, the remembered cold build and what the cache saved), and per
     kernel its first launch's build and autotuning where the runtime did them."""
     passes: dict[str, float] = {}
     builds, per_kernel = [], []
-    for entry in record.get("trace") or []:
-        if entry.get("cat") != "pass":
+    for entry in record.trace:
+        if entry.cat != "pass":
             continue
-        passes[entry["name"]] = passes.get(entry["name"], 0.0) + entry["dur_s"]
-        kernel = (entry.get("args") or {}).get("kernel")
+        passes[entry.name] = passes.get(entry.name, 0.0) + entry.dur_s
+        kernel = entry.args.get("kernel")  # a span's args are its own free-form notes
         if kernel:  # a kernel's own build or autotuning at its first launch
-            per_kernel.append({"kernel": kernel, "what": entry["name"], "seconds": entry["dur_s"],
-                               "graph": entry.get("graph")})
-        if entry["name"] == "compile and load kernels":
-            args = entry.get("args") or {}
-            builds.append({"graph": entry.get("graph"), "seconds": entry["dur_s"], "cache_hit": args.get("cache_hit"),
+            per_kernel.append({"kernel": kernel, "what": entry.name, "seconds": entry.dur_s, "graph": entry.graph})
+        if entry.name == "compile and load kernels":
+            args = entry.args
+            builds.append({"graph": entry.graph, "seconds": entry.dur_s, "cache_hit": args.get("cache_hit"),
                            "cold_s": args.get("cold_s"), "saved_s": args.get("saved_s"),
                            "language": args.get("language"), "kernels": args.get("kernels")})
-    timings = dict(record.get("timings") or {})
+    timings = dict(record.timings)
     return {"stages": timings, "total_s": sum(v for k, v in timings.items() if k != "profile"),
             "passes": passes,
             "builds": builds, "kernels": per_kernel, "cache_hits": sum(1 for b in builds if b["cache_hit"]),

@@ -206,10 +206,10 @@ def breaks_html(record: Exploration) -> str:
         line = item.lineno
         where = f'<a href="#src-{_whole(line)}">line {_whole(line)}</a>' if isinstance(line, int) else "?"
         hints = "".join(f'<div class="hint">{esc(h)}</div>' for h in item.hints)
-        fix = item.suggestion or {}
-        rewrite = (f'<div class="hint"><b>Suggested rewrite:</b> {esc(fix.get("why"))}'
-                   f'<pre class="plain">{esc(fix.get("before"))}\n→\n{esc(fix.get("after"))}</pre></div>'
-                   if fix else "")
+        fix = item.suggestion
+        rewrite = (f'<div class="hint"><b>Suggested rewrite:</b> {esc(fix.why)}'
+                   f'<pre class="plain">{esc(fix.before)}\n→\n{esc(fix.after)}</pre></div>'
+                   if fix is not None else "")
         parts.append(f"<h3>Graph break {number} at {where}</h3><p>{esc(item.reason)}</p>"
                      f"<pre class='plain'>{esc(item.line)}</pre>{hints}{rewrite}")
     return "".join(parts) or '<p class="muted">No graph breaks: Dynamo captured the model whole.</p>'
@@ -386,15 +386,15 @@ def heat_html(record: Exploration) -> str:
 def bisect_html(graph: GraphRecord, position: int = 0) -> str:
     """A graph's numerics bisect (Note [Numerics bisect] in engine/divergence.py), when it ran."""
     bisect = graph.bisect
-    if not bisect or bisect.get("status") == "failed":
+    if bisect.status in (None, "failed"):
         return ""
-    culprit = bisect.get("culprit") or {}
-    line = culprit.get("user_line") or {}
-    words = (f"clean: all {bisect.get('compared', 0)} compared kernel outputs are exact or within tolerance"
-             if bisect.get("status") == "clean" else
-             f"diverges first at {culprit.get('kernel')} ({' + '.join(culprit.get('ops') or [])}), max abs error "
-             f"{culprit.get('max_abs_err', 0):.3g} from inputs off by {culprit.get('input_max_abs_err', 0):.3g}"
-             + (f"; line {line.get('lineno')}: {line.get('line', '')}" if line else ""))
+    culprit = bisect.culprit
+    line = culprit.user_line if culprit else None
+    words = (f"clean: all {bisect.compared or 0} compared kernel outputs are exact or within tolerance"
+             if bisect.status == "clean" or culprit is None else
+             f"diverges first at {culprit.kernel} ({' + '.join(culprit.ops)}), max abs error "
+             f"{culprit.max_abs_err:.3g} from inputs off by {culprit.input_max_abs_err:.3g}"
+             + (f"; line {line.lineno}: {line.line}" if line else ""))
     paint, notes, bold = overlay.bisect_paint(graph)
     index = _graph_index(graph, position)
     return (f"<h3>Numerics bisect, graph {index}</h3><p>{esc(words)}</p>"

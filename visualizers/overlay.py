@@ -57,16 +57,15 @@ def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]
 def bisect_paint(graph: GraphRecord) -> tuple[dict, dict, frozenset]:
     """(paint, notes, bold) of a graph's numerics bisect: status colours, each node's error, the culprit's
     nodes bold."""
-    bisect = graph.get("bisect") or {}
+    bisect = graph.bisect
     errors: dict[str, float] = {}
-    for kernel in bisect.get("kernels") or []:
-        for output in kernel.get("outputs") or []:
-            errors[output["node"]] = output.get("max_abs_err", 0.0)
-    paint = {node: STATUS_STYLE[status][:2] for node, status in (bisect.get("nodes") or {}).items()
+    for kernel in bisect.kernels or []:
+        for output in kernel.outputs:
+            errors[output.node] = output.max_abs_err
+    paint = {node: STATUS_STYLE[status][:2] for node, status in (bisect.nodes or {}).items()
              if status in STATUS_STYLE}
     notes = {node: f"err {error:.2g}" for node, error in errors.items() if error}
-    culprit = bisect.get("culprit") or {}
-    return paint, notes, frozenset(culprit.get("nodes") or [])
+    return paint, notes, frozenset(bisect.culprit.nodes if bisect.culprit else [])
 
 
 def bisect_legend() -> list[tuple[str, str, str]]:

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator
 
+from engine.record import TraceSpan
+
 _SINK: ContextVar[tuple[list, float] | None] = ContextVar("glassbox_spans", default=None)
 
 
@@ -56,7 +58,7 @@ def span(name: str, category: str = "pass", **args) -> Iterator[dict]:
         spans.append(entry)
 
 
-def finished(spans: list, number) -> list[dict]:
+def finished(spans: list, number) -> list[TraceSpan]:
     """The spans in start order as record data: each one's graph (a stage's GraphRecord, or for a pass the graph
     of the stage around it) replaced by number(graph), its index in the record or None."""
     ordered = sorted(spans, key=lambda e: (e["start_s"], -e["dur_s"]))
@@ -67,7 +69,8 @@ def finished(spans: list, number) -> list[dict]:
             open_spans.pop()
         graph = entry.get("graph", open_spans[-1][1] if open_spans else None)
         open_spans.append((entry["start_s"] + entry["dur_s"], graph))
-        result.append({**{k: v for k, v in entry.items() if k != "graph"}, "graph": number(graph)})
+        result.append(TraceSpan(name=entry["name"], cat=entry["cat"], start_s=entry["start_s"], dur_s=entry["dur_s"],
+                                args=entry["args"], graph=number(graph)))
     return result
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from engine.record import Suggestion
+
 BLANK = re.compile(r"<[^<>\n]+>")
 
 
@@ -20,8 +22,8 @@ class FixError(Exception):
     """The rewrite cannot be applied here (not concrete, or the code no longer reads as its `before`)."""
 
 
-def concrete(suggestion: dict | None) -> bool:
-    return bool(suggestion) and not BLANK.search(suggestion.get("after", ""))
+def concrete(suggestion: Suggestion | None) -> bool:
+    return suggestion is not None and not BLANK.search(suggestion.after)
 
 
 def _code(line: str) -> str:
@@ -29,18 +31,18 @@ def _code(line: str) -> str:
     return line.split("#", 1)[0].strip()
 
 
-def apply_fix(source: str, lineno: int, suggestion: dict) -> str:
+def apply_fix(source: str, lineno: int, suggestion: Suggestion) -> str:
     """`source` with the rewrite put in at `lineno` (Note [Applying a rewrite])."""
     if not concrete(suggestion):
         raise FixError("this rewrite has blanks to fill in by hand (<...>), so it cannot be applied as it is")
     lines = source.splitlines()
-    before = suggestion["before"].splitlines()
+    before = suggestion.before.splitlines()
     start = lineno - 1
     found = lines[start:start + len(before)]
     if start < 0 or [_code(l) for l in found] != [_code(l) for l in before]:
         raise FixError(f"line {lineno} no longer reads as the rewrite's `before` ({before[0].strip()!r})")
     indent = found[0][:len(found[0]) - len(found[0].lstrip())]
-    after = [indent + line if line else line for line in suggestion["after"].splitlines()]
+    after = [indent + line if line else line for line in suggestion.after.splitlines()]
     ending = "\n" if source.endswith("\n") else ""
     return "\n".join(lines[:start] + after + lines[start + len(before):]) + ending
 

@@ -217,8 +217,8 @@ def breaks_summary(breaks: list[GraphBreakRecord]) -> list[str]:
         for hint in item.hints:
             lines.append(f"       hint: {hint}")
         if item.suggestion:
-            lines.append(f"       suggested rewrite ({item.suggestion.get('pattern')}):")
-            lines += [f"         {line}" for line in str(item.suggestion.get("after", "")).splitlines()]
+            lines.append(f"       suggested rewrite ({item.suggestion.pattern}):")
+            lines += [f"         {line}" for line in item.suggestion.after.splitlines()]
     return lines
 
 

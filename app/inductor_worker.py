@@ -17,11 +17,17 @@ import tempfile
 from pathlib import Path
 
 
-def explore_inductor(target: str, device: str, dynamic: bool) -> dict:
+def explore_inductor(target: str, device: str, dynamic: bool, evidence_out: Path | None = None) -> dict:
+    """Inductor's report; its check's evidence (eager's, Inductor's and the float64 shadow's outputs) goes to
+    `evidence_out` for the app to judge outside this process (Note [Judged outside the job])."""
+    import dataclasses
+
     import torch
 
+    from engine import run
     from engine.record import to_plain
     from engine.reference import inductor_reference
+    from engine.tools.judged import save_evidence
     from engine.tools.model_file import load_model_file, run_eager
 
     with contextlib.redirect_stdout(sys.stderr):
@@ -29,7 +35,10 @@ def explore_inductor(target: str, device: str, dynamic: bool) -> dict:
         inputs = tuple(x.to(device) for x in spec.example_inputs)
         model = spec.model.to(device) if isinstance(spec.model, torch.nn.Module) else spec.model
         run_eager(spec)
-        report = inductor_reference(model, inputs, dynamic=True if dynamic else None)
+        with run.collect_evidence() as evidence:
+            report = inductor_reference(model, inputs, dynamic=True if dynamic else None)
+    if evidence_out is not None:
+        save_evidence([dataclasses.replace(found, role="inductor") for found in evidence], evidence_out)
     return {"ok": True, "device": device, **to_plain(report)}
 
 
@@ -53,11 +62,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dynamic", action="store_true")
     args = parser.parse_args(argv)
+    from engine.tools.judged import EVIDENCE_NAME  # read back and judged by app/worker.py
     # a fresh Inductor cache: the compile time shown is a cold compile, like the bench's
     with tempfile.TemporaryDirectory(prefix="glassbox-inductor-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         try:
-            document = explore_inductor(args.target, args.device, args.dynamic)
+            document = explore_inductor(args.target, args.device, args.dynamic, args.out.parent / EVIDENCE_NAME)
             code = 0
         except Exception as error:  # noqa: BLE001 - reported to the app as a structured error
             document = {"ok": False, "errors": [failure_record(error, args.target).to_json()]}

@@ -25,7 +25,8 @@ from typing import Callable
 from app.worker_main import STACK_SIGNAL
 from engine.record import ErrorRecord, Exploration, GraphRecord
 from engine.tools import isolation, sandbox
-from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence, verdict_code
+from engine.tools.judged import (EVIDENCE_NAME, apply_inductor_verdict, apply_verdicts, judge_in_sandbox,
+                                 read_evidence, verdict_code)
 from engine.tools.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -516,13 +517,18 @@ def inductor(source: str, label: str, options: Options, timeout: float = BENCH_T
     name, dynamic = model_file_name(label), ["--dynamic"] if options.dynamic else []
     finished = run_job(lambda workdir: ["--inductor", "--", str(workdir / name), "--out",
                                         str(workdir / "inductor.json"), "--device", options.device, *dynamic],
-                       limits(timeout, memory_gb), inputs={name: source}, outputs=("inductor.json",),
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("inductor.json", EVIDENCE_NAME),
                        on_tick=on_tick)
     try:
         document = json.loads(finished.files["inductor.json"] or "")
     except ValueError:
         document = None
-    if finished.returncode == EXIT_OK and document and document.get("ok") and finished.completed:
+    if finished.returncode == EXIT_OK and isinstance(document, dict) and document.get("ok") and finished.completed:
+        # Note [Judged outside the job]: Inductor's check too is judged where the model never ran
+        evidence = finished.files.get(EVIDENCE_NAME)
+        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
+            None, "the job wrote no evidence (its outputs as data)")
+        apply_inductor_verdict(document, verdicts, why_not)
         return Outcome(document=document, seconds=finished.seconds)
     failure = failed_with(document_errors(document, finished.workdir), finished)
     problem = structured_problem(failure, finished) if failure else diagnose(finished, model_name=name)

@@ -359,9 +359,6 @@ def explore_command(args) -> tuple[dict, int]:
                 source={"filename": spec.filename, "text": spec.source}, description=spec.description,
                 tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
                 mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
-        if getattr(args, "evidence_out", None):
-            from engine.tools.judged import save_evidence
-            save_evidence(evidence, args.evidence_out)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -371,9 +368,14 @@ def explore_command(args) -> tuple[dict, int]:
     if args.inductor:
         from engine.reference import inductor_reference
         try:
-            exploration.inductor = inductor_reference(spec.model, spec.example_inputs, profile=args.profile)
+            with run_module.collect_evidence() as inductor_evidence:
+                exploration.inductor = inductor_reference(spec.model, spec.example_inputs, profile=args.profile)
+            evidence += [dataclasses.replace(found, role="inductor") for found in inductor_evidence]
         except Exception as error:  # Inductor failing is worth showing, not fatal for our record
             exploration.inductor = {"error": f"{type(error).__name__}: {error}"}
+    if getattr(args, "evidence_out", None):  # Note [Judged outside the job]: explore's and Inductor's, as data
+        from engine.tools.judged import save_evidence
+        save_evidence(evidence, args.evidence_out)
     record = exploration.to_json()
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))

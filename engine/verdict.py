@@ -316,6 +316,7 @@ class Evidence:
     fp64_why_not: str = ""
     again: list | None = None  # a second eager run's leaves, taken when the first judgment failed
     tolerance: dict | None = None
+    role: str = "explore"  # whose check it is: explore's (its runs in order) or "inductor" (the Inductor column)
 
 
 def _random_words() -> str:
@@ -411,7 +412,8 @@ def evidence_payload(evidence: Evidence) -> dict:
         return None if entries is None else [[p, v.detach().cpu() if isinstance(v, torch.Tensor) else v]
                                              for p, v in entries]
     return {"kind": "infer", "eager": pack(evidence.eager), "ours": pack(evidence.ours), "fp64": pack(evidence.fp64),
-            "fp64_why_not": evidence.fp64_why_not, "again": pack(evidence.again), "tolerance": evidence.tolerance}
+            "fp64_why_not": evidence.fp64_why_not, "again": pack(evidence.again), "tolerance": evidence.tolerance,
+            "role": evidence.role}
 
 
 def save_evidence(evidences: list[Evidence], path) -> None:
@@ -443,4 +445,5 @@ def evidence_from(payload) -> Evidence:
             raise ValueError("the job's evidence is malformed")
         return [(p, v) for p, v in entries]
     return Evidence(unpack(payload.get("eager")) or [], unpack(payload.get("ours")) or [], unpack(payload.get("fp64")),
-                    str(payload.get("fp64_why_not") or ""), unpack(payload.get("again")), payload.get("tolerance"))
+                    str(payload.get("fp64_why_not") or ""), unpack(payload.get("again")), payload.get("tolerance"),
+                    "inductor" if payload.get("role") == "inductor" else "explore")

@@ -116,3 +116,22 @@ def test_a_training_step_that_forges_its_verdict_gets_an_honest_one_sandboxed(tm
     assert finished.returncode == 1, (finished.returncode, finished.stderr[-2000:])
     assert verify.get("verdict") == "mismatch" and verify.get("judged_in") == judged.OUTSIDE, verify
     assert verify["loss"]["ok"] is False and all(g["ok"] for g in verify["gradients"]), verify
+
+
+def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
+    # the is_compiling() branch makes Inductor's program wrong as well: its column must say so, whatever the
+    # job's patched verifier says, from explore --sandbox --inductor and from the app's Inductor job
+    source = WRONG_WHEN_COMPILED.replace("PATCH", PATCHES["verifier"])
+    path = tmp_path / "forger.py"
+    path.write_text(source)
+    finished = subprocess.run([sys.executable, "-m", "engine", "explore", str(path), "--sandbox", "--inductor",
+                               "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    inductor = (json.loads(finished.stdout) if finished.stdout.strip() else {}).get("inductor") or {}
+    assert inductor.get("verify", {}).get("verdict") == "mismatch", (inductor, finished.stderr[-2000:])
+    assert inductor["verify"]["judged_in"] == judged.OUTSIDE
+    assert inductor["verify"]["max_abs_err"] == pytest.approx(1000.0)
+
+    from app import worker
+    outcome = worker.inductor(source, "forger", worker.Options())
+    assert outcome.document["verify"]["verdict"] == "mismatch", outcome.document.get("verify")
+    assert outcome.document["verify"]["judged_in"] == judged.OUTSIDE

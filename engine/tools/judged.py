@@ -62,9 +62,10 @@ def judge_file(path) -> list[dict]:
     verdicts = []
     for payload in verdict.load_payloads(path):
         if isinstance(payload, dict) and payload.get("kind") == "train":
-            verdicts.append(train_verdict.judge(train_verdict.from_payload(payload)))
+            verdicts.append({**train_verdict.judge(train_verdict.from_payload(payload)), "role": "explore"})
         else:
-            verdicts.append(verdict.judge(verdict.evidence_from(payload)))
+            evidence = verdict.evidence_from(payload)
+            verdicts.append({**verdict.judge(evidence), "role": evidence.role})
     return verdicts
 
 
@@ -103,6 +104,9 @@ def apply_verdicts(record: dict, verdicts: list[dict] | None, why_not: str = "")
     """The record with its verify (and its other input sets' verify) replaced by the verdicts judged outside
     the job (Note [Judged outside the job]). Without them the verify is a failure that says why."""
     runs = [run for run in record.get("runs") or [] if isinstance(run, dict)]
+    if isinstance(record.get("inductor"), dict) and "verify" in record["inductor"]:
+        apply_inductor_verdict(record["inductor"], verdicts, why_not)
+    verdicts = None if verdicts is None else [_without_role(v) for v in verdicts if v.get("role") != "inductor"]
     if verdicts is None or len(verdicts) != 1 + len(runs):
         problem = ("the job's outputs could not be judged outside it, so nothing is verified: "
                    + (why_not or f"it returned {len(verdicts or [])} sets of outputs for {1 + len(runs)} runs"))
@@ -116,6 +120,24 @@ def apply_verdicts(record: dict, verdicts: list[dict] | None, why_not: str = "")
     for run, verdict in zip(runs, verdicts[1:]):
         run["verify"] = {**verdict, "judged_in": OUTSIDE}
     return record
+
+
+def apply_inductor_verdict(report: dict, verdicts: list[dict] | None, why_not: str = "") -> dict:
+    """Inductor's report (engine/reference.py) with its verify judged outside the job (Note [Judged outside the
+    job]), or a failure that says why it could not be."""
+    found = [v for v in verdicts or [] if v.get("role") == "inductor"]
+    if len(found) == 1:
+        report["verify"] = {**_without_role(found[0]), "judged_in": OUTSIDE}
+    else:
+        report["verify"] = {"ok": False, "verdict": "mismatch", "max_abs_err": float("inf"),
+                            "max_rel_err": float("inf"), "outputs": [], "judged_in": OUTSIDE,
+                            "problem": "Inductor's outputs could not be judged outside the job, so nothing is verified: "
+                                       + (why_not or f"the job returned {len(found)} sets of them")}
+    return report
+
+
+def _without_role(verdict: dict) -> dict:
+    return {k: v for k, v in verdict.items() if k != "role"}
 
 
 def verdict_code(record: dict, name: str = "the model", verbose: bool = False) -> tuple[int, list[str]]:

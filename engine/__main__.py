@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--memory-mb", type=positive_limit("megabytes", whole=True), default=4096, metavar="M",
                          help="sandbox memory limit")
 
-    bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor)",
+    bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor); bench "
+                                              "gemm|train|gpu: the acceptance benches",
                                 description="Time a model under eager, Glassbox and Inductor in one process. "
                                             "FILE_OR_SAMPLE may be a comma-separated list, and `suite` "
                                             "is the CPU benchmark suite. `bench gemm|train|gpu [FLAGS]` run "

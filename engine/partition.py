@@ -36,7 +36,7 @@ heads, D), is traced with strides (T*kv*D, D, kv*D, 1). Our kernels store a valu
 so the forward handed the backward the same numbers in another order and every kernel of the backward that
 read them indexed by eager's strides: with grouped-query attention (repeat_kv copies the key and value, a
 kernel of ours, where the attention call itself reads the tensor it is given), every gradient before the
-attention was wrong (the tiny Llama of scripts/train_bench.py: relative errors up to 2e4). Inductor keeps
+attention was wrong (the tiny Llama of `bench train`: relative errors up to 2e4). Inductor keeps
 every graph output's traced strides for the same reason (keep_output_stride). So the forward graph hands a
 saved value over in eager's layout: where the storage it views is computed by one of our kernels and traced
 in another order than row-major, its readers in the forward graph read permute(clone(permute(v, order)),
@@ -51,13 +51,13 @@ recomputed layer norm or GELU output is written to memory again for that matmul,
 wrote when it stored the same value for its own matmul (saving it costs no traffic, only memory). Inductor bans
 such recomputation ("materialized in backward", torch/_functorch/partitioners.py). On the CPU samples the cut
 recomputes three such values in transformer_block (ln1's, ln2's and the GELU's outputs); saving them instead
-saved Inductor's bytes (scripts/train_bench.py on the CPU: transformer_block 0.24 MB, gpt_decoder 0.66, the
+saved Inductor's bytes (`bench train` on the CPU: transformer_block 0.24 MB, gpt_decoder 0.66, the
 tiny llama_small 0.33, each Inductor's figure, against 0.14, 0.46 and 0.23 for the cut), and a little more in
 the tiny Hugging Face Llama (0.56 MB, Inductor 0.55, the cut 0.35). On the H200 block our 176.6 MiB is
 Inductor's 240.6 less 64 MiB, the size of the GELU's output (B*T*4D in bf16): a 64 MiB store the backward makes
 again, ~15 us at 4 TB/s of a 1.6 ms step (not measured). The default keeps the memory, which the issue also
 asks for and which is measured; GLASSBOX_PARTITION=save-library-operands bans the recomputation instead, so
-that one GPU run measures the trade (scripts/train_bench.py --partition): saved bytes and step time, both ways.
+that one GPU run measures the trade (`bench train --partition`): saved bytes and step time, both ways.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GPU diagnosis of the column form (engine/codegen/triton/config.py): every column-form kernel of a few
-reductions over a non-innermost axis, timed with triton.testing.do_bench (as gpu_check times whole calls)
+reductions over a non-innermost axis, timed with triton.testing.do_bench (as `bench gpu` times whole calls)
 under a grid of launch configs, beside the heuristic's config and Inductor's whole call. It decides the
 column form's config heuristic from measurements instead of guesses:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 10's CPU performance classes, eager vs Glassbox (C++) vs Inductor (C++) side by side in one process:
-the tiling shapes of scripts/tiling_cases.py at CPU sizes (each a few milliseconds on two cores), and a small
+the tiling shapes of engine/tools/tiling_cases.py at CPU sizes (each a few milliseconds on two cores), and a small
 Qwen3-style decoder (Hugging Face code, random weights) in bfloat16, float16 and float32.
 
     python scripts/cpu_tiling_bench.py --threads 2                       # every case
@@ -14,7 +14,7 @@ per runner per repeat, each keeping its best. Every row carries the 1-minute loa
 ratios (ours / Inductor) hold up under load much better than absolute times.
 Where even they do not (two cores shared by several busy programs: a runner descheduled for whole time
 slices gave medians of 8 and 12 ms for 0.3 ms of work), run with OMP_WAIT_POLICY=passive: with the default
-policy a thread done with a parallel region spins on the core its partner needs (scripts/train_bench.py says
+policy a thread done with a parallel region spins on the core its partner needs (`bench train` says
 the same). At load 1.2-2.3 with passive waiting the whole table came out within 0.30-1.54; with the default
 policy at load 4-5 it was 0.04-14.7. --cpu-time times CPU seconds per call on one thread instead.
 The Qwen3 cases need transformers and are skipped without it. Every case also counts the OpenMP threads our
@@ -35,30 +35,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from engine.tools.zoo import LogitsOnly  # noqa: E402
-from tiling_cases import (column_sum, cross_entropy, log_softmax, permute_add, scale_by_mean, softmax, sum_dim1,  # noqa: E402
-                          transposed_add)
-
-
-def qwen3_model(dtype: torch.dtype, hidden: int = 256, layers: int = 2, heads: int = 4, vocab: int = 1024,
-                seq: int = 32) -> tuple[nn.Module, tuple]:
-    """A small Qwen3 causal LM from transformers' own code (random, seeded weights), called without a cache and
-    returning its logits, and its token ids. Raises ImportError without transformers."""
-    import transformers
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        config = transformers.Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                                          num_hidden_layers=layers, num_attention_heads=heads,
-                                          num_key_value_heads=heads // 2, head_dim=hidden // heads,
-                                          max_position_embeddings=4 * seq)
-        model = LogitsOnly(transformers.Qwen3ForCausalLM(config).to(dtype).eval())
-        return model, (torch.randint(0, vocab, (1, seq)),)
+from engine.runtime.timing import SLICE_SECONDS, paired_ratio, sliced_ms  # noqa: E402 - Note [Interleaved slices]
+from engine.tools.tiling_cases import (column_sum, cross_entropy, log_softmax, permute_add, scale_by_mean,  # noqa: E402
+                                       softmax, sum_dim1, transposed_add)
+from engine.tools.zoo import qwen3_model  # noqa: E402
 
 
 def _layernorm_bf16(width: int) -> nn.Module:
@@ -161,67 +145,6 @@ def cpu_cases() -> list[dict]:
                                      ("fp32", torch.float32, None)):
         cases.append(dict(name=f"qwen3_{suffix}", qwen3=dtype, tolerance=tolerance))
     return cases
-
-
-# Note [Interleaved slices]
-# Two cores shared with other programs: the load changes from one second to the next, and a runner timed in
-# one window of 0.2 s after another was timed in the window before compares two different machines. The same
-# two compiled x.t() + y (1024x1024 fp32, 2 threads) timed call by call in turn (ours, Inductor, ours, ...)
-# came out equal to 4% at every quantile (p10 0.509 vs 0.517 ms, p50 0.861 vs 0.899 at load 5.3; at one
-# thread p10 0.325 vs 0.327), and so did the kernels alone (0.256 vs 0.251 ms at one thread: the same 16x16
-# tiles, the same halves of the rows per thread), while one window per runner per repeat (best of three)
-# gave 0.93, 1.04, 1.33, 0.93, 0.83 and 1.44 in six runs at load 0.9-2.4. So each repeat's time is cut into
-# slices of about --slice seconds, the runners take one slice each per round (the order rotates every round,
-# so none always follows the same one: eager's calls leave the caches and the allocator in their own state),
-# and the ratio of two runners is the median over the rounds of the ratio of their slices in that round,
-# which ran a few milliseconds apart under nearly the same load; a burst that hits one of them is one
-# outlier among thirty. Each runner's milliseconds are its fastest slice (noise only ever adds time). At
-# load 5.4, eight such runs of x.t() + y gave ratios 0.97-1.13 by the median of paired slices, 0.67-1.23 by
-# the fastest slice of each. The time per runner is the same as before (repeats x min-time); a slice is at
-# least one call.
-SLICE_SECONDS = 0.02
-
-
-def sliced_ms(runners: dict, inputs: tuple, min_time: float, repeats: int, slice_seconds: float,
-              clock=time.perf_counter) -> tuple[dict, list[float]]:
-    """Per runner, the milliseconds per call of each of its slices, round by round (Note [Interleaved
-    slices]), by `clock` (wall clock, or time.process_time for --cpu-time); and the 1-minute load averages
-    seen along the way."""
-    calls = {}
-    for name, fn in runners.items():  # warm up, then size a slice from the fastest of three calls
-        fn(*inputs)
-        once = []
-        for _ in range(3):
-            start = clock()
-            fn(*inputs)
-            once.append(clock() - start)
-        calls[name] = max(1, int(slice_seconds / max(min(once), 1e-9)))
-    rounds = max(1, round(repeats * min_time / slice_seconds))
-    times: dict = {name: [] for name in runners}
-    loads = []
-    names = list(runners)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # as timeit does: a collection inside one runner's slice would be charged to it alone
-    try:
-        for index in range(rounds):
-            shift = index % len(names)
-            for name in names[shift:] + names[:shift]:
-                fn, count = runners[name], calls[name]
-                start = clock()
-                for _ in range(count):
-                    fn(*inputs)
-                times[name].append((clock() - start) / count * 1e3)
-            if index % 10 == 9 or index == rounds - 1:
-                loads.append(os.getloadavg()[0])
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return times, loads
-
-
-def paired_ratio(ours: list[float], theirs: list[float]) -> float:
-    """The median over rounds of ours / theirs in the same round (Note [Interleaved slices])."""
-    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 
 
 def cpu_ms(fn, inputs: tuple, min_time: float) -> float:

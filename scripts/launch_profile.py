@@ -6,7 +6,7 @@
 
 Small models on a GPU are host bound: the GPU waits while Python, the dispatcher and the driver start its
 kernels. Per model and compiler this prints the host microseconds per call (calls queued without waiting
-for the GPU, so the figure is what the host spends), gpu_check's do_bench time of the same call (far above the
+for the GPU, so the figure is what the host spends), `bench gpu`'s do_bench time of the same call (far above the
 host time: the call waits for the GPU somewhere), the synchronizing operations of one call (torch's sync debug
 mode, with their Python lines), the GPU kernels launched per call and their device time, and the profiler's
 tables of host time and of device time by op, so a gap to Inductor can be read as "more launches", "dearer
@@ -46,7 +46,7 @@ def host_us(fn, inputs, device: str) -> float:
 
 
 def device_ms(fn, inputs, device: str) -> float | None:
-    """gpu_check's figure for the same call (triton.testing.do_bench median), beside the host time: a call whose
+    """`bench gpu`'s figure for the same call (triton.testing.do_bench median), beside the host time: a call whose
     do_bench time is well above its host time waits for the GPU somewhere (a sync), one at its host time is host
     bound."""
     if device != "cuda":

@@ -3,7 +3,6 @@
 llama_decoder sample (always) and a Hugging Face Qwen3 model (when transformers is installed)."""
 import copy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -66,8 +65,7 @@ def test_llama_decoder_sample_in_half_matches_eager(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_qwen3_decoder_in_half_matches_eager(dtype):
     pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from cpu_tiling_bench import qwen3_model
+    from engine.tools.zoo import qwen3_model
 
     model, inputs = qwen3_model(dtype, hidden=128, layers=2, heads=4, vocab=512, seq=16)
     with torch.no_grad():

@@ -3,7 +3,7 @@
 torch.cuda's graph capture is replaced by a stand-in that behaves like one for these calls: while a graph is
 being captured, the test's compiled call records its work (closures over the tensors it was given) instead
 of running it, and replay runs that work again on the very same tensors, as a CUDA graph replays its kernels
-on the recorded addresses. The real CUDA path runs in the GPU tests (test_triton.py, scripts/gpu_check.py).
+on the recorded addresses. The real CUDA path runs in the GPU tests (test_triton.py, `python -m engine bench gpu`).
 """
 from __future__ import annotations
 

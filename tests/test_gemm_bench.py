@@ -1,9 +1,8 @@
-"""scripts/gemm_bench.py and the timing it takes from engine/runtime/timing.py (Note [Fair GPU timing]):
+"""`python -m engine bench gemm` (engine/tools/bench_gemm.py) and the timing it takes from engine/runtime/timing.py (Note [Fair GPU timing]):
 Inductor's compile workers are shut down and the host waited on before timing, the GPU runners are timed in
 rounds in a rotating order and reported by the median round, the JSON is written after every case, and
 --kernels sums a runner's GPU kernels; checked with stand-ins for do_bench, /proc/stat and the profiler, and
-by a --dry-run of the script (tiny shapes on the CPU, Triton under the interpreter)."""
-import importlib.util
+by a --dry-run of the bench (tiny shapes on the CPU, Triton under the interpreter)."""
 import json
 import os
 import subprocess
@@ -15,16 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bench():
-    return _script("gemm_bench")
+    from engine.tools import bench_gemm
+    return bench_gemm
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +70,12 @@ def test_timing_notes_name_the_widest_spread(bench):
 
 def test_dry_run_writes_its_report(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path), "GLASSBOX_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "scripts/gemm_bench.py", "--device", "cuda", "--dry-run", "--only",
-                             "proj_residual", "--runners", "gb_library,gb_autotune"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-m", "engine", "bench", "gemm", "--device", "cuda", "--dry-run",
+                             "--only", "proj_residual", "--runners", "gb_library,gb_autotune", "--json"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (case,) = json.loads((tmp_path / "gemm_bench_cuda_dry.json").read_text())["cases"]
+    assert json.loads(result.stdout)["cases"] == [case]  # --json: the same cases on stdout, and nothing else
     assert case["eager_ok"] and case["gb_library_ok"] and case["gb_autotune_ok"], case
     assert "host_busy_cores" in case and "inductor_ms" not in case, case
 

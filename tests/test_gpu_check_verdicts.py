@@ -1,14 +1,10 @@
-"""scripts/gpu_check.py judges compiled outputs by the engine's rule (Note [Tolerance policy]): close to eager,
+"""`python -m engine bench gpu` (engine/tools/bench_gpu.py) judges compiled outputs by the engine's rule (Note [Tolerance policy]): close to eager,
 or no less accurate than eager against float64. A bf16 cancellation far from eager (eager's own rounding) but close to
 the float64 result passes, judged by fp64; a wrong answer still fails."""
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import gpu_check  # noqa: E402
-from verdicts import Verdicts  # noqa: E402
+from engine.tools import bench_gpu as gpu_check
+from engine.tools.bench_verdicts import Verdicts
 
 
 def cancellation(x):

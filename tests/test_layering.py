@@ -11,12 +11,14 @@ included: a cycle hidden in a function is still a cycle).
     visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
     app, engine/__main__.py      the entry points, above everything: the Streamlit UI, and the command line
                                  (whose `report` command renders the record with visualizers/html_report.py)
+    tests                        import the engine, never scripts/ (one-off diagnostics, Note [Tool verbs])
 
 Run `python tests/test_layering.py` to print the import graph (module -> what it imports).
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,6 +208,26 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     path.write_text("def f():\n    from engine.codegen.b import thing\n    return thing\n")
     assert imports_of("engine.ir.a", path, known) == {"engine.codegen.b"}
     assert cycles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"x"}}) == [["x", "y", "z"]]
+
+
+def script_paths_in(source: str) -> list[str]:
+    """The strings in test code (docstrings aside) that name the scripts/ folder: a path to import or run."""
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                  and isinstance(node.value, ast.Constant)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and re.search(r"(^|[/\\])scripts([/\\]|$)", node.value)]
+
+
+def test_tests_import_no_script():
+    """scripts/ keeps one-off diagnostics; a tool worth a test is an engine module (Note [Tool verbs] in
+    engine/tools/verbs.py), which tests import like any other."""
+    found = [f"{path.relative_to(ROOT)}: {text!r}" for path in sorted((ROOT / "tests").glob("*.py"))
+             if path.name != Path(__file__).name  # this file: the checks of the checker below
+             for text in script_paths_in(path.read_text(encoding="utf-8"))]
+    assert not found, "tests reaching into scripts/:\n" + "\n".join(found)
+    assert script_paths_in('"""scripts/x.py, said"""\nsys.path.insert(0, str(ROOT / "scripts"))') == ["scripts"]
+    assert script_paths_in('subprocess.run(["python", "scripts/x.py"])') == ["scripts/x.py"]
 
 
 if __name__ == "__main__":

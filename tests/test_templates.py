@@ -185,7 +185,7 @@ def no_tf32():
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_cuda_default_refuses_fp32_without_tf32_with_a_reason(mode, no_tf32):
-    """The H200 regression: gpu_check's mlp (32x256x128 fp32 Linear+ReLU) took an ieee-fp32 template (344 us)
+    """The H200 regression: `bench gpu`'s mlp (32x256x128 fp32 Linear+ReLU) took an ieee-fp32 template (344 us)
     instead of cuBLAS's sgemm (10 us). Without timing, fp32 stays the library call at any size."""
     options = templates.TemplateOptions("auto", "triton", mode, "cuda")
     for m, n, k in [(32, 256, 128), (4096, 4096, 1024)]:

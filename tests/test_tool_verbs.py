@@ -19,6 +19,7 @@ def test_each_verb_reaches_its_tool_with_the_tools_own_flags(verb, kind, capsys)
 
 
 def test_a_tool_verb_is_only_the_word_right_after_the_verb():
+    assert tool_module(["bench", "gemm", "--device", "cpu"]) == "engine.tools.bench_gemm"
     assert tool_module(["sweep", "hostile"]) == "engine.tools.sweep_hostile"
     assert tool_module(["bench", "softmax", "--json"]) is None  # a sample: the CLI's own bench
     assert tool_module(["explore", "gemm"]) is None

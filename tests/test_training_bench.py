@@ -56,13 +56,10 @@ def test_a_function_without_parameters_differentiates_its_inputs():
 
 
 def test_dumped_code_carries_each_forward_partition(tmp_path):
-    """scripts/train_bench.py --dump-code writes beside every graph's code the forward's partition: what this
+    """`bench train --dump-code` writes beside every graph's code the forward's partition: what this
     device's cut saves and recomputes, with bytes and reasons (the H200 block's saved set, read offline)."""
-    import importlib.util
+    from engine.tools import bench_train as script
 
-    module_spec = importlib.util.spec_from_file_location("train_bench_script", ROOT / "scripts" / "train_bench.py")
-    script = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(script)
     sample = script.cases("cpu", True)[0]  # the tiny transformer block
     script._dump_our_code(sample, "default", "cpu", tmp_path)
     text = (tmp_path / "graph0.partition.txt").read_text()

@@ -184,7 +184,7 @@ def test_a_replayed_step_does_only_what_cuda_graph_trees_do(fake_reduce_overhead
     nothing else: no parameter copied, no gradient cloned, no sync, no second recording. The forward saves
     what the default mode's forward saves, but reads (and so saves) its static copy of the activation
     instead of the caller's tensor: that copy is the whole difference between the two modes' saved bytes
-    (the +16 MiB of scripts/train_bench.py's transformer block on the H200, Inductor's as ours)."""
+    (the +16 MiB of `bench train`'s transformer block on the H200, Inductor's as ours)."""
     from engine.tools import train_profile
     from engine.tools.train_bench import step
 

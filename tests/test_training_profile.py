@@ -1,4 +1,4 @@
-"""scripts/train_bench.py --profile's summary (engine/tools/train_profile.py), on the CPU: host events only."""
+"""`bench train --profile`'s summary (engine/tools/train_profile.py), on the CPU: host events only."""
 import torch
 
 from engine.tools import train_profile

@@ -1,11 +1,8 @@
-"""scripts/gpu_check.py's zoo verdict (Note [Zoo targets]): geomean <= 1.0 per mode, no model above 1.15 of
+"""`bench gpu`'s zoo verdict (engine/tools/bench_gpu.py) (Note [Zoo targets]): geomean <= 1.0 per mode, no model above 1.15 of
 Inductor, every model faster than eager in default mode; --zoo-json joins two runs' JSON into one verdict."""
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import gpu_check  # noqa: E402
+from engine.tools import bench_gpu as gpu_check
 
 
 def _row(name, mode, eager, ours, inductor):

@@ -84,7 +84,7 @@ import torch
 # A backward's outputs are the parameters' gradients, and autograd's AccumulateGrad takes a gradient over as
 # the parameter's .grad only when nothing else holds it; else it clones it. This object holds every recorded
 # output (a replay returns them), so each step cloned every gradient: 12 copies a step of the transformer
-# block (aten::copy_ under AccumulateGrad in scripts/train_bench.py --profile), the parameters' size in device
+# block (aten::copy_ under AccumulateGrad in `bench train --profile`), the parameters' size in device
 # traffic and a clone's host time each. A backward (`hand_over_outputs`) therefore registers its recorded
 # outputs as cached tensors (torch._C._add_cached_tensor, as torch.compile's CUDA graph trees do), whose one
 # extra reference autograd does not count: the parameter's .grad becomes the recorded output's memory (a
@@ -110,8 +110,8 @@ import torch
 # output's tensor object per replay (host time, theirs), and they record a model's forward and backward into
 # one memory pool where each recording here has its own (memory, ours: the backward cannot reuse the
 # forward's dead intermediates). In either, the forward reads and saves its static copy of the activation
-# rather than the caller's tensor, so a count of saved bytes that leaves the inputs out (scripts/
-# train_bench.py) counts that copy in reduce-overhead mode and not in the default mode: the transformer
+# rather than the caller's tensor, so a count of saved bytes that leaves the inputs out (`bench
+# train`) counts that copy in reduce-overhead mode and not in the default mode: the transformer
 # block's +16 MiB (B*T*D in bf16) on the H200, Inductor's as ours; the saved set is the same in both modes.
 # tests/test_training_cuda_graphs.py checks all of this on the CPU stand-in. So a reduce-overhead step is as
 # fast as its kernels: the default mode's step is launch bound (Inductor's 2.34 ms there against its 1.52 ms

@@ -35,6 +35,7 @@ where a plan identical to another runner's timed 0.095 ms against 0.074. So GPU 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import statistics
 import time
@@ -232,6 +233,60 @@ def timed_in_rounds(functions: dict[str, Callable[[], Any]], min_time_s: float, 
     meter = BusyMeter().start()
     timings = interleaved(functions, min_time_s, device)
     return timings, load_summary(before, meter.stop(), threads)
+
+
+# Note [Interleaved slices]
+# The CPU tiling bench (scripts/cpu_tiling_bench.py) asks for one ratio (ours / Inductor) on two cores shared
+# with other programs, where the load changes from one second to the next, so two runners timed in windows
+# one after the other measure two different machines. Each repeat's time is cut into slices of about
+# slice_seconds; the runners take one slice each per round, the first of a round rotating; the ratio of two
+# runners is the median over rounds of the ratio of their slices in the same round (a few milliseconds
+# apart, under nearly the same load), and each runner's time is its fastest slice (noise only ever adds
+# time). A burst that hits one runner is one outlier among many rounds. The measurements behind it:
+# reports/runtime_measurements.md, "Interleaved slices".
+SLICE_SECONDS = 0.02
+
+
+def sliced_ms(runners: dict, inputs: tuple, min_time: float, repeats: int, slice_seconds: float,
+              clock=time.perf_counter) -> tuple[dict, list[float]]:
+    """Per runner, the milliseconds per call of each of its slices, round by round (Note [Interleaved
+    slices]), by `clock` (wall clock, or time.process_time for --cpu-time); and the 1-minute load averages
+    seen along the way."""
+    calls = {}
+    for name, fn in runners.items():  # warm up, then size a slice from the fastest of three calls
+        fn(*inputs)
+        once = []
+        for _ in range(3):
+            start = clock()
+            fn(*inputs)
+            once.append(clock() - start)
+        calls[name] = max(1, int(slice_seconds / max(min(once), 1e-9)))
+    rounds = max(1, round(repeats * min_time / slice_seconds))
+    times: dict = {name: [] for name in runners}
+    loads = []
+    names = list(runners)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection inside one runner's slice would be charged to it alone
+    try:
+        for index in range(rounds):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                fn, count = runners[name], calls[name]
+                start = clock()
+                for _ in range(count):
+                    fn(*inputs)
+                times[name].append((clock() - start) / count * 1e3)
+            if index % 10 == 9 or index == rounds - 1:
+                loads.append(os.getloadavg()[0])
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times, loads
+
+
+def paired_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median over rounds of ours / theirs in the same round (Note [Interleaved slices])."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 
 
 # --- GPU: a quiet host, then do_bench rounds (Note [Fair GPU timing]) -----------------------------------------

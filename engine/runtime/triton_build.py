@@ -107,7 +107,7 @@ def load_source(source: str, interpret: bool) -> tuple[ModuleType, bool]:
 
 MAX_BINDS = 4  # specializations a kernel binds before it stays on the object's own path (no more exec)
 DIRECT_LAUNCH = os.environ.get("GLASSBOX_TRITON_DIRECT_LAUNCH", "1") != "0"  # "0": every launch via JITFunction.run
-# (the launch path before binding, kept switchable so scripts/gpu_check.py measures both in one run)
+# (the launch path before binding, kept switchable so `bench gpu` measures both in one run)
 
 
 def _launch_hooks() -> tuple:

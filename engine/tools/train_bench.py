@@ -1,6 +1,6 @@
 """Time a training step side by side in one process: eager, Glassbox (engine.compile) and Inductor
 (torch.compile). `python -m engine bench SAMPLE --train`, the app's bench of a training exploration, and
-scripts/train_bench.py (the GPU cases) all measure through bench_train().
+`python -m engine bench train` (the GPU cases) all measure through bench_train().
 
 Note [Training-step bench]
 A step is: gradients cleared, forward, loss (the model file's `loss_fn(output, *inputs)`, or the sum of the
@@ -114,9 +114,9 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
     Steps are timed taking turns in rounds (Note [Fair timing] in engine/runtime/timing.py), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
-    if given (scripts/train_bench.py passes its GPU timing: Note [Fair GPU timing] in engine/runtime/timing.py).
+    if given (`bench train` passes its GPU timing: Note [Fair GPU timing] in engine/runtime/timing.py).
     After timing, `profile(who, step)` is called for each compiled step, while Inductor's cache directory still
-    exists (scripts/train_bench.py --profile)."""
+    exists (`bench train --profile`)."""
     import torch._inductor.config as inductor_config
 
     say = progress or (lambda message: None)

@@ -41,7 +41,7 @@ def gradient_lines(verify: dict) -> list[str]:
 
 
 def bench_lines(cases: list[dict]) -> list[str]:
-    """Under a bench table: what each training step's forward saves for its backward (train_bench.py)."""
+    """Under a bench table: what each training step's forward saves for its backward (engine/tools/train_bench.py)."""
     lines = []
     for case in cases:
         saved = case.get("saved_bytes") or {}

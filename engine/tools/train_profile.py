@@ -1,5 +1,5 @@
 """Where a training step's time goes: torch.profiler over a few steps of each compiler, as tables and as a short
-summary a reader can compare at a glance (scripts/train_bench.py --profile).
+summary a reader can compare at a glance (`python -m engine bench train --profile`).
 
 Note [Training-step profile]
 A ratio says that a step is slower; the profile says which part. For each compiled step (after bench_train has

@@ -17,7 +17,8 @@ import importlib
 TOOLS: dict[str, dict[str, str]] = {
     "sweep": {"opinfo": "engine.tools.sweep_opinfo", "models": "engine.tools.sweep_models",
               "hostile": "engine.tools.sweep_hostile"},
-    "bench": {},
+    "bench": {"gemm": "engine.tools.bench_gemm", "train": "engine.tools.bench_train",
+              "gpu": "engine.tools.bench_gpu"},
 }
 
 

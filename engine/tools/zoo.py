@@ -1,5 +1,5 @@
 """The model zoo: real models built from their libraries' own code, with small-but-real configs and random
-weights (no download), for `python -m engine bench zoo` and scripts/gpu_check.py.
+weights (no download), for `python -m engine bench zoo` and `bench gpu`.
 
 Note [Zoo]
 The zoo measures the classes of work real models are made of, as their authors wrote them: many small kernels
@@ -66,6 +66,22 @@ class LogitsOnly(torch.nn.Module):
 
     def forward(self, ids):
         return self.model(input_ids=ids, use_cache=False).logits
+
+
+def qwen3_model(dtype: torch.dtype, hidden: int = 256, layers: int = 2, heads: int = 4, vocab: int = 1024,
+                seq: int = 32) -> tuple[torch.nn.Module, tuple]:
+    """A small Qwen3 causal LM from transformers' own code (random, seeded weights), called without a cache and
+    returning its logits, and its token ids. Raises ImportError without transformers."""
+    import transformers
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = transformers.Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                                          num_hidden_layers=layers, num_attention_heads=heads,
+                                          num_key_value_heads=heads // 2, head_dim=hidden // heads,
+                                          max_position_embeddings=4 * seq)
+        model = LogitsOnly(transformers.Qwen3ForCausalLM(config).to(dtype).eval())
+        return model, (torch.randint(0, vocab, (1, seq)),)
 
 
 class _Encoder(torch.nn.Module):

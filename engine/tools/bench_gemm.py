@@ -1,13 +1,13 @@
-#!/usr/bin/env python3
 """GEMMs with epilogues: Glassbox's templates vs the library call + a separate epilogue vs Inductor.
 
-    python scripts/gemm_bench.py --device cpu --threads 2            # skinny GEMMs (batch 1-32), fp32
-    python scripts/gemm_bench.py --skinny                            # LLM-width skinny GEMMs, fp32 and bf16
-    python scripts/gemm_bench.py --device cuda --sizes 512,2048,8192 # LLM-shaped bf16 GEMMs
-    python scripts/gemm_bench.py --device cuda --sizes 512 --kernels # + each runner's kernels and host time
-    python scripts/gemm_bench.py --device cuda --e2e --only hf_llama_prefill   # end to end, max-autotune,
-    python scripts/gemm_bench.py --device cuda --e2e --only tv_resnet50        # one model a call
-    python scripts/gemm_bench.py --device cuda --dry-run [--e2e]     # the same cases, tiny, on the CPU
+    python -m engine bench gemm --device cpu --threads 2            # skinny GEMMs (batch 1-32), fp32
+    python -m engine bench gemm --skinny                            # LLM-width skinny GEMMs, fp32 and bf16
+    python -m engine bench gemm --device cuda --sizes 512,2048,8192 # LLM-shaped bf16 GEMMs
+    python -m engine bench gemm --device cuda --sizes 512 --kernels # + each runner's kernels and host time
+    python -m engine bench gemm --device cuda --e2e --only hf_llama_prefill   # end to end, max-autotune,
+    python -m engine bench gemm --device cuda --e2e --only tv_resnet50        # one model a call
+    python -m engine bench gemm --device cuda --dry-run [--e2e]     # the same cases, tiny, on the CPU
+    python -m engine bench gemm ... --json                          # the cases as JSON on stdout, alone
 
 Runners, side by side in one process on the same inputs (every output checked against eager first):
   eager           torch: the library GEMM (cuBLAS / the CPU BLAS), then the epilogue as its own kernels
@@ -34,7 +34,7 @@ OMP_WAIT_POLICY=passive: OpenMP workers that spin at a barrier lose their timesl
 and every parallel region (ours, Inductor's, torch's) then waits for one (measured: SwiGLU at batch 1 took
 15.7 ms per call with spinning workers, 3.2 ms with passive ones, eager 3.2 ms, load average 16 on 2 cores).
 --dry-run runs the GPU cases with tiny shapes on the CPU (the Triton backend under the interpreter, Inductor
-in default mode): it checks the script end to end where there is no GPU; its times mean nothing.
+in default mode): it checks the bench end to end where there is no GPU; its times mean nothing.
 --e2e writes its JSON after every case and once a case is timed (with $OUT set), so a call that runs out of
 time keeps what it measured;
 one device call per model: --e2e --only hf_llama_prefill, then --e2e --only tv_resnet50.
@@ -48,18 +48,16 @@ import statistics
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
-from engine.runtime.timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host  # noqa: E402
-from verdicts import Verdicts  # noqa: E402 - end-to-end cases: the engine's verdict
+from engine.runtime.timing import GPU_ROUNDS, QUIET_CORES, QUIET_WINDOW_S, QuietHost, gpu_rounds, quiet_host
+from engine.tools.bench_verdicts import Verdicts  # end-to-end cases: the engine's verdict
+from engine.tools.json_stdout import print_json, stdout_to_stderr
 
 CPU_SECONDS, CPU_MIN_CALLS, CPU_MAX_CALLS = 3.0, 20, 2000  # per case, all runners (cpu_best_of)
 PROFILE_CALLS = 10  # --kernels
@@ -330,7 +328,7 @@ def run_case(case: dict, device: str, threads: int, dry_run: bool, wanted, kerne
                 torch.cuda.synchronize()
             report[f"{name}_first_call_s"] = time.perf_counter() - start
             print(f"[gemm]   {name}: first call {report[f'{name}_first_call_s']:.1f} s", flush=True)
-            if judge is not None:  # an end-to-end model: the engine's verdict (scripts/verdicts.py)
+            if judge is not None:  # an end-to-end model: the engine's verdict (engine/tools/bench_verdicts.py)
                 report.update(judge(name, actual))
             else:
                 report[f"{name}_ok"] = all(compare(e, a, tolerance)["ok"] for e, a in zip(expected, actual))
@@ -447,8 +445,8 @@ def timing_notes(reports: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine bench gemm", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", help="comma-separated M values (default: 1,8,32 on the CPU, 512,2048,8192 on a GPU)")
@@ -466,8 +464,18 @@ def main(argv=None) -> int:
                         help="on the GPU, also profile each runner (torch.profiler, 10 calls): its kernels' GPU time "
                              "and count a call beside the host's time, to tell a host-bound gap from a kernel's")
     parser.add_argument("--dry-run", action="store_true",
-                        help="the --device cuda cases with tiny shapes on the CPU (checks the script; no timing meaning)")
+                        help="the --device cuda cases with tiny shapes on the CPU (checks the bench; no timing meaning)")
+    parser.add_argument("--json", action="store_true", help="print the cases as JSON on stdout and nothing else")
     args = parser.parse_args(argv)
+    with stdout_to_stderr() if args.json else nullcontext():
+        document, code = bench(args)
+    if args.json:
+        print_json(document)
+    return code
+
+
+def bench(args) -> tuple[dict, int]:
+    """Every case of args, checked then timed; the document (the load average and the cases) and the exit code."""
     if args.device == "cpu" or args.dry_run:
         torch.set_num_threads(args.threads)
     if args.dry_run:
@@ -522,7 +530,7 @@ def main(argv=None) -> int:
     if path is not None:
         print(f"wrote {path}")
     failed = [r for r in reports if r.get("error") or any(v is False for k, v in r.items() if k.endswith("_ok"))]
-    return 1 if failed else 0
+    return {"load": [load_before, os.getloadavg()], "cases": reports}, (1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """GPU checks of issue 15 (trust): the sandbox on a GPU machine, and the fp64 verdict on half precision.
 
-    python scripts/trust_gpu.py [--device cuda|cpu]     # (scripts/gpu_check.py --trust runs it)
+    python -m engine.tools.gpu_trust [--device cuda|cpu]     # (`python -m engine bench gpu --trust` runs it)
 
 1. `python -m engine explore gpt_decoder --backend triton --device DEVICE --sandbox --json` under bubblewrap
    (the GPU's device nodes are bound into the sandbox's /dev): the record comes back and verifies.
@@ -18,8 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sandboxed_explore(device: str) -> dict:
@@ -60,10 +58,10 @@ def half_precision(device: str) -> dict:
                          for o in inductor_entries]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.tools.gpu_trust", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     document = {"sandbox": sandboxed_explore(args.device), "half": half_precision(args.device)}
     print(json.dumps(document, indent=2, default=str))
     inductor_ok = all(o.get("ok") for o in document["half"]["inductor"])

@@ -1,25 +1,24 @@
-#!/usr/bin/env python3
 """Training-step benchmark: eager vs Glassbox vs Inductor (torch.compile's default backend), side by side.
 
-    python scripts/train_bench.py                       # CPU, 2 threads: transformer_block and gpt_decoder samples,
+    python -m engine bench train                        # CPU, 2 threads: transformer_block and gpt_decoder samples,
                                                         # a tiny Hugging Face Llama and the tiny llama_small
-    python scripts/train_bench.py --device cuda         # H200: bf16 transformer block (B=8, T=1024, D=1024) and a
+    python -m engine bench train --device cuda          # H200: bf16 transformer block (B=8, T=1024, D=1024) and a
                                                         # small Llama-style model, default and reduce-overhead modes
-    python scripts/train_bench.py --device cpu --small  # tiny shapes (checks the script; times mean nothing)
-    python scripts/train_bench.py --device cuda --partition save-library-operands
+    python -m engine bench train --device cpu --small   # tiny shapes (checks the bench; times mean nothing)
+    python -m engine bench train --device cuda --partition save-library-operands
                                                         # our partition saving what a backward matmul reads
                                                         # (Note [Operands the backward stores])
-    python scripts/train_bench.py --device cuda --cases llama --modes default --profile $OUT/train_profile
+    python -m engine bench train --device cuda --cases llama --modes default --profile $OUT/train_profile
                                                         # also where the time goes: torch.profiler summaries and
                                                         # tables of ours and Inductor (Note [Training-step profile])
 
 Each case goes through engine/tools/train_bench.py's bench_train, as `python -m engine bench SAMPLE --train`
 does (Note [Training-step bench]: what a step is, how gradients are checked, how activation memory is counted,
-for ours, Inductor's min-cut and eager autograd). On a GPU the steps are timed as gpu_check times its cases
+for ours, Inductor's min-cut and eager autograd). On a GPU the steps are timed as `bench gpu` times its cases
 (Note [Fair GPU timing]: Inductor's compile workers shut down, a quiet host, rounds of do_bench medians in a
 rotating order, the median round reported), on the CPU the three compilers take turns step by step. `--small`
 builds the GPU cases' models at tiny sizes in float32 and, with `--device cpu`, runs them end to end on the CPU:
-the dry run (gpu_check.py --dry-run) that checks the script without a GPU (default mode only: CUDA graphs need
+the dry run (`bench gpu --dry-run`) that checks the bench without a GPU (default mode only: CUDA graphs need
 one).
 
 In reduce-overhead mode a forward reads its CUDA graph's static copy of the activation, not the caller's
@@ -42,21 +41,18 @@ import json
 import os
 import statistics
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-os.environ.setdefault("OMP_NUM_THREADS", "2")  # our C++ kernels' OpenMP, before any library loads it
+import torch
+from torch import nn
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from engine.tools.bench import set_threads  # noqa: E402
-from engine.tools.model_file import ModelSpec, load_model_file  # noqa: E402
-from engine.tools.train_bench import bench_train  # noqa: E402
-from engine.tools import train_profile  # noqa: E402
-from engine.runtime.timing import GPU_ROUNDS, QuietHost, gpu_rounds  # noqa: E402 - Note [Fair GPU timing]
+from engine.runtime.timing import GPU_ROUNDS, QuietHost, gpu_rounds  # Note [Fair GPU timing]
+from engine.tools import train_profile
+from engine.tools.bench import set_threads
+from engine.tools.json_stdout import print_json, stdout_to_stderr
+from engine.tools.model_file import ModelSpec, load_model_file
+from engine.tools.train_bench import bench_train
 
 
 def _sample_namespace(sample: str) -> dict:
@@ -124,7 +120,7 @@ def _hf_llama(batch: int, tokens: int) -> tuple:
 
 
 def gpu_timer(min_time: float):
-    """Note [Fair GPU timing] (engine/runtime/timing.py), as gpu_check's: Inductor's compile workers shut down and
+    """Note [Fair GPU timing] (engine/runtime/timing.py), as `bench gpu`'s: Inductor's compile workers shut down and
     a quiet host, then rounds of do_bench medians (CUDA events, the L2 cache flushed), the three steps in a
     rotating order; a step's time is the median of its rounds, its spread the slowest round minus the fastest.
     The rounds share `min_time` seconds of timing per step."""
@@ -227,11 +223,11 @@ def table(reports: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine bench train", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of torch (OpenMP: set OMP_NUM_THREADS)")
-    parser.add_argument("--small", action="store_true", help="tiny shapes: checks the script, times mean nothing")
+    parser.add_argument("--small", action="store_true", help="tiny shapes: checks the bench, times mean nothing")
     parser.add_argument("--modes", default=None, help="comma-separated; default: default (CPU), "
                                                       "default,reduce-overhead (CUDA)")
     parser.add_argument("--min-time", type=float, default=None, metavar="SECONDS",
@@ -245,7 +241,9 @@ def main(argv=None) -> int:
                         help="our partition (GLASSBOX_PARTITION, Note [Operands the backward stores] in "
                              "engine/partition.py): min-memory (the default) recomputes cheap values even where "
                              "a backward matmul reads them; save-library-operands saves those instead")
-    parser.add_argument("--json", metavar="PATH", help="also write the reports as JSON here")
+    parser.add_argument("--json", metavar="PATH", nargs="?", const="-",
+                        help="also write the reports as JSON to PATH; without PATH, print them on stdout and "
+                             "nothing else")
     parser.add_argument("--cases", default=None, help="comma-separated words; only the cases whose name has one "
                                                       "(e.g. llama, transformer)")
     parser.add_argument("--profile", metavar="DIR", default=None,
@@ -255,6 +253,18 @@ def main(argv=None) -> int:
                         help="with --profile: also write ours (an exploration of the step: every graph's code "
                              "and each forward's partition) and Inductor's code")
     args = parser.parse_args(argv)
+    with stdout_to_stderr() if args.json == "-" else nullcontext():
+        reports, code = bench(args)
+    if args.json == "-":
+        print_json(reports)
+    elif args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=2, default=str))
+    return code
+
+
+def bench(args) -> tuple[list[dict], int]:
+    """Every chosen case in every mode: the reports and the exit code (1 when a case failed or a check did not
+    hold)."""
     if args.partition:
         os.environ["GLASSBOX_PARTITION"] = args.partition  # read by each compile's partition
     small, device = args.small, args.device
@@ -286,10 +296,8 @@ def main(argv=None) -> int:
             if device == "cuda":
                 torch.cuda.empty_cache()
     print(table(reports), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(reports, indent=2, default=str))
     bad = any("error" in r or not all(check.get("ok") for check in r["verify"].values()) for r in reports)
-    return 1 if bad else 0
+    return reports, (1 if bad else 0)
 
 
 if __name__ == "__main__":

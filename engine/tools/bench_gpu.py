@@ -1,23 +1,23 @@
-#!/usr/bin/env python3
 """GPU check for the Triton backend: run the GPU tests, then time eager vs Glassbox vs Inductor.
 
-    python scripts/gpu_check.py                 # tests + bench; JSON to $OUT/gpu_bench.json when OUT is set
-    python scripts/gpu_check.py --skip-tests    # bench only
-    python scripts/gpu_check.py --only softmax,mlp
-    python scripts/gpu_check.py --dry-run       # no GPU: tiny shapes on the CPU (Triton interpreter), to check
-                                                # that the script itself runs; its times mean nothing
-    python scripts/gpu_check.py --gemm          # also the GEMM-with-epilogue section (scripts/gemm_bench.py):
+    python -m engine bench gpu                  # tests + bench; JSON to $OUT/gpu_bench.json when OUT is set
+    python -m engine bench gpu --skip-tests     # bench only
+    python -m engine bench gpu --only softmax,mlp
+    python -m engine bench gpu --dry-run        # no GPU: tiny shapes on the CPU (Triton interpreter), to check
+                                                # that the bench itself runs; its times mean nothing
+    python -m engine bench gpu --gemm           # also the GEMM-with-epilogue section (`bench gemm`):
                                                 # bf16 LLM shapes, templates vs cuBLAS + epilogue vs Inductor
                                                 # max-autotune; --gemm-sizes 512,2048 to shorten it
-    python scripts/gpu_check.py --trust         # also the sandbox-on-GPU and fp16-verdict section
-                                                # (scripts/trust_gpu.py)
-    python scripts/gpu_check.py --train         # also the bf16 training-step section (scripts/train_bench.py):
+    python -m engine bench gpu --trust          # also the sandbox-on-GPU and fp16-verdict section
+                                                # (engine/tools/gpu_trust.py)
+    python -m engine bench gpu --train          # also the bf16 training-step section (`bench train`):
                                                 # transformer block B=8 T=1024 D=1024 and a small Llama-style
                                                 # model, default and reduce-overhead, vs eager and Inductor
-    python scripts/gpu_check.py --sections chain,zoo --skip-tests    # the launch-bound chain and the model zoo
-    python scripts/gpu_check.py --sections zoo --only hf_llama_decode,tv_resnet50
-    python scripts/gpu_check.py --sections zoo --layout contiguous   # the zoo with eager's NCHW convolutions
-    python scripts/gpu_check.py --zoo-json a/gpu_bench.json,b/gpu_bench.json  # one zoo table from two runs
+    python -m engine bench gpu --sections chain,zoo --skip-tests    # the launch-bound chain and the model zoo
+    python -m engine bench gpu --sections zoo --only hf_llama_decode,tv_resnet50
+    python -m engine bench gpu --sections zoo --layout contiguous   # the zoo with eager's NCHW convolutions
+    python -m engine bench gpu --zoo-json a/gpu_bench.json,b/gpu_bench.json  # one zoo table from two runs
+    python -m engine bench gpu ... --json       # the whole document on stdout, nothing else
 
 Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below
 (with issue 29's: cumsum_rows_fp32, upsample_bilinear_add_fp16, softmax_chain32, inception_v3_fp16 where
@@ -47,24 +47,20 @@ import subprocess
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-try:
-    import sympy  # noqa: F401 - the engine's index algebra; checked here for a clear message
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-except ImportError as missing:
-    sys.exit(f"gpu_check needs torch, triton and sympy: {missing}. Install the missing one (no other package "
-             "is needed), e.g. `pip install sympy`, and run again.")
+from engine.runtime.timing import QuietHost, gpu_rounds, interleaved  # Note [Fair GPU timing]
+from engine.tools.bench import sample_class
+from engine.tools.bench_verdicts import Verdicts  # the engine's verdict on outputs
+from engine.tools.json_stdout import print_json, stdout_to_stderr
+from engine.tools.tiling_cases import tiling_cases  # issue 10's shapes
 
-from engine.tools.bench import sample_class  # noqa: E402 - after the check above, for its clear message
-from engine.runtime.timing import QuietHost, gpu_rounds, interleaved  # noqa: E402 - Note [Fair GPU timing]
-from verdicts import Verdicts  # noqa: E402 - the engine's verdict on outputs (scripts/verdicts.py)
-from tiling_cases import tiling_cases  # noqa: E402 - issue 10's shapes (scripts/tiling_cases.py)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the cases -----------------------------------------------------------------------------------------------
@@ -434,10 +430,10 @@ def _failures(output: str) -> str:
     return output[output.rfind("\n", 0, start) + 1:output.rfind("\n", 0, end) + 1 if end >= 0 else None]
 
 
-def run_script_section(script: str, arguments: list[str]) -> dict:
-    """One section's script (scripts/SCRIPT) in a process of its own: Inductor's max-autotune state and the
+def run_script_section(module_and_arguments: list[str]) -> dict:
+    """One section (`python -m MODULE ARGUMENTS`) in a process of its own: Inductor's max-autotune state and the
     GPU memory of the other sections do not leak into it."""
-    command = [sys.executable, str(ROOT / "scripts" / script), *arguments]
+    command = [sys.executable, "-m", *module_and_arguments]
     print("$", " ".join(command), flush=True)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     print(result.stdout[-8000:] + result.stderr[-4000:], flush=True)
@@ -445,9 +441,9 @@ def run_script_section(script: str, arguments: list[str]) -> dict:
 
 
 def run_gemm_section(dry_run: bool, sizes: str) -> dict:
-    """GEMMs with epilogues (scripts/gemm_bench.py): templates vs cuBLAS + epilogue vs Inductor max-autotune."""
-    return run_script_section("gemm_bench.py", ["--device", "cuda", "--dry-run"] if dry_run else
-                              ["--device", "cuda", "--sizes", sizes])
+    """GEMMs with epilogues (`bench gemm`): templates vs cuBLAS + epilogue vs Inductor max-autotune."""
+    return run_script_section(["engine", "bench", "gemm", "--device", "cuda"]
+                              + (["--dry-run"] if dry_run else ["--sizes", sizes]))
 
 
 def run_profile_section(dry_run: bool) -> dict:
@@ -483,14 +479,15 @@ def run_profile_section(dry_run: bool) -> dict:
 
 
 def run_train_section(dry_run: bool) -> dict:
-    """bf16 training steps (scripts/train_bench.py) in a process of its own, like the GEMM section."""
-    return run_script_section("train_bench.py", ["--device", "cpu", "--small", "--min-time", "0.1"] if dry_run
-                              else ["--device", "cuda"])
+    """bf16 training steps (`bench train`) in a process of its own, like the GEMM section."""
+    return run_script_section(["engine", "bench", "train"]
+                              + (["--device", "cpu", "--small", "--min-time", "0.1"] if dry_run
+                                 else ["--device", "cuda"]))
 
 
 def run_trust_section(dry_run: bool) -> dict:
-    """The sandbox under bubblewrap on the GPU and the fp16 verdict vs Inductor (scripts/trust_gpu.py)."""
-    return run_script_section("trust_gpu.py", ["--device", "cpu" if dry_run else "cuda"])
+    """The sandbox under bubblewrap on the GPU and the fp16 verdict vs Inductor (engine/tools/gpu_trust.py)."""
+    return run_script_section(["engine.tools.gpu_trust", "--device", "cpu" if dry_run else "cuda"])
 
 
 def environment() -> dict:
@@ -528,8 +525,8 @@ def run_cases(case_list: list[dict], device: str, measure, args, label: str) -> 
 SECTIONS = ("tests", "bench", "chain", "zoo")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine bench gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--sections", default="tests,bench", help=f"comma-separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
@@ -539,16 +536,17 @@ def main() -> int:
     parser.add_argument("--layout", default="auto", choices=("auto", "channels_last", "contiguous"),
                         help="Glassbox's layout of the tensors around convolutions (Note [Channels-last "
                              "convolutions]): auto decides per graph; contiguous is eager's NCHW, for an A/B")
-    parser.add_argument("--gemm", action="store_true", help="run the GEMM template section (scripts/gemm_bench.py)")
+    parser.add_argument("--gemm", action="store_true", help="run the GEMM template section (`bench gemm`)")
     parser.add_argument("--gemm-sizes", default="512,2048,8192", help="M values of the GEMM section")
     parser.add_argument("--profile", action="store_true",
                         help="run the per-kernel profile section (explore --profile on the GPU, and a compare)")
-    parser.add_argument("--train", action="store_true", help="run the training-step section (scripts/train_bench.py)")
+    parser.add_argument("--train", action="store_true", help="run the training-step section (`bench train`)")
     parser.add_argument("--trust", action="store_true",
-                        help="run the sandbox-on-GPU and fp16-verdict section (scripts/trust_gpu.py)")
+                        help="run the sandbox-on-GPU and fp16-verdict section (engine/tools/gpu_trust.py)")
     parser.add_argument("--zoo-json", help="comma-separated gpu_bench.json files: print their zoo rows as one "
                                            "table with one verdict (Note [Zoo targets]), and run nothing")
-    args = parser.parse_args()
+    parser.add_argument("--json", action="store_true", help="print the document as JSON on stdout and nothing else")
+    args = parser.parse_args(argv)
     if args.zoo_json:
         return joined_zoo(args.zoo_json.split(","))
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
@@ -557,8 +555,17 @@ def main() -> int:
     sections -= {"tests"} if args.skip_tests else set()
     sections -= {"bench"} if args.skip_bench else set()
     if not args.dry_run and not torch.cuda.is_available():
-        print("gpu_check: CUDA is not available here; use --dry-run to check the script on the CPU.")
+        print("bench gpu: CUDA is not available here; use --dry-run to check the bench on the CPU.", file=sys.stderr)
         return 2
+    with stdout_to_stderr() if args.json else nullcontext():
+        document, code = check(args, sections)
+    if args.json:
+        print_json(document)
+    return code
+
+
+def check(args, sections: set[str]) -> tuple[dict, int]:
+    """The chosen sections, in order; the document (also written to $OUT/gpu_bench.json) and the exit code."""
     device = "cpu" if args.dry_run else "cuda"
     document = {"environment": environment()}
     print(json.dumps(document["environment"]), flush=True)
@@ -608,7 +615,7 @@ def main() -> int:
     wrong = wrong or document.get("gemm", {}).get("returncode", 0) != 0
     wrong = wrong or document.get("train", {}).get("returncode", 0) != 0
     wrong = wrong or document.get("trust", {}).get("returncode", 0) != 0
-    return 1 if failed_tests or wrong else 0
+    return document, (1 if failed_tests or wrong else 0)
 
 
 if __name__ == "__main__":

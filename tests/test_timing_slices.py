@@ -1,12 +1,8 @@
-"""scripts/cpu_tiling_bench.py's timing (Note [Interleaved slices]), on a simulated clock: runners whose calls
-cost a fixed time, and a load burst that slows whatever runs during it."""
-import sys
-from pathlib import Path
-
+"""Paired slices (Note [Interleaved slices] in engine/runtime/timing.py, the CPU tiling bench's timing), on a
+simulated clock: runners whose calls cost a fixed time, and a load burst that slows whatever runs during it."""
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from cpu_tiling_bench import paired_ratio, sliced_ms  # noqa: E402
+from engine.runtime.timing import paired_ratio, sliced_ms
 
 
 class Machine:

@@ -1,8 +1,8 @@
-"""The shapes of issue 10 (tiling) for scripts/gpu_check.py: transposes, permutes, reductions over a
+"""The shapes of issue 10 (tiling) for `python -m engine bench gpu`: transposes, permutes, reductions over a
 non-innermost axis and long rows, at H200 sizes (tiny ones for --dry-run). Each is timed ours vs Inductor
-with triton.testing.do_bench like every other gpu_check case:
+with triton.testing.do_bench like every other case of that bench:
 
-    python scripts/gpu_check.py --skip-tests --only transposed_add,column_sum,full_sum,few_column_sum,nchw_sum_dim1,\\
+    python -m engine bench gpu --skip-tests --only transposed_add,column_sum,full_sum,few_column_sum,nchw_sum_dim1,\\
 se_channels_last,softmax_32000,softmax_50257,log_softmax_32000,log_softmax_50257,cross_entropy_32000,cross_entropy_50257,layernorm_bf16,\\
 permute_add_fp16
 """

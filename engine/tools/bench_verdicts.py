@@ -1,4 +1,4 @@
-"""The engine's verdict on a compiled run's outputs, for the GPU scripts (gpu_check.py, gemm_bench.py)."""
+"""The engine's verdict on a compiled run's outputs, for the benches (`bench gpu`, `bench gemm`)."""
 from __future__ import annotations
 
 
@@ -7,9 +7,9 @@ class Verdicts:
     eager, or where not, no less accurate than eager against a float64 run of the model. The float64 reference
     is computed once per case, only when some output of ours or Inductor's is not close to eager (a bf16 model
     whose eager output is itself far from the true result: hf_llama_prefill flagged both compilers by a bf16
-    tolerance of this script's own), so the verdict is the one `explore` gives
-    (gpu_check's zoo; gemm_bench's end-to-end cases, where the same bf16 Llama prefill had both compilers
-    'WRONG' by that script's fixed tolerance on the H200 on 2026-12-02)."""
+    tolerance of the bench's own), so the verdict is the one `explore` gives
+    (bench gpu's zoo; bench gemm's end-to-end cases, where the same bf16 Llama prefill had both compilers
+    'WRONG' by the bench's fixed tolerance on an H200)."""
 
     def __init__(self, model, inputs, expected: list, tolerance: dict | None):
         self.model, self.inputs, self.expected, self.tolerance = model, inputs, expected, tolerance

@@ -27,3 +27,14 @@ def test_hostile_case(outcomes, name):
 
 def test_the_outside_file_was_cleaned_up(outcomes):
     assert not hostile_suite.OUTSIDE_FILE.exists()
+
+
+def test_the_outcomes_as_json_say_what_the_report_says(outcomes):
+    """`sweep hostile --json`: one document per outcome, passed exactly when the report's row says yes."""
+    import json
+
+    rows = [json.loads(json.dumps(hostile_suite.outcome_json(o))) for o in outcomes.values()]
+    assert [row["case"] for row in rows] == list(outcomes)
+    assert all(row["passed"] == (not row["problems"]) == outcomes[row["case"]].passed for row in rows)
+    report = hostile_suite.report(list(outcomes.values()))
+    assert report.count("| yes |") == sum(row["passed"] for row in rows)

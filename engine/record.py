@@ -180,6 +180,37 @@ class MemoryRecord(Record):
 
 
 @dataclass
+class TileShape(Record):
+    y: str  # the Y extent (the output's leading dims, flattened)
+    x: str  # the X extent (the rest)
+
+
+@dataclass
+class CatPiece(Record):
+    range: list[int]  # [start, end) along the cut dim
+    reads: list[str] = field(default_factory=list)  # the buffers this piece's loop nest reads
+
+
+@dataclass
+class CatPieces(Record):
+    """A cat's (or a pad's) loop nests, one per piece of its output (Note [Cat pieces] in codegen/cpp)."""
+    dim: int
+    pieces: list[CatPiece] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class TilingRecord(Record):
+    """How a kernel's loops are tiled, and why (engine/schedule/tiling.py; Note [Optional keys])."""
+    choice: str  # 1d | 2d | row | column | split | scan ...
+    reason: str
+    tile: TileShape | None = optional_key()  # 2d
+    run: str | None = optional_key()  # 2d: along Y, column: along the outputs (Note [Runs of an axis])
+    columns: bool | None = optional_key()  # split: the stage is walked as column tiles (Note [Column splits])
+    pieces: CatPieces | None = optional_key()  # C++: a cat's pieces
+
+
+@dataclass
 class KernelRecord(Record):
     name: str
     kind: str  # pointwise | reduction | extern | fallback | template
@@ -193,7 +224,7 @@ class KernelRecord(Record):
     source: str = ""  # its generated source (or, for a library call, its IR text)
     lines: list[int] = field(default_factory=list)  # [first, last] line of its source in the module, if generated
     reason: str | None = None  # a fallback's
-    tiling: dict[str, Any] | None = None  # how its loops are tiled, with the reason
+    tiling: TilingRecord | None = None  # how its loops are tiled, with the reason
     triton: dict[str, Any] | None = None  # Triton's launch config, grid, signature, autotuning
     template: dict[str, Any] | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
     asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (engine/tools/assembly.add_assembly)

@@ -5,14 +5,16 @@ import torch
 import torch.nn.functional as F
 
 import engine
+from engine.record import CatPieces
 
 r = torch.randn
 h, bf = torch.float16, torch.bfloat16
 
 
-def _pieces(exploration) -> list[dict]:
+def _pieces(exploration) -> list[CatPieces]:
     assert exploration.verify["ok"], exploration.verify
-    return [k.tiling["pieces"] for k in exploration.kernels if k.kind == "pointwise" and "pieces" in (k.tiling or {})]
+    return [k.tiling.pieces for k in exploration.kernels
+            if k.kind == "pointwise" and k.tiling is not None and k.tiling.pieces is not None]
 
 
 def _explore(fn, inputs):
@@ -46,9 +48,9 @@ CASES = {
 def test_cat_is_split_per_input_and_matches_eager(case):
     fn, inputs, dim, extents = CASES[case]
     (cut,) = _pieces(_explore(fn, inputs))
-    assert cut["dim"] == dim, cut
-    assert [end - start for start, end in (p["range"] for p in cut["pieces"])] == extents, cut
-    reads = [p["reads"] for p in cut["pieces"]]
+    assert cut.dim == dim, cut
+    assert [end - start for start, end in (p.range for p in cut.pieces)] == extents, cut
+    reads = [p.reads for p in cut.pieces]
     assert all(len(read) == 1 for read in reads) and len({read[0] for read in reads}) == len(reads), reads
 
 
@@ -60,7 +62,7 @@ def test_cat_read_by_a_product_is_split_with_its_consumer():
         return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
     exploration = _explore(rotary, (r(4, 32, 64), r(32, 64), r(32, 64)))
     (cut,) = _pieces(exploration)
-    assert cut["dim"] == 2 and [p["range"] for p in cut["pieces"]] == [[0, 32], [32, 64]], cut
+    assert cut.dim == 2 and [p.range for p in cut.pieces] == [[0, 32], [32, 64]], cut
     (kernel,) = [k for k in exploration.kernels if k.kind == "pointwise"]
     assert " ? " not in kernel.source and "gb_max_i" not in kernel.source, kernel.source
 
@@ -68,8 +70,8 @@ def test_cat_read_by_a_product_is_split_with_its_consumer():
 def test_pad_is_split_at_its_edges():
     """A pad's edges are cuts too: the padding slabs store the constant, the middle copies the input."""
     (cut,) = _pieces(_explore(lambda x: F.pad(x, (0, 0, 2, 3), value=1.5) * 2, (r(4, 10, 32),)))
-    assert cut["dim"] == 1 and [p["range"] for p in cut["pieces"]] == [[0, 2], [2, 12], [12, 15]], cut
-    assert [len(p["reads"]) for p in cut["pieces"]] == [0, 1, 0], cut
+    assert cut.dim == 1 and [p.range for p in cut.pieces] == [[0, 2], [2, 12], [12, 15]], cut
+    assert [len(p.reads) for p in cut.pieces] == [0, 1, 0], cut
 
 
 def test_kernel_without_index_tests_is_not_split():
@@ -81,6 +83,6 @@ def test_large_cat_matches_eager_on_threads():
     fn = lambda a, b, c: torch.cat([a, b.sin(), c], 1)
     inputs = (r(16, 64, 128), r(16, 32, 128), r(16, 96, 128))
     (cut,) = _pieces(_explore(fn, inputs))
-    assert len(cut["pieces"]) == 3
+    assert len(cut.pieces) == 3
     compiled = engine.compile(fn, backend="cpp")
     torch.testing.assert_close(compiled(*inputs), fn(*inputs))

@@ -45,7 +45,7 @@ def test_column_reductions_walk_runs(backend, case):
 def test_no_run_when_the_inner_dims_are_too_short():
     """H*W = 15 (< TILE_MIN): runs would be shorter than a vector's worth of tiles; the flat walk stays."""
     (kernel,) = explored_kernels(lambda a: a.sum(1), (torch.randn(2, 32, 3, 5),), "cpp")
-    assert kernel["tiling"]["choice"] == "column" and "run" not in kernel["tiling"]
+    assert kernel.tiling.choice == "column" and kernel.tiling.run is None
 
 
 PERMUTE_CASES = {

@@ -4,7 +4,7 @@ They read the typed record (engine/record.py) by attribute; only the record's fr
 `triton` and `template` reports, `verify`) are plain dicts."""
 from __future__ import annotations
 
-from engine.record import Exploration, FusionDecision, GraphRecord
+from engine.record import Exploration, FusionDecision, GraphRecord, TilingRecord
 from visualizers import graphs, teaching
 
 
@@ -13,18 +13,24 @@ def user_text(text: str | None) -> str:
     return teaching.plain_words(text)
 
 
-def tiling_text(tiling: dict | None) -> tuple[str, str]:
+def tiling_details(tiling: TilingRecord) -> list[str]:
+    """The tiling's extras in words: its run, column tiles, the pieces of a cut."""
+    details = [f"run {tiling.run}"] if tiling.run else []
+    details += ["columns True"] if tiling.columns else []
+    if tiling.pieces is not None and tiling.pieces.pieces:
+        details.append(f"{len(tiling.pieces.pieces)} pieces along dim {tiling.pieces.dim}")
+    return details
+
+
+def tiling_text(tiling: TilingRecord | None) -> tuple[str, str]:
     """A kernel's tiling as (choice, why): "2d tiles 32x32", "row, split in 4"; with the pieces of a cut."""
-    if not tiling:
+    if tiling is None:
         return "", ""
-    choice = str(tiling.get("choice") or "")
-    details = [f"{k} {v}" for k, v in tiling.items()
-               if k not in ("choice", "reason", "pieces") and isinstance(v, (int, float, str)) and v != ""]
-    why = [user_text(tiling.get("reason"))]
-    pieces = tiling.get("pieces")
-    if isinstance(pieces, dict) and pieces.get("pieces"):
-        details.append(f"{len(pieces['pieces'])} pieces along dim {pieces.get('dim')}")
-        why.append(user_text(pieces.get("reason")))
+    choice = tiling.choice
+    details = tiling_details(tiling)
+    why = [user_text(tiling.reason)]
+    if tiling.pieces is not None and tiling.pieces.pieces:
+        why.append(user_text(tiling.pieces.reason))
     return (choice + (f" ({', '.join(details)})" if details else "")), "; ".join(w for w in why if w)
 
 

@@ -37,6 +37,7 @@ import sympy
 
 from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, product, simplify_index
 from engine.ir.nodes import Buffer, Reduction, Scan, Scatter
+from engine.record import TileShape, TilingRecord
 from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.split import SplitCombine, SplitPartials, wants_split
 from engine.schedule.strides import Access, column_access, kernel_accesses, probe_stride
@@ -53,15 +54,10 @@ class Tiling:
     run: sympy.Expr | None = None  # 2d: along Y, column: along the outputs (Note [Runs of an axis]); None: whole
     columns: bool = False  # split: the stage reads along its outputs, walked as column tiles (Note [Column splits])
 
-    def record(self) -> dict:
-        entry = {"choice": self.choice, "reason": self.reason}
-        if self.choice == "2d":
-            entry["tile"] = {"y": str(self.y), "x": str(self.x)}
-        if self.run is not None:
-            entry["run"] = str(self.run)
-        if self.columns:
-            entry["columns"] = True
-        return entry
+    def record(self) -> TilingRecord:
+        return TilingRecord(choice=self.choice, reason=self.reason,
+                            tile=TileShape(y=str(self.y), x=str(self.x)) if self.choice == "2d" else None,
+                            run=str(self.run) if self.run is not None else None, columns=True if self.columns else None)
 
 
 def _affine_in(expr: sympy.Expr, variable: sympy.Symbol) -> bool:

@@ -141,15 +141,14 @@ def plain_words(text, graph: GraphRecord | None = None) -> str:
 
 def tiling_line(kernel: KernelRecord) -> str:
     """A kernel's loop tiling (or a template's tile config) and why, in words."""
-    tiling, template = kernel.tiling or {}, kernel.template or {}
-    if tiling.get("choice"):
-        details = [f"{k} {v}" for k, v in tiling.items()
-                   if k not in ("choice", "reason", "pieces") and isinstance(v, (int, float, str)) and v != ""]
-        pieces = tiling.get("pieces") if isinstance(tiling.get("pieces"), dict) else {}
-        if pieces.get("pieces"):
-            details.append(f"{len(pieces['pieces'])} pieces along dim {pieces.get('dim')}")
-        reason = "; ".join(w for w in (plain_words(tiling.get("reason")), plain_words(pieces.get("reason"))) if w)
-        return tiling["choice"] + (f" ({', '.join(details)})" if details else "") + (f" - {reason}" if reason else "")
+    tiling, template = kernel.tiling, kernel.template or {}
+    if tiling is not None and tiling.choice:
+        details = ([f"run {tiling.run}"] if tiling.run else []) + (["columns True"] if tiling.columns else [])
+        pieces = tiling.pieces if tiling.pieces is not None and tiling.pieces.pieces else None
+        if pieces is not None:
+            details.append(f"{len(pieces.pieces)} pieces along dim {pieces.dim}")
+        reason = "; ".join(w for w in (plain_words(tiling.reason), plain_words(pieces.reason if pieces else "")) if w)
+        return tiling.choice + (f" ({', '.join(details)})" if details else "") + (f" - {reason}" if reason else "")
     if template.get("config"):
         config = ", ".join(f"{k}={v}" for k, v in template["config"].items())
         return f"{template.get('name', 'template')} {config}" + (

@@ -26,6 +26,7 @@ from engine.codegen.cpp.scan import scan_kernel
 from engine.ir.indexing import ModIndex, c_index, contiguous_strides, linearize, product, simplify_index, unflatten
 from engine.ir.nodes import loop_size
 from engine.ir.ops import use_handler
+from engine.record import CatPiece, CatPieces
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.tiling import Tiling, choose_tiling
@@ -92,12 +93,13 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
         printers = [_pointwise_loops(body, plan, buffers, nodes, sizes, (dim, start, end),
                                      "#pragma omp for nowait" if region else "")
                     for start, end in zip(bounds, bounds[1:])]
-    pieces = [{"range": [start, end], "reads": sorted(p.loaded)} for p, start, end in zip(printers, bounds, bounds[1:])]
+    pieces = [CatPiece(range=[start, end], reads=sorted(p.loaded))
+              for p, start, end in zip(printers, bounds, bounds[1:])]
     cpp = finish_kernel(kernel, buffers, body, _merged_signature(printers), size_symbols, tiling)
-    cpp.pieces = {"dim": dim, "pieces": pieces,
-                  "reason": f"the output is cut along dim {dim} at {', '.join(map(str, bounds[1:-1]))}, where its "
-                            f"index tests change (a cat's inputs, a pad's edges): one loop nest per piece, each "
-                            f"with those tests decided (Note [Cat pieces])"}
+    cpp.pieces = CatPieces(dim=dim, pieces=pieces,
+                           reason=f"the output is cut along dim {dim} at {', '.join(map(str, bounds[1:-1]))}, where "
+                                  f"its index tests change (a cat's inputs, a pad's edges): one loop nest per piece, "
+                                  f"each with those tests decided (Note [Cat pieces])")
     return cpp
 
 

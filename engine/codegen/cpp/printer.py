@@ -15,6 +15,7 @@ from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
 from engine.ir.handlers import Var
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, c_index, upper_bound
 from engine.ir.nodes import Buffer
+from engine.record import CatPieces
 from engine.schedule.fusion import Kernel
 from engine.schedule.kernel_plan import KernelPlan
 from engine.schedule.tiling import Tiling
@@ -463,13 +464,12 @@ class CppKernel:
     size_args: list[str]
     tiling: Tiling
     line_tags: list = field(default_factory=list)  # one per source line
-    pieces: dict | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp/module.py)
+    pieces: CatPieces | None = None  # a cat's loop nests, one per piece (Note [Cat pieces] in cpp/module.py)
     float_sizes: tuple[str, ...] = ()  # size arguments passed as doubles (Note [Derived sizes])
 
     def record_fields(self) -> dict:
         tiling = self.tiling.record()
-        if self.pieces is not None:
-            tiling["pieces"] = self.pieces
+        tiling.pieces = self.pieces
         return {"tiling": tiling}
 
 

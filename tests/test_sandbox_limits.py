@@ -85,3 +85,35 @@ def test_two_gigabytes_of_sysv_shared_memory_are_stopped_at_the_limit():
     """, Limits(timeout_s=120, memory_mb=500))
     assert result.limit_hit == "memory", (result.limit_hit, result.returncode, result.stdout, result.stderr[-500:])
     assert "held 2 GB" not in result.stdout
+
+
+@needs_bwrap
+def test_a_job_reads_none_of_the_server_users_private_files(tmp_path):
+    # Note [Private files]: the server user's home, the app's secrets and the system's password hashes
+    import os
+    import uuid
+    from pathlib import Path
+
+    home_secret = Path(os.path.expanduser("~")) / f".glassbox-secret-{uuid.uuid4().hex[:8]}"
+    streamlit = isolation.REPO_ROOT / ".streamlit"
+    app_secret = streamlit / f"secrets-{uuid.uuid4().hex[:8]}.toml"
+    home_secret.write_text("hunter2")
+    streamlit.mkdir(exist_ok=True)
+    app_secret.write_text("password = 'hunter2'")
+    try:
+        paths = [str(home_secret), str(app_secret), *[p for p in isolation.PRIVATE_FILES if os.path.isfile(p)]]
+        result = python(f"""
+            import sys
+            import torch, engine  # the installation and the repository stay readable
+            for path in {paths!r}:
+                try:
+                    print(path, repr(open(path).read()[:20]))
+                except OSError as error:
+                    print(path, "refused", error.strerror)
+        """)
+    finally:
+        home_secret.unlink()
+        app_secret.unlink()
+    assert result.ok, result.explain()
+    assert "hunter2" not in result.stdout and "$" not in result.stdout, result.stdout
+    assert result.stdout.count("\n") == len(paths), result.stdout

@@ -143,7 +143,7 @@ class TrustedBuilder:
         output = command[command.index("-o") + 1]
         entry = output.rsplit("/", 1)[0]
         if not isolation.bwrap_problem():
-            command = isolation.bwrap_argv(Path(entry), [], 1 << 30) + command
+            command = isolation.bwrap_argv(Path(entry), isolation.readable_paths(command), 1 << 30) + command
         limit = shutil.which("prlimit")
         if limit:
             command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0", "--"] + command

@@ -16,6 +16,16 @@ with bubblewrap's
   - writable: only its work directory (no other job's is visible); the compile cache is bound read-only
     (Note [Trusted builder]);
   - files named on its command line are bound read-only at the same path (a model file under /tmp).
+  - the server user's files it does not need are hidden (Note [Private files]).
+
+Note [Private files]
+uid 65534 inside is the server's user outside, so the read-only system shows whatever that user may read. A
+job needs the Python installation, the repository's code, its compile cache and the files on its command line;
+so the server user's home, /root and /home get empty tmpfs (the paths a job needs under them are bound back
+read-only, as are ~/.cache/huggingface and ~/.cache/torch, where a model's downloaded weights live), the
+repository's .streamlit (the app's secrets.toml) is hidden, and /etc/shadow, /etc/gshadow, /etc/sudoers and the
+SSH host keys read as empty files. What remains readable is the rest of the system (/etc/passwd, /usr, /opt,
+other disks): README, "Security", says so.
 Memory and processes are limited by a cgroup made for the worker (cgroup v2, or v1's memory and pids
 controllers) where the cgroup tree is writable: the memory limit counts the page cache, so files on the
 private /tmp and /dev/shm and memfds count against it, and the kernel's OOM killer ends the job at its limit;
@@ -41,6 +51,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -49,6 +60,7 @@ from pathlib import Path
 UNPRIVILEGED_ID = "65534"  # nobody/nogroup inside the namespace
 CGROUP_PREFIX = "glassbox-"
 RUN_ROOT = Path(tempfile.gettempdir()) / "glassbox-runs"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- bubblewrap ----------------------------------------------------------------------------------------------
@@ -67,6 +79,10 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
              "--tmpfs", "/run"]
     if RUN_ROOT.is_dir():
         argv += ["--tmpfs", str(RUN_ROOT)]  # other jobs' directories, wherever the temp directory is
+    for directory in private_directories():
+        argv += ["--tmpfs", directory]  # Note [Private files]: what a job needs there is bound back below
+    for path in private_files():
+        argv += ["--ro-bind", "/dev/null", path]
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
         argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:
@@ -75,6 +91,51 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
     if RUN_ROOT.is_dir():
         argv += ["--remount-ro", str(RUN_ROOT)]  # its tmpfs; the work directory bound inside stays writable
     return argv + ["--chdir", str(workdir), "--"]
+
+
+def readable_paths(argv: list[str]) -> list[tuple[str, str]]:
+    """(real path, path) pairs a worker must read that its private /tmp, /dev/shm, /run and hidden directories
+    would hide: the repo, the Python installation and the files named on its command line, where they live there
+    (Note [Isolation], Note [Private files])."""
+    import site
+
+    paths = {str(REPO_ROOT), sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), site.getusersitepackages(),
+             *needed_under_private(), *(a for a in argv if os.path.isabs(a) and os.path.isfile(a))}
+    hidden = ("/tmp/", "/dev/shm/", "/run/", "/var/run/", *(d + "/" for d in private_directories()))
+
+    def under_hidden(path: str) -> bool:
+        return any((candidate + "/").startswith(hidden) for candidate in (os.path.realpath(path), path))
+
+    # a symbolic link (the venv's python into a hidden home) resolves inside to its target, bound at its own path
+    return sorted({(os.path.realpath(p), os.path.realpath(p) if os.path.islink(p) else p) for p in paths
+                   if os.path.exists(p) and under_hidden(p)})
+
+
+def private_directories() -> list[str]:
+    """Directories hidden behind an empty tmpfs (Note [Private files]): the server user's home, /root, /home,
+    the repository's .streamlit; never / or a directory that holds the temp directory."""
+    temp = os.path.realpath(tempfile.gettempdir()) + "/"
+    found = []
+    for directory in (os.path.expanduser("~"), "/root", "/home", str(REPO_ROOT / ".streamlit")):
+        real = os.path.realpath(directory)
+        if real != "/" and os.path.isdir(real) and not temp.startswith(real + "/") and real not in found:
+            found.append(real)
+    return found
+
+
+PRIVATE_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
+
+
+def private_files() -> list[str]:
+    """Files that read as empty inside the sandbox (Note [Private files])."""
+    return [path for path in (*PRIVATE_FILES, *sorted(glob.glob("/etc/ssh/ssh_host_*key"))) if os.path.isfile(path)]
+
+
+def needed_under_private() -> list[str]:
+    """Caches a model may read its downloaded weights from, bound back read-only (Note [Private files])."""
+    home = os.path.expanduser("~")
+    return [path for path in (os.path.join(home, ".cache", "huggingface"), os.path.join(home, ".cache", "torch"),
+                              os.environ.get("HF_HOME", "")) if path and os.path.isdir(path)]
 
 
 @functools.lru_cache(maxsize=None)

@@ -66,7 +66,7 @@ from engine.tools.builder import TrustedBuilder
 from engine.tools.procfs import (all_processes, cpu_seconds, descendants, pid_namespace, resident_mb,
                                  session_processes, shared_mb)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = isolation.REPO_ROOT
 POLL_SECONDS = 0.05
 STARTUP_S = 180.0  # the longest a worker may take to import torch and the engine before its job begins
 
@@ -218,19 +218,6 @@ def _shared_cache() -> Path | None:
         return None
 
 
-def _readable_paths(argv: list[str]) -> list[tuple[str, str]]:
-    """(real path, path) pairs a worker must read that its private /tmp, /dev/shm and /run would hide: the repo,
-    the Python installation and the files named on its command line, where they live there (Note [Isolation])."""
-    paths = {str(REPO_ROOT), sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), *(
-        a for a in argv if os.path.isabs(a) and os.path.isfile(a))}
-    hidden = ("/tmp/", "/dev/shm/", "/run/", "/var/run/")
-
-    def under_hidden(path: str) -> bool:
-        return any((candidate + "/").startswith(hidden) for candidate in (os.path.realpath(path), path))
-
-    return sorted((os.path.realpath(p), p) for p in paths if os.path.exists(p) and under_hidden(p))
-
-
 # the gate: wait for the parent's go (after it put this process into the job's cgroup), then become the worker
 GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "glassbox-gate"]
 
@@ -282,7 +269,7 @@ class SandboxedProcess:
             environment["GLASSBOX_BUILDER_FD"] = str(self.builder.worker_fd())
             keep = (self.builder.worker_fd(),)
             shared = _shared_cache()  # read-only: Note [Trusted builder]
-            readable = _readable_paths(argv) + ([(str(shared.resolve()), str(shared))] if shared else [])
+            readable = isolation.readable_paths(argv) + ([(str(shared.resolve()), str(shared))] if shared else [])
             command = isolation.bwrap_argv(self.workdir, readable, backstop_bytes(self.limits.memory_mb),
                                            network) + argv
         process = subprocess.Popen(GATE + command, cwd=self.workdir, env=environment, stdin=subprocess.PIPE,

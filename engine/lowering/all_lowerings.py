@@ -1,2 +1,2 @@
 """Importing this module fills the lowering registry."""
-from engine.lowering import backward, creation, extern, gather, interpolation, pooling, pointwise, reductions, scatters, views  # noqa: F401
+from engine.lowering import backward, creation, declined, extern, gather, interpolation, pooling, pointwise, reductions, scatters, views  # noqa: F401

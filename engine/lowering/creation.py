@@ -111,10 +111,11 @@ def cat(tensors, dim=0):
 
 @register_lowering(aten.constant_pad_nd.default)
 def constant_pad_nd(x, pad, value=0):
+    """Padding, or cropping where a pad is negative (RWKV's time shift, ConvBERT's backward): output position i
+    along a dim reads input position i - before. A negative `before` can never put it below 0 and a negative
+    `after` never past the end, so only positive pads test a bound (and mask the read)."""
     compute = compute_dtype(out_dtype())
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
-    if any(before < 0 or after < 0 for before, after in pairs):
-        raise Unsupported("negative padding (cropping) runs eagerly")
 
     def inner_fn(index):
         shifted, inside = list(index), None
@@ -123,11 +124,11 @@ def constant_pad_nd(x, pad, value=0):
             if before == 0 and after == 0:
                 continue  # an unpadded dim needs no test
             position = ops.index_expr(index[d] - before, torch.int64)
-            tests = ([ops.ge(position, ops.constant(0, torch.int64))] if before != 0 else []) + \
-                ([ops.lt(position, ops.index_expr(x.size[d], torch.int64))] if after != 0 else [])
+            tests = ([ops.ge(position, ops.constant(0, torch.int64))] if before > 0 else []) + \
+                ([ops.lt(position, ops.index_expr(x.size[d], torch.int64))] if after > 0 else [])
             for test in tests:
                 inside = test if inside is None else ops.logical_and(inside, test)
-            shifted[d] = Bounded(index[d] - before, x.size[d])
+            shifted[d] = Bounded(index[d] - before, x.size[d]) if tests else index[d] - before
         if inside is None:
             return load_as(x, shifted, compute)
         return ops.masked(inside, lambda: load_as(x, shifted, compute), ops.constant(value, compute))

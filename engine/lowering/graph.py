@@ -258,6 +258,10 @@ def _without_kernel_dtype(args, kwargs, val) -> str | None:
     dtypes = [v.node.dtype for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, TensorValue)]
     dtypes += [v.dtype for v in torch.utils._pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
     other = sorted({str(d).replace("torch.", "") for d in dtypes if d not in KERNEL_DTYPES})
+    if any(d.is_complex for d in dtypes if isinstance(d, torch.dtype)):
+        return (f"generated kernels have no {', '.join(other)} type: runs eagerly. The loop IR computes real "
+                f"scalars; complex arithmetic would be a pair of real ops per element over view_as_real's "
+                f"trailing pair, not built, and an FFT (FNet) is a library call in eager and Inductor alike")
     return f"generated kernels have no {', '.join(other)} type: runs eagerly" if other else None
 
 

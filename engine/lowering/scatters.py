@@ -385,6 +385,41 @@ def _index_put_atomic(x, tensors, values, first: int, batch: list, acc) -> Tenso
     return _plus_self(x, scatter_node(x.size, acc, ranges, body), acc)
 
 
+# Note [Boolean-mask index_put as a select]
+# x[mask] = values (index_put with one bool tensor over dims first .. first + mask.ndim) writes values' rows,
+# broadcast to (number of true elements, *the dims after the mask), into the true positions in order. When
+# values has no row dim of its own (a scalar, a tensor over the trailing dims, or a leading dim of 1: Longformer
+# masking its attention scores with -inf), every true position gets the same value, and the op is
+# where(mask, values, x) elementwise (x + where(mask, values, 0) when it accumulates). Values with one row per
+# true element need each element's rank among the true ones (a prefix sum over the mask) before the row can be
+# read: that runs eagerly, as do several masks or a mask beside index tensors.
+
+
+def _index_put_mask(x, tensors, first: int, values, accumulate: bool):
+    """Note [Boolean-mask index_put as a select]."""
+    if len(tensors) != 1:
+        raise Unsupported("index_put with a boolean mask beside other index tensors runs eagerly")
+    mask = tensors[0]
+    rest = x.ndim - first - mask.ndim
+    rows = values.size if isinstance(values, TensorValue) else ()
+    if len(rows) > rest and not (len(rows) == rest + 1 and rows[0] == 1):
+        raise Unsupported("index_put of one value row per true element of a boolean mask needs each element's "
+                          "rank among the true ones (a prefix sum): runs eagerly (Note [Boolean-mask index_put "
+                          "as a select])")
+    acc = compute_dtype(out_dtype())
+
+    def body(idx):
+        keep = mask.load(list(idx[first:first + mask.ndim]))
+        tail = list(idx[first + mask.ndim:])
+        value = load_as(values, ([sympy.Integer(0)] if len(rows) == rest + 1 else []) + tail, acc)
+        old = load_as(x, list(idx), acc)
+        if accumulate:
+            return ops.add(old, ops.where(keep, value, ops.constant(0, acc)))
+        return ops.where(keep, value, old)
+
+    return pointwise_node(body, computed_in=acc)
+
+
 @register_lowering(aten.index_put.default)
 def index_put(x, indices, values, accumulate=False):
     """x[i0, i1, ...] = values (or +=) with index tensors on adjacent dims: a search over the index batch for
@@ -394,7 +429,7 @@ def index_put(x, indices, values, accumulate=False):
         raise Unsupported("index_put with non-adjacent index tensors runs eagerly")
     tensors = [indices[i] for i in present]
     if any(t.dtype == torch.bool for t in tensors):
-        raise Unsupported("index_put with a boolean mask has data-dependent positions")
+        return _index_put_mask(x, tensors, present[0], values, accumulate)
     first, k = present[0], len(tensors)
     batch_ndim = max(t.ndim for t in tensors)
     batch = [sympy.Integer(1)] * batch_ndim

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import contiguous_strides, linearize, unflatten
+from engine.ir.indexing import linearize, product, unflatten
 from engine.ir.nodes import TensorValue
 from engine.lowering.common import normalize_dim, out_size, realize, sympify_size
 from engine.lowering.registry import Unsupported, current, register_lowering
@@ -106,15 +106,39 @@ def alias(x: TensorValue):
     return x
 
 
+# Note [as_strided as a gather of its input]
+# as_strided(x, size, stride, offset) reads x's storage at offset + sum(i * stride). Where eager's x (the
+# graph's fake tensor) is contiguous, storage position p is x's element number p - x.storage_offset(), so
+# when every position the view reads lies inside x's elements the view is a gather of x by logical
+# position: unflatten(offset - x.storage_offset() + sum(i * stride), x.size). Nothing depends on how we
+# store x or whether it is a view of something else (Longformer's overlapping chunks are as_strided of a
+# view of a contiguous projection). A view reaching outside x's elements, negative strides, a
+# non-contiguous x or bounds the sizes do not decide run eagerly, each with its reason.
+
+
 @register_lowering(aten.as_strided)
 def as_strided(x: TensorValue, size, stride, storage_offset=None):
-    # Reads x's storage at offset + sum(i * stride): only meaningful when x is a whole contiguous node.
-    if not x.is_whole_node() or tuple(x.node.stride) != tuple(contiguous_strides(x.size)):
-        raise Unsupported("as_strided of a view or of a non-contiguous tensor runs eagerly")
+    """Note [as_strided as a gather of its input]."""
+    node = current().current_node
+    meta = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if meta is None or not meta.is_contiguous():
+        raise Unsupported("as_strided of a tensor eager holds non-contiguous reads storage our buffers do not "
+                          "mirror: runs eagerly (Note [as_strided as a gather of its input])")
     stride = [sympify_size(s) for s in stride]
-    base = sympify_size(storage_offset or 0)
-    return x.view(out_size(), lambda idx: unflatten(
-        base + sum((i * s for i, s in zip(idx, stride)), sympy.Integer(0)), x.size))
+    out = out_size()
+    own = sympify_size(meta.storage_offset())
+    start = sympify_size(storage_offset) - own if storage_offset is not None else sympy.Integer(0)
+    if any(sympy.Ge(s, 0) is not sympy.true for s in stride):
+        raise Unsupported("as_strided with a negative or symbolic-sign stride runs eagerly")
+    last = start + sum(((n - 1) * s for n, s in zip(out, stride)), sympy.Integer(0))
+    numel = product(x.size) if x.ndim else sympy.Integer(1)
+    if any(n == 0 for n in out):
+        return x.view(out, lambda idx: [sympy.Integer(0)] * x.ndim)  # reads nothing
+    if sympy.Ge(start, 0) is not sympy.true or sympy.Lt(last, numel) is not sympy.true:
+        raise Unsupported("as_strided reaching outside its input's elements (or where the sizes do not decide "
+                          "that it does not) runs eagerly (Note [as_strided as a gather of its input])")
+    return x.view(out, lambda idx: unflatten(start + sum((i * s for i, s in zip(idx, stride)), sympy.Integer(0)),
+                                             x.size))
 
 
 @register_lowering(aten.split_with_sizes.default, aten.split.Tensor)

@@ -104,3 +104,18 @@ def test_app_and_cli_bench_agree_or_say_too_noisy_under_a_busy_loop():
         assert cli_low <= app_high and app_low <= cli_high, (cli_case["verdicts"], app_case["verdicts"])
     ratio = cli_case["speedup_vs_eager"] / app_case["speedup_vs_eager"]
     assert 0.1 < ratio < 10, (cli_case, app_case)
+
+
+def test_a_slow_sizing_call_does_not_make_every_block_one_call():
+    """A burst of load during the call that sizes the blocks once made each block a single call: the blocks
+    follow the fastest call seen, so they grow back to MIN_BLOCK_S and the rounds stay few."""
+    calls = []
+
+    def runner():
+        calls.append(None)
+        time.sleep(0.05 if len(calls) == 2 else 0.0002)  # the second call sizes the blocks: slowed by a burst
+
+    timings = timing.interleaved({"a": runner}, min_time_s=0.1, min_rounds=7)
+    rounds = len(timings["a"].rounds_ms)
+    assert rounds < 60, rounds  # one call a block would take hundreds of rounds to fill 0.1 s
+    assert len(calls) > 3 * rounds, (len(calls), rounds)

@@ -10,8 +10,9 @@ different machine: the app's bench once showed a 1324x speedup and the CLI a 0.1
     left free (free_threads): OpenMP's and torch's threads wait for each other at every parallel loop, so one
     thread on a busy core stalls the others, and two threads on a core another process keeps busy measure the
     other process;
-  - runners are timed in rounds, each runner once a round (a block of calls long enough to read a clock over),
-    the first of a round rotating, so a burst of load lands on every runner of its round instead of one
+  - runners are timed in rounds, each runner once a round (a block of calls long enough to read a clock over,
+    sized from the fastest call seen so far: one sizing call slowed by a burst of load once made every block
+    a single 0.3 ms call, 126 noisy rounds where 7 would do), the first of a round rotating, so a burst of load lands on every runner of its round instead of one
     runner's figure; a figure is the median of its rounds, its spread their interquartile range;
   - a ratio of two figures is judged only when both spreads are narrow (at most NOISY_SPREAD of their median):
     otherwise it reads "too noisy to judge", with the range the ratio could take beside it;
@@ -183,8 +184,9 @@ def _sync_for(device: str) -> Callable[[], None]:
 def interleaved(functions: dict[str, Callable[[], Any]], min_time_s: float = 0.5, device: str = "cpu",
                 min_rounds: int = MIN_ROUNDS) -> dict[str, Timing]:
     """Each runner's Timing: rounds, each runner once a round in a rotating order, each time a block of calls
-    (as many as fill min_time_s / min_rounds, at least MIN_BLOCK_S, at least one call), until every runner has
-    min_rounds rounds and min_time_s of calls (Note [Fair timing]). Every function is called once first."""
+    (as many as fill min_time_s / min_rounds, at least MIN_BLOCK_S, at least one call, at the fastest per-call
+    time seen so far), until every runner has min_rounds rounds and min_time_s of calls (Note [Fair timing]).
+    Every function is called once first."""
     sync = _sync_for(device)
     names = list(functions)
     per_call = {}
@@ -211,6 +213,9 @@ def interleaved(functions: dict[str, Callable[[], Any]], min_time_s: float = 0.5
             elapsed = time.perf_counter() - start
             spent[name] += elapsed
             rounds[name].append(elapsed / n * 1e3)
+            if elapsed / n < per_call[name]:  # a faster call than the sizing one: longer blocks from now on
+                per_call[name] = max(elapsed / n, 1e-7)
+                calls[name] = max(1, int(block_s / per_call[name]))
         r += 1
     return {name: Timing.of(values) for name, values in rounds.items()}
 

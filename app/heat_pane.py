@@ -35,3 +35,7 @@ def render(record: Exploration) -> None:
             st.caption("your source: each line's share of the kernels' time, bytes and FLOPs (a kernel's split over "
                        "its lines), and its kernels' % of roof")
             st.html(f"<div style='max-height:640px;overflow:auto'>{heat.source_heat_html(source, lines)}</div>")
+        library = heat.library_heat_html(record)
+        if library:
+            st.caption("the library code your model is built from: its hottest lines per file, the same figures")
+            st.html(f"<div style='max-height:640px;overflow:auto'>{library}</div>")

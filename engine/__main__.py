@@ -401,19 +401,20 @@ def verdict_exit(record: dict, name: str, verbose: bool = False) -> int:
     return code
 
 
-def hot_lines(record: dict, count: int = 5) -> list[str]:
-    """With --profile: the user's lines that cost the most (Note [Time on lines] in visualizers/heat.py)."""
-    from visualizers.heat import line_heat, rates_text
+def hot_lines(record: dict, count: int = 8) -> list[str]:
+    """With --profile: the lines that cost the most, the user's file's and the library code's the model is built
+    from (Note [Time on lines] in visualizers/heat.py)."""
+    from visualizers.heat import place_heat, rates_text, short_file
 
-    heat = line_heat(Exploration.from_json(record))
+    heat = place_heat(Exploration.from_json(record))
     if not heat:
         return []
-    source = record["source"]["text"].splitlines()
+    own = record["source"].get("filename")
     ranked = sorted(heat.items(), key=lambda item: -item[1]["ms"])[:count]
     return ["Time on your lines (profiled kernels, each split over its lines):"] + [
-        f"  line {line}: {entry['ms']:.4f} ms ({entry['share']:.0%})"
+        f"  {'line ' if file == own else short_file(file) + ':'}{line}: {entry['ms']:.4f} ms ({entry['share']:.0%})"
         + (f", {rates}" if (rates := rates_text(entry.get("gbps"), entry.get("gflops"), entry.get("pct"))) else "")
-        + f"  {source[line - 1].strip() if 0 < line <= len(source) else ''}" for line, entry in ranked]
+        + f"  {(entry.get('text') or '').strip()}" for (file, line), entry in ranked]
 
 
 def cli_bisect_lines(record: dict) -> list[str]:

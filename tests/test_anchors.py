@@ -48,3 +48,18 @@ def test_ir_sentences_point_at_their_nodes_lines_and_lines_at_their_origin():
     user_line = int(next(iter(origin["user_text"])))
     assert spec.source.splitlines()[user_line - 1].strip() == origin["user_text"][str(user_line)]
     assert anchors.ir_line_origin(graph, 1) is None  # the inputs comment belongs to no node
+
+
+def test_the_report_links_each_explanation_to_its_lines():
+    from visualizers.html_report import report_html
+
+    spec = load_model_file(str(sample_path("softmax")))
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
+                            source={"filename": spec.filename, "text": spec.source})
+    page = report_html(record)
+    graph = record.graphs[0]
+    for sentence in anchors.ir_sentences(graph):
+        first = sentence["lines"][0]
+        assert f'href="#g0-ir-{first}"' in page and f'id="g0-ir-{first}"' in page  # the link lands on its line
+    kernel = anchors.kernel_sentences(graph)[0]
+    assert f'href="#g0-code-{kernel["lines"][0]}"' in page and f'id="g0-code-{kernel["lines"][0]}"' in page

@@ -2,6 +2,9 @@
 appear as heat on its graph's nodes and on its source lines, and the lines' figures sum to the kernels'."""
 import math
 
+import pytest
+import torch
+
 import engine
 from engine.tools.model_file import load_model_file
 from samples import sample_path
@@ -80,3 +83,23 @@ def test_datasheet_roofs_by_device_name_and_the_roof_a_kernel_is_under():
     # a library call with no FLOP estimate: against the bandwidth roof alone
     copy = peaks.kernel_roof({"kind": "extern", "time_ms": 1.0, "bytes": 3350 * 10 ** 6, "flops": None}, h100, None)
     assert math.isclose(copy["pct"], 100.0) and copy["bound"] == "memory"
+
+
+def test_a_library_models_heat_lands_on_its_modeling_file(tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    net = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)).eval()
+    record = engine.explore(lambda ids: net(input_ids=ids).logits, (torch.randint(0, 64, (1, 4)),), name="gpt2",
+                            profile=True, source={"filename": __file__, "text": ""})
+    files = heat.library_heat(record)
+    modeling = [f for f in files if f.endswith("modeling_gpt2.py")]
+    assert modeling and all("/torch/" not in f for f in files)  # torch's own modules are no one's lines
+    line, entry = files[modeling[0]][0]
+    assert entry["ms"] > 0 and entry["text"]  # the modeling file's line, with its code
+    timed = sum(k.time_ms for g in record.graphs for k in g.kernels
+                if k.time_ms is not None and heat.kernel_places(g, k))
+    assert math.isclose(sum(e["ms"] for e in heat.place_heat(record).values()), timed, rel_tol=1e-9)
+    page = heat.library_heat_html(record)
+    assert "transformers/models/gpt2/modeling_gpt2.py" in page and f"data-line='{line}'" in page

@@ -6,7 +6,9 @@ A kernel's measured time belongs to the ATen nodes it computes (each node shows 
 nodes fused into one kernel share one figure, since a fused kernel has no per-op time). On the source, a
 kernel's time is split evenly over the distinct user lines its ATen nodes came from (their stack traces, as
 provenance reads them), so the lines' figures sum to the kernels' total: a line's figure is what the kernels
-it contributes to cost, shared with the other lines they fuse. A line's bytes and FLOPs are split the same way,
+it contributes to cost, shared with the other lines they fuse. A line is a place (file, line) outside torch's
+own files: the user's file, and the library code a model is built from (a Hugging Face model's ops come from
+its modeling file, so its heat lands there, per file, hottest lines first). A line's bytes and FLOPs are split the same way,
 so its GB/s and GFLOP/s are its share of bytes and FLOPs over its share of time, and its % of the roof is its
 kernels' %, weighted by the time each gives it (Note [Roofs from the datasheet] in engine/runtime/peaks.py).
 """
@@ -60,37 +62,49 @@ def kernel_heat(graph: GraphRecord) -> dict[str, dict]:
     return clusters
 
 
-def kernel_lines(graph: GraphRecord, kernel: KernelRecord, filename: str | None = None) -> list[int]:
-    """The user lines a kernel's ATen nodes came from (their own stack traces, or their FX nodes'), in
-    `filename` when given (a module of torch's own, nn.LayerNorm say, has no line of the user's)."""
+def torch_own(filename: str | None) -> bool:
+    """A file of torch's own (nn.Linear's forward, F.layer_norm): not a line the user wrote or chose."""
+    return not filename or "/torch/" in filename.replace("\\", "/")
+
+
+def kernel_places(graph: GraphRecord, kernel: KernelRecord) -> list[tuple[str, int, str]]:
+    """(filename, line, its text) of every line a kernel's ATen nodes came from (their own stack traces, or
+    their FX nodes'), outside torch's own files: the user's file, and the library code the model is (a Hugging
+    Face model's modeling file)."""
     aten = {n.name: n for n in graph.aten}
     fx = {n.name: n for n in graph.fx}
-    lines = []
+    places = []
     for name in kernel.aten_origins:
         node = aten.get(name)
         if node is None:
             continue
         sources = [node.source] + [fx[f].source for f in node.fx_origins if f in fx]
-        lines += [s.lineno for s in sources if s and s.lineno and (not filename or s.filename == filename)]
-    return list(dict.fromkeys(lines))
+        places += [(s.filename, s.lineno, s.line) for s in sources if s and s.lineno and not torch_own(s.filename)]
+    return list(dict.fromkeys(places))
 
 
-def line_heat(record: Exploration) -> dict[int, dict]:
-    """User line -> {ms, share (of all timed kernels), kernels} (Note [Time on lines])."""
+def kernel_lines(graph: GraphRecord, kernel: KernelRecord, filename: str | None = None) -> list[int]:
+    """The lines of `filename` (every file's, when None) a kernel's ATen nodes came from."""
+    return list(dict.fromkeys(line for file, line, _ in kernel_places(graph, kernel)
+                              if not filename or file == filename))
+
+
+def place_heat(record: Exploration) -> dict[tuple[str, int], dict]:
+    """(filename, line) -> {ms, share (of all timed kernels), kernels, text, gbps, gflops, pct} (Note [Time on
+    lines]): each kernel's time, bytes and FLOPs split evenly over its places."""
     total = sum(k.time_ms for g in record.graphs for k in _timed(g)) or 0.0
-    filename = record.source.filename or None
-    heat: dict[int, dict] = {}
+    heat: dict[tuple[str, int], dict] = {}
     for graph in record.graphs:
         for kernel in _timed(graph):
-            lines = kernel_lines(graph, kernel, filename)
+            places = kernel_places(graph, kernel)
             pct = roof_pct(kernel)
-            for line in lines:
-                entry = heat.setdefault(line, {"ms": 0.0, "kernels": [], "bytes": 0.0, "flops": 0.0,
-                                               "_roof_ms": 0.0, "_pct_ms": 0.0})
-                ms = kernel.time_ms / len(lines)
+            for file, line, text in places:
+                entry = heat.setdefault((file, line), {"ms": 0.0, "kernels": [], "bytes": 0.0, "flops": 0.0,
+                                                       "text": text, "_roof_ms": 0.0, "_pct_ms": 0.0})
+                ms = kernel.time_ms / len(places)
                 entry["ms"] += ms
-                entry["bytes"] += (kernel.bytes or 0) / len(lines)
-                entry["flops"] += (kernel.flops or 0) / len(lines)
+                entry["bytes"] += (kernel.bytes or 0) / len(places)
+                entry["flops"] += (kernel.flops or 0) / len(places)
                 if pct is not None:
                     entry["_roof_ms"] += ms
                     entry["_pct_ms"] += pct * ms
@@ -103,6 +117,54 @@ def line_heat(record: Exploration) -> dict[int, dict]:
         roof_ms, pct_ms = entry.pop("_roof_ms"), entry.pop("_pct_ms")
         entry["pct"] = pct_ms / roof_ms if roof_ms > 0 else None
     return heat
+
+
+def line_heat(record: Exploration) -> dict[int, dict]:
+    """The user's own file's lines of place_heat: line -> {ms, share, kernels, ...} (Note [Time on lines])."""
+    filename = record.source.filename or None
+    return {line: entry for (file, line), entry in place_heat(record).items() if not filename or file == filename}
+
+
+def library_heat(record: Exploration) -> dict[str, list[tuple[int, dict]]]:
+    """place_heat's lines outside the user's file, per file, hottest first: where a model built from a library
+    (transformers' modeling_gpt2.py) spends its time."""
+    filename = record.source.filename or None
+    files: dict[str, list[tuple[int, dict]]] = {}
+    for (file, line), entry in place_heat(record).items():
+        if filename and file != filename:
+            files.setdefault(file, []).append((line, entry))
+    ordered = sorted(files.items(), key=lambda item: -sum(e["ms"] for _, e in item[1]))
+    return {file: sorted(lines, key=lambda item: -item[1]["ms"]) for file, lines in ordered}
+
+
+def short_file(filename: str) -> str:
+    """A library file by its package path (transformers/models/gpt2/modeling_gpt2.py), not its install path."""
+    parts = filename.replace("\\", "/").split("/")
+    anchor = max((i for i, part in enumerate(parts) if part in ("site-packages", "dist-packages")), default=None)
+    return "/".join(parts[anchor + 1:]) if anchor is not None else "/".join(parts[-3:])
+
+
+def library_heat_html(record: Exploration, limit: int = 12) -> str:
+    """Per library file, its hottest lines with their figures and text (library_heat)."""
+    files = library_heat(record)
+    if not files:
+        return ""
+    hottest = max((e["ms"] for lines in files.values() for _, e in lines), default=0.0) or 1.0
+    out = []
+    for file, lines in files.items():
+        rows = ["<tr class='gb-heat-head'><th>ms</th><th>share</th><th>GB/s</th><th>GFLOP/s</th><th>% roof</th>"
+                "<th>line</th><th style='text-align:left'>code</th></tr>"]
+        for line, entry in lines[:limit]:
+            cells = _cells(entry)
+            title = html.escape(", ".join(entry["kernels"]), quote=True)
+            rows.append(f"<tr class='gb-heat-line' data-line='{line}' title='{title}' "
+                        f"style='background:{heat_colour(entry['ms'] / hottest)}'>"
+                        + "".join(f"<td class='gb-heat-ms'>{html.escape(c)}</td>" for c in cells)
+                        + f"<td class='gb-heat-no'>{line}</td><td><pre>{html.escape(entry['text'] or '')}</pre></td></tr>")
+        more = f" (the {limit} hottest of {len(lines)} lines)" if len(lines) > limit else ""
+        out.append(f"<div class='gb-heat-file'>{html.escape(short_file(file))}{html.escape(more)}</div>"
+                   f"<table class='gb-heat'>{''.join(rows)}</table>")
+    return _STYLE + "".join(out)
 
 
 def heat_colour(fraction: float) -> str:
@@ -118,7 +180,7 @@ def graph_paint(graph: GraphRecord) -> tuple[dict, dict]:
     hottest = max((h["ms"] for h in heat.values()), default=0.0) or 1.0
     paint = {node: (heat_colour(h["ms"] / hottest), "#7f1d1d" if h["ms"] >= hottest else "#9ca3af")
              for node, h in heat.items()}
-    notes = {node: f"{h['kernel']}: {h['ms']:.3g} ms ({h['share']:.0%})" for node, h in heat.items()}
+    notes = {node: f"{h['ms']:.3g} ms ({h['share']:.0%})" for node, h in heat.items()}
     return paint, notes
 
 
@@ -135,22 +197,28 @@ def source_heat_html(source: str, heat: dict[int, dict]) -> str:
     for number, line in enumerate(source.splitlines(), start=1):
         entry = heat.get(number)
         colour = heat_colour(entry["ms"] / hottest) if entry else "transparent"
-        cells = ["", "", "", "", ""]
-        if entry:
-            pct = entry.get("pct")
-            cells = [f"{entry['ms']:.3g}", f"{entry['share']:.0%}", _rate(entry.get("gbps")),
-                     _rate(entry.get("gflops")), f"{pct:.0f}%" if pct is not None else ""]
+        cells = _cells(entry) if entry else ["", "", "", "", ""]
         title = html.escape(", ".join(entry["kernels"]), quote=True) if entry else ""
         rows.append(f"<tr class='gb-heat-line' data-line='{number}' title='{title}' style='background:{colour}'>"
                     + "".join(f"<td class='gb-heat-ms'>{html.escape(c)}</td>" for c in cells)
                     + f"<td class='gb-heat-no'>{number}</td><td><pre>{html.escape(line) or ' '}</pre></td></tr>")
-    style = ("<style>.gb-heat{border-collapse:collapse;font-family:monospace;font-size:12px;width:100%}"
-             ".gb-heat td{padding:0 5px;vertical-align:top}.gb-heat pre{margin:0;white-space:pre-wrap}"
-             ".gb-heat th{font-weight:normal;color:#6b7280;text-align:right;padding:0 5px;"
-             "border-bottom:1px solid #e5e7eb}"
-             ".gb-heat-ms{color:#7f1d1d;text-align:right;white-space:nowrap}"
-             ".gb-heat-no{color:#9ca3af;text-align:right;width:3em}</style>")
-    return style + "<table class='gb-heat'>" + "".join(rows) + "</table>"
+    return _STYLE + "<table class='gb-heat'>" + "".join(rows) + "</table>"
+
+
+_STYLE = ("<style>.gb-heat{border-collapse:collapse;font-family:monospace;font-size:12px;width:100%}"
+          ".gb-heat td{padding:0 5px;vertical-align:top}.gb-heat pre{margin:0;white-space:pre-wrap}"
+          ".gb-heat th{font-weight:normal;color:#6b7280;text-align:right;padding:0 5px;"
+          "border-bottom:1px solid #e5e7eb}"
+          ".gb-heat-ms{color:#7f1d1d;text-align:right;white-space:nowrap}"
+          ".gb-heat-no{color:#9ca3af;text-align:right;width:3em}"
+          ".gb-heat-file{font-family:monospace;font-size:12px;font-weight:600;margin:10px 0 2px}</style>")
+
+
+def _cells(entry: dict) -> list[str]:
+    """ms, share, GB/s, GFLOP/s and % of roof of a line's heat entry, as text."""
+    pct = entry.get("pct")
+    return [f"{entry['ms']:.3g}", f"{entry['share']:.0%}", _rate(entry.get("gbps")), _rate(entry.get("gflops")),
+            f"{pct:.0f}%" if pct is not None else ""]
 
 
 def _rate(value) -> str:

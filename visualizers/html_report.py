@@ -28,7 +28,7 @@ import shutil
 import subprocess
 
 from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile
-from visualizers import compile_cost, graphs, heat, overlay, roofline, tables, timeline
+from visualizers import anchors, compile_cost, graphs, heat, overlay, roofline, tables, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
@@ -271,7 +271,8 @@ def graph_html(record: Exploration, graph: GraphRecord, figures: list, position:
         out.append(rewrites_html(graph, position))
     if graph.ir is not None and graph.ir.nodes:
         text, _ = ir_listing(graph)
-        out.append("<h3>Loop IR</h3>" + highlight_html(text, "ir", max_height=600))
+        out.append("<h3>Loop IR</h3>" + explained_html(anchors.ir_sentences(graph), f"g{index}-ir", "node")
+                   + highlight_html(text, "ir", max_height=600, anchors=f"g{index}-ir"))
     out.append("<h3>Kernels</h3>" + kernels_table(graph))
     decisions = graph.fusion.decisions if graph.fusion else []
     out.append("<h3>Fusion decisions</h3>" + table([
@@ -285,6 +286,7 @@ def graph_html(record: Exploration, graph: GraphRecord, figures: list, position:
     code = graph.code
     if code is not None and code.source:
         out.append(f"<h3>Generated {esc(code.language)} code</h3>"
+                   + explained_html(anchors.kernel_sentences(graph), f"g{index}-code", "kernel")
                    + highlight_html(code.source, code.language or "text", max_height=700,
                                     anchors=f"g{index}-code"))
     if code is not None and code.wrapper:
@@ -293,6 +295,15 @@ def graph_html(record: Exploration, graph: GraphRecord, figures: list, position:
         out.append("<h3>Provenance: generated line → kernel → IR → ATen → FX → your line</h3>"
                    + provenance_table(graph))
     return "".join(out)
+
+
+def explained_html(sentences: list[dict], anchor: str, what: str) -> str:
+    """visualizers/anchors.py's sentences, folded, each linking to the first of the lines it talks about."""
+    if not sentences:
+        return ""
+    items = "".join(f'<li><a href="#{esc(anchor)}-{_whole(s["lines"][0])}">{esc(s[what])}</a>: {esc(s["text"])}</li>'
+                    for s in sentences)
+    return f"<details><summary>Explained, line by line ({len(sentences)})</summary><ul>{items}</ul></details>"
 
 
 def _source_html(record: Exploration) -> str:
@@ -377,10 +388,10 @@ def heat_html(record: Exploration) -> str:
                                          f"graph {index}: each kernel a box in the heat of its time, with its GB/s, "
                                          "GFLOP/s and % of roof; its ATen nodes inside")
     source = record.source.text
-    if not graphs_html and not lines:
+    if not graphs_html and not lines and not heat.library_heat(record):
         return ""
     return ("<h3>Where the time goes</h3>" + f"<p class='muted'>{esc(heat.roof_caption(record))}</p>" + graphs_html
-            + (heat.source_heat_html(source, lines) if source and lines else ""))
+            + (heat.source_heat_html(source, lines) if source and lines else "") + heat.library_heat_html(record))
 
 
 def bisect_html(graph: GraphRecord, position: int = 0) -> str:

@@ -15,9 +15,11 @@ import os
 import re
 from pathlib import Path
 
+from engine import options as engine_options
+
 KEYS = ("page", "sample", "backend", "device", "mode", "dynamic", "train", "stage", "side", "node", "code")
-CHOICES = {"backend": ("cpp", "triton"), "device": ("cpu", "cuda"),
-           "mode": ("default", "reduce-overhead", "max-autotune"), "dynamic": ("0", "1"), "train": ("0", "1")}
+CHOICES = {**{name: engine_options.infos()[name].choices for name in ("backend", "device", "mode")},
+           "dynamic": ("0", "1"), "train": ("0", "1")}  # the options' choices: engine/options.py
 _NAME = re.compile(r"^[\w. +\-]{1,80}$")  # page, stage and node names: words, dots, spaces, + and -
 _HASH = re.compile(r"^[0-9a-f]{16,64}$")
 MAX_SHARED_BYTES = 200_000

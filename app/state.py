@@ -16,10 +16,11 @@ import streamlit as st
 from app import inputs as input_specs
 from app import worker
 from app.results import ResultCache, content_key
+from engine import options as engine_options
 from samples import DEFAULT_SAMPLE, sample_names, sample_path
 
 PASTED = "pasted"
-BACKENDS = {"cpp": "C++ / OpenMP", "triton": "Triton"}
+BACKENDS = dict(engine_options.infos()["backend"].labels)  # the sidebar's names (engine/options.py)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ def current_request() -> Request:
 
 def modes_for(device: str) -> list[str]:
     """torch.compile's modes on this device: reduce-overhead records CUDA graphs, so it needs CUDA."""
-    return ["default", "max-autotune"] + (["reduce-overhead"] if device == "cuda" else [])
+    modes = [m for m in engine_options.infos()["mode"].choices if m != "reduce-overhead" or device == "cuda"]
+    return sorted(modes, key=lambda m: m == "reduce-overhead")  # the CUDA-only mode last
 
 
 def user_source() -> str:

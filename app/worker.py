@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.worker_main import STACK_SIGNAL
+from engine import options as engine_options
 from engine.record import ErrorRecord, Exploration, GraphRecord
 from engine.tools import isolation, sandbox
 from engine.tools.judged import (EVIDENCE_NAME, apply_inductor_verdict, apply_verdicts, judge_in_sandbox,
@@ -51,11 +52,14 @@ class Options:
     freeze: bool = False  # inference only: parameters as constants (Note [Freezing])
 
     def cli_args(self) -> list[str]:
-        return ["--backend", self.backend, "--device", self.device] + (["--dynamic"] if self.dynamic else []) + (
-            ["--train"] if self.train else []) + (["--freeze"] if self.freeze else []) + self.mode_args()
+        """The CLI's flags for these options (their names: engine/options.py)."""
+        flag = {name: info.cli for name, info in engine_options.infos().items()}
+        switches = {"dynamic": self.dynamic, "train": self.train, "freezing": self.freeze}
+        return [flag["backend"], self.backend, flag["device"], self.device] + [
+            flag[name] for name, on in switches.items() if on] + self.mode_args()
 
     def mode_args(self) -> list[str]:
-        return [] if self.mode == "default" else ["--mode", self.mode]
+        return [] if self.mode == engine_options.default("mode") else [engine_options.infos()["mode"].cli, self.mode]
 
 
 @dataclass

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from engine import options as engine_options
 from engine.record import ErrorRecord, Exploration, SourceFile, Suggestion
 from engine.tools import cli_format
 from engine.tools.json_stdout import stdout_to_stderr
@@ -57,8 +58,7 @@ class Failure(Exception):
 
 def compile_modes(text: str) -> tuple[str, ...]:
     """--mode: one or more of torch.compile's modes, comma-separated."""
-    from engine.pipeline import MODES
-
+    MODES = engine_options.infos()["mode"].choices
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -78,8 +78,7 @@ def rewrite_choices(text: str) -> str:
 
 def template_choices(text: str) -> tuple[str, ...]:
     """bench --templates: one or more of auto, on, off, comma-separated (each a case of its own)."""
-    from engine.schedule.templates import MODES as TEMPLATE_MODES
-
+    TEMPLATE_MODES = engine_options.infos()["templates"].choices
     choices = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     unknown = [t for t in choices if t not in TEMPLATE_MODES]
     if unknown or not choices:
@@ -99,33 +98,29 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Glassbox, a see-through compiler for PyTorch programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def flag(command: argparse.ArgumentParser, name: str, **overrides) -> None:
+        """An option's flag as engine/options.py describes it (Note [One option set])."""
+        flags, keywords = engine_options.cli_argument(name, **overrides)
+        command.add_argument(*flags, **{k: v for k, v in keywords.items() if v is not None or k != "choices"})
+
     def common(command: argparse.ArgumentParser) -> None:
         command.add_argument("target", metavar="FILE_OR_SAMPLE",
                              help=f"a .py file defining `model` and `example_inputs`, or a sample name "
                                   f"(e.g. {DEFAULT_SAMPLE})")
-        command.add_argument("--backend", choices=("cpp", "triton"), default="cpp")
-        command.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-        command.add_argument("--mode", type=compile_modes, default=("default",), metavar="MODE",
-                             help="torch.compile's mode: default, reduce-overhead (CUDA graphs, --device cuda) or "
-                                  "max-autotune; bench takes several, comma-separated, run side by side")
+        flag(command, "backend")
+        flag(command, "device")
+        flag(command, "mode", type=compile_modes, default=("default",), metavar="MODE", choices=None,
+             help=engine_options.infos()["mode"].help + "; bench takes several, comma-separated, run side by side")
         command.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
         command.add_argument("--verbose", action="store_true", help="show tracebacks and every detail")
 
     def exploration_choices(command: argparse.ArgumentParser) -> None:
         """What one exploration is run with: explore and report (which explores first) take the same."""
-        command.add_argument("--dynamic", action="store_true", help="compile with dynamic shapes (size symbols)")
-        command.add_argument("--train", action="store_true",
-                             help="run a training step: loss (the file's loss_fn, or the sum of the outputs), "
-                                  "backward; records forward, backward and the partition, checks every gradient")
-        command.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
-                             help="GEMM templates (matmuls as generated kernels with fused epilogues): auto lets "
-                                  "the heuristic decide and say why, on forces them, off keeps library calls")
-        command.add_argument("--freeze", action="store_true",
-                             help="inference only: parameters and buffers become constants, constant work and "
-                                  "convolution + batch norm are folded at compile time (Note [Freezing])")
-        command.add_argument("--rewrites", type=rewrite_choices, default="default", metavar="PASSES",
-                             help="graph rewrites before lowering: default, none, all, the passes to run "
-                                  "(attention,...) or the ones to turn off (-attention)")
+        flag(command, "dynamic")
+        flag(command, "train")
+        flag(command, "templates")
+        flag(command, "freezing")
+        flag(command, "rewrites", type=rewrite_choices, metavar="PASSES")
 
     explore = commands.add_parser("explore", help="compile a model once and show every stage",
                                   description="Compile a model once, recording every stage, and summarize it.")

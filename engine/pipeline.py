@@ -44,12 +44,12 @@ from engine.decompose import aot_compile, static_inputs, trace_forward, will_tra
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
-from engine.lowering.layout import LAYOUTS
 from engine.partition import make_partition_fn
 from engine.reproducer import fill_repro
-from engine.record import (BACKENDS, MODES, STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
-                           GraphRecord, InputSpec, OptionsRecord, PartitionRecord, RecompileRecord, RewriteRecord,
-                           RunRecord, SourceFile)
+from engine.options import BACKENDS, MODES, TEMPLATE_MODES, Options  # noqa: F401 - the public names
+from engine.record import (STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
+                           GraphRecord, InputSpec, PartitionRecord, RecompileRecord, RewriteRecord, RunRecord,
+                           SourceFile)
 from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
 from engine.runtime.load import load_kernels
 from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, eager_call, load_wrapper, wrapper_namespace
@@ -57,40 +57,7 @@ from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
 from engine.schedule.split import split_reductions
-from engine.schedule.templates import MODES as TEMPLATE_MODES, TemplateOptions
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to compile; passed to every stage (nothing is configured by setting module attributes)."""
-    backend: str = "cpp"
-    device: str = "cpu"
-    dynamic: bool | None = None
-    mode: str = "default"
-    fusion: bool = True  # what-if knobs (engine compare): fusion off, at most max_fused_nodes IR nodes a kernel
-    max_fused_nodes: int | None = None
-    templates: str = "auto"  # GEMM templates (Note [GEMM templates]): auto = a heuristic decides, on = forced, off
-    train: bool = False  # explore: run a training step (engine/train_verify.py); compile always trains
-    layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
-    # graph rewrites (Note [Rewrite stage]): None = the default passes, "none", "all", "a,b", "-a"; resolved to
-    # the tuple of pass names that run
-    rewrites: Any = None
-    freezing: bool = False  # inference only: parameters and buffers become constants (Note [Freezing])
-
-    def __post_init__(self):
-        object.__setattr__(self, "rewrites", rewrite.resolve(self.rewrites, self.freezing))
-        if self.freezing and self.train:
-            raise ValueError("freezing=True is for inference: a training step updates the parameters it would bake in")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        if self.templates not in TEMPLATE_MODES:
-            raise ValueError(f"unknown templates {self.templates!r}; choose one of {', '.join(TEMPLATE_MODES)}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
-        if self.mode == "reduce-overhead" and not self.device.startswith("cuda"):
-            raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
+from engine.schedule.templates import TemplateOptions
 
 
 # --- the artifacts, in stage order --------------------------------------------------------------------------
@@ -190,12 +157,17 @@ def capture_stage(program: Program, options: Options) -> Captured:
     return Captured(program, compiled, outputs)
 
 
+def rewrite_passes(options: Options) -> tuple[str, ...]:
+    """The graph rewrites that run under `options` (engine.rewrite.resolve; a ValueError names the passes)."""
+    return rewrite.resolve(options.rewrites, options.freezing)
+
+
 def decompose_stage(fx: FxGraph, options: Options) -> Callable:
     """AOTAutograd: FX graph -> functional ATen graph(s), handed to fx.compile_aten; returns the graph's callable.
     A graph that will train gets its before-joint rewrites first (Note [Where rewrites run])."""
     gm = fx.gm
     if fx.rewrite_forward is not None and will_train(fx.example_inputs) and \
-            any(rewrite.REWRITES[name].before_joint for name in options.rewrites):
+            any(rewrite.REWRITES[name].before_joint for name in rewrite_passes(options)):
         gm = fx.rewrite_forward(gm, fx.example_inputs)
     return aot_compile(gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
                        fx.partition_fn, fx.compile_aten("inference"))
@@ -205,12 +177,13 @@ def rewrite_stage(aten: AtenGraph, options: Options) -> AtenGraph:
     """The graph rewrites (engine/rewrite/, Note [Rewrite stage]) on a copy of the ATen graph: an inference graph
     gets every pass; a training graph's before-joint passes ran on its forward before AOTAutograd traced the
     joint (Note [Where rewrites run]), so its forward and backward get the others."""
+    passes = rewrite_passes(options)
     if aten.before_joint:
-        chosen = [name for name in options.rewrites if rewrite.REWRITES[name].before_joint]
+        chosen = [name for name in passes if rewrite.REWRITES[name].before_joint]
     elif aten.phase == "inference":
-        chosen = list(options.rewrites)
+        chosen = list(passes)
     else:
-        chosen = [name for name in options.rewrites if not rewrite.REWRITES[name].before_joint]
+        chosen = [name for name in passes if not rewrite.REWRITES[name].before_joint]
     if not chosen:
         return aten
     gm = copy_graph_module(aten.gm)
@@ -526,6 +499,7 @@ def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic:
     and buffers become constants, folded at compile time (inference only; Note [Freezing])."""
     options = Options(backend, device, dynamic, mode, templates=templates, layout=layout, rewrites=rewrites,
                       freezing=freezing)
+    rewrite_passes(options)  # an unknown pass is the caller's error, now
     return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
 
@@ -545,11 +519,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
                       rewrites=rewrites, freezing=freezing)
     exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
-                              description=description,
-                              options=OptionsRecord(dynamic=dynamic, mode=mode, fusion=fusion, train=train,
-                                                    max_fused_nodes=max_fused_nodes, templates=templates,
-                                                    layout=layout, rewrites=list(options.rewrites),
-                                                    freezing=freezing))
+                              description=description, options=options.record(rewrite_passes(options)))
     profiler = Profiler(device) if profile else None
     bisector = None if train else Bisector()
     compilation = Compilation(options, exploration, profiler=profiler, bisector=bisector)

@@ -26,7 +26,7 @@ PACKAGES = ("engine", "visualizers", "app")
 
 # (prefix, rank): a module may import modules of its own rank or lower. Longest prefix wins.
 RANKS = [
-    ("engine.record", 0),
+    ("engine.record", 0), ("engine.options", 0),
     ("engine.ir", 1),
     ("engine.lowering", 2),
     ("engine.schedule", 3),

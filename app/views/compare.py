@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, ui
+from engine import options as engine_options
 from visualizers import compare as compare_view
 
 st.markdown("### Compare two compiles")
@@ -19,8 +20,9 @@ def side_settings(column, side: str, defaults: dict) -> list[str]:
                                 index=["glassbox", "inductor"].index(defaults.get("compiler", "glassbox")))
         settings = [f"compiler={compiler}"]
         if compiler == "glassbox":
-            backend = st.selectbox("backend", ["cpp", "triton"], key=f"cmp_{side}_backend",
-                                   index=["cpp", "triton"].index(defaults.get("backend", "cpp")))
+            backends = list(engine_options.infos()["backend"].choices)
+            backend = st.selectbox("backend", backends, key=f"cmp_{side}_backend",
+                                   index=backends.index(defaults.get("backend", engine_options.default("backend"))))
             dynamic = st.checkbox("dynamic shapes", key=f"cmp_{side}_dynamic", value=defaults.get("dynamic", False))
             fusion = st.checkbox("fusion", key=f"cmp_{side}_fusion", value=defaults.get("fusion", True))
             cap = st.number_input("max IR nodes per kernel (0: no cap)", min_value=0, value=0, step=1,

@@ -47,7 +47,6 @@ from engine.ir.nodes import Buffer, Extern, Pointwise, Reduction, TensorValue
 from engine.lowering.common import realize
 
 aten = torch.ops.aten
-LAYOUTS = ("auto", "channels_last", "contiguous")  # Options.layout: a heuristic decides, or forced
 
 # Measured speed of channels-last over NCHW per class of convolution (Inductor's benchmark of torchbench
 # convolutions; < 1 is a speedup). A graph goes channels-last when its FLOP-weighted average is a speedup.

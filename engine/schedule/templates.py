@@ -32,7 +32,6 @@ from engine.schedule import gemm_tiles
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable
 
 aten = torch.ops.aten
-MODES = ("auto", "on", "off")
 MATMULS = {aten.mm.default: ("mm", 2), aten.addmm.default: ("addmm", 2), aten.bmm.default: ("bmm", 3),
            aten.baddbmm.default: ("baddbmm", 3)}  # op -> (name, dims of its operands)
 GEMM_TARGETS = (*MATMULS, aten.convolution.default)

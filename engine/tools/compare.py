@@ -27,20 +27,15 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.pipeline import BACKENDS, MODES, TEMPLATE_MODES
+from engine import options
+from engine.options import BOOLEANS
 from engine.runtime.timing import Timing, ratio
 
-DEVICES = ("cpu", "cuda")
-BOOLEANS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
 COMPILERS = ("glassbox", "inductor")
-KEYS = {
-    "backend": ", ".join(BACKENDS), "device": ", ".join(DEVICES), "dynamic": "true, false",
-    "mode": ", ".join(MODES), "fusion": "on, off", "max_nodes": "a positive integer",
-    "compiler": ", ".join(COMPILERS), "file": "a model file or sample name",
-    "templates": ", ".join(TEMPLATE_MODES),
-    "rewrites": "default, none, all, the passes to run (attention,...) or -PASS to turn one off",
-    "freezing": "on, off",
-}
+# KEY -> the option it sets (engine/options.py, Note [One option set]); compiler and file are compare's own
+OPTION_KEYS = options.by_compare_key()
+KEYS = {**{key: options.compare_description(name) for key, name in OPTION_KEYS.items()},
+        "compiler": ", ".join(COMPILERS), "file": "a model file or sample name"}
 
 
 class SettingError(ValueError):
@@ -70,7 +65,8 @@ class Side:
 
 def _text(key: str, value) -> str:
     if isinstance(value, bool):
-        return ("on" if value else "off") if key in ("fusion", "freezing") else ("true" if value else "false")
+        on_off = key in OPTION_KEYS and options.infos()[OPTION_KEYS[key]].on_off
+        return ("on" if value else "off") if on_off else ("true" if value else "false")
     return str(value)
 
 
@@ -91,21 +87,24 @@ def parse_side(settings: list[str]) -> Side:
         if key not in KEYS:
             raise SettingError(f"unknown key {key!r}; valid keys: " +
                                "; ".join(f"{k} ({v})" for k, v in KEYS.items()))
-        if key in ("backend", "device", "mode", "compiler", "templates"):
-            values[key] = _choice(key, value.lower(), {"backend": BACKENDS, "device": DEVICES, "mode": MODES,
-                                                       "compiler": COMPILERS, "templates": TEMPLATE_MODES}[key])
-        elif key in ("dynamic", "fusion", "freezing"):
+        name = OPTION_KEYS.get(key)
+        info = options.infos().get(name)
+        if key == "compiler":
+            values[key] = _choice(key, value.lower(), COMPILERS)
+        elif info is not None and info.choices is not None:
+            values[key] = _choice(key, value.lower(), info.choices)
+        elif name == "dynamic" or isinstance(options.default(name), bool):
             if value.lower() not in BOOLEANS:
                 raise SettingError(f"{key}={value!r} is not valid: {key} is one of {KEYS[key]}")
             values[key] = BOOLEANS[value.lower()]
-        elif key == "rewrites":
+        elif name == "rewrites":
             from engine.rewrite import resolve
             try:
                 resolve(value)
             except ValueError as error:
                 raise SettingError(f"rewrites={value!r} is not valid: {error}") from error
             values[key] = value
-        elif key == "max_nodes":
+        elif name == "max_fused_nodes":
             if not value.isdigit() or int(value) < 1:
                 raise SettingError(f"max_nodes={value!r} is not valid: max_nodes is {KEYS[key]}")
             values[key] = int(value)
@@ -131,11 +130,11 @@ def explore_side(spec, side: Side, profile: bool = True) -> dict:
     if side.compiler == "inductor":
         return _inductor_side(spec, model, inputs, profile)
     try:
+        settings = {name: getattr(side, key) for key, name in OPTION_KEYS.items()}
+        settings["dynamic"] = True if side.dynamic else None  # off: as Dynamo decides, as explore's default
         exploration = engine.explore(
-            model, inputs, backend=side.backend, device=side.device, dynamic=True if side.dynamic else None,
-            name=spec.name, source={"filename": spec.filename, "text": spec.source}, description=spec.description,
-            tolerance=spec.tolerance, profile=profile, mode=side.mode, fusion=side.fusion,
-            max_fused_nodes=side.max_nodes, templates=side.templates, rewrites=side.rewrites, freezing=side.freezing)
+            model, inputs, name=spec.name, source={"filename": spec.filename, "text": spec.source},
+            description=spec.description, tolerance=spec.tolerance, profile=profile, **settings)
     except Exception as error:  # noqa: BLE001 - a failing side is part of the comparison, not its end
         return {"model": spec.name, "graphs": [], "errors": [{"stage": "compile",
                                                               "message": f"{type(error).__name__}: {error}"}]}

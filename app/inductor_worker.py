@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine import options as engine_options
+
 
 def explore_inductor(target: str, device: str, dynamic: bool, evidence_out: Path | None = None) -> dict:
     """Inductor's report; its check's evidence (eager's, Inductor's and the float64 shadow's outputs) goes to
@@ -59,7 +61,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="inductor_worker")
     parser.add_argument("target")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    engine_options.add_flag(parser, "device")
     parser.add_argument("--dynamic", action="store_true")
     args = parser.parse_args(argv)
     from engine.tools.judged import EVIDENCE_NAME  # read back and judged by app/worker.py

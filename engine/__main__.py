@@ -98,10 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Glassbox, a see-through compiler for PyTorch programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def flag(command: argparse.ArgumentParser, name: str, **overrides) -> None:
-        """An option's flag as engine/options.py describes it (Note [One option set])."""
-        flags, keywords = engine_options.cli_argument(name, **overrides)
-        command.add_argument(*flags, **{k: v for k, v in keywords.items() if v is not None or k != "choices"})
+    flag = engine_options.add_flag  # an option's flag as engine/options.py describes it (Note [One option set])
 
     def common(command: argparse.ArgumentParser) -> None:
         command.add_argument("target", metavar="FILE_OR_SAMPLE",

@@ -129,6 +129,12 @@ def cli_argument(name: str, **overrides) -> tuple[tuple[str, ...], dict]:
     return (info.cli,), keywords
 
 
+def add_flag(parser, name: str, **overrides) -> None:
+    """Add an option's flag (cli_argument) to an argparse parser; `choices=None` in overrides drops the list."""
+    flags, keywords = cli_argument(name, **overrides)
+    parser.add_argument(*flags, **{k: v for k, v in keywords.items() if v is not None or k != "choices"})
+
+
 def compare_description(name: str) -> str:
     """What compare's KEY takes, in words (its usage error lists these)."""
     info, value = infos()[name], default(name)

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine import options as engine_options
 from engine.runtime.timing import GPU_ROUNDS, QuietHost, gpu_rounds  # Note [Fair GPU timing]
 from engine.tools import train_profile
 from engine.tools.bench import set_threads
@@ -225,7 +226,7 @@ def table(reports: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine bench train", description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    engine_options.add_flag(parser, "device")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of torch (OpenMP: set OMP_NUM_THREADS)")
     parser.add_argument("--small", action="store_true", help="tiny shapes: checks the bench, times mean nothing")
     parser.add_argument("--modes", default=None, help="comma-separated; default: default (CPU), "
@@ -235,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(shared by the rounds of Note [Fair GPU timing]: hundreds of steps; the GPU run "
                              "shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
-    parser.add_argument("--templates", choices=("auto", "on", "off"), default="auto",
-                        help="our GEMM templates (Note [GEMM templates]): auto (the heuristic), on, off (library calls)")
+    engine_options.add_flag(parser, "templates")
     parser.add_argument("--partition", choices=("min-memory", "save-library-operands"), default=None,
                         help="our partition (GLASSBOX_PARTITION, Note [Operands the backward stores] in "
                              "engine/partition.py): min-memory (the default) recomputes cheap values even where "

@@ -34,6 +34,7 @@ from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
 
+from engine import options as engine_options
 from engine.tools.json_stdout import print_json, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -508,7 +509,7 @@ def _torch_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cpp", choices=["cpp", "triton"])
+    engine_options.add_flag(parser, "backend")
     parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES))
     parser.add_argument("--max-samples", type=int, default=0,

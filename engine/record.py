@@ -211,6 +211,77 @@ class TilingRecord(Record):
 
 
 @dataclass
+class TritonRecord(Record):
+    """A Triton kernel's launch: its form, block configs, grid, signature and autotuning.
+
+    From codegen/triton/kernel.py; `autotune` is the runtime's, filled in at the first launch
+    (runtime/triton_build.py)."""
+    form: str  # pointwise | tiled | persistent | looped | column | scan | scan_looped
+    config: dict[str, Any]  # the block sizes and warps it launches with here
+    grid: str
+    int64_index: bool
+    gpu_config: dict[str, Any]  # what it would launch with on a GPU
+    signature: dict[str, str]  # argument -> Triton type
+    rows: str
+    red: str
+    autotune: dict[str, Any] | None = None
+
+
+@dataclass
+class GemmOperand(Record):
+    """A matrix operand as a strided view of a buffer: element (b, i, j) at offset + b*sb + i*si + j*sj."""
+    name: str
+    offset: int
+    strides: list[int]  # (batch, row, column) in elements; 0: broadcast
+
+
+@dataclass
+class GemmSpecRecord(Record):
+    """The GEMM a template computes (engine/schedule/templates.py GemmSpec)."""
+    op: str  # mm | addmm | bmm | baddbmm | conv1x1
+    batch: int
+    M: int
+    N: int
+    K: int
+    dtype: str
+    a: GemmOperand
+    b: GemmOperand
+    bias: GemmOperand | None
+    alpha: Any  # as the op was called: an int or a float
+    beta: Any
+
+
+@dataclass
+class FusedOp(Record):
+    """One op of a template's fused epilogue, with where it came from."""
+    ir_node: str
+    aten_origins: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    fx_origins: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TemplateRecord(Record):
+    """A GEMM template kernel: its GEMM, tile config, fused epilogue and why (Note [GEMM templates]).
+
+    The C++ one has its inner loop, the Triton one its launch (Note [Optional keys]). `autotune` is the
+    runtime's, filled in when max-autotune times the candidates."""
+    name: str  # cpp_gemm | triton_gemm
+    spec: GemmSpecRecord
+    config: dict[str, Any]
+    epilogue: list[str]  # the IR nodes fused after the GEMM
+    reason: str
+    candidates: list[dict[str, Any]]
+    autotune: dict[str, Any] | None = None
+    fused_ops: list[FusedOp] | None = optional_key()  # the epilogue op by op (engine/report.py)
+    inner_loop: str | None = optional_key()  # C++: stream | dot | axpy
+    gpu_config: dict[str, Any] | None = optional_key()  # Triton
+    grid: list[int] | None = optional_key()
+    signature: dict[str, str] | None = optional_key()
+    display: dict[str, Any] | None = optional_key()  # Triton: the constants its lowering is shown with
+
+
+@dataclass
 class KernelRecord(Record):
     name: str
     kind: str  # pointwise | reduction | extern | fallback | template
@@ -225,8 +296,8 @@ class KernelRecord(Record):
     lines: list[int] = field(default_factory=list)  # [first, last] line of its source in the module, if generated
     reason: str | None = None  # a fallback's
     tiling: TilingRecord | None = None  # how its loops are tiled, with the reason
-    triton: dict[str, Any] | None = None  # Triton's launch config, grid, signature, autotuning
-    template: dict[str, Any] | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
+    triton: TritonRecord | None = None  # Triton's launch config, grid, signature, autotuning
+    template: TemplateRecord | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
     asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (engine/tools/assembly.add_assembly)
     # with --profile (engine/runtime/profile.py): median time, its interquartile range, share of the graph's call,
     # achieved rates and the FLOP estimate
@@ -322,8 +393,10 @@ class BisectCulprit(Record):
 
 @dataclass
 class BisectRecord(Record):
-    """A graph's numerics bisect; empty when it did not run, status and reason when it failed (Note [Optional
-    keys]); a finished one always says its culprit, null when clean."""
+    """A graph's numerics bisect (Note [Numerics bisect] in engine/divergence.py).
+
+    Empty when it did not run, status and reason when it failed (Note [Optional keys]); a finished one always
+    says its culprit, null when clean."""
     status: str | None = optional_key()  # diverges | clean | failed
     culprit: BisectCulprit | None = optional_key()
     kernels: list[BisectKernel] | None = optional_key()
@@ -375,8 +448,10 @@ class JointNode(JointValue):
 
 @dataclass
 class PartitionRecord(Record):
-    """In training: a forward graph's partition (its keys but forward_graph), a backward graph's forward_graph;
-    an inference graph's is empty (Note [Optional keys])."""
+    """In training, how the joint graph was split (engine/partition.py).
+
+    A forward graph's has every key but forward_graph, a backward graph's only forward_graph, an inference
+    graph's none (Note [Optional keys])."""
     saved: list[SavedValue] | None = optional_key()
     recomputed: list[RecomputedValue] | None = optional_key()
     saved_bytes: int | None = optional_key()

@@ -3,6 +3,7 @@
 Every value is converted to record data here, where its meaning is known (Note [Strict record] in record.py)."""
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import re
 
@@ -14,8 +15,9 @@ from engine.ir.handlers import IRPrinter
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scan, Scatter
 from engine.ir.ops import ops, use_handler
-from engine.record import (AtenNode, CodeRecord, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode, IRRecord,
-                           KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, RewriteRecord, SourceLine)
+from engine.record import (AtenNode, CodeRecord, FusedOp, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode,
+                           IRRecord, KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, RewriteRecord,
+                           SourceLine)
 
 
 def _meta(node: torch.fx.Node) -> dict:
@@ -163,10 +165,10 @@ def _bytes(node, hints) -> int:
     return int(numel) * node.dtype.itemsize if numel.is_Integer else 0
 
 
-def _fused_op(node, aten_by_name: dict) -> dict:
+def _fused_op(node, aten_by_name: dict) -> FusedOp:
     aten = [a for a in node.origins if a in aten_by_name]
-    return {"ir_node": node.name, "aten_origins": aten, "ops": [aten_by_name[a].target for a in aten],
-            "fx_origins": list(dict.fromkeys(f for a in aten for f in aten_by_name[a].fx_origins))}
+    return FusedOp(ir_node=node.name, aten_origins=aten, ops=[aten_by_name[a].target for a in aten],
+                   fx_origins=list(dict.fromkeys(f for a in aten for f in aten_by_name[a].fx_origins)))
 
 
 def _kernel_lines(line_kernel: list) -> dict[str, list[int]]:
@@ -221,12 +223,12 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
             lines=line_ranges.get(kernel.name, []))
         if source is not None and hasattr(source, "record_fields"):
             for key, value in source.record_fields().items():  # backend extras, e.g. Triton's launch config
-                if key not in entry:
+                if key not in {f.name for f in dataclasses.fields(entry)}:
                     raise TypeError(f"a backend's record_fields() gave {key!r}, which KernelRecord does not have: "
                                     "add it to engine/record.py (and regenerate engine/record_schema.json)")
                 setattr(entry, key, value)
         if entry.template is not None:  # the GEMM template's fused epilogue, op by op (Note [GEMM templates])
-            entry.template["fused_ops"] = [_fused_op(buffers[n], aten_by_name) for n in entry.template["epilogue"]]
+            entry.template.fused_ops = [_fused_op(buffers[n], aten_by_name) for n in entry.template.epilogue]
         if kernel.kind == "fallback":
             entry.reason = "; ".join(getattr(n, "reason", "") for n in kernel.nodes if getattr(n, "reason", ""))
         record.kernels.append(entry)

@@ -1,7 +1,7 @@
 """Record -> rows (lists of dicts) for tables: kernels, fusion decisions, numerics, runs, recompiles, guards.
 
-They read the typed record (engine/record.py) by attribute; only the record's free-form parts (a kernel's
-`triton` and `template` reports, `verify`) are plain dicts."""
+They read the typed record (engine/record.py) by attribute; only the record's free-form parts (configs, the
+runtime's autotune reports, `verify`) are plain dicts."""
 from __future__ import annotations
 
 from engine.record import Exploration, FusionDecision, GraphRecord, TilingRecord
@@ -48,11 +48,10 @@ def kernel_rows(graph: GraphRecord) -> list[dict]:
     for kernel in graph.kernels:
         ops = [teaching.short_op(op) for op in kernel.ops]
         tiling, why = tiling_text(kernel.tiling)
-        template = kernel.template or {}
-        if template and not tiling:
-            config = template.get("config") or {}
-            tiling = ", ".join(f"{k}={v}" for k, v in config.items())
-            why = user_text(template.get("reason"))
+        template = kernel.template
+        if template is not None and not tiling:
+            tiling = ", ".join(f"{k}={v}" for k, v in template.config.items())
+            why = user_text(template.reason)
         rows.append({
             "kernel": kernel.name, "kind": kernel.kind, "fused ops": len(ops), "ops": " + ".join(ops),
             "bytes moved": kernel.bytes, "tiling": tiling, "tiling: why": why,
@@ -69,12 +68,10 @@ def launch_rows(graph: GraphRecord) -> list[dict]:
         triton = kernel.triton
         if triton is None:
             continue
-        config = triton.get("config") or {}
-        gpu = triton.get("gpu_config") or {}
-        rows.append({"kernel": kernel.name, "form": triton.get("form"), "grid": triton.get("grid"),
-                     "config": ", ".join(f"{k}={v}" for k, v in config.items()),
-                     "GPU config": ", ".join(f"{k}={v}" for k, v in gpu.items()),
-                     "rows x reduction": " x ".join(str(triton[k]) for k in ("rows", "red") if triton.get(k))})
+        rows.append({"kernel": kernel.name, "form": triton.form, "grid": triton.grid,
+                     "config": ", ".join(f"{k}={v}" for k, v in triton.config.items()),
+                     "GPU config": ", ".join(f"{k}={v}" for k, v in triton.gpu_config.items()),
+                     "rows x reduction": " x ".join(size for size in (triton.rows, triton.red) if size)})
     return rows
 
 
@@ -86,16 +83,16 @@ def template_rows(graph: GraphRecord) -> list[dict]:
         template = kernel.template
         if template is None:
             continue
-        spec = template.get("spec") or {}
-        fused = template.get("fused_ops") or []
-        batch = f"{spec.get('batch')} x " if (spec.get("batch") or 1) > 1 else ""
-        rows.append({"kernel": kernel.name, "template": template.get("name"), "op": spec.get("op"),
-                     "GEMM (MxNxK)": f"{batch}{spec.get('M')}x{spec.get('N')}x{spec.get('K')}",
-                     "dtype": spec.get("dtype"),
-                     "config": ", ".join(f"{k}={v}" for k, v in (template.get("config") or {}).items()),
-                     "epilogue": ", ".join(str(o).replace("aten::", "") for op in fused for o in op.get("ops") or []),
-                     "from FX": ", ".join(f for op in fused for f in op.get("fx_origins") or []),
-                     "winner": (template.get("autotune") or {}).get("winner") or "", "why": template.get("reason")})
+        spec = template.spec
+        fused = template.fused_ops or []
+        batch = f"{spec.batch} x " if spec.batch > 1 else ""
+        rows.append({"kernel": kernel.name, "template": template.name, "op": spec.op,
+                     "GEMM (MxNxK)": f"{batch}{spec.M}x{spec.N}x{spec.K}",
+                     "dtype": spec.dtype,
+                     "config": ", ".join(f"{k}={v}" for k, v in template.config.items()),
+                     "epilogue": ", ".join(str(o).replace("aten::", "") for op in fused for o in op.ops),
+                     "from FX": ", ".join(f for op in fused for f in op.fx_origins),
+                     "winner": (template.autotune or {}).get("winner") or "", "why": template.reason})
     return rows
 
 
@@ -104,7 +101,7 @@ def autotune_rows(graph: GraphRecord) -> list[dict]:
     one default mode would run, and why the winner won (Note [Autotune against the default's pick])."""
     rows = []
     for kernel in graph.kernels:
-        tuning = (kernel.template or {}).get("autotune") or {}
+        tuning = (kernel.template.autotune if kernel.template is not None else None) or {}
         for candidate in tuning.get("candidates") or []:
             winner = candidate.get("candidate") == tuning.get("winner")
             rows.append({"kernel": kernel.name, "candidate": candidate.get("candidate"),

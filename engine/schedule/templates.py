@@ -28,6 +28,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, unflatten
 from engine.ir.nodes import Buffer, Extern, Pointwise, TensorArg, Template
 from engine.ir.ops import use_handler
+from engine.record import GemmOperand, GemmSpecRecord
 from engine.schedule import gemm_tiles
 from engine.schedule.kernel_plan import Inliner, KernelPlan, NotFusable
 
@@ -134,11 +135,12 @@ class GemmSpec:
         batch = f"{self.batch} x " if self.batch > 1 else ""
         return f"{batch}{self.m}x{self.n}x{self.k} (MxNxK)"
 
-    def record(self) -> dict:
-        return {"op": self.op, "batch": self.batch, "M": self.m, "N": self.n, "K": self.k,
-                "dtype": str(self.dtype).replace("torch.", ""),
-                "a": dataclasses.asdict(self.a), "b": dataclasses.asdict(self.b),
-                "bias": dataclasses.asdict(self.bias) if self.bias else None, "alpha": self.alpha, "beta": self.beta}
+    def record(self) -> GemmSpecRecord:
+        def operand(o: Operand | None) -> GemmOperand | None:
+            return GemmOperand(name=o.name, offset=o.offset, strides=list(o.strides)) if o is not None else None
+        return GemmSpecRecord(op=self.op, batch=self.batch, M=self.m, N=self.n, K=self.k,
+                              dtype=str(self.dtype).replace("torch.", ""), a=operand(self.a), b=operand(self.b),
+                              bias=operand(self.bias), alpha=self.alpha, beta=self.beta)
 
 
 class NotATemplate(Exception):

@@ -369,8 +369,8 @@ def autotune_choices(model, inputs, device: str, run_device: str) -> list[dict]:
                                      device=run_device, mode="max-autotune")
     except Exception as error:  # noqa: BLE001 - diagnostics only
         return [{"error": f"{type(error).__name__}: {str(error)[:200]}"}]
-    return [{"kernel": k["name"], "gemm": k["template"]["spec"], **k["template"].get("autotune", {})}
-            for k in exploration.kernels if k["kind"] == "template"]
+    return [{"kernel": k.name, "gemm": k.template.spec.to_json(), **(k.template.autotune or {})}
+            for k in exploration.kernels if k.kind == "template"]
 
 
 def choices_text(reports: list[dict]) -> str:

@@ -141,7 +141,7 @@ def plain_words(text, graph: GraphRecord | None = None) -> str:
 
 def tiling_line(kernel: KernelRecord) -> str:
     """A kernel's loop tiling (or a template's tile config) and why, in words."""
-    tiling, template = kernel.tiling, kernel.template or {}
+    tiling, template = kernel.tiling, kernel.template
     if tiling is not None and tiling.choice:
         details = ([f"run {tiling.run}"] if tiling.run else []) + (["columns True"] if tiling.columns else [])
         pieces = tiling.pieces if tiling.pieces is not None and tiling.pieces.pieces else None
@@ -149,10 +149,9 @@ def tiling_line(kernel: KernelRecord) -> str:
             details.append(f"{len(pieces.pieces)} pieces along dim {pieces.dim}")
         reason = "; ".join(w for w in (plain_words(tiling.reason), plain_words(pieces.reason if pieces else "")) if w)
         return tiling.choice + (f" ({', '.join(details)})" if details else "") + (f" - {reason}" if reason else "")
-    if template.get("config"):
-        config = ", ".join(f"{k}={v}" for k, v in template["config"].items())
-        return f"{template.get('name', 'template')} {config}" + (
-            f" - {plain_words(template.get('reason'))}" if template.get("reason") else "")
+    if template is not None and template.config:
+        config = ", ".join(f"{k}={v}" for k, v in template.config.items())
+        return f"{template.name} {config}" + (f" - {plain_words(template.reason)}" if template.reason else "")
     return ""
 
 

@@ -25,6 +25,7 @@ from engine.codegen.provenance import LineTag
 from engine.ir.handlers import Var
 from engine.ir.nodes import Template
 from engine.ir.ops import ops, use_handler
+from engine.record import TemplateRecord
 from engine.schedule.fusion import Kernel
 from engine.schedule.templates import (GemmSpec, TemplatePlan, accumulator_read, default_takes_template,
                                       epilogue_plan)
@@ -199,10 +200,10 @@ def tile_configs(spec: GemmSpec) -> list[dict]:
 
 class CppTemplateKernel(TemplateKernel):
     def record_fields(self) -> dict:
-        return {"template": {
-            "name": "cpp_gemm", "spec": self.spec.record(), "config": tile_configs(self.spec)[0],
-            "inner_loop": inner_form(self.spec), "epilogue": list(self.epilogue), "reason": self.template.reason,
-            "candidates": tile_configs(self.spec), "autotune": self.tuning}}
+        return {"template": TemplateRecord(
+            name="cpp_gemm", spec=self.spec.record(), config=tile_configs(self.spec)[0],
+            inner_loop=inner_form(self.spec), epilogue=list(self.epilogue), reason=self.template.reason,
+            candidates=tile_configs(self.spec), autotune=self.tuning)}
 
 
 class EpiloguePrinter(CppPrinter):

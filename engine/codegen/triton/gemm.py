@@ -26,6 +26,7 @@ import sympy
 import torch
 
 from engine.ir.artifacts import TemplateKernel
+from engine.record import TemplateRecord
 from engine.codegen.provenance import LineTag
 from engine.codegen.triton.kernel import SIGNATURE_TYPES
 from engine.codegen.triton.printer import HALF, INT32_LIMIT, XR, TritonPrinter, TVar, tl_type
@@ -87,14 +88,14 @@ class TritonTemplateKernel(TemplateKernel):
 
     def record_fields(self) -> dict:
         config = self.configs()[0]
-        return {"template": {
-            "name": "triton_gemm", "spec": self.spec.record(), "config": config.kwargs(),
-            "gpu_config": gpu_configs(self.spec)[0].kwargs(), "grid": list(self.grid(config)),
-            "epilogue": list(self.epilogue), "reason": self.template.reason,
-            "candidates": [c.kwargs() for c in gpu_configs(self.spec)], "autotune": self.tuning,
-            "signature": self.signature, "display": {
+        return {"template": TemplateRecord(
+            name="triton_gemm", spec=self.spec.record(), config=config.kwargs(),
+            gpu_config=gpu_configs(self.spec)[0].kwargs(), grid=list(self.grid(config)),
+            epilogue=list(self.epilogue), reason=self.template.reason,
+            candidates=[c.kwargs() for c in gpu_configs(self.spec)], autotune=self.tuning,
+            signature=self.signature, display={
                 "constants": self.display_constants(gpu_configs(self.spec)[0]),
-                "num_warps": gpu_configs(self.spec)[0].num_warps}}}
+                "num_warps": gpu_configs(self.spec)[0].num_warps})}
 
     def display_constants(self, config: GemmConfig) -> dict:
         """The constexprs of a launch with `config` (for engine/tools/assembly.kernel_assembly)."""

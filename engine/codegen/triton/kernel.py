@@ -27,6 +27,7 @@ from engine.codegen.triton.scan import scan_body
 from engine.codegen.triton.printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, use_handler
+from engine.record import TritonRecord
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
@@ -99,11 +100,11 @@ class TritonKernel:
 
     def record_fields(self) -> dict:
         """What the record shows about this kernel beyond its source (report.py)."""
-        return {"triton": {
-            "form": self.form, "config": self.config.kwargs(), "grid": self.grid_text(), "int64_index": self.int64,
-            "gpu_config": choose_config(self.form, self.rows, self.red, False, self.itemsize).kwargs(),
-            "signature": self.signature, "rows": str(self.rows), "red": str(self.red),
-            "autotune": self.tuning}, "tiling": self.tiling.record()}
+        return {"triton": TritonRecord(
+            form=self.form, config=self.config.kwargs(), grid=self.grid_text(), int64_index=self.int64,
+            gpu_config=choose_config(self.form, self.rows, self.red, False, self.itemsize).kwargs(),
+            signature=self.signature, rows=str(self.rows), red=str(self.red),
+            autotune=self.tuning), "tiling": self.tiling.record()}
 
 
 def kernel_form(kernel: Kernel, tiling: Tiling) -> str:

@@ -40,10 +40,10 @@ def render(graph: GraphRecord, language: str, key: str) -> None:
             st.code(f"{number}: {text}", language="python")
 
 
-def render_ir(graph: GraphRecord, key: str) -> None:
+def render_ir(graph: GraphRecord, key: str, own_file: str | None = None) -> None:
     """The loop-IR stage's sentences, one per IR node, each lighting up the listing's lines it talks about; and
     any line of the listing traced to its IR node, ATen and FX nodes, kernel and the user's line."""
-    sentences = anchors.ir_sentences(graph)
+    sentences = anchors.ir_sentences(graph, own_file)
     if not sentences:
         return
     with st.expander("Explain the loop IR, anchored to its lines", expanded=False):

@@ -20,22 +20,20 @@ def render(record: Exploration) -> None:
     caption = heat.roof_caption(record)
     if caption:
         st.caption(caption)
-    left, right = st.columns(2)
-    with left:
-        for graph in record.graphs:
-            paint, notes = heat.graph_paint(graph)
-            if paint:
-                st.caption(f"graph {graph.index}: each kernel a box in the heat of its time, with its GB/s, "
-                           "GFLOP/s and % of roof; its ATen nodes inside")
-                ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes, clusters=heat.graph_clusters(graph)),
-                              len(graph.aten))
-    with right:
-        source = record.source.text
-        if source and lines:
-            st.caption("your source: each line's share of the kernels' time, bytes and FLOPs (a kernel's split over "
-                       "its lines), and its kernels' % of roof")
-            st.html(f"<div style='max-height:640px;overflow:auto'>{heat.source_heat_html(source, lines)}</div>")
-        library = heat.library_heat_html(record)
-        if library:
-            st.caption("the library code your model is built from: its hottest lines per file, the same figures")
-            st.html(f"<div style='max-height:640px;overflow:auto'>{library}</div>")
+    # one above the other, each the page's width: a real model's graph and its library's lines need it
+    for graph in record.graphs:
+        paint, notes = heat.graph_paint(graph)
+        if paint:
+            st.caption(f"graph {graph.index}: each kernel a box in the heat of its time, with its GB/s, "
+                       "GFLOP/s and % of roof; its ATen nodes inside")
+            ui.show_graph(overlay.overlay_dot(graph, "aten", paint, notes, clusters=heat.graph_clusters(graph)),
+                          len(graph.aten))
+    source = record.source.text
+    if source and lines:
+        st.caption("your source: each line's share of the kernels' time, bytes and FLOPs (a kernel's split over "
+                   "its lines), and its kernels' % of roof")
+        st.html(f"<div style='max-height:640px;overflow:auto'>{heat.source_heat_html(source, lines)}</div>")
+    library = heat.library_heat_html(record)
+    if library:
+        st.caption("the library code your model is built from: its hottest lines per file, the same figures")
+        st.html(f"<div style='max-height:640px;overflow:auto'>{library}</div>")

@@ -150,7 +150,7 @@ def ir_stage(record: Exploration, graph_index: int, key: str) -> None:
     for node in ir_nodes:
         if node.kind == "fallback":
             st.warning(f"**{md_text(node.name)}** runs eagerly (fallback): {md_text(node.reason or 'no lowering')}")
-    anchored_pane.render_ir(graph, key)  # a sentence per IR node, anchored to the listing's lines
+    anchored_pane.render_ir(graph, key, record.source.filename)  # a sentence per IR node, anchored to the listing's lines
     text, _ = code_html.ir_listing(graph)
     ui.show_code(text, "ir", caption=f"loop IR of graph {graph.index}, grouped by kernel", max_height=640)
 

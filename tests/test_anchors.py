@@ -63,3 +63,11 @@ def test_the_report_links_each_explanation_to_its_lines():
         assert f'href="#g0-ir-{first}"' in page and f'id="g0-ir-{first}"' in page  # the link lands on its line
     kernel = anchors.kernel_sentences(graph)[0]
     assert f'href="#g0-code-{kernel["lines"][0]}"' in page and f'id="g0-code-{kernel["lines"][0]}"' in page
+
+
+def test_a_library_line_is_named_by_its_file_not_as_yours():
+    spec = load_model_file(str(sample_path("softmax")))
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
+                            source={"filename": spec.filename, "text": spec.source})
+    sentence = anchors.ir_sentences(record.graphs[0], "/elsewhere/model.py")[0]["text"]
+    assert "your line" not in sentence and "line 14" in sentence  # the sample's file, by its name

@@ -7,6 +7,7 @@ from __future__ import annotations
 from engine.record import GraphRecord
 from visualizers.code import ir_listing
 from visualizers.graphs import short_op
+from visualizers.heat import short_file
 
 
 def kernel_sentences(graph: GraphRecord) -> list[dict]:
@@ -49,10 +50,24 @@ def _dims(sizes: list[str]) -> str:
     return "×".join(sizes) or "1"
 
 
-def ir_sentences(graph: GraphRecord) -> list[dict]:
+def _places_text(places: list[tuple[str, int]], own_file: str | None) -> str:
+    """"your line 14" or "transformers/models/gpt2/modeling_gpt2.py line 569": the user's file by that name."""
+    mine = sorted({line for file, line in places if not own_file or file == own_file})
+    words = [f"your line{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}"] if mine else []
+    others: dict[str, list[int]] = {}
+    for file, line in places:
+        if own_file and file != own_file:
+            others.setdefault(file, []).append(line)
+    words += [f"{short_file(file)} line{'s' if len(set(lines)) > 1 else ''} {', '.join(map(str, sorted(set(lines))))}"
+              for file, lines in others.items()]
+    return " and ".join(words)
+
+
+def ir_sentences(graph: GraphRecord, own_file: str | None = None) -> list[dict]:
     """{"node", "lines": [first, last], "text"} per loop-IR node, in the order of the IR listing
     (visualizers/code.py's ir_listing: grouped by kernel), each naming the listing's lines it talks about: what
-    the loop computes over which index space, the ATen op and your line it came from, what it reads and where."""
+    the loop computes over which index space, the ATen op and the line it came from (yours, in `own_file`, or a
+    library's), what it reads and where."""
     listing, where = ir_listing(graph)
     text = listing.splitlines()
     aten = {n.name: n for n in graph.aten}
@@ -62,8 +77,9 @@ def ir_sentences(graph: GraphRecord) -> list[dict]:
     for name, lines in where.items():
         node = ir_nodes[name]
         ops = [short_op(aten[a].target).split(".")[0] for a in node.aten_origins if a in aten]
-        users = sorted({aten[a].source.lineno for a in node.aten_origins
-                        if a in aten and aten[a].source is not None and aten[a].source.lineno})
+        places = [(aten[a].source.filename, aten[a].source.lineno) for a in node.aten_origins
+                  if a in aten and aten[a].source is not None and aten[a].source.lineno]
+        where_from = _places_text(places, own_file)
         if node.kind == "reduction" and node.reduction_size:
             what = (f"a reduction: {node.reduction_type or 'a combine'} over {_dims(node.reduction_size)} elements "
                     f"for each of {_dims(node.size)} outputs")
@@ -76,7 +92,7 @@ def ir_sentences(graph: GraphRecord) -> list[dict]:
         reads = ", ".join(f"{buffer} (line {number})" for number, buffer in loads)
         sentence = (f"{name} (lines {lines[0]}–{lines[-1]}) is {what}, computing "
                     f"{' + '.join(dict.fromkeys(ops)) or 'no ATen op of its own'}"
-                    + (f" from your line{'s' if len(users) > 1 else ''} {', '.join(map(str, users))}" if users else "")
+                    + (f" from {where_from}" if where_from else "")
                     + (f"; it reads {reads}" if reads else "")
                     + (f"; it runs in {kernel_of[name]}" if name in kernel_of else "; no kernel computes it"))
         sentences.append({"node": name, "lines": [lines[0], lines[-1]], "text": sentence})

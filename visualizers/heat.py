@@ -207,7 +207,7 @@ def source_heat_html(source: str, heat: dict[int, dict]) -> str:
 
 _STYLE = ("<style>.gb-heat{border-collapse:collapse;font-family:monospace;font-size:12px;width:100%}"
           ".gb-heat td{padding:0 5px;vertical-align:top}.gb-heat pre{margin:0;white-space:pre-wrap}"
-          ".gb-heat th{font-weight:normal;color:#6b7280;text-align:right;padding:0 5px;"
+          ".gb-heat th{font-weight:normal;color:#6b7280;text-align:right;padding:0 5px;white-space:nowrap;"
           "border-bottom:1px solid #e5e7eb}"
           ".gb-heat-ms{color:#7f1d1d;text-align:right;white-space:nowrap}"
           ".gb-heat-no{color:#9ca3af;text-align:right;width:3em}"

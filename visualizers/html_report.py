@@ -271,7 +271,8 @@ def graph_html(record: Exploration, graph: GraphRecord, figures: list, position:
         out.append(rewrites_html(graph, position))
     if graph.ir is not None and graph.ir.nodes:
         text, _ = ir_listing(graph)
-        out.append("<h3>Loop IR</h3>" + explained_html(anchors.ir_sentences(graph), f"g{index}-ir", "node")
+        out.append("<h3>Loop IR</h3>" + explained_html(anchors.ir_sentences(graph, record.source.filename),
+                                                        f"g{index}-ir", "node")
                    + highlight_html(text, "ir", max_height=600, anchors=f"g{index}-ir"))
     out.append("<h3>Kernels</h3>" + kernels_table(graph))
     decisions = graph.fusion.decisions if graph.fusion else []

@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         flag(command, "train")
         flag(command, "templates")
         flag(command, "freezing")
-        flag(command, "rewrites", type=rewrite_choices, metavar="PASSES")
+        flag(command, "rewrites", type=rewrite_choices, metavar="PASSES", default="default")
+        flag(command, "partition")
 
     explore = commands.add_parser("explore", help="compile a model once and show every stage",
                                   description="Compile a model once, recording every stage, and summarize it.")
@@ -351,7 +352,8 @@ def explore_command(args) -> tuple[dict, int]:
                 dynamic=True if args.dynamic else None, dynamic_inputs=spec.dynamic_inputs, name=spec.name,
                 source={"filename": spec.filename, "text": spec.source}, description=spec.description,
                 tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
-                mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze)
+                mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze,
+                partition=args.partition)
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -456,6 +458,7 @@ def sandboxed_explore(args) -> tuple[dict, int]:
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train),
                                       ("--freeze", args.freeze)) if on]
+    options += ["--partition", args.partition] if args.partition else []
     workdir = WorkDirectory()
     try:
         evidence = workdir.path / EVIDENCE_NAME

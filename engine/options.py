@@ -23,6 +23,7 @@ from engine.record import BACKENDS, MODES, OptionsRecord
 DEVICES = ("cpu", "cuda")
 TEMPLATE_MODES = ("auto", "on", "off")  # GEMM templates (Note [GEMM templates]): a heuristic decides, forced, off
 LAYOUTS = ("auto", "channels_last", "contiguous")  # 4D tensors around convolutions (Note [Channels-last convolutions])
+PARTITIONS = ("min-memory", "save-library-operands")  # Note [Operands the backward stores] (engine/partition.py)
 BOOLEANS = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
 
 
@@ -71,6 +72,10 @@ class Options:
     rewrites: Any = option(None, "graph rewrites before lowering: default, none, all, the passes to run "
                                  "(attention,...) or the ones to turn off (-attention)", cli="--rewrites",
                            compare="rewrites")
+    partition: str | None = option(None, "the training partition: min-memory recomputes cheap values to save "
+                                         "memory, save-library-operands keeps what a backward library call reads "
+                                         "(unset: GLASSBOX_PARTITION, else min-memory)",
+                                   choices=PARTITIONS, cli="--partition", compare="partition")
     freezing: bool = option(False, "inference only: parameters and buffers become constants, constant work and "
                                    "convolution + batch norm are folded at compile time (Note [Freezing])",
                             cli="--freeze", compare="freezing", on_off=True)
@@ -78,17 +83,18 @@ class Options:
     def __post_init__(self):
         for name, info in infos().items():
             value = getattr(self, name)
-            if info.checked and info.choices is not None and value not in info.choices:
+            if info.checked and info.choices is not None and value is not None and value not in info.choices:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(info.choices)}")
         if self.freezing and self.train:
             raise ValueError("freezing=True is for inference: a training step updates the parameters it would bake in")
         if self.mode == "reduce-overhead" and not self.device.startswith("cuda"):
             raise ValueError('mode="reduce-overhead" records CUDA graphs: it needs device="cuda"')
 
-    def record(self, rewrites: tuple[str, ...]) -> OptionsRecord:
-        """The record's `options`: every recorded field, with the rewrites that ran (resolved by the pipeline)."""
+    def record(self, rewrites: tuple[str, ...], partition: str) -> OptionsRecord:
+        """The record's `options`: every recorded field, with what the pipeline resolved: the rewrites that ran
+        and the partition's policy."""
         values = {name: getattr(self, name) for name, info in infos().items() if info.recorded}
-        values["rewrites"] = list(rewrites)
+        values.update(rewrites=list(rewrites), partition=partition)
         return OptionsRecord(**values)
 
 
@@ -122,7 +128,7 @@ def cli_argument(name: str, **overrides) -> tuple[tuple[str, ...], dict]:
     if isinstance(value, bool) or name == "dynamic":
         keywords: dict = {"action": "store_true", "help": info.help}
     else:
-        keywords = {"default": value if value is not None else "default", "help": info.help}
+        keywords = {"default": value, "help": info.help}
         if info.choices is not None:
             keywords["choices"] = info.choices
     keywords.update(overrides)

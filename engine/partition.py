@@ -70,6 +70,7 @@ import networkx
 import torch
 
 from engine.decompose import split_joint
+from engine.options import PARTITIONS  # Note [Operands the backward stores]
 from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
 
 aten = torch.ops.aten
@@ -116,7 +117,6 @@ def is_sym(node: torch.fx.Node) -> bool:
 
 
 LIBRARY_MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
-PARTITIONS = ("min-memory", "save-library-operands")  # Note [Operands the backward stores]
 
 
 def is_library_call(node: torch.fx.Node) -> bool:
@@ -126,8 +126,10 @@ def is_library_call(node: torch.fx.Node) -> bool:
                                            or "scaled_dot_product" in str(node.target))
 
 
-def partition_policy() -> str:
-    policy = os.environ.get("GLASSBOX_PARTITION") or "min-memory"
+def partition_policy(option: str | None = None) -> str:
+    """The partition's policy: the option (Options.partition), else the GLASSBOX_PARTITION override, else
+    min-memory."""
+    policy = option or os.environ.get("GLASSBOX_PARTITION") or "min-memory"
     if policy not in PARTITIONS:
         raise ValueError(f"GLASSBOX_PARTITION={policy!r}: choose one of {', '.join(PARTITIONS)}")
     return policy
@@ -236,12 +238,12 @@ def mutated_primals(graph: torch.fx.Graph) -> set:
             and any(m == n.meta["desc"] for m in mutated if m is not None)}
 
 
-def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int) -> dict:
+def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int, policy: str = "min-memory") -> dict:
     """Note [Min-cut partition]: which forward values to save; every decision with its reason."""
     forward, _ = _forward_region(graph, num_fwd_outputs)
     backward = _backward_region(graph)
     unsaveable = mutated_primals(graph)
-    save_operands = partition_policy() == "save-library-operands"
+    save_operands = policy == "save-library-operands"
     note = ""
     flow = networkx.DiGraph()
     bans = {}
@@ -425,12 +427,14 @@ def keep_saved_layouts(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> lis
     return fixed
 
 
-def make_partition_fn(on_partition: Callable[[PartitionRecord], None] | None = None) -> Callable:
-    """AOTAutograd's partition_fn: our min cut, then torch's graph surgery (decompose.split_joint)."""
+def make_partition_fn(on_partition: Callable[[PartitionRecord], None] | None = None,
+                      option: str | None = None) -> Callable:
+    """AOTAutograd's partition_fn: our min cut under the policy (partition_policy(option)), then torch's graph
+    surgery (decompose.split_joint)."""
 
     def partition(joint_gm: torch.fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **_):
         annotate_backward_provenance(joint_gm.graph)
-        choice = choose_saved(joint_gm.graph, num_fwd_outputs)
+        choice = choose_saved(joint_gm.graph, num_fwd_outputs, partition_policy(option))
         values = [n for n in choice["saved"] if not is_sym(n)]
         symbols = [n for n in choice["saved"] if is_sym(n)]
         fw_gm, bw_gm = split_joint(joint_gm, values, symbols, num_fwd_outputs)

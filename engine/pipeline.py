@@ -44,7 +44,7 @@ from engine.decompose import aot_compile, static_inputs, trace_forward, will_tra
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
-from engine.partition import make_partition_fn
+from engine.partition import make_partition_fn, partition_policy
 from engine.reproducer import fill_repro
 from engine.options import BACKENDS, MODES, TEMPLATE_MODES, Options  # noqa: F401 - the public names
 from engine.record import (STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
@@ -372,7 +372,8 @@ class Compilation:
 
         outer, self._graph = self._graph, graph
         try:
-            compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler, make_partition_fn(on_partition),
+            compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler,
+                                                     make_partition_fn(on_partition, self.options.partition),
                                                      rewrite_forward))
         finally:
             self._graph = outer
@@ -492,13 +493,15 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs, options: Option
 
 def compile(model: Callable, backend: str = "cpp", device: str = "cpu", dynamic: bool | None = None,
             mode: str = "default", templates: str = "auto", layout: str = "auto",
-            on_stage: Callable[[str, float], None] | None = None, rewrites=None, freezing: bool = False) -> Callable:
+            on_stage: Callable[[str, float], None] | None = None, rewrites=None, freezing: bool = False,
+            partition: str | None = None) -> Callable:
     """Like torch.compile(model, mode=mode), with Glassbox as the backend. on_stage(name, seconds) hears every
     stage's time (the fresh-process measure of engine/tools/fresh_compile.py). rewrites: the graph rewrites
     (None: the default passes; "none"; "attention,..."; "-attention": Note [Rewrite stage]). freezing: parameters
-    and buffers become constants, folded at compile time (inference only; Note [Freezing])."""
+    and buffers become constants, folded at compile time (inference only; Note [Freezing]). partition: the
+    training partition's policy (engine/options.py; unset: GLASSBOX_PARTITION, else min-memory)."""
     options = Options(backend, device, dynamic, mode, templates=templates, layout=layout, rewrites=rewrites,
-                      freezing=freezing)
+                      freezing=freezing, partition=partition)
     rewrite_passes(options)  # an unknown pass is the caller's error, now
     return capture.dynamo_compile(model, make_backend(options, on_stage=on_stage), None, dynamic)
 
@@ -508,7 +511,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             description: str = "", tolerance: dict | None = None, profile: bool = False, mode: str = "default",
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
             loss_fn: Callable | None = None, layout: str = "auto", rewrites=None,
-            freezing: bool = False, before_inputs: Callable[[tuple], None] | None = None) -> Exploration:
+            freezing: bool = False, before_inputs: Callable[[tuple], None] | None = None,
+            partition: str | None = None) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
@@ -517,9 +521,10 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     from engine.runtime.profile import Profiler
 
     options = Options(backend, device, dynamic, mode, fusion, max_fused_nodes, templates, train=train, layout=layout,
-                      rewrites=rewrites, freezing=freezing)
+                      rewrites=rewrites, freezing=freezing, partition=partition)
     exploration = Exploration(model=name, backend=backend, device=device, source=SourceFile(**(source or {})),
-                              description=description, options=options.record(rewrite_passes(options)))
+                              description=description,
+                              options=options.record(rewrite_passes(options), partition_policy(options.partition)))
     profiler = Profiler(device) if profile else None
     bisector = None if train else Bisector()
     compilation = Compilation(options, exploration, profiler=profiler, bisector=bisector)

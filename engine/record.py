@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -585,6 +585,9 @@ class OptionsRecord(Record):
     layout: str = "auto"  # 4D tensors around convolutions (Note [Channels-last convolutions]): auto | channels_last | contiguous
     rewrites: list[str] | None = None  # the graph rewrites that ran, in order (engine/rewrite/); null: the record predates them
     freezing: bool = False  # parameters and buffers were constants, folded at compile time (Note [Freezing])
+    # the training partition's policy (engine/partition.py, Note [Operands the backward stores]); null: the record
+    # predates it
+    partition: str | None = None
 
 
 @dataclass

@@ -65,8 +65,21 @@ def test_the_record_options_are_the_recorded_options():
     for f in dataclasses.fields(OptionsRecord):
         if f.name != "rewrites":  # the record holds the passes that ran; the option, the setting
             assert f.default == defaults[f.name], f.name
-    record = Options(templates="off", train=True).record(("attention",))
+    record = Options(templates="off", train=True).record(("attention",), "min-memory")
     assert record.templates == "off" and record.train and record.rewrites == ["attention"]
+    assert record.partition == "min-memory"
+
+
+def test_the_partition_option_wins_over_its_environment_override(monkeypatch):
+    from engine.partition import partition_policy
+
+    monkeypatch.delenv("GLASSBOX_PARTITION", raising=False)
+    assert partition_policy(None) == "min-memory"
+    monkeypatch.setenv("GLASSBOX_PARTITION", "save-library-operands")
+    assert partition_policy(None) == "save-library-operands"
+    assert partition_policy("min-memory") == "min-memory"
+    with pytest.raises(ValueError, match="min-memory, save-library-operands"):
+        Options(partition="fastest")
 
 
 def test_explore_and_compile_take_the_options_with_their_defaults():

@@ -292,3 +292,19 @@ def test_a_backward_reading_an_unsaveable_value_saves_what_it_reads():
     choice = choose_saved(graph, num_fwd_outputs=1)
     assert "no finite cut" in choice["note"]
     assert choice["saved"] == [pair]
+
+
+def test_the_partition_option_chooses_the_policy_and_is_recorded(monkeypatch):
+    """partition= (engine/options.py) does what GLASSBOX_PARTITION does, wins over it, and the record says
+    which policy ran."""
+    def chain_then_matmul(x, w):
+        return x.sin().cos() @ w
+
+    monkeypatch.setenv("GLASSBOX_PARTITION", "min-memory")
+    inputs = (torch.randn(32, 64), torch.randn(64, 16))
+    exploration = _train(chain_then_matmul, inputs, partition="save-library-operands")
+    _check_step(exploration)
+    partition = next(g for g in exploration.graphs if g.phase == "forward").partition
+    assert {s.op for s in partition.saved} >= {"cos.default"} and partition.saved_bytes == 32 * 64 * 4
+    assert exploration.options.partition == "save-library-operands"
+    assert _train(chain_then_matmul, inputs).options.partition == "min-memory"

@@ -55,6 +55,7 @@ class Side:
     templates: str = "auto"  # GEMM templates (Note [GEMM templates])
     rewrites: str = "default"  # graph rewrites (Note [Rewrite stage]): engine.rewrite.resolve's setting
     freezing: bool = False  # parameters and buffers as constants (Note [Freezing])
+    partition: str | None = None  # the training partition (engine/options.py); unset: the default
 
     def label(self) -> str:
         defaults = Side()

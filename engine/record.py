@@ -414,6 +414,29 @@ class BisectRecord(Record):
 
 
 @dataclass
+class TimelineEntry(Record):
+    """A kernel (or the whole call, kernel "call") in one profiled call, from the call's start."""
+    kernel: str
+    start_ms: float
+    dur_ms: float
+
+
+@dataclass
+class ProfileRecord(Record):
+    """With --profile, one graph's call timed (engine/runtime/profile.py); empty otherwise (Note [Optional
+    keys])."""
+    call_ms: float | None = optional_key()  # median
+    call_iqr_ms: float | None = optional_key()
+    kernels_ms: float | None = optional_key()  # the kernels' medians, summed
+    timed_call_ms: float | None = optional_key()  # the call the kernels were timed inside
+    overhead_ms: float | None = optional_key()  # the wrapper's share of it
+    repeats: int | None = optional_key()
+    device: str | None = optional_key()
+    interpreted: bool | None = optional_key()  # Triton on the CPU: its interpreter's times, not a GPU's
+    timeline: list[TimelineEntry] | None = optional_key()  # one call, kernel by kernel
+
+
+@dataclass
 class JointValue(Record):
     """A value of the joint forward+backward graph (engine/partition.py): its op, shape and dtype."""
     name: str
@@ -478,7 +501,7 @@ class GraphRecord(Record):
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage for this graph
     cache_hit: bool = False
     fallback: FallbackRecord | None = None  # set when the whole graph ran eagerly
-    profile: dict[str, Any] = field(default_factory=dict)  # with --profile: call_ms, kernels_ms, overhead_ms, ...
+    profile: ProfileRecord = field(default_factory=ProfileRecord)  # with --profile: the call's time
     # in training (engine/partition.py): a forward graph's saved and recomputed values; a backward's forward graph
     partition: PartitionRecord = field(default_factory=PartitionRecord)
     # when the outputs are not exactly eager's: each kernel's outputs against eager's ATen values (exact, within

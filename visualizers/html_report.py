@@ -254,11 +254,11 @@ def rewrites_html(graph: GraphRecord, position: int = 0) -> str:
 def graph_html(record: Exploration, graph: GraphRecord, figures: list, position: int = 0) -> str:
     index = _graph_index(graph, position)
     out = [f'<h2 id="graph{index}">Graph {index}</h2>']
-    profile = graph.get("profile") or {}
-    if profile.get("call_ms") is not None:
-        out.append(f"<p>Call {_number(profile['call_ms'])} ms (median of {esc(profile.get('repeats'))}); "
-                   f"kernels {_number(profile.get('kernels_ms'))} ms + wrapper {_number(profile.get('overhead_ms'))} ms"
-                   + (" — Triton interpreter times, not GPU times" if profile.get("interpreted") else "") + "</p>")
+    profile = graph.profile
+    if profile.call_ms is not None:
+        out.append(f"<p>Call {_number(profile.call_ms)} ms (median of {esc(profile.repeats)}); "
+                   f"kernels {_number(profile.kernels_ms)} ms + wrapper {_number(profile.overhead_ms)} ms"
+                   + (" — Triton interpreter times, not GPU times" if profile.interpreted else "") + "</p>")
     for which, title in (("fx", "Dynamo's FX graph"), ("aten", "ATen graph")):
         if getattr(graph, which):
             options, note = _draw_options(graph, which)

@@ -38,7 +38,7 @@ def kernel_time_figure(record: Exploration, height: int | None = None) -> go.Fig
         customdata=[[k.kind, k.gbps or 0, ", ".join(k.ops)] for _, k in kernels],
         hovertemplate="%{y} (%{customdata[0]}): %{x:.4f} ms, %{customdata[1]:.2f} GB/s<br>%{customdata[2]}"
                       "<extra>Glassbox</extra>"))
-    theirs = ((record.get("inductor") or {}).get("kernel_times")) or []
+    theirs = (record.inductor or {}).get("kernel_times") or []  # engine/reference.py's report: free-form
     if theirs:
         figure.add_bar(y=[f"Inductor {t['name']}" for t in theirs], x=[t["time_ms"] for t in theirs],
                        orientation="h", name="Inductor", marker_color=THEIRS,
@@ -54,7 +54,7 @@ def kernel_time_figure(record: Exploration, height: int | None = None) -> go.Fig
 def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
     """Achieved GFLOP/s against arithmetic intensity (FLOPs per byte moved), under the machine's two roofs:
     the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
-    machine = record.get("machine") or {}
+    machine = record.machine
     points = [(g, k) for g, k in _kernels(record) if k.flops and k.bytes and k.gflops]
     peaks = machine.get("peaks") or {}  # datasheet or measured (Note [Roofs from the datasheet])
     bandwidth = peaks.get("gbps") or machine.get("copy_gbps")

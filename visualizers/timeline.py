@@ -43,24 +43,24 @@ def compile_timeline_figure(record: Exploration) -> go.Figure | None:
 
 def run_timeline_figure(record: Exploration) -> go.Figure | None:
     """One call of each profiled graph, its kernels from their start (ms; graphs one after another)."""
-    graphs = [g for g in record.graphs if g.profile.get("timeline")]
+    graphs = [g for g in record.graphs if g.profile.timeline]
     if not graphs:
         return None
     figure = go.Figure()
     offset, rows = 0.0, []
     for graph in graphs:
         kinds = {k.name: k.kind for k in graph.kernels}
-        timeline = graph.profile["timeline"]
+        timeline = graph.profile.timeline
         for item in timeline:
-            label = f"graph {graph.index}" if item["kernel"] == "call" else item["kernel"]
-            row = f"g{graph.index} {label}" if item["kernel"] != "call" else label
+            label = f"graph {graph.index}" if item.kernel == "call" else item.kernel
+            row = f"g{graph.index} {label}" if item.kernel != "call" else label
             rows.append(row)
-            colour = "#94a3b8" if item["kernel"] == "call" else \
-                KIND_STYLE.get(kinds.get(item["kernel"]), KIND_STYLE["other"])[1]
-            figure.add_bar(y=[row], x=[item["dur_ms"]], base=[offset + item["start_ms"]], orientation="h",
+            colour = "#94a3b8" if item.kernel == "call" else \
+                KIND_STYLE.get(kinds.get(item.kernel), KIND_STYLE["other"])[1]
+            figure.add_bar(y=[row], x=[item.dur_ms], base=[offset + item.start_ms], orientation="h",
                            marker_color=colour, marker_line_width=0.5, marker_line_color="#334155",
-                           hovertemplate=f"{label} ({kinds.get(item['kernel'], 'graph call')})<br>start %{{base:.4f}} "
+                           hovertemplate=f"{label} ({kinds.get(item.kernel, 'graph call')})<br>start %{{base:.4f}} "
                                          "ms, %{x:.4f} ms<extra></extra>")
-        offset += next((t["dur_ms"] for t in timeline if t["kernel"] == "call"), 0.0)
+        offset += next((t.dur_ms for t in timeline if t.kernel == "call"), 0.0)
     figure.update_xaxes(title_text="milliseconds (one call of each graph, one after another)")
     return _layout(figure, "Run timeline: kernels of one call", len(rows))

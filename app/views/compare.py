@@ -86,7 +86,7 @@ else:
     st.caption(f"A: {document['a']['label']} · B: {document['b']['label']}. {compare_view.speedup_sentence(timing)}")
     for side in ("a", "b"):
         record = compare_view.side_record(document, side)
-        if record is not None and any(g.profile.get("interpreted") for g in record.graphs):
+        if record is not None and any(g.profile.interpreted for g in record.graphs):
             st.warning(f"{side.upper()} is Triton on the CPU: it ran under Triton's interpreter, so its times say "
                        "nothing about a GPU (compare its kernels and code, not its speed).")
     for side in ("a", "b"):

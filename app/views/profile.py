@@ -29,9 +29,9 @@ else:
     columns = st.columns(3)
     columns[0].metric("copy bandwidth", f"{machine.get('copy_gbps', 0):.1f} GB/s", help=machine.get("how"))
     columns[1].metric("matmul", f"{machine.get('matmul_gflops', 0):.1f} GFLOP/s")
-    calls = [g.profile.get("call_ms") for g in record.graphs]
+    calls = [g.profile.call_ms for g in record.graphs]
     columns[2].metric("call", f"{sum(c for c in calls if c):.4f} ms", help="the graphs' calls, medians")
-    if any(g.profile.get("interpreted") for g in record.graphs):
+    if any(g.profile.interpreted for g in record.graphs):
         st.warning("Triton on the CPU runs under its interpreter: these times say nothing about a GPU.")
     figure = roofline.kernel_time_figure(record)
     if figure is not None:

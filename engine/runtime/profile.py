@@ -37,6 +37,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
+from engine.record import ProfileRecord, TimelineEntry
 from engine.runtime import peaks
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
@@ -333,12 +334,11 @@ def profile_into(graph_record, compiled, args: list, hints: dict, device: str, m
         entry["gbps"] = entry.get("bytes", 0) / ms / 1e6 if ms > 0 and entry.get("bytes") else None
         entry["flops"] = flops.get(entry["name"])
         entry["gflops"] = entry["flops"] / ms / 1e6 if ms > 0 and entry["flops"] else None
-    graph_record.profile = {
-        "call_ms": measured["call_ms"], "call_iqr_ms": measured["call_iqr_ms"], "kernels_ms": kernels_ms,
-        "timed_call_ms": measured["timed_call_ms"],
-        "overhead_ms": max(measured["timed_call_ms"] - kernels_ms, 0.0), "repeats": measured["repeats"],
-        "device": device, "interpreted": compiled.module.language == "triton" and not str(device).startswith("cuda"),
-    }
+    graph_record.profile = ProfileRecord(
+        call_ms=measured["call_ms"], call_iqr_ms=measured["call_iqr_ms"], kernels_ms=kernels_ms,
+        timed_call_ms=measured["timed_call_ms"],
+        overhead_ms=max(measured["timed_call_ms"] - kernels_ms, 0.0), repeats=measured["repeats"],
+        device=device, interpreted=compiled.module.language == "triton" and not str(device).startswith("cuda"))
 
 
 class Profiler:
@@ -369,7 +369,8 @@ class Profiler:
         for graph_record, compiled, hints, saved in self.graphs:
             if saved and any(g is graph_record for g in exploration.graphs):  # Note [Restarted analysis]
                 profile_into(graph_record, compiled, saved, hints, self.device, self.min_time)
-                graph_record.profile["timeline"] = kernel_timeline(compiled, saved, self.device)
+                graph_record.profile.timeline = [TimelineEntry(**entry)
+                                                 for entry in kernel_timeline(compiled, saved, self.device)]
                 place_under_roofs(graph_record, compiled, roofs)
         exploration.machine = {**measured, **machine_load(), "peaks": roofs}
 

@@ -9,7 +9,8 @@ import math
 import re
 from collections import Counter
 
-from engine.record import STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, RunRecord
+from engine.record import (STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, ProfileRecord,
+                           RunRecord)
 from engine.runtime.timing import TOO_NOISY
 from engine.tools import train_format
 from engine.tools.units import human_bytes
@@ -185,13 +186,13 @@ def kernel_profile(kernel: dict) -> str:
             + (f", {', '.join(rates)}" if rates else ""))
 
 
-def profile_lines(profile: dict) -> list[str]:
-    if "call_ms" not in profile:
+def profile_lines(profile: ProfileRecord) -> list[str]:
+    if profile.call_ms is None:
         return []
-    note = " (Triton interpreter: not GPU times)" if profile.get("interpreted") else ""
-    return [f"  Profile: call {profile['call_ms']:.4f} ms ±{profile.get('call_iqr_ms', 0):.4f}; timed call = kernels "
-            f"{profile['kernels_ms']:.4f} ms + wrapper {profile['overhead_ms']:.4f} ms; medians of "
-            f"{profile.get('repeats', '?')} calls (± interquartile range){note}"]
+    note = " (Triton interpreter: not GPU times)" if profile.interpreted else ""
+    return [f"  Profile: call {profile.call_ms:.4f} ms ±{profile.call_iqr_ms or 0:.4f}; timed call = kernels "
+            f"{profile.kernels_ms:.4f} ms + wrapper {profile.overhead_ms:.4f} ms; medians of "
+            f"{profile.repeats or '?'} calls (± interquartile range){note}"]
 
 
 def machine_line(machine: dict) -> list[str]:

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                              "shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
     engine_options.add_flag(parser, "templates")
-    parser.add_argument("--partition", choices=("min-memory", "save-library-operands"), default=None,
+    parser.add_argument("--partition", choices=engine_options.PARTITIONS, default=None,
                         help="our partition (GLASSBOX_PARTITION, Note [Operands the backward stores] in "
                              "engine/partition.py): min-memory (the default) recomputes cheap values even where "
                              "a backward matmul reads them; save-library-operands saves those instead")

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.tools import isolation, procfs
+from engine.tools.isolation import WorkDirectory
+from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence, verdict_code
 from engine.tools.json_stdout import print_json, stdout_to_stderr
 from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_sandboxed
 
@@ -63,6 +65,26 @@ def model(x):
     return torch.relu(x) * 2 + 1
 example_inputs = (torch.randn(4, 8),)
 """
+
+FORGER = """
+import atexit, json, os
+import torch
+import engine.run, engine.verdict
+
+def _ok(*args, **kwargs):
+    return {"ok": True, "verdict": "ok", "max_abs_err": 0.0, "max_rel_err": 0.0, "outputs": [],
+            "judged_by": "eager", "close_to_eager": True, "shape": [], "dtype": "float32", "atol": 0, "rtol": 0}
+
+PATCH
+
+def model(x):
+    if torch.compiler.is_compiling():
+        return x * 2 + 1000  # wrong by construction, in the compiled program only
+    return x * 2
+
+example_inputs = (torch.randn(4, 4),)
+"""
+
 
 def _src(body: str) -> str:
     return textwrap.dedent(body).lstrip("\n")
@@ -432,7 +454,39 @@ CASES: list[Case] = [
         build.build_library('#include "/dev/zero"\\n')
         """), "user-error", message=r"does not compile it", needs_isolation=True,
          note="refused before g++ runs; g++ has the job's memory and time (Note [Builds inside the job's limits])"),
+    Case("patches the verifier; compiled +1000", _src(FORGER.replace("PATCH", (
+        "engine.run.compare_tensor = engine.verdict.compare_tensor = engine.verdict.judge = _ok"))),
+         "clear-failure", message=r"differs from eager",
+         note="judged outside the job from its outputs as data (Note [Judged outside the job])"),
+    Case("patches torch.allclose and json.dumps, exits 0 at exit", _src(FORGER.replace("PATCH", (
+        "engine.run.verify = lambda *a, **k: _ok()\ntorch.allclose = lambda *a, **k: True\n"
+        "_dumps = json.dumps\njson.dumps = lambda *a, **k: _dumps(*a, **k).replace('\"ok\": false', '\"ok\": true')\n"
+        "atexit.register(lambda: os._exit(0))"))),
+         "clear-failure", message=r"differs from eager|could not be judged",
+         note="no evidence is no pass"),
+    Case("steers its float64 run (dtype and is_compiling)", _src("""
+        import torch
+        def model(x):
+            if torch.compiler.is_compiling() or x.dtype == torch.float64:
+                return x * 2 + 1  # 1.0 off when compiled, and in a float64 run of the model
+            return x * 2
+        example_inputs = (torch.randn(64, 64),)
+        """), "clear-failure", message=r"differs from eager",
+         note="the float64 reference is eager's run shadowed op by op (Note [Float64 shadow])"),
+    Case("reads the server user's private files", _src("""
+        import os, torch
+        found = []
+        for path in ("/etc/shadow", os.path.expanduser("~root/.bash_history"), "/root/.bashrc"):
+            try:
+                if open(path).read():
+                    found.append(path)
+            except OSError:
+                pass
+        raise RuntimeError(f"private files read: {found}")
+        """), "user-error", message=r"private files read: \[\]", needs_isolation=True,
+         note="home, /root, /home, .streamlit hidden; /etc/shadow empty (Note [Private files])"),
 ]
+
 
 
 @dataclass
@@ -474,13 +528,38 @@ def final_message(stderr: str) -> str:
     return " ".join(" ".join(paragraphs[-3:]).split())
 
 
-def classify(result: SandboxResult) -> tuple[str, str]:
+def judged_record(result: SandboxResult, evidence: bytes | None, name: str) -> dict | None:
+    """The job's record with its verdicts judged outside it, as `explore --sandbox` and the app judge them (Note
+    [Judged outside the job]); None where the job left no record to judge (a limit, a crash, a model error)."""
+    if result.limit_hit or result.returncode not in (0, 1, 2):
+        return None
+    try:
+        record = json.loads(result.stdout)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or "verify" not in record or any(
+            isinstance(e, dict) and e.get("kind") in ("model", "compile", "usage") for e in record.get("errors") or []):
+        return None
+    verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
+        None, "the job wrote no evidence (its outputs as data)")
+    return apply_verdicts(record, verdicts, why_not)
+
+
+def classify(result: SandboxResult, judged: dict | None = None) -> tuple[str, str]:
     if result.limit_hit:
         return f"limit:{result.limit_hit}", result.explain()
     code = result.returncode
     if code is not None and code < 0:
         import signal
         return f"crashed:{signal.Signals(-code).name}", result.explain()
+    if judged is not None:  # the verdict judged outside the job decides, never the job's own exit code
+        code, words = verdict_code(judged)
+        verify = judged.get("verify") or {}
+        if code == 0:
+            if verify.get("verdict") == "nothing compared":
+                return "nothing-compared", verify.get("problem", "")
+            return "ok", json.dumps(verify)[:300]
+        return ("user-error" if code == 2 else "clear-failure"), " ".join(words)
     if code == 0:
         try:
             record = json.loads(result.stdout)
@@ -509,8 +588,15 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     path.write_bytes(case.source.encode())
     try:
         env = {**(case.env or {}), "GLASSBOX_SHARED_HINT": str(_shared_cache())}
-        result = run_sandboxed(explore_command(str(path), []), case.limits, env=env)
-        outcome, message = classify(result)
+        directory = WorkDirectory()
+        try:
+            evidence = directory.path / EVIDENCE_NAME
+            result = run_sandboxed(explore_command(str(path), ["--evidence-out", str(evidence)]), case.limits,
+                                   env=env, workdir=directory.path)
+            data = read_evidence(evidence)
+        finally:
+            directory.remove()
+        outcome, message = classify(result, judged_record(result, data, path.stem))
         if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
             outcome = "file-not-written"  # the job's /tmp is its own
         return Outcome(case, outcome, message, result.wall_s, leftovers(result.session, result.pid_namespace),

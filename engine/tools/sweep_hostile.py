@@ -596,11 +596,12 @@ def run_case(case: Case, workdir: Path) -> Outcome:
             data = read_evidence(evidence)
         finally:
             directory.remove()
+        # before the judge's own sandbox starts: a namespace's number may be reused by the next one
+        left = leftovers(result.session, result.pid_namespace)
         outcome, message = classify(result, judged_record(result, data, path.stem))
         if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
             outcome = "file-not-written"  # the job's /tmp is its own
-        return Outcome(case, outcome, message, result.wall_s, leftovers(result.session, result.pid_namespace),
-                       result)
+        return Outcome(case, outcome, message, result.wall_s, left, result)
     finally:
         if case.name == "writes outside the work dir" and OUTSIDE_FILE.exists():
             OUTSIDE_FILE.unlink()
@@ -653,7 +654,23 @@ def report(outcomes: list[Outcome]) -> str:
         recovery = f"{o.recovery_s:.1f}" if o.recovery_s is not None else "-"
         lines.append(f"| {o.case.name} | {shown} | {message} | {o.seconds:.1f} | {recovery} | "
                      f"{'yes' if o.passed else 'NO: ' + '; '.join(o.problems())[:200]} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *ELSEWHERE]) + "\n"
+
+
+# the classes of attack (issue 33) that are not model files run through explore, and the tests that run them
+ELSEWHERE = [
+    "Attacks that are not a model file explored here, each a test that must fail the attack:", "",
+    "| class | test |", "|---|---|",
+    "| a training step that patches its judge; Inductor's check of a forger | tests/test_verdict_outside.py |",
+    "| one element 75% off at 65 and 20,200 elements; a Python number 75% off; atol=inf; strides; random "
+    "| tests/test_verdict_teeth.py |",
+    "| healthy fp16 GPT-2 and bf16 Llama pass judged by fp64; a model steering its float64 run "
+    "| tests/test_verdict_teeth.py, tests/test_fp64_shadow.py |",
+    "| nested user namespace; cgroup files; /dev, /run; 2 GB SysV shm; private files | tests/test_sandbox_limits.py |",
+    "| `#include \"/dev/zero\"`; builds killed with their job; the shared cache's byte quota and eviction "
+    "| tests/test_builder_limits.py |",
+    "| a record with markup in every field in `report`, in Chromium | tests/test_report_scripts.py |",
+]
 
 
 def outcome_json(outcome: Outcome) -> dict:

@@ -1,8 +1,8 @@
-"""`python -m engine bench gemm` (engine/tools/bench_gemm.py) and the timing it takes from engine/runtime/timing.py (Note [Fair GPU timing]):
-Inductor's compile workers are shut down and the host waited on before timing, the GPU runners are timed in
-rounds in a rotating order and reported by the median round, the JSON is written after every case, and
---kernels sums a runner's GPU kernels; checked with stand-ins for do_bench, /proc/stat and the profiler, and
-by a --dry-run of the bench (tiny shapes on the CPU, Triton under the interpreter)."""
+"""`python -m engine bench gemm` (engine/tools/bench_gemm.py) and the timing it takes from engine/runtime/timing.py
+(Note [Fair GPU timing]): Inductor's compile workers are shut down and the host waited on before timing, the GPU
+runners are timed in rounds in a rotating order and reported by the median round, the JSON is written after every
+case, and --kernels sums a runner's GPU kernels; checked with stand-ins for do_bench, /proc/stat and the profiler,
+and by a --dry-run of the bench (tiny shapes on the CPU, Triton under the interpreter)."""
 import json
 import os
 import subprocess

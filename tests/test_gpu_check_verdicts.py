@@ -1,6 +1,6 @@
-"""`python -m engine bench gpu` (engine/tools/bench_gpu.py) judges compiled outputs by the engine's rule (Note [Tolerance policy]): close to eager,
-or no less accurate than eager against float64. A bf16 cancellation far from eager (eager's own rounding) but close to
-the float64 result passes, judged by fp64; a wrong answer still fails."""
+"""`python -m engine bench gpu` (engine/tools/bench_gpu.py) judges compiled outputs by the engine's rule (Note
+[Tolerance policy]): close to eager, or no less accurate than eager against float64. A bf16 cancellation far from
+eager (eager's own rounding) but close to the float64 result passes, judged by fp64; a wrong answer still fails."""
 import torch
 
 from engine.tools import bench_gpu as gpu_check

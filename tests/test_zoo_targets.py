@@ -1,5 +1,5 @@
-"""`bench gpu`'s zoo verdict (engine/tools/bench_gpu.py) (Note [Zoo targets]): geomean <= 1.0 per mode, no model above 1.15 of
-Inductor, every model faster than eager in default mode; --zoo-json joins two runs' JSON into one verdict."""
+"""`bench gpu`'s zoo verdict (engine/tools/bench_gpu.py, Note [Zoo targets]): geomean <= 1.0 per mode, no model above
+1.15 of Inductor, every model faster than eager in default mode; --zoo-json joins two runs' JSON into one verdict."""
 import json
 
 from engine.tools import bench_gpu as gpu_check

@@ -25,8 +25,10 @@ if str(ROOT) not in sys.path:
 # Note [Two lanes]
 # `pytest -m "not slow"` is the developer's loop; `pytest` (and .ci/run) runs everything. A module is marked
 # slow (pytestmark = pytest.mark.slow) when it drives whole processes rather than the compiler: the hostile
-# suite, the browser, sandboxed and isolated workers, and the sweeps (the OpInfo subset, the model zoo). They
-# take most of the suite's time; each compiler stage keeps its own fast tests in the other lane.
+# suite, the browser, sandboxed and isolated workers (the app's worker, and AppTest runs that explore through
+# it: such a test alone is marked where its module also holds fast ones), the sweeps (the OpInfo subset, the
+# model zoo) and the benches as verbs. They take most of the suite's time; each compiler stage keeps its own
+# fast tests in the other lane.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 
 

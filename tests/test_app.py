@@ -75,6 +75,7 @@ def started(page: str | None = None) -> AppTest:
 # --- pages ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_default_sample_renders_explorer():
     at = started()
     assert at.session_state.sample == DEFAULT_SAMPLE
@@ -93,6 +94,7 @@ def test_default_sample_renders_explorer():
     assert at.session_state.stage_left == "capture"
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_switching_sample_updates_every_stage():
     at = started()
     at.selectbox(key="sample").set_value("softmax").run()
@@ -105,6 +107,7 @@ def test_switching_sample_updates_every_stage():
     assert 'data-language="ir"' in html_text(at) and "reduce_max" in html_text(at)
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_pasted_code_with_a_graph_break_shows_its_reason_and_line():
     at = started("views/model.py")
     at.toggle(key="plain_editor").set_value(True).run()  # AppTest cannot type into the code editor
@@ -123,6 +126,7 @@ def test_pasted_code_with_a_graph_break_shows_its_reason_and_line():
     assert any("GRAPH BREAK at line 6" in dot for dot in dots(at))
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_broken_paste_shows_a_clear_error_and_the_app_keeps_working():
     at = started("views/model.py")
     at.toggle(key="plain_editor").set_value(True).run()  # AppTest cannot type into the code editor
@@ -150,6 +154,7 @@ ENDLESS_LOOP_CODE = textwrap.dedent('''\
 ''')
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_endless_loop_is_stopped_at_the_time_limit_set_in_the_sidebar_and_the_app_recovers():
     at = started("views/model.py")
     at.number_input(key="time_limit_s").set_value(4).run()
@@ -169,6 +174,7 @@ def test_endless_loop_is_stopped_at_the_time_limit_set_in_the_sidebar_and_the_ap
     assert any("Explored **layernorm**" in s.value for s in at.success)
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_triton_backend_shows_its_kernels_and_lowerings_on_request():
     at = started()
     at.selectbox(key="sample").set_value("softmax").run()
@@ -185,6 +191,7 @@ def test_triton_backend_shows_its_kernels_and_lowerings_on_request():
     assert 'data-language="ttir"' in html_text(at)
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_input_shapes_can_be_edited():
     at = started("views/model.py")
     at.run()  # the first exploration reported its inputs: they are shown in the box
@@ -201,6 +208,7 @@ def test_input_shapes_can_be_edited():
     assert "Expected a comma" in at.session_state.input_error or at.error
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_provenance_page_follows_a_node_and_a_generated_line():
     at = started("views/provenance.py")
     assert not at.exception
@@ -213,6 +221,7 @@ def test_provenance_page_follows_a_node_and_a_generated_line():
     assert not at.exception
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_graph_breaks_and_inductor_pages_render():
     at = started("views/breaks.py")
     assert any("No graph breaks" in s.value for s in at.success)
@@ -225,6 +234,7 @@ def test_graph_breaks_and_inductor_pages_render():
 # --- the worker ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_explores_a_sample_and_reports_its_inputs():
     source = (ROOT / "samples" / "graph_break.py").read_text()
     outcome = worker.explore(source, "graph_break", worker.Options())
@@ -234,6 +244,7 @@ def test_worker_explores_a_sample_and_reports_its_inputs():
     assert outcome.inputs == [{"dtype": "float32", "shape": [64, 256]}, {"dtype": "float32", "shape": [8]}]
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_kills_a_model_that_hangs():
     outcome = worker.explore("import time\nwhile True:\n    time.sleep(0.1)\n", "pasted", worker.Options(),
                              timeout=4)
@@ -241,6 +252,7 @@ def test_worker_kills_a_model_that_hangs():
     assert "too long" in outcome.problem.title and outcome.seconds < 30
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_survives_a_model_that_crashes_the_interpreter():
     outcome = worker.explore("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "pasted",
                              worker.Options())
@@ -249,6 +261,7 @@ def test_worker_survives_a_model_that_crashes_the_interpreter():
     assert outcome.problem.lineno == 2 and "Traceback" not in outcome.problem.message
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 @pytest.mark.parametrize("code,title,words,lineno", [
     ("import os, torch\ndef model(x):\n    os._exit(1)\nexample_inputs = (torch.randn(3),)\n",
      "ended early", "os._exit()", None),
@@ -265,6 +278,7 @@ def test_worker_that_dies_in_user_code_is_explained_in_words(code, title, words,
     assert worker.explore(GRAPH_BREAK_CODE, "pasted", worker.Options()).problem is None  # the next one works
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_runs_in_the_sandbox_without_the_servers_secrets(monkeypatch):
     monkeypatch.setenv("GLASSBOX_APP_TEST_SECRET", "hunter2")
     code = ("import os, torch\ndef model(x):\n    raise RuntimeError('env ' + repr(os.environ.get("
@@ -274,6 +288,7 @@ def test_worker_runs_in_the_sandbox_without_the_servers_secrets(monkeypatch):
     assert "cwd /" in outcome.problem.message and "glassbox-run-" in outcome.problem.message  # a private folder
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_the_standby_worker_takes_one_job_and_is_thrown_away():
     worker.STANDBY.refill()
     standby = worker.STANDBY._ready
@@ -296,6 +311,7 @@ def test_stopped_at_finds_the_users_innermost_line():
     assert worker.stopped_at(dump, "other.py") is None and worker.stopped_at("", "pasted.py") is None
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_points_at_the_users_line():
     code = "import torch\n\ndef model(x):\n    return x @ torch.ones(3, 3)\n\nexample_inputs = (torch.ones(2, 4),)\n"
     outcome = worker.explore(code, "pasted", worker.Options())
@@ -303,6 +319,7 @@ def test_worker_points_at_the_users_line():
     assert "pasted.py:4" in outcome.problem.message
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_inductor_worker_returns_its_output_code():
     source = (ROOT / "samples" / "softmax.py").read_text()
     outcome = worker.inductor(source, "softmax", worker.Options())

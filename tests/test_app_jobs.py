@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import worker
@@ -55,6 +56,7 @@ def test_bench_record_out_carries_the_error_as_data(tmp_path):
     assert document["cases"] == []
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_a_failing_bench_job_shows_its_structured_error_in_the_app(monkeypatch):
     messages = []
     real_failed_with = worker.failed_with
@@ -94,6 +96,7 @@ def test_the_inductor_job_writes_a_structured_error(tmp_path):
     assert document["ok"] is False and error.kind == "model" and error.lineno == 5 and "nope" in error.message
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_the_profile_job_draws_its_typed_record():
     # the profile page reads the profile job's record typed (app/worker.py explore_outcome): charts per kernel,
     # the memory plan per graph, the record to download as JSON

@@ -3,7 +3,11 @@ with the matched nodes marked, and the sidebar's "Freeze weights" toggle explore
 stage lists."""
 from __future__ import annotations
 
+import pytest
+
 from test_app import dots, markdown_text, started
+
+pytestmark = pytest.mark.slow  # the app's script with a sandboxed worker (Note [Two lanes], tests/conftest.py)
 
 
 def test_rewrites_stage_shows_attention_and_the_freeze_toggle_folds_batch_norm():

@@ -119,6 +119,7 @@ def test_the_cli_refuses_limits_that_are_no_limit(argument):
     assert done.returncode == 2 and "above 0" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_a_large_model_file_is_refused_with_the_reason(tmp_path):
     from engine.tools.model_file import MAX_SOURCE_BYTES
     big = tmp_path / "big.py"
@@ -141,6 +142,7 @@ os._exit(0)  # before the CLI writes its own record: the server finds only the l
 """
 
 
+@pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 @pytest.mark.parametrize("kind", ["link to a server file", "link to /dev/zero", "fifo", "hard link"])
 def test_a_record_file_the_model_forged_is_not_read(tmp_path, kind):
     """Note [Reading what a worker wrote]: the server reads back only a regular file the worker wrote itself."""

@@ -11,7 +11,8 @@ import pytest
 from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, server, shot  # noqa: F401 - fixtures
 
 sync_api = pytest.importorskip("playwright.sync_api")
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
 
 
 def test_rewrites_stage_marks_the_matched_attention_nodes(server, browser):  # noqa: F811

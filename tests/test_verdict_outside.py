@@ -135,3 +135,20 @@ def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
     outcome = worker.inductor(source, "forger", worker.Options())
     assert outcome.document["verify"]["verdict"] == "mismatch", outcome.document.get("verify")
     assert outcome.document["verify"]["judged_in"] == judged.OUTSIDE
+
+
+def test_a_shared_link_of_a_forger_says_the_same(tmp_path, monkeypatch):
+    # Note [Shareable URL]: a link carries the code's hash and the view, never a verdict; opening it explores
+    # the code again in the app's worker, whose verdict is judged outside the job
+    from app import share, worker
+
+    monkeypatch.setenv("GLASSBOX_SHARE_DIR", str(tmp_path / "shared"))
+    source = WRONG_WHEN_COMPILED.replace("PATCH", PATCHES["record writer"])
+    link = share.url_from_session({"sample": "", "backend": "cpp"}, code=share.store_code(source))
+    forged = {**link, "verdict": "ok", "verify": json.dumps({"ok": True})}  # what a forged link would add
+    opened = share.session_from_url(forged, [], [])
+    assert opened["code"] == source and not {"verdict", "verify"} & set(opened)
+    outcome = worker.explore(opened["code"], "shared", worker.Options())
+    verify = outcome.record.verify
+    assert verify["ok"] is False and verify["verdict"] == "mismatch" and verify["judged_in"] == judged.OUTSIDE
+    assert outcome.problem is not None

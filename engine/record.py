@@ -598,6 +598,23 @@ class TraceSpan(Record):
 
 
 @dataclass
+class MachineRecord(Record):
+    """With --profile, the machine the times were taken on (engine/runtime/profile.py): its measured copy and
+    matmul rates, its load while measuring, and the roofs the kernels are placed under; empty otherwise."""
+    device: str | None = optional_key()
+    copy_gbps: float | None = optional_key()
+    matmul_gflops: float | None = optional_key()
+    threads: int | None = optional_key()
+    how: str | None = optional_key()  # what was measured, in words
+    load_avg_1m: float | None = optional_key()
+    cpus: int | None = optional_key()
+    load_warning: str | None = optional_key()  # "" when the machine was quiet
+    # the roofs: a datasheet's entry for a known GPU, else the measured rates (Note [Roofs from the datasheet]
+    # in engine/runtime/peaks.py)
+    peaks: dict[str, Any] | None = optional_key()
+
+
+@dataclass
 class OptionsRecord(Record):
     dynamic: bool | None = None
     mode: str = "default"
@@ -633,7 +650,7 @@ class Exploration(Record):
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (STAGE_NAMES)
     errors: list[ErrorRecord] = field(default_factory=list)
     inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
-    machine: dict[str, Any] = field(default_factory=dict)  # with --profile: copy GB/s, matmul GFLOP/s, load
+    machine: MachineRecord = field(default_factory=MachineRecord)  # with --profile: copy GB/s, matmul GFLOP/s, load
     # when each stage and pass ran (Note [Compile trace] in engine/runtime/spans.py); the build's args say whether the
     # cache had the kernels and what it saved
     trace: list[TraceSpan] = field(default_factory=list)

@@ -227,7 +227,7 @@ def _rate(value) -> str:
 
 def roof_caption(record: Exploration) -> str:
     """Which roofs the % of roof is of (the record's machine.peaks), in words."""
-    peaks = (record.machine or {}).get("peaks") or {}
+    peaks = record.machine.peaks or {}
     if not peaks.get("gbps"):
         return ""
     compute = f", {peaks['fp32_gflops']:.4g} GFLOP/s fp32" if peaks.get("fp32_gflops") else ""

@@ -335,11 +335,11 @@ def report_html(record: Exploration, title: str | None = None) -> str:
                    "</details>" if record.description else "")
     machine = record.machine
     profile = ""
-    if machine:
-        warning = f'<div class="error">{esc(machine["load_warning"])}</div>' if machine.get("load_warning") else ""
+    if machine.copy_gbps is not None:
+        warning = f'<div class="error">{esc(machine.load_warning)}</div>' if machine.load_warning else ""
         profile = ("<h2>Per-kernel profile</h2>"
-                   f"<p class='muted'>machine: copy {_number(machine.get('copy_gbps'), 1)} GB/s, matmul "
-                   f"{_number(machine.get('matmul_gflops'), 1)} GFLOP/s ({esc(machine.get('how'))})</p>{warning}"
+                   f"<p class='muted'>machine: copy {_number(machine.copy_gbps, 1)} GB/s, matmul "
+                   f"{_number(machine.matmul_gflops, 1)} GFLOP/s ({esc(machine.how)})</p>{warning}"
                    + figure_html(roofline.kernel_time_figure(record), figures)
                    + figure_html(roofline.roofline_figure(record), figures)
                    + figure_html(timeline.run_timeline_figure(record), figures)

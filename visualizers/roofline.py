@@ -56,13 +56,13 @@ def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
     the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
     machine = record.machine
     points = [(g, k) for g, k in _kernels(record) if k.flops and k.bytes and k.gflops]
-    peaks = machine.get("peaks") or {}  # datasheet or measured (Note [Roofs from the datasheet])
-    bandwidth = peaks.get("gbps") or machine.get("copy_gbps")
+    peaks = machine.peaks or {}  # datasheet or measured (Note [Roofs from the datasheet])
+    bandwidth = peaks.get("gbps") or machine.copy_gbps
     if not points or not bandwidth:
         return None
     intensity = [k.flops / k.bytes for _, k in points]
     low, high = min(intensity + [0.05]) / 2, max(intensity + [50.0]) * 2
-    peak = peaks.get("fp32_gflops") or machine.get("matmul_gflops") or None
+    peak = peaks.get("fp32_gflops") or machine.matmul_gflops or None
     where = "datasheet" if peaks.get("part") else "measured"
     roofs = [(peak, "fp32", "#64748b")]
     if peaks.get("tensor_gflops") and peaks["tensor_gflops"] != peak:

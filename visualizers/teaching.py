@@ -235,12 +235,12 @@ def bench_text(record: Exploration) -> list[str]:
             f"takes the most time: {slowest.time_ms:.4f} ms")
     if slowest.share is not None:
         line += f", {slowest.share:.0%} of the call"
-    if slowest.gbps and machine.get("copy_gbps"):
-        fraction = slowest.gbps / machine["copy_gbps"]
+    if slowest.gbps and machine.copy_gbps:
+        fraction = slowest.gbps / machine.copy_gbps
         line += (f", at {slowest.gbps:.1f} GB/s: {fraction:.0%} of this machine's copy bandwidth "
-                 f"({machine['copy_gbps']:.1f} GB/s)" if fraction <= 1 else
+                 f"({machine.copy_gbps:.1f} GB/s)" if fraction <= 1 else
                  f", at {slowest.gbps:.1f} GB/s: faster than the measured memory copy "
-                 f"({machine['copy_gbps']:.1f} GB/s), so its data sits in the caches")
+                 f"({machine.copy_gbps:.1f} GB/s), so its data sits in the caches")
     return [line + "."]
 
 

@@ -21,14 +21,14 @@ elif outcome.problem is not None and not outcome.record:
     ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
 else:
     record = outcome.record
-    machine = record.machine  # engine/runtime/profile.py's measured roofs: free-form, a dict
-    if machine.get("load_warning"):
-        st.warning(md_text(machine["load_warning"]))
+    machine = record.machine  # engine/runtime/profile.py's measured rates and roofs
+    if machine.load_warning:
+        st.warning(md_text(machine.load_warning))
     for line in teaching.bench_text(record):
         st.markdown(line)
     columns = st.columns(3)
-    columns[0].metric("copy bandwidth", f"{machine.get('copy_gbps', 0):.1f} GB/s", help=machine.get("how"))
-    columns[1].metric("matmul", f"{machine.get('matmul_gflops', 0):.1f} GFLOP/s")
+    columns[0].metric("copy bandwidth", f"{machine.copy_gbps or 0:.1f} GB/s", help=machine.how)
+    columns[1].metric("matmul", f"{machine.matmul_gflops or 0:.1f} GFLOP/s")
     calls = [g.profile.call_ms for g in record.graphs]
     columns[2].metric("call", f"{sum(c for c in calls if c):.4f} ms", help="the graphs' calls, medians")
     if any(g.profile.interpreted for g in record.graphs):

@@ -37,7 +37,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
-from engine.record import ProfileRecord, TimelineEntry
+from engine.record import MachineRecord, ProfileRecord, TimelineEntry
 from engine.runtime import peaks
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
@@ -372,7 +372,7 @@ class Profiler:
                 graph_record.profile.timeline = [TimelineEntry(**entry)
                                                  for entry in kernel_timeline(compiled, saved, self.device)]
                 place_under_roofs(graph_record, compiled, roofs)
-        exploration.machine = {**measured, **machine_load(), "peaks": roofs}
+        exploration.machine = MachineRecord(**measured, **machine_load(), peaks=roofs)
 
 
 def _kernel_dtype(kernel) -> str | None:

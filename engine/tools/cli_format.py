@@ -9,8 +9,8 @@ import math
 import re
 from collections import Counter
 
-from engine.record import (STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, ProfileRecord,
-                           RunRecord)
+from engine.record import (STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, MachineRecord,
+                           ProfileRecord, RunRecord)
 from engine.runtime.timing import TOO_NOISY
 from engine.tools import train_format
 from engine.tools.units import human_bytes
@@ -195,16 +195,16 @@ def profile_lines(profile: ProfileRecord) -> list[str]:
             f"{profile.repeats or '?'} calls (± interquartile range){note}"]
 
 
-def machine_line(machine: dict) -> list[str]:
-    if "copy_gbps" not in machine:
+def machine_line(machine: MachineRecord) -> list[str]:
+    if machine.copy_gbps is None:
         return []
-    return [f"Machine: copy {machine['copy_gbps']:.1f} GB/s, matmul {machine['matmul_gflops']:.1f} GFLOP/s "
-            f"({machine.get('threads', '?')} threads; {machine.get('how', '')})"] + \
+    return [f"Machine: copy {machine.copy_gbps:.1f} GB/s, matmul {machine.matmul_gflops:.1f} GFLOP/s "
+            f"({machine.threads or '?'} threads; {machine.how or ''})"] + \
         ([f"Roofs: {peaks['gbps']:.4g} GB/s, {peaks['fp32_gflops']:.4g} GFLOP/s fp32"
           + (f", {peaks['tensor_gflops']:.4g} GFLOP/s fp16/bf16 matmul" if peaks.get("part") else "")
           + f" ({peaks.get('source')}; {peaks.get('name')})"]
-         if (peaks := machine.get("peaks") or {}).get("gbps") and peaks.get("fp32_gflops") else []) + \
-        ([f"Warning: {machine['load_warning']}"] if machine.get("load_warning") else [])
+         if (peaks := machine.peaks or {}).get("gbps") and peaks.get("fp32_gflops") else []) + \
+        ([f"Warning: {machine.load_warning}"] if machine.load_warning else [])
 
 
 def breaks_summary(breaks: list[GraphBreakRecord]) -> list[str]:

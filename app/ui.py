@@ -35,9 +35,10 @@ def show_code(text: str, language: str, hl_lines=(), first_line: int = 1, captio
                                      max_height=max_height, line_numbers=line_numbers))
 
 
-def show_graph(dot: str, node_count: int = 0) -> None:
-    """Small graphs with st.graphviz_chart; big ones (node_count) in the zoomable viewer (Note [Big graph view])."""
-    if not graph_view.show(dot, node_count):
+def show_graph(dot: str, node_count: int = 0, big: int = graph_view.BIG_NODES) -> None:
+    """Small graphs with st.graphviz_chart; those of more than `big` nodes in the zoomable viewer (Note [Big
+    graph view])."""
+    if not graph_view.show(dot, node_count, big):
         # natural size: stretching would blow a three-node graph up to the pane's width
         st.graphviz_chart(dot, width="content")
 

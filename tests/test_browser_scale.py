@@ -142,3 +142,26 @@ def test_compare_pairs_kernels_of_fusion_on_and_off(browser, server, llama_key):
     assert "shared helpers folded" in diff
     shot(page, "scale_llama_compare")
     page.close()
+
+
+def test_a_wide_graph_opens_on_its_top_nodes(browser, tmp_path):  # noqa: F811
+    """A backward graph is wider than the page, its first nodes far from its left edge: the viewer opens at
+    natural size on the nodes of its top band, not on an empty corner."""
+    from app.components import graph_view
+    from visualizers.html_report import render_svg
+
+    dot = ['digraph { top [label="the top node"]; top -> c1; c1 -> c2; c2 -> c3; c3 -> c4; c4 -> c5; c5 -> hub;']
+    dot += [f'hub -> leaf{i}; leaf{i} [label="a wide leaf {i}"];' for i in range(60)] + ["}"]  # wide below, not on top
+    svg, problem = render_svg("\n".join(dot))
+    assert svg is not None, problem
+    page_file = tmp_path / "wide.html"
+    page_file.write_text(graph_view.viewer_html(svg, 151))
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    page.goto(page_file.as_uri())
+    page.wait_for_timeout(500)
+    shown = page.evaluate("""() => {var view = document.getElementById('view'), v = view.getBoundingClientRect();
+        return [...document.querySelectorAll('g.node')].filter(n => {var r = n.getBoundingClientRect();
+          return r.right > v.left && r.left < v.right && r.bottom > v.top && r.top < v.bottom;})
+          .map(n => n.querySelector('title').textContent);}""")
+    assert "top" in shown, shown
+    page.close()

@@ -8,6 +8,8 @@ readable only if one can zoom in, pan along it and find a node. The viewer is in
 frame: no network, no file); its SVG comes from `dot` (Debian's graphviz, as for the HTML report) and is cached
 by DOT text. This box searches what is drawn and, through a folded module's tooltip (its members' names),
 the nodes folded inside it: it highlights the module and says so; the page's "Find a node" unfolds it. Without `dot`, big graphs fall back to st.graphviz_chart.
+It opens at natural size on the graph's top band of nodes: a backward graph, whose saved values all enter at
+the top, is wider than the page and its first nodes may sit far from its left edge.
 """
 from __future__ import annotations
 
@@ -28,7 +30,13 @@ var all=svg.viewBox.baseVal,home={x:all.x,y:all.y,w:all.width,h:all.height},vb;
 svg.removeAttribute('width');svg.removeAttribute('height');svg.style.width='100%';svg.style.height='100%';
 function set(){svg.setAttribute('viewBox',[vb.x,vb.y,vb.w,vb.h].join(' '));}
 function top(){var w=view.clientWidth*0.75,h=w*view.clientHeight/view.clientWidth;  // natural size (pt)
- vb={x:home.w<w?home.x+(home.w-w)/2:home.x,y:home.y,w:w,h:h};set();}
+ var x=home.w<w?home.x+(home.w-w)/2:home.x;
+ if(home.w>w){fit();var lo=Infinity,hi=-Infinity;  // a wide graph: over the nodes drawn in its top band
+  svg.querySelectorAll('g.node').forEach(function(n){var r=n.getBoundingClientRect(),
+   a=at({clientX:r.left,clientY:r.top}),b=at({clientX:r.right,clientY:r.bottom});
+   if(a.y<home.y+h){lo=Math.min(lo,a.x);hi=Math.max(hi,b.x);}});
+  if(lo<hi)x=Math.min(Math.max(hi-lo<w?(lo+hi-w)/2:lo,home.x),home.x+home.w-w);}
+ vb={x:x,y:home.y,w:w,h:h};set();}
 function fit(){vb=Object.assign({},home);set();}
 function zoom(f,cx,cy){if(cx===undefined){cx=vb.x+vb.w/2;cy=vb.y+vb.h/2;}
  vb={x:cx-(cx-vb.x)*f,y:cy-(cy-vb.y)*f,w:vb.w*f,h:vb.h*f};set();}
@@ -79,9 +87,10 @@ def viewer_html(svg: str, node_count: int, height: int = HEIGHT) -> str:
             f"<div id='view'>{svg}</div><script>{_SCRIPT}</script></body></html>")
 
 
-def show(dot: str, node_count: int) -> bool:
-    """Show a big graph in the viewer; False when it is small or `dot` is missing (st.graphviz_chart then)."""
-    if node_count <= BIG_NODES or not shutil.which("dot"):
+def show(dot: str, node_count: int, big: int = BIG_NODES) -> bool:
+    """Show a graph of more than `big` nodes in the viewer; False when it is smaller or `dot` is missing
+    (st.graphviz_chart then)."""
+    if node_count <= big or not shutil.which("dot"):
         return False
     svg, problem = _svg(dot)
     if svg is None:

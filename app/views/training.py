@@ -45,6 +45,9 @@ def _header(record: Exploration, forward: GraphRecord) -> None:
                       help="cheap pointwise and view ops redone in the backward instead of saved")
 
 
+VIEWER_NODES = 60  # forward and backward graphs of more nodes open in the zoomable viewer
+
+
 def _graph_pane(graph: GraphRecord | None, title: str, key: str) -> None:
     st.markdown(f"**{title}**")
     if graph is None:
@@ -57,7 +60,9 @@ def _graph_pane(graph: GraphRecord | None, title: str, key: str) -> None:
     options.kernels_as_clusters = st.toggle("Kernels as boxes", value=False, key=f"{key}_clusters",
                                             help="draw the fused kernels around their ops")
     ui.legend(set(graphs.aten_kinds(graph).values()))
-    ui.show_graph(graphs.graph_dot(graph, "aten", options))
+    # a backward graph is wide (its saved values all enter at the top): past a few dozen nodes, scaled to fit it
+    # is unreadable, so the zoomable viewer shows it at its natural size
+    ui.show_graph(graphs.graph_dot(graph, "aten", options), len(graph.aten), big=VIEWER_NODES)
 
 
 def _partition(partition: PartitionRecord, key: str) -> None:
@@ -148,11 +153,8 @@ def render() -> None:
         choice = 0
     forward, backward = found[choice]
     _header(record, forward)
-    left, right = st.columns(2, gap="medium")
-    with left:
-        _graph_pane(forward, "Forward graph", f"train_fwd_{choice}")
-    with right:
-        _graph_pane(backward, "Backward graph", f"train_bwd_{choice}")
+    _graph_pane(forward, "Forward graph", f"train_fwd_{choice}")  # one above the other: each the page's width
+    _graph_pane(backward, "Backward graph", f"train_bwd_{choice}")
     partition = forward.partition
     _partition(partition, f"train_{choice}")
     _memory_and_bench(partition, f"train_{choice}")

@@ -364,9 +364,10 @@ def judge(evidence: Evidence) -> dict:
     # is as far from eager as anything, and would license any output
     if not all(o.get("close_to_eager") for o in outputs):
         if evidence.again is None:
+            far = next(o for o in outputs if not o.get("close_to_eager"))
             return {"ok": False, "verdict": "mismatch", **result,
-                    "problem": "some outputs differ from eager, and no second eager run shows that eager repeats "
-                               "itself, so the float64 rule cannot be used"}
+                    "problem": f"{far['path']}: max abs err {far['max_abs_err']:.3g} against eager, and no second "
+                               "eager run shows that eager repeats itself, so the float64 rule cannot be used"}
         if _disagrees(eager, evidence.again, tolerance):
             return {"ok": False, "verdict": "random", **result, "problem": _random_words()}
     if not values_ok:

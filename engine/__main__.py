@@ -11,7 +11,7 @@
     python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
     python -m engine repro   FILE_OR_SAMPLE|RECORD.json [--kernel NAME] [--graph N] [--out FILE]
                                             (a standalone reproducer: engine/tools/repro_file.py)
-    python -m engine sweep   opinfo|models|hostile [FLAGS]    the acceptance sweeps (engine/tools/sweep_*.py)
+    python -m engine sweep   opinfo|models|explore|hostile [FLAGS]  the acceptance sweeps (engine/tools/sweep_*.py)
     python -m engine bench   gemm|train|gpu [FLAGS]           the acceptance benches (engine/tools/bench_*.py)
                                             (each tool's own flags: Note [Tool verbs] in engine/tools/verbs.py)
 
@@ -248,10 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     which = provenance.add_mutually_exclusive_group(required=True)
     which.add_argument("--line", type=int, metavar="N", help="a line of the model file")
     which.add_argument("--node", metavar="NAME", help="an FX or ATen node's name")
-    sweep = commands.add_parser("sweep", help="the acceptance sweeps: opinfo, models, hostile",
+    sweep = commands.add_parser("sweep", help="the acceptance sweeps: opinfo, models, explore, hostile",
                                 description="Run one acceptance sweep, with flags of its own (`python -m engine "
                                             "sweep opinfo --help`): opinfo (torch's OpInfo database), models "
-                                            "(the model catalogue vs eager and Inductor), hostile (the hostile "
+                                            "(the model catalogue vs eager and Inductor), explore (real models explored on the "
+                                            "CPU: inference, training, dynamic shapes), hostile (the hostile "
                                             "input suite through the sandbox). Note [Tool verbs].")
     sweep.add_argument("kind", choices=tuple(TOOLS["sweep"]))
     sweep.add_argument("flags", nargs=argparse.REMAINDER, help="the sweep's own flags")

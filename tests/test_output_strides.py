@@ -52,7 +52,7 @@ def test_outputs_have_eagers_values_and_strides(backend, fn, make):
 
 def test_empty_permuted_is_lowered_not_run_eagerly():
     """empty_like of a channels-last tensor decomposes to aten.empty_permuted (torchvision MobileNetV3's training
-    dropout mask, scripts/model_sweep.py): an allocation like empty_strided, so a generated kernel, no Fallback."""
+    dropout mask, engine/tools/sweep_explore.py): an allocation like empty_strided, so a generated kernel, no Fallback."""
     x = torch.randn(2, 3, 4, 5).to(memory_format=CHANNELS_LAST)
     exploration = engine.explore(_empty_like_filled, (x,), backend="cpp")
     assert exploration.verify["ok"], exploration.verify
@@ -61,7 +61,7 @@ def test_empty_permuted_is_lowered_not_run_eagerly():
 
 def test_new_empty_and_new_empty_strided_are_lowered_not_run_eagerly():
     """Allocations from a tensor (Falcon's training step allocates with new_empty_strided in its backward,
-    scripts/model_sweep.py): generated kernels with eager's values, no Fallback."""
+    engine/tools/sweep_explore.py): generated kernels with eager's values, no Fallback."""
     def fn(x):
         return x.new_empty_strided((4, 3), (1, 4)).fill_(3.0) * x.t(), x.new_empty((3, 4)).fill_(1.0) + x
 

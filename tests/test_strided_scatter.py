@@ -1,6 +1,6 @@
 """as_strided_scatter is generated where the view's dims nest (Note [Inverting a strided view] in
 engine/lowering/scatters.py): AOTAutograd writes an as_strided view's gradient with it (torchvision ConvNeXt's
-training step, found by scripts/model_sweep.py). Outputs equal eager's through C++ and Triton; an overlapping
+training step, found by engine/tools/sweep_explore.py). Outputs equal eager's through C++ and Triton; an overlapping
 view runs eagerly and says why."""
 import pytest
 import torch

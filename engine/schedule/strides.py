@@ -1,5 +1,15 @@
 """A kernel's memory accesses as offsets over its loop variables, and their strides (Note [Tiling from strides]
-in tiling.py): what the tiling and the split of reductions decide from."""
+in tiling.py): what the tiling and the split of reductions decide from.
+
+Note [Strides under symbolic sizes]
+A stride is read by putting numbers for the loop variables and taking the difference. Under dynamic shapes the
+difference can keep a size symbol (a stride of s1*s2, the floors of a resize's source index); that is no
+constant a tiling can use, so it reads as unknown (None) at once instead of asking sympy.simplify to prove it
+constant: simplify's time on those floors and Mods has no useful bound (a Segformer decoder's kernels spent
+minutes each there, and the model's dynamic compile ran past its time limit). The bounds that index
+simplification proves (engine/ir/indexing.py, _provably_less) follow the same rule past SIMPLIFY_OPS: an
+unproven bound only leaves an index unsimplified, never wrong.
+"""
 from __future__ import annotations
 
 import functools
@@ -55,6 +65,9 @@ def _probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others: tupl
         moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})
     except (TypeError, ValueError):
         return None
+    moved = sympy.expand(moved)
+    if moved.free_symbols:
+        return None  # Note [Strides under symbolic sizes]
     moved = sympy.simplify(moved)
     return int(moved) if moved.is_Integer else None
 

@@ -1,11 +1,11 @@
 """`python -m engine sweep models`: the catalogue's models (Note [Sweep catalogue]) through Glassbox, eager and
 Inductor, one child process per model, with every fallback, every verdict and the times in one table.
 
-    python -m engine.tools.sweep_models --device cuda                       # every model, real sizes, GPU
-    python -m engine.tools.sweep_models --device cuda --only tv_swin_t,hf_deberta-v2 --modes default
-    python -m engine.tools.sweep_models --device cpu --size tiny --only hf_mistral --md /tmp/sweep.md
-    python -m engine.tools.sweep_models --join a.json,b.json --md reports/gpu_model_sweep.md
-    python -m engine.tools.sweep_models --list
+    python -m engine sweep models --device cuda                       # every model, real sizes, GPU
+    python -m engine sweep models --device cuda --only tv_swin_t,hf_deberta-v2 --modes default
+    python -m engine sweep models --device cpu --size tiny --only hf_mistral --md /tmp/sweep.md
+    python -m engine sweep models --join a.json,b.json --md reports/gpu_model_sweep.md
+    python -m engine sweep models --list
 
 Note [Sweep method]
 Each model runs in a child process of its own (a crash, a hang or leaked GPU memory costs that model only,

@@ -1,7 +1,7 @@
 """The product tools as verbs of the command line: the sweeps and benches whose tables are committed to
 reports/ (issue 30).
 
-    python -m engine sweep opinfo|models|hostile [FLAGS]
+    python -m engine sweep opinfo|models|explore|hostile [FLAGS]
     python -m engine bench gemm|train|gpu [FLAGS]
 
 Note [Tool verbs]
@@ -16,6 +16,7 @@ import importlib
 
 TOOLS: dict[str, dict[str, str]] = {
     "sweep": {"opinfo": "engine.tools.sweep_opinfo", "models": "engine.tools.sweep_models",
+              "explore": "engine.tools.sweep_explore",
               "hostile": "engine.tools.sweep_hostile"},
     "bench": {"gemm": "engine.tools.bench_gemm", "train": "engine.tools.bench_train",
               "gpu": "engine.tools.bench_gpu"},

@@ -1,10 +1,12 @@
-"""Model sweep: real architectures from their libraries' own code, through Glassbox on the CPU, against eager.
+"""`python -m engine sweep explore`: real architectures from their libraries' own code, explored through
+Glassbox on the CPU (every stage recorded), against eager: inference, training steps and dynamic shapes.
+(`python -m engine sweep models` is its sibling that times compiled models against Inductor, on a GPU too.)
 
-    python scripts/model_sweep.py                       # every model, inference; then the training subset
-    python scripts/model_sweep.py --only gpt2,bert      # some models
-    python scripts/model_sweep.py --train               # the training step too (models marked for it)
-    python scripts/model_sweep.py --timeout 300 --json /tmp/sweep.json --md reports/model_sweep.md
-    python scripts/model_sweep.py --dynamic             # dynamic=True over other sizes (reports/dynamic_sweep.md)
+    python -m engine sweep explore                     # every model, inference; then the training subset
+    python -m engine sweep explore --only gpt2,bert    # some models
+    python -m engine sweep explore --train             # the training step too (models marked for it)
+    python -m engine sweep explore --timeout 300 --json /tmp/sweep.json --md reports/model_sweep.md
+    python -m engine sweep explore --dynamic           # dynamic=True over other sizes (reports/dynamic_sweep.md)
 
 The models are nobody here's code: Hugging Face transformers (built from their Config classes with tiny sizes and
 random weights, no download), torchvision and timm. transformers lives in this project's venv, torchvision and timm
@@ -37,12 +39,10 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 HF_PYTHON = sys.executable
-TV_PYTHON = "/tmp/tvenv/bin/python"
+TV_PYTHON = sys.executable  # --tv-python: an interpreter that has torchvision and timm where this one lacks them
 
 # --- the models -------------------------------------------------------------------------------------------------
 # (name, library, train?) -> a builder in the child. Sizes are tiny so a model compiles in seconds; shapes keep
@@ -389,7 +389,7 @@ def run_one(name: str, train: bool, dynamic: bool = False) -> dict:
 
 def run_child(name: str, library: str, train: bool, timeout: float, tv_python: str, dynamic: bool = False) -> dict:
     python = HF_PYTHON if library == "hf" else tv_python
-    command = ["nice", "-n", "5", python, __file__, "--child", name] + (["--train"] if train else []) + (
+    command = ["nice", "-n", "5", python, "-m", "engine.tools.sweep_explore", "--child", name] + (["--train"] if train else []) + (
         ["--dynamic"] if dynamic else [])
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     start = time.perf_counter()
@@ -425,8 +425,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine sweep explore", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="comma-separated model names (hf_gpt2, tv_resnet18, timm_vit_tiny, ...)")
     parser.add_argument("--train", action="store_true", help="also run the training step of the models marked")
     parser.add_argument("--train-only", action="store_true", help="only the training steps")
@@ -438,18 +439,18 @@ def main() -> None:
     parser.add_argument("--dynamic", action="store_true", help="dynamic=True over other input sizes, vs static")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         result = run_one(args.child, args.train, args.dynamic)
         print("RESULT " + json.dumps(result), flush=True)
-        return
+        return 0
     selected = MODELS
     if args.only:
         wanted = {w.strip() for w in args.only.split(",")}
         selected = [m for m in MODELS if m[0] in wanted or m[0].split("_", 1)[1] in wanted]
     if args.list:
         print("\n".join(f"{n} ({lib}{', train' if t else ''})" for n, lib, t in selected))
-        return
+        return 0
     jobs = [] if args.train_only else [(n, lib, False) for n, lib, _ in selected]
     if args.train or args.train_only:
         jobs += [(n, lib, True) for n, lib, t in selected if t or args.all_train]
@@ -467,9 +468,11 @@ def main() -> None:
     print(table(rows))
     if args.md:
         what = "dynamic shapes, " if args.dynamic else ""
-        Path(args.md).write_text(f"# Model sweep (scripts/model_sweep.py, {what}C++ backend, CPU)\n\n{table(rows)}\n")
+        Path(args.md).write_text(f"# Model sweep (`python -m engine sweep explore`, {what}C++ backend, CPU)\n\n"
+                                 f"{table(rows)}\n")
     print("\n" + ", ".join(f"{s}: {c}" for s, c in Counter(r["result"]["status"] for r in rows).items()))
+    return 0 if all(r["result"]["status"] in ("ok", "build-error") for r in rows) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

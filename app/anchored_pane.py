@@ -12,8 +12,8 @@ from visualizers import anchors
 from visualizers import code as code_html
 
 
-def render(graph: GraphRecord, language: str, key: str) -> None:
-    sentences = anchors.kernel_sentences(graph)
+def render(graph: GraphRecord, language: str, key: str, own_file: str | None = None) -> None:
+    sentences = anchors.kernel_sentences(graph, own_file)
     if not sentences:
         return
     with st.expander("Explain the code, anchored to its lines", expanded=False):
@@ -63,7 +63,8 @@ def render_ir(graph: GraphRecord, key: str, own_file: str | None = None) -> None
             return
         text = " ".join(origin["text"].replace("`", "'").split())[:120]
         st.markdown(f"Line {line} `{text}` belongs to IR node **{md_text(origin['ir_node'])}** (kernel "
-                    f"{md_text(origin['kernel'] or '-')}), from ATen {md_text(', '.join(origin['aten_nodes']) or '-')}, "
+                    f"{md_text(origin['kernel'] or '-')}), from ATen "
+                    f"{md_text(', '.join(origin['aten_nodes']) or '-')}, "
                     f"FX {md_text(', '.join(origin['fx_nodes']) or '-')}")
         for number, user_text in origin["user_text"].items():
             st.code(f"{number}: {user_text}", language="python")

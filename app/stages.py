@@ -254,7 +254,7 @@ def code_stage(record: Exploration, graph_index: int, key: str) -> None:
                      caption=f"{len(kernels)} kernels ({language}); the shared helpers and the engine's notes "
                              "folded (they are under 'whole module', with line numbers)", max_height=640)
         take_away.download_pane(record, graph, key)  # Note [Kernel reproducers]
-        anchored_pane.render(graph, language, key)  # explanations anchored to generated lines
+        anchored_pane.render(graph, language, key, record.source.filename)  # explained, anchored to lines
     elif view == "wrapper":
         ui.show_code(code.wrapper if code else "", "python", caption="the Python wrapper: allocates, calls kernels",
                      max_height=640)

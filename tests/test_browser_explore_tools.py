@@ -77,7 +77,8 @@ def test_the_profile_page_paints_time_on_the_graph_and_the_source(server, browse
     hot_lines = page.locator("tr.gb-heat-line[style*='#ff']")
     hot_lines.first.wait_for()
     assert hot_lines.count() >= 1
-    assert "ms" in hot_lines.first.inner_text()
+    assert "ms" in page.locator("tr.gb-heat-head").first.inner_text()  # the columns: ms, share, GB/s, ...
+    assert float(hot_lines.first.locator("td").first.inner_text()) > 0  # the line's time
     graph = page.locator(".stGraphVizChart svg").last
     graph.wait_for()
     assert "ms (" in " ".join(graph.locator("text").all_text_contents())  # a node labelled with its time, share
@@ -141,3 +142,18 @@ def test_the_code_explanation_highlights_the_lines_it_talks_about(server, browse
     assert highlighted.count() >= 1
     page.get_by_text("comes from IR node").first.scroll_into_view_if_needed()
     shot(page, "code_anchored")
+
+
+def test_the_loop_ir_explanation_highlights_the_lines_it_talks_about(server, browser):
+    page = new_page(browser)
+    page.goto(f"{server}/?sample=softmax&stage=loop+IR")
+    expander = page.get_by_text("Explain the loop IR, anchored to its lines").first
+    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    expander.click()
+    page.get_by_text("belongs to IR node").first.wait_for()  # drawn after the sentence's lines
+    assert page.get_by_text("is a reduction: max over 512 elements").count() >= 1
+    highlighted = page.locator(".gb-highlight span[style*='#fde68a']")  # the sentence's lines, lit
+    highlighted.first.wait_for()
+    assert highlighted.count() >= 1
+    page.get_by_text("Explain the loop IR, anchored to its lines").first.scroll_into_view_if_needed()
+    shot(page, "ir_anchored")

@@ -10,23 +10,22 @@ from visualizers.graphs import short_op
 from visualizers.heat import short_file
 
 
-def kernel_sentences(graph: GraphRecord) -> list[dict]:
-    """{"kernel", "lines": [first, last], "text"} per generated kernel, in module order."""
-    provenance = graph.code.provenance if graph.code else []
-    by_line: dict[str, set[int]] = {}
-    for entry in provenance:
-        by_line.setdefault(entry.kernel, set()).update(entry.user_lines)
+def kernel_sentences(graph: GraphRecord, own_file: str | None = None) -> list[dict]:
+    """{"kernel", "lines": [first, last], "text"} per generated kernel, in module order; the lines it came from
+    named as the user's (in `own_file`) or by their library file."""
+    aten = {n.name: n for n in graph.aten}
     sentences = []
     for kernel in graph.kernels:
         lines = kernel.lines
         if len(lines) != 2:
             continue
         ops = [short_op(op) for op in kernel.ops]
-        users = sorted(by_line.get(kernel.name, ()))
+        places = [(aten[a].source.filename, aten[a].source.lineno) for a in kernel.aten_origins
+                  if a in aten and aten[a].source is not None and aten[a].source.lineno]
+        where_from = _places_text(places, own_file)
         text = (f"{kernel.name} (lines {lines[0]}–{lines[1]}) is a {kernel.kind} kernel computing "
                 f"{' + '.join(dict.fromkeys(ops)) or 'its IR nodes'} ({len(kernel.ir_nodes)} IR node(s) "
-                f"fused)" + (f", from your line{'s' if len(users) > 1 else ''} {', '.join(map(str, users))}"
-                             if users else ""))
+                f"fused)" + (f", from {where_from}" if where_from else ""))
         sentences.append({"kernel": kernel.name, "lines": lines, "text": text})
     return sentences
 
@@ -113,4 +112,5 @@ def ir_line_origin(graph: GraphRecord, line: int) -> dict | None:
                  if a in aten and aten[a].source is not None and aten[a].source.lineno}
     kernel = next((k.name for k in graph.kernels if node_name in k.ir_nodes), None)
     return {"ir_node": node_name, "aten_nodes": list(node.aten_origins), "fx_nodes": fx, "kernel": kernel,
-            "text": listing.splitlines()[line - 1], "user_text": dict(sorted(user_text.items(), key=lambda i: int(i[0])))}
+            "text": listing.splitlines()[line - 1],
+            "user_text": dict(sorted(user_text.items(), key=lambda item: int(item[0])))}

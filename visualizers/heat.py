@@ -8,8 +8,8 @@ kernel's time is split evenly over the distinct user lines its ATen nodes came f
 provenance reads them), so the lines' figures sum to the kernels' total: a line's figure is what the kernels
 it contributes to cost, shared with the other lines they fuse. A line is a place (file, line) outside torch's
 own files: the user's file, and the library code a model is built from (a Hugging Face model's ops come from
-its modeling file, so its heat lands there, per file, hottest lines first). A line's bytes and FLOPs are split the same way,
-so its GB/s and GFLOP/s are its share of bytes and FLOPs over its share of time, and its % of the roof is its
+its modeling file, so its heat lands there, per file, hottest lines first). A line's bytes and FLOPs are split the
+same way, so its GB/s and GFLOP/s are its share of bytes and FLOPs over its share of time, and its % of the roof is its
 kernels' %, weighted by the time each gives it (Note [Roofs from the datasheet] in engine/runtime/peaks.py).
 """
 from __future__ import annotations
@@ -160,7 +160,8 @@ def library_heat_html(record: Exploration, limit: int = 12) -> str:
             rows.append(f"<tr class='gb-heat-line' data-line='{line}' title='{title}' "
                         f"style='background:{heat_colour(entry['ms'] / hottest)}'>"
                         + "".join(f"<td class='gb-heat-ms'>{html.escape(c)}</td>" for c in cells)
-                        + f"<td class='gb-heat-no'>{line}</td><td><pre>{html.escape(entry['text'] or '')}</pre></td></tr>")
+                        + f"<td class='gb-heat-no'>{line}</td>"
+                        + f"<td><pre>{html.escape(entry['text'] or '')}</pre></td></tr>")
         more = f" (the {limit} hottest of {len(lines)} lines)" if len(lines) > limit else ""
         out.append(f"<div class='gb-heat-file'>{html.escape(short_file(file))}{html.escape(more)}</div>"
                    f"<table class='gb-heat'>{''.join(rows)}</table>")

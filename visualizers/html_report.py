@@ -287,7 +287,8 @@ def graph_html(record: Exploration, graph: GraphRecord, figures: list, position:
     code = graph.code
     if code is not None and code.source:
         out.append(f"<h3>Generated {esc(code.language)} code</h3>"
-                   + explained_html(anchors.kernel_sentences(graph), f"g{index}-code", "kernel")
+                   + explained_html(anchors.kernel_sentences(graph, record.source.filename), f"g{index}-code",
+                                    "kernel")
                    + highlight_html(code.source, code.language or "text", max_height=700,
                                     anchors=f"g{index}-code"))
     if code is not None and code.wrapper:

@@ -1,0 +1,161 @@
+"""The explorer's seven answers (issue 31) on a real model, in a real browser: Hugging Face's GPT-2 built from a
+config with random weights, pasted as code. The run stage's numerics bisect, the profile's heat on the graph and
+the source (GB/s, GFLOP/s, % of roof), the recompile what-if, a graph break's fix applied in place (the same GPT-2
+with a branch on a value), a kernel's reproducer that runs standalone, the compile's cost per stage, pass and kernel, and the
+code and loop IR explained line by line. With GLASSBOX_SHOTS=DIR, screenshots are saved there."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# the app server (started by the fixture below) and this test share one folder of shared code
+os.environ.setdefault("GLASSBOX_SHARE_DIR", tempfile.mkdtemp(prefix="glassbox-share-"))
+
+from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: E402,F401
+
+from app import share  # noqa: E402
+
+pytest.importorskip("transformers")
+pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
+
+GPT2 = textwrap.dedent('''\
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+    net = GPT2LMHeadModel(config).eval()
+
+
+    def model(input_ids):
+        {body}
+
+
+    example_inputs = (torch.randint(0, 128, (1, 8)),)
+''')
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return share.store_code(GPT2.format(body="return net(input_ids=input_ids).logits"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_a_branch():  # a branch on a tensor's value: a graph break whose rewrite is torch.where
+    return share.store_code(GPT2.format(body=textwrap.indent(textwrap.dedent('''\
+        logits = net(input_ids=input_ids).logits
+        if logits.sum() > 0:
+            out = logits * 2
+        else:
+            out = logits
+        return out'''), "    ").lstrip()))
+
+
+def test_gpt2_numerics_bisect_on_the_run_stage(server, browser, gpt2):
+    page = new_page(browser)
+    page.goto(f"{server}/?code={gpt2}&stage=run")
+    verdict = page.get_by_text("Numerics bisect").first
+    verdict.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    if page.get_by_text("exactly eager's, so there is nothing to bisect").count() == 0:
+        graph = page.locator(".stGraphVizChart svg, iframe[srcdoc*='svg']").last
+        graph.wait_for()
+        page.get_by_text("A clean graph").or_(page.get_by_text("diverges first")).first.wait_for()
+    verdict.scroll_into_view_if_needed()
+    shot(page, "gpt2_run_bisect")
+
+
+def test_gpt2_profile_paints_time_rates_and_roof_on_graph_and_source(server, browser, gpt2):
+    page = new_page(browser)
+    page.goto(f"{server}/profile?code={gpt2}")
+    page.get_by_role("button", name="Profile the kernels").click(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("Where the time goes").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("% of roof: achieved over attainable").first.wait_for()
+    header = page.locator("tr.gb-heat-head")
+    assert "% roof" in header.first.inner_text() and "GB/s" in header.first.inner_text()
+    hot = page.locator("tr.gb-heat-line[style*='#ff']")
+    assert hot.count() >= 2  # several of the model's lines carry time
+    page.get_by_text("Where the time goes").first.scroll_into_view_if_needed()
+    shot(page, "gpt2_profile_heat")
+    page.locator(".stPlotlyChart").filter(has_text="Run timeline").first.scroll_into_view_if_needed()
+    shot(page, "gpt2_profile_run_timeline")
+
+
+def test_gpt2_recompile_what_if(server, browser, gpt2):
+    page = new_page(browser)
+    page.goto(f"{server}/breaks?code={gpt2}")
+    field = page.get_by_role("textbox", name="Inputs, one per tensor")
+    field.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    field.fill("int64[1, 16]")
+    field.press("Enter")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Ask, then run").click()
+    page.get_by_text("Would recompile").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("the prediction was right").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("Would recompile").first.scroll_into_view_if_needed()
+    shot(page, "gpt2_whatif")
+
+
+def test_gpt2_break_fix_applied_in_place(server, browser, gpt2_with_a_branch):
+    page = new_page(browser)
+    page.goto(f"{server}/breaks?code={gpt2_with_a_branch}")
+    page.get_by_role("button", name="Apply this rewrite").first.click(timeout=FIRST_VIEW_TIMEOUT_MS)
+    banner = page.get_by_text("Applied the rewrite of break 1")
+    banner.first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    assert "graph breaks 1 → 0" in banner.first.inner_text()
+    shot(page, "gpt2_fix_applied")
+
+
+def test_gpt2_kernel_reproducer_runs_standalone(server, browser, gpt2, tmp_path):
+    page = new_page(browser)
+    page.goto(f"{server}/?code={gpt2}&stage=code")
+    button = page.get_by_role("button", name="Download reproducer", exact=True).first
+    button.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    button.scroll_into_view_if_needed()
+    shot(page, "gpt2_code_reproducer")
+    with page.expect_download() as download:
+        button.click()
+    path = tmp_path / download.value.suggested_filename
+    download.value.save_as(path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, str(path), "--iters", "1"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ": ok," in result.stdout
+
+
+def test_gpt2_compile_cost_per_stage_pass_and_kernel(server, browser, gpt2):
+    page = new_page(browser)
+    page.goto(f"{server}/?code={gpt2}&stage=bench")
+    page.get_by_text("Compile timeline").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    page.get_by_text("Compile cost per stage, pass and kernel, and the cache").first.click()
+    table = page.locator("[data-testid='stDataFrame']").last
+    table.wait_for()
+    table.scroll_into_view_if_needed()
+    shot(page, "gpt2_bench_compile_cost")
+
+
+def test_gpt2_code_and_loop_ir_explained_line_by_line(server, browser, gpt2):
+    page = new_page(browser)
+    page.goto(f"{server}/?code={gpt2}&stage=code")
+    expander = page.get_by_text("Explain the code, anchored to its lines").first
+    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    expander.click()
+    page.get_by_text("Pick a sentence: its lines light up").first.wait_for()
+    assert page.locator(".gb-highlight span[style*='#fde68a']").count() >= 1
+    expander.scroll_into_view_if_needed()
+    shot(page, "gpt2_code_anchored")
+    page.goto(f"{server}/?code={gpt2}&stage=loop+IR")
+    expander = page.get_by_text("Explain the loop IR, anchored to its lines").first
+    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    expander.click()
+    page.get_by_text("belongs to IR node").first.wait_for()
+    assert page.locator(".gb-highlight span[style*='#fde68a']").count() >= 1
+    expander.scroll_into_view_if_needed()
+    shot(page, "gpt2_ir_anchored")

@@ -55,7 +55,8 @@ def trial_banner(record: Exploration) -> None:
     before, after = trial["before"], summary(record.to_json())
     rows = [{"": label, "before": before[key], "after": after[key]}
             for key, label in (("graph_breaks", "graph breaks"), ("graphs", "graphs"), ("kernels", "kernels"),
-                               ("matches_eager", "matches eager"))]
+                               ("compile_s", "compile seconds"), ("matches_eager", "matches eager"))
+            if key in before]  # a trial begun before compile seconds were summed has none
     better = after["graph_breaks"] < before["graph_breaks"] and after["matches_eager"]
     (st.success if better else st.warning)(
         f"Applied the rewrite of break {trial['break']} (line {trial['line']}, {trial['pattern']}): graph breaks "

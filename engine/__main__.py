@@ -823,7 +823,7 @@ def fix_command(args) -> tuple[dict, int]:
               "source": source}
     if not args.json:
         print(f"Applied the rewrite of break(s) {', '.join(map(str, sorted(applied)))}; wrote {out}")
-        for key in ("graph_breaks", "graphs", "kernels", "matches_eager"):
+        for key in ("graph_breaks", "graphs", "kernels", "compile_s", "matches_eager"):
             print(f"  {key:14} {result['before'][key]!s:>6} -> {result['after'][key]!s}")
     return result, EXIT_OK
 

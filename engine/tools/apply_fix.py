@@ -6,7 +6,8 @@ engine/break_fixes.py suggests a rewrite per break (Note [Suggested rewrites]); 
 has no `<...>` blank for the user to fill (the whole-if torch.where, a print removed, a numpy call renamed). To
 apply it, the lines at the break's line number must read as its `before` (compared without the indentation);
 (without indentation and comments), they are replaced by `after`, indented as the first of them was. The model is explored before and after, and
-the two are compared by what a break costs: graph breaks, graphs, kernels, whether the outputs match eager. The
+the two are compared by what a break costs: graph breaks, graphs, kernels, compile seconds, whether the outputs
+match eager. The
 rewrite is a starting point (torch.where runs both branches), so the comparison is what says it worked.
 """
 from __future__ import annotations
@@ -48,7 +49,10 @@ def apply_fix(source: str, lineno: int, suggestion: Suggestion) -> str:
 
 
 def summary(record: dict) -> dict:
-    """What a graph break costs, from one exploration's record."""
+    """What a graph break costs, from one exploration's record: breaks, graphs, kernels, the compile's seconds
+    (every stage but the check against eager) and whether the outputs match eager."""
+    timings = record.get("timings") or {}
     return {"graph_breaks": len(record.get("graph_breaks") or []), "graphs": len(record.get("graphs") or []),
             "kernels": sum(len(g.get("kernels") or []) for g in record.get("graphs") or []),
+            "compile_s": round(sum(v for k, v in timings.items() if k not in ("run", "profile")), 3),
             "matches_eager": bool((record.get("verify") or {}).get("ok"))}

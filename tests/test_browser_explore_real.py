@@ -135,7 +135,8 @@ def test_gpt2_compile_cost_per_stage_pass_and_kernel(server, browser, gpt2):
     page.goto(f"{server}/?code={gpt2}&stage=bench")
     page.get_by_text("Compile timeline").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     page.get_by_text("Compile cost per stage, pass and kernel, and the cache").first.click()
-    table = page.locator("[data-testid='stDataFrame']").last
+    table = page.locator("[data-testid='stExpander']").filter(has_text="Compile cost per stage").locator(
+        "[data-testid='stDataFrame']").first  # the cost table, not the code pane's kernels beside it
     table.wait_for()
     table.scroll_into_view_if_needed()
     shot(page, "gpt2_bench_compile_cost")

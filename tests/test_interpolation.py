@@ -131,19 +131,3 @@ def test_training_keeps_the_decomposition_and_matches_eager_gradients(backend):
     x.grad = None
     (F.interpolate(x, scale_factor=2, mode="bilinear") ** 2).sum().backward()
     torch.testing.assert_close(ours, x.grad, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_training_gradient_inlines_its_index_vectors(backend):
-    """The decomposed upsample's gradient reads index vectors over the output's width from two consumers that
-    merge later; they are inlined once those merged (Note [Inlined once its readers merged] in
-    engine/schedule/fusion.py): one kernel, where they were 3 kernels of their own before."""
-    torch._dynamo.reset()
-    x = torch.randn(2, 4, 8, 8, requires_grad=True)
-    y = torch.randn(2, 4, 16, 16)
-    exploration = engine.explore(lambda a, b: (F.interpolate(a, scale_factor=2, mode="bilinear") + b).sum(),
-                                 (x, y), backend=backend, name="up_train", train=True)
-    assert not exploration.errors and exploration.verify["ok"], exploration.verify
-    backward = [k for g in exploration.graphs if g.phase == "backward" for k in g.kernels
-                if k.kind in ("pointwise", "reduction")]
-    assert len(backward) == 1, [k.kind for k in backward]

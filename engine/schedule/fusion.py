@@ -493,27 +493,7 @@ class Scheduler:
                 if producer is not consumer and read not in consumer.copies:
                     self.consider(producer, consumer, "vertical")
         self._siblings()
-        self._inline_after_merges()
         return Schedule(self._kernels(), self.decisions, self.unused, self.template_choices)
-
-    # Note [Inlined once its readers merged]
-    # Vertical candidates are asked in program order, so an elementwise producer read by two consumers that
-    # are still separate kernels is refused by each (it feeds another kernel too), and stays a kernel of its
-    # own even when those consumers merge later (horizontally, or through a common consumer). torch's
-    # decomposition of a training graph's bilinear upsample is that: the source-column indices and weights
-    # over the output's width, read by the gathers of two rows, became a kernel whose results the main kernel
-    # read back before each gather. Once fusion is done, a producer whose outside readers all sit in one
-    # group is asked again, so inline_producer can take it.
-    def _inline_after_merges(self) -> None:
-        for node in self.nodes:
-            for read in self.reads[node.name]:
-                if read not in self.group_of:
-                    continue
-                producer, consumer = self.group_of[read], self.group_of[node.name]
-                if producer is consumer or read in consumer.copies:
-                    continue
-                if producer.all_pointwise and not producer.has_output and producer.outside_readers <= consumer.names:
-                    self.consider(producer, consumer, "vertical")
 
     # -- the result -------------------------------------------------------------------------------------------
     def _unique_groups(self) -> list[Group]:

@@ -87,6 +87,9 @@ def bwrap_argv(workdir: Path, readable: list[tuple[str, str]], tmpfs_bytes: int,
         argv += ["--dev-bind", device, device]  # the GPU: its own /dev has only null, zero, random, tty, ...
     for source, destination in readable:
         argv += ["--ro-bind", source, destination]
+    for directory in private_directories():  # a private directory inside what was bound back (the repository's
+        if any(directory.startswith(destination + "/") for _, destination in readable):  # .streamlit, the repo
+            argv += ["--tmpfs", directory]  # under /tmp) is hidden again
     argv += ["--bind", str(workdir), str(workdir), "--remount-ro", "/dev", "--remount-ro", "/run"]
     if RUN_ROOT.is_dir():
         argv += ["--remount-ro", str(RUN_ROOT)]  # its tmpfs; the work directory bound inside stays writable

@@ -52,35 +52,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _verdict(expected: list, actual: list, reference_fn, tolerance) -> dict:
-    from engine.run import compare_tensor
-
-    if len(actual) != len(expected):
-        return {"ok": False, "judged_by": "eager", "max_abs_err": math.inf, "why": "a different number of outputs"}
-    checks = [compare_tensor(e, a, tolerance=tolerance) for e, a in zip(expected, actual)]
-    if not all(c["ok"] for c in checks):
-        references = reference_fn()
-        if references is not None and len(references) == len(expected):
-            checks = [compare_tensor(e, a, r, tolerance) for e, a, r in zip(expected, actual, references)]
-    return {"ok": all(c["ok"] for c in checks), "max_abs_err": max((c["max_abs_err"] for c in checks), default=0.0),
-            "judged_by": "fp64" if any(c.get("judged_by") == "fp64" for c in checks) else "eager"}
-
-
-class _Reference:
-    """The float64 run of the model, computed once and only when some output is not close to eager."""
-
-    def __init__(self, model, inputs):
-        self.model, self.inputs, self.value, self.done = model, inputs, None, False
-
-    def __call__(self):
-        if not self.done:
-            from engine.run import fp64_reference, fresh
-
-            self.value, _ = fp64_reference(self.model, fresh(self.inputs))
-            self.done = True
-        return self.value
-
-
 def _first_call(runner, inputs, device) -> tuple[list, float]:
     from engine.run import flatten_outputs
 
@@ -103,6 +74,7 @@ def run_child(name: str, device: str, size: str, modes: tuple[str, ...], lock: s
     import engine
     from engine import fallbacks
     from engine.run import flatten_outputs
+    from engine.tools.bench_verdicts import Verdicts
     from engine.tools.model_catalog import build, by_name
 
     entry = by_name()[name]
@@ -123,7 +95,7 @@ def run_child(name: str, device: str, size: str, modes: tuple[str, ...], lock: s
     with torch.no_grad():
         expected = [flatten_outputs(model(*x)) for x in sets]
         _sync(device)
-        references = [_Reference(model, x) for x in sets]
+        judges = [Verdicts(model, x, want, tolerance) for x, want in zip(sets, expected)]
         for mode in modes:
             row = dict(base, mode=mode, dynamic=dynamic)
             torch._dynamo.reset()
@@ -133,16 +105,16 @@ def run_child(name: str, device: str, size: str, modes: tuple[str, ...], lock: s
                                       dynamic=True if dynamic else None)
                 with fallbacks.collected() as eager_runs:
                     compile_s = 0.0
-                    for x, want, ref in zip(sets, expected, references):
+                    for x, judge in zip(sets, judges):
                         got, seconds = _first_call(ours, x, device)
                         compile_s += seconds
-                        verdict = _verdict(want, got, ref, tolerance)
-                        if not verdict["ok"]:
+                        verdict = judge("ours", got)
+                        if not verdict["ours_ok"]:
                             break
                 row["compile_s"] = round(compile_s, 1)
                 row["graph_fallbacks"] = sorted({r.row_text() for r in eager_runs if r.scope == "graph"})
                 row["eager_ops"] = sorted({r.row_text() for r in eager_runs if r.scope == "op"})
-                row.update({f"ours_{k}": v for k, v in verdict.items()})
+                row.update(verdict)
                 runners["ours"] = ours
             except Exception as error:  # noqa: BLE001 - a crash in our code is this row's finding
                 row["status"] = "crash"
@@ -155,12 +127,12 @@ def run_child(name: str, device: str, size: str, modes: tuple[str, ...], lock: s
                     compiled = torch.compile(model, mode=None if mode == "default" else mode,
                                              dynamic=True if dynamic else None)
                     seconds = 0.0
-                    for x, want, ref in zip(sets, expected, references):
+                    for x, judge in zip(sets, judges):
                         got, took = _first_call(compiled, x, device)
                         seconds += took
-                        verdict = _verdict(want, got, ref, tolerance)
+                        verdict = judge("inductor", got)
                     row["inductor_compile_s"] = round(seconds, 1)
-                    row.update({f"inductor_{k}": v for k, v in verdict.items()})
+                    row.update(verdict)
                     runners["inductor"] = compiled
                 except Exception as error:  # noqa: BLE001 - Inductor's failure is a note, not ours
                     row["inductor_error"] = f"{type(error).__name__}: {str(error)[:300]}"

@@ -2,10 +2,12 @@
 values first leave eager's, coloured per ATen node, with the first culprit kernel and the user's line."""
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import streamlit as st
 
 from app import ui
-from app.safe_text import md_text
+from app.safe_text import md_code, md_text
 from engine.record import Exploration, GraphRecord
 from visualizers import overlay
 
@@ -34,7 +36,8 @@ def render(record: Exploration, graph: GraphRecord | None, key: str) -> None:
                    "tolerance of eager's.")
     elif culprit:
         line = culprit.user_line
-        where = f" — your line {line.lineno}: `{md_text(line.line)}`" if line else ""
+        where = (f" — {md_text(PurePath(line.filename).name)}, line {line.lineno}: {md_code(line.line)}"
+                 if line else "")
         st.error(f"Diverges first at **{md_text(culprit.kernel)}** ({md_text(' + '.join(culprit.ops))}): "
                  f"max abs error {culprit.max_abs_err:.3g} while its inputs are off by at most "
                  f"{culprit.input_max_abs_err:.3g}{where}. Kernels after it that read its values diverge "

@@ -5,7 +5,7 @@ Note [Record text]
 Streamlit renders Markdown (st.markdown, st.caption, st.warning, ...): a record string used as Markdown could
 load a remote image (`![](https://...)`, which tells a third party who looks at what), draw links, or
 inject HTML where a call allows it. So a record field is shown through `md_text` (literal text: every
-Markdown and Streamlit directive character escaped) or `html_text` (HTML-escaped) — except a model's
+Markdown and Streamlit directive character escaped), `md_code` (a code span) or `html_text` (HTML-escaped) — except a model's
 description, which is meant as Markdown: `description_markdown` keeps its formatting but drops images and
 raw HTML, so a description never loads anything.
 """
@@ -24,6 +24,14 @@ def md_text(value) -> str:
     """A record value as literal Markdown text (nothing in it renders as Markdown, HTML or a directive)."""
     text = "" if value is None else str(value)
     return MARKDOWN_SPECIALS.sub(r"\\\1", text).replace("\n", "  \n")
+
+
+def md_code(value) -> str:
+    """A record value as a Markdown code span: shown as it is (a code span renders nothing inside it, and escapes
+    would show as backslashes), fenced by more backticks than any run in it, on one line."""
+    text = " ".join(("" if value is None else str(value)).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def html_text(value) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import anchored_pane, compile_trace, numerics_pane, state, take_away, training, ui
-from app.safe_text import description_markdown, md_text
+from app.safe_text import description_markdown, md_code, md_text
 from engine.record import STAGE_NAMES, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
 from visualizers import rewrites as rewrite_views
@@ -197,7 +197,7 @@ def fusion_stage(record: Exploration, graph_index: int, key: str) -> None:
         kernel = graph.kernels[kernel_shown[picked_kernel]]
         options.highlight = frozenset(kernel.aten_origins)
         _unfold(options, graph, options.highlight)
-        st.caption(f"Kernel `{md_text(kernel.name)}`: {md_text(kernel_rows[kernel_shown[picked_kernel]]['ops'])}")
+        st.caption(f"Kernel {md_code(kernel.name)}: {md_text(kernel_rows[kernel_shown[picked_kernel]]['ops'])}")
     else:
         ui.select_node(options, graph, "aten")
     ui.show_graph(graphs.graph_dot(graph, "aten", options), len(graph.aten))

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import host_check, worker
-from app.safe_text import description_markdown, html_text, md_text
+from app.safe_text import description_markdown, html_text, md_code, md_text
 from engine.record import Exploration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,14 @@ def test_record_text_renders_literally():
     shown = md_text(f"{EVIL_IMAGE} {EVIL_HTML} **bold** :red[x] $x$")
     assert not re.search(r"(?<!\\)!\[", shown) and "<img" not in shown.replace("\\<img", "")
     assert "&lt;img" in html_text(EVIL_HTML) and "<" not in html_text(EVIL_HTML)
+
+
+def test_record_text_in_a_code_span_shows_as_written():
+    line = f"x = y_1 ``{EVIL_IMAGE}``\n+ 1"
+    shown = md_code(line)
+    fence = shown.split(" ")[0]
+    assert set(fence) == {"`"} and len(fence) == 3 and shown.endswith(f" {fence}")  # longer than any run inside
+    assert "\n" not in shown and "y_1" in shown and "\\" not in shown  # one line, nothing escaped to show
 
 
 def test_descriptions_keep_their_markdown_but_load_nothing():

@@ -58,6 +58,17 @@ def gpt2_with_a_branch():  # a branch on a tensor's value: a graph break whose r
         return out'''), "    ").lstrip()))
 
 
+PLANTED = "kernel_7"  # the first block's second layer norm: a generated kernel mid-graph, with kernels before it
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_a_wrong_kernel():  # the test-only hook pasted above the model: the worker runs both
+    hook = (Path(__file__).parent / "planted_kernel.py").read_text(encoding="utf-8")
+    model = GPT2.format(body="return net(input_ids=input_ids).logits")
+    about = f"description = 'GPT-2 with {PLANTED} planted wrong (a test-only hook)'\n"
+    return share.store_code(f"{hook}\n\n{model}\n{about}plant_wrong_kernel({PLANTED!r})\n")
+
+
 def test_gpt2_numerics_bisect_on_the_run_stage(server, browser, gpt2):
     page = new_page(browser)
     page.goto(f"{server}/?code={gpt2}&stage=run")
@@ -69,6 +80,32 @@ def test_gpt2_numerics_bisect_on_the_run_stage(server, browser, gpt2):
         page.get_by_text("A clean graph").or_(page.get_by_text("diverges first")).first.wait_for()
     verdict.scroll_into_view_if_needed()
     shot(page, "gpt2_run_bisect")
+
+
+def test_gpt2_bisect_names_a_planted_wrong_kernel_and_colours_it(server, browser, gpt2_with_a_wrong_kernel):
+    page = new_page(browser)
+    page.goto(f"{server}/?code={gpt2_with_a_wrong_kernel}&stage=run")
+    finding = page.get_by_text("Diverges first at").first
+    finding.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    text = finding.inner_text()
+    assert f"{PLANTED} (" in text and "modeling_gpt2.py, line" in text, text  # the culprit, its ops and line
+    assert "\\" not in text, text  # the line as written, not escaped
+    viewer = page.frame_locator("iframe[srcdoc*='search the drawn nodes']").last  # 179 ATen nodes: the viewer
+    viewer.locator("svg g.node").first.wait_for()
+    fills = viewer.locator("svg g.node").evaluate_all(
+        "nodes => nodes.map(n => [n.querySelector('path, polygon, ellipse').getAttribute('fill'),"
+        " n.classList.contains('gb-selected')])")
+    assert "#dcfce7" in [fill for fill, _ in fills]  # before the culprit: exact
+    culprit = [fill for fill, picked in fills if picked]
+    assert culprit and set(culprit) == {"#fee2e2"}  # the culprit's nodes: diverging, drawn bold
+    assert [fill for fill, picked in fills if not picked].count("#fee2e2") >= 1  # and downstream of it
+    node = viewer.locator("svg g.node.gb-selected").first.bounding_box()
+    view = viewer.locator("#view").bounding_box()
+    assert view["y"] <= node["y"] + node["height"] / 2 <= view["y"] + view["height"]  # the viewer opens on it
+    finding.scroll_into_view_if_needed()
+    shot(page, "gpt2_bisect_planted")
+    viewer.locator("#view").scroll_into_view_if_needed()
+    shot(page, "gpt2_bisect_planted_graph")
 
 
 def test_gpt2_profile_paints_time_rates_and_roof_on_graph_and_source(server, browser, gpt2):

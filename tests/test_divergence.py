@@ -1,39 +1,12 @@
 """Numerics bisect (Note [Numerics bisect] in engine/divergence.py): a kernel planted wrong by a test-only hook is
 named as the first culprit, with its user line, while what it feeds is marked as diverging downstream; a model
 that matches shows a clean graph."""
-import sys
-
 import torch
 
 import engine
-from engine import pipeline
 from engine.tools.model_file import load_model_file
+from planted_kernel import plant_wrong_kernel
 from samples import sample_path
-
-
-def plant_wrong_kernel(monkeypatch, name: str) -> None:
-    """Test-only hook: after the build stage, kernel `name` of each graph adds 1 to everything it stores."""
-    real_lookup = pipeline.stage_named
-
-    def build(generated, options):
-        compiled = real_lookup("build").fn(generated, options)
-        namespace = getattr(compiled.call, "call", compiled.call).__globals__
-        kernel = next((k for k in compiled.schedule.kernels if k.name == name), None)
-        if kernel is not None and name in namespace:
-            original = namespace[name]
-
-            def wrong(*args):
-                original(*args)
-                frame = sys._getframe(1)
-                while kernel.stored[0] not in frame.f_locals:  # up to the wrapper: its buffers by name
-                    frame = frame.f_back
-                for buffer in kernel.stored:
-                    frame.f_locals[buffer].add_(1.0)
-            namespace[name] = wrong
-        return compiled
-
-    monkeypatch.setattr(pipeline, "stage_named",
-                        lambda stage: pipeline.Stage("build", build) if stage == "build" else real_lookup(stage))
 
 
 def explored(sample: str):
@@ -47,7 +20,7 @@ def test_the_bisect_names_a_planted_wrong_kernel(monkeypatch):
     generated = [k["name"] for k in record_clean["graphs"][0]["kernels"] if k["kind"] in ("pointwise", "reduction")]
     planted = generated[0]
     torch._dynamo.reset()
-    plant_wrong_kernel(monkeypatch, planted)
+    plant_wrong_kernel(planted, monkeypatch.setattr)
     record = explored("transformer_block")
     assert not record["verify"]["ok"]
     bisect = record["graphs"][0]["bisect"]

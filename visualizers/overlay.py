@@ -17,7 +17,7 @@ def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]
                 bold: frozenset = frozenset(), title: str | None = None,
                 clusters: dict[str, tuple[str, str, list[str]]] | None = None) -> str:
     """The graph's nodes, each filled and bordered as `paint` says (name -> (fill, border)), with `notes` under
-    its label and a thick border for `bold`; nodes not painted are grey. `clusters` (name -> (label, fill,
+    its label and a thick border for `bold` (classed as picked: the app's graph viewer opens on them); nodes not painted are grey. `clusters` (name -> (label, fill,
     nodes)) boxes nodes together, as a kernel and its figures."""
     dot = _digraph(title, "TB")
     notes = notes or {}
@@ -37,6 +37,8 @@ def overlay_dot(graph: GraphRecord, which: str, paint: dict[str, tuple[str, str]
                      penwidth="3" if name in bold else "1", tooltip=f"{name}: {notes.get(name, '')}")
         if node.op == "placeholder":
             attrs["shape"] = "oval"
+        if name in bold:
+            attrs["class"] = "gb-selected"
         if name in home:
             boxes.setdefault(home[name], []).append((dot_text(name), _attrs(**attrs)))
         else:

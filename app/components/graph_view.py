@@ -8,7 +8,8 @@ readable only if one can zoom in, pan along it and find a node. The viewer is in
 frame: no network, no file); its SVG comes from `dot` (Debian's graphviz, as for the HTML report) and is cached
 by DOT text. This box searches what is drawn and, through a folded module's tooltip (its members' names),
 the nodes folded inside it: it highlights the module and says so; the page's "Find a node" unfolds it. Without `dot`, big graphs fall back to st.graphviz_chart.
-It opens at natural size on the graph's top band of nodes: a backward graph, whose saved values all enter at
+It opens at natural size: on a picked node (the page's "Find a node", the numerics bisect's culprit) with its
+neighbours around it, else on the graph's top band of nodes: a backward graph, whose saved values all enter at
 the top, is wider than the page and its first nodes may sit far from its left edge.
 """
 from __future__ import annotations
@@ -54,7 +55,8 @@ function find(){var q=box.value.trim().toLowerCase(),hits=[],folded=0;svg.queryS
   (folded?' ('+folded+' inside folded modules: pick the node in "Find a node" above to unfold it)':''):'';
  if(hits.length)center(hits[0]);}
 function center(n){var r=n.getBoundingClientRect(),a=at({clientX:r.left,clientY:r.top}),
- b=at({clientX:r.right,clientY:r.bottom}),w=Math.max((b.x-a.x)*4,300),h=w*view.clientHeight/view.clientWidth;
+ b=at({clientX:r.right,clientY:r.bottom}),w=Math.max((b.x-a.x)*4,view.clientWidth*0.75),  // natural size
+ h=w*view.clientHeight/view.clientWidth;
  vb={x:(a.x+b.x)/2-w/2,y:(a.y+b.y)/2-h/2,w:w,h:h};set();}
 box.addEventListener('input',find);
 document.getElementById('zin').onclick=function(){zoom(1/1.5);};

@@ -178,10 +178,11 @@ def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
 # upsamples) is a Reduction over the visits, so no window size falls back to eager.
 
 
-def _gather_windows(grad: TensorValue, lead: int, runs, divisor):
+def _gather_windows(grad: TensorValue, lead: int, runs, share):
     """The input gradient as a gather over the covering windows (Note [Average pooling backward as a
     gather]): along spatial dim d, `runs[d]` is (count, cover) where cover(h) is the first output covering
-    input position h and the end of their run; `divisor(outputs)` is the divisor of one window."""
+    input position h and the end of their run; `share(index, source, outputs, acc)` is what the window at
+    output `outputs` (its full load index `source`) gives input position `index`."""
     check_dtype(grad.dtype)
     result_dtype = out_dtype()
     check_dtype(result_dtype)
@@ -202,9 +203,9 @@ def _gather_windows(grad: TensorValue, lead: int, runs, divisor):
             inside = ok if inside is None else ops.logical_and(inside, ok)
         source = list(index[:lead]) + [Bounded(o, out_sizes[d]) for d, o in enumerate(outputs)]
 
-        def share():
-            return ops.truediv(load_as(grad, source, acc), ops.index_expr(divisor(outputs), acc))
-        return share() if inside is None else ops.masked(inside, share, ops.constant(0, acc))
+        def term():
+            return share(index, source, outputs, acc)
+        return term() if inside is None else ops.masked(inside, term, ops.constant(0, acc))
 
     counts = [count for count, _ in runs]
     if product(counts) <= MAX_UNROLLED_WINDOW:
@@ -221,24 +222,29 @@ def _gather_windows(grad: TensorValue, lead: int, runs, divisor):
     return pointwise_node(summed.load, size=size, computed_in=acc)
 
 
+def _covering_run(k: int, s: int, p: int, dilation: int, size, windows):
+    """(count, cover) of the outputs whose windows (kernel k, stride s, padding p) cover an input position
+    along one dim of input `size` and `windows` outputs (Note [Average pooling backward as a gather]); a
+    dilated window spans (k - 1)*dilation + 1 positions, of which it covers every dilation-th."""
+    k = (k - 1) * dilation + 1
+    # the run of the last input position ends within the outputs unless ceil mode or a ragged end cut it
+    clipped = sympy.Le(FloorDiv(size - 1 + p, s) + 1, windows) is not sympy.true
+    return -(-k // s), lambda h: (FloorDiv(sympy.Max(h + p + s - k, 0), s),
+                                  sympy.Min(FloorDiv(h + p, s) + 1, windows) if clipped else FloorDiv(h + p, s) + 1)
+
+
 def _avg_pool_backward(grad, x, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
     kernel, stride, padding = _window(kernel_size, stride, padding, spatial)
     lead = x.ndim - spatial
     in_sizes = x.size[lead:]
 
-    def run(d):
-        k, s, p = kernel[d], stride[d], padding[d]
-        windows = grad.size[lead + d]
-        # the run of the last input position ends within the outputs unless ceil mode or a ragged end cut it
-        clipped = sympy.Le(FloorDiv(in_sizes[d] - 1 + p, s) + 1, windows) is not sympy.true
-        return -(-k // s), lambda h: (FloorDiv(sympy.Max(h + p + s - k, 0), s),
-                                      sympy.Min(FloorDiv(h + p, s) + 1, windows) if clipped else FloorDiv(h + p, s) + 1)
+    def share(index, source, outputs, acc):
+        divisor = _avg_divisor(outputs, kernel, stride, padding, in_sizes, grad.size[lead:], count_include_pad,
+                               divisor_override)
+        return ops.truediv(load_as(grad, source, acc), ops.index_expr(divisor, acc))
 
-    def divisor(outputs):
-        return _avg_divisor(outputs, kernel, stride, padding, in_sizes, grad.size[lead:], count_include_pad,
-                            divisor_override)
-
-    return _gather_windows(grad, lead, [run(d) for d in range(spatial)], divisor)
+    return _gather_windows(grad, lead, [_covering_run(kernel[d], stride[d], padding[d], 1, in_sizes[d],
+                                                      grad.size[lead + d]) for d in range(spatial)], share)
 
 
 @register_lowering(aten.avg_pool2d_backward.default)
@@ -275,11 +281,12 @@ def _adaptive_avg_pool_backward(grad_output, x, spatial: int):
         count = max(-(-(h + 1) * out // size) - h * out // size for h in range(size))
         return count, lambda h: (_adaptive_start(h, out, size), _adaptive_end(h, out, size))
 
-    def divisor(outputs):
-        return product([_adaptive_end(o, size, out) - _adaptive_start(o, size, out)
-                        for o, (size, out) in zip(outputs, sizes)])
+    def share(index, source, outputs, acc):
+        divisor = product([_adaptive_end(o, size, out) - _adaptive_start(o, size, out)
+                           for o, (size, out) in zip(outputs, sizes)])
+        return ops.truediv(load_as(grad_output, source, acc), ops.index_expr(divisor, acc))
 
-    return _gather_windows(grad_output, lead, [run(size, out) for size, out in sizes], divisor)
+    return _gather_windows(grad_output, lead, [run(size, out) for size, out in sizes], share)
 
 
 @register_lowering(aten._adaptive_avg_pool2d_backward.default)
@@ -359,3 +366,33 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     values = pointwise_node(lambda index: window(index)[0], size=size, dtype=values_meta.dtype, computed_in=acc)
     indices = pointwise_node(lambda index: window(index)[1], size=size, dtype=torch.int64)
     return values, indices
+
+
+# Note [Max pooling backward as a gather]
+# torch decomposes max_pool2d_with_indices_backward into a scatter_add of each output gradient at its
+# window's argmax: overlapping windows (3x3 stride 1 or 2) add into one element, atomics on a GPU. Lowered
+# whole, each input-gradient element visits the windows that cover it, the same run of outputs as an
+# average pool's gradient (Note [Average pooling backward as a gather]; a dilated window spans
+# (k - 1)*dilation + 1 positions), and adds the output gradient of each whose saved index names it: the
+# flat position h*W + w in its plane, as the forward wrote it (Note [Max pooling as our kernel]). The visits
+# go in increasing output order, the order in which eager's CPU kernel adds into an element, so a float32
+# gradient is eager's to the bit. A dilated window covers only every dilation-th position of its span: the
+# index test drops the others. No atomics, and the gradient is an elementwise node that fuses with the
+# ReLU's mask before it.
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    kernel, stride, padding = _window(kernel_size, stride, padding, 2)
+    dilation = [int(d) for d in _per_dim(dilation, 2, [1])]
+    lead = x.ndim - 2
+    in_sizes = x.size[lead:]
+    runs = [_covering_run(kernel[d], stride[d], padding[d], dilation[d], in_sizes[d], grad_output.size[lead + d])
+            for d in range(2)]
+
+    def share(index, source, outputs, acc):
+        flat = ops.index_expr(index[lead] * in_sizes[1] + index[lead + 1], torch.int64)
+        chosen = ops.eq(indices.load(source), flat)
+        return ops.where(chosen, load_as(grad_output, source, acc), ops.constant(0, acc))
+
+    return _gather_windows(grad_output, lead, runs, share)

@@ -1,0 +1,81 @@
+"""Max pooling's gradient as our kernel (Note [Max pooling backward as a gather] in
+engine/lowering/pooling.py): a training step through max_pool2d gives eager's input gradient over 3x3 pools
+of stride 1 and 2, padding, ceil mode, dilation, unbatched, size-1, non-contiguous and channels-last inputs,
+ties that send many windows' gradients to one element, and symbolic sizes; the backward graph keeps
+max_pool2d_with_indices_backward whole (no scatter_add) and runs nothing eagerly. Through the Triton
+interpreter and the C++ backend."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import engine
+
+CASES = {  # name: (input, kernel, stride, padding, dilation, ceil_mode)
+    "resnet_stem": ((2, 3, 9, 9), 3, 2, 1, 1, False),
+    "stride_one_overlapping": ((2, 2, 7, 8), 3, 1, 1, 1, False),
+    "ceil_mode": ((1, 3, 8, 7), 3, 2, 1, 1, True),
+    "ceil_mode_no_padding": ((1, 2, 10, 9), 3, 2, 0, 1, True),
+    "rectangular_dilated": ((2, 2, 11, 9), (3, 2), (2, 1), (1, 0), (2, 3), False),
+    "stride_beyond_kernel": ((1, 2, 9, 10), 2, 3, 0, 1, True),
+    "unbatched": ((3, 6, 7), 3, 1, 1, 1, False),
+    "size_one": ((2, 3, 1, 1), 3, 1, 1, 1, False),
+}
+
+
+def _weighted_sum(output, *inputs):
+    """A loss whose gradient differs per output element: an all-ones gradient would hide a window that adds
+    another window's gradient."""
+    weight = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
+    return (output * weight).sum()
+
+
+def _train(fn, x, backend, **kwargs):
+    exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
+    assert not exploration.errors, exploration.errors[0].message
+    verify = exploration.verify
+    assert verify["ok"], [(e["name"], e["max_abs_err"]) for e in verify["gradients"] if not e["ok"]]
+    assert any(e["name"] == "input[0]" for e in verify["gradients"]), "the input's gradient was not checked"
+    fallbacks = [k["ops"] for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
+    assert not fallbacks, fallbacks
+    backward = " ".join(str(n.target) for g in exploration.graphs if g.phase == "backward" for n in g.aten)
+    assert "max_pool2d_with_indices_backward" in backward and "scatter" not in backward, backward
+    return exploration
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_max_pool2d_gradient_equals_eager(backend, case):
+    shape, kernel, stride, padding, dilation, ceil_mode = CASES[case]
+    torch.manual_seed(0)
+    x = torch.randn(shape, requires_grad=True)
+    _train(lambda t: F.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode), x, backend)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_ties_send_many_windows_to_one_element(backend):
+    """A plane of equal values: every window picks its first in-bounds position, so one element gathers the
+    gradients of up to 9 overlapping windows (and an all -inf plane does the same)."""
+    x = torch.zeros(1, 2, 6, 6)
+    x[0, 1] = float("-inf")
+    _train(lambda t: F.max_pool2d(t, 3, 1, 1), x.requires_grad_(), backend)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_non_contiguous_inputs(backend, layout):
+    torch.manual_seed(0)
+    if layout == "transposed":
+        x = torch.randn(2, 3, 9, 8).transpose(2, 3).requires_grad_()
+    else:
+        x = torch.randn(2, 3, 9, 8).to(memory_format=torch.channels_last).requires_grad_()
+    _train(lambda t: F.max_pool2d(torch.relu(t), 3, 2, 1), x, backend)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_gradient_over_symbolic_sizes_equals_eager(backend):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11, requires_grad=True)
+    exploration = _train(lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True), x, backend, dynamic=True)
+    (backward,) = [g for g in exploration.graphs if g.phase == "backward"]
+    sizes = [s for node in backward.ir.nodes for s in node.size]
+    assert sizes and not all(s.isdigit() for s in sizes), sizes

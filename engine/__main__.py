@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="threads for torch and for our OpenMP kernels; applied before anything compiles. "
                             "Default: the cores the machine has free before each case")
     bench.add_argument("--quick", action="store_true",
-                       help="skip the warm compile in a fresh process (the app's bench: seconds, not tens)")
+                       help="skip the warm compile in a fresh process and Inductor's vector-ISA probe (the app's "
+                            "bench: seconds, not tens; Note [Quick bench] in engine/tools/bench.py)")
     bench.add_argument("--templates", type=template_choices, default=("auto",), metavar="auto|on|off",
                        help="GEMM templates, one or more comma-separated (e.g. on,off): each a row of its own, "
                             "side by side in one process; Inductor is timed once per model and mode")

@@ -119,3 +119,20 @@ def test_a_slow_sizing_call_does_not_make_every_block_one_call():
     rounds = len(timings["a"].rounds_ms)
     assert rounds < 60, rounds  # one call a block would take hundreds of rounds to fill 0.1 s
     assert len(calls) > 3 * rounds, (len(calls), rounds)
+
+
+def test_the_quick_bench_gives_inductor_the_isa_its_probe_picks(tmp_path, monkeypatch):
+    """Note [Quick bench] in engine/tools/bench.py: without the probe, Inductor takes the vector ISA the probe
+    (a test library built and loaded per ISA) would have picked, so what it generates and times is the same."""
+    from torch._inductor import config, cpu_vec_isa
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    try:
+        with config.patch({"cpp.vec_isa_ok": True}):
+            unprobed = str(cpu_vec_isa.pick_vec_isa())
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        probed = str(cpu_vec_isa.pick_vec_isa())
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    assert unprobed == probed

@@ -139,6 +139,7 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
     compile_fresh                       a warm compile in a new process (Note [Fresh-process warm compile]):
                                         {imports_s, first_call_s, ours_s, stages_s}; cpp on the CPU only
     inductor_compile_s                  Inductor's cold compile-to-first-result seconds
+    inductor_isa_probe                  whether that compile probed the vector ISAs (Note [Quick bench])
     speedup_vs_eager                    eager_ms / glassbox_ms
     ratio_vs_inductor                   glassbox_ms / inductor_ms (below 1: Glassbox is faster)
     verify                              {"glassbox": {ok, max_abs_err, max_rel_err}, "inductor": {...}}
@@ -148,7 +149,8 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
                                         own time and the two ratios are None (Note [A fallback is loud])
     eager_ops                           ops we ran eagerly in compiled graphs, "ran eagerly: <ops> (<reason>)"
 
-    fresh=False skips the fresh-process compile (the app's quick bench). with_inductor=False skips
+    fresh=False skips the fresh-process compile and Inductor's ISA probe (the app's quick bench, Note [Quick
+    bench]). with_inductor=False skips
     torch.compile (its keys are then None): Inductor's cold compile takes tens of
     seconds on a small CPU. inductor_cache_dir: a directory to use as TORCHINDUCTOR_CACHE_DIR; default, a fresh
     temporary one. A caller timing several models passes one empty directory for all of them: Inductor's compile
@@ -193,7 +195,8 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
         if with_inductor:  # Dynamo keeps one cache entry per backend: ours and Inductor's live side by side
             try:
                 report["inductor_compile_s"], report["verify"]["inductor"], inductor = compile_inductor(
-                    spec, model, inputs, stack, inductor_cache_dir, say, mode)
+                    spec, model, inputs, stack, inductor_cache_dir, say, mode, probe_isa=fresh)
+                report["inductor_isa_probe"] = fresh
                 runners["inductor"] = lambda: inductor(*inputs)
             except Exception as error:  # noqa: BLE001 - the reference failing must not discard our numbers
                 first_line = (str(error).strip().splitlines() or [""])[0][:300]
@@ -252,14 +255,19 @@ def share_inductor(report: dict, measured: dict) -> None:
 
 
 def compile_inductor(spec: ModelSpec, model, inputs: tuple, stack: contextlib.ExitStack, cache_dir: str | None,
-                     say: Callable[[str], None], mode: str = "default") -> tuple[float, dict, Callable]:
+                     say: Callable[[str], None], mode: str = "default",
+                     probe_isa: bool = True) -> tuple[float, dict, Callable]:
     """Inductor's cold compile seconds (no FX graph cache, an empty cache directory, both kept for the rest of
-    `stack`), its verify summary and its compiled callable, in the same torch.compile mode as ours."""
+    `stack`), its verify summary and its compiled callable, in the same torch.compile mode as ours; without
+    `probe_isa`, Inductor takes the CPU's best vector ISA without building a test library per ISA (Note [Quick
+    bench])."""
     import torch._inductor.config as inductor_config
 
     own_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True))
     stack.enter_context(environment("TORCHINDUCTOR_CACHE_DIR", cache_dir or own_dir))
     stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+    if not probe_isa:
+        stack.enter_context(inductor_config.patch({"cpp.vec_isa_ok": True}))
     say("inductor compile (cold)")
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
     compile_s, outputs = first_call_seconds(compiled, inputs)

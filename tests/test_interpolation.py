@@ -8,18 +8,13 @@ import torch
 import torch.nn.functional as F
 
 import engine
+from explored_kernels import without_fallbacks
 
 BACKENDS = ["cpp", "triton"]
 
 
 def _check(fn, inputs, backend, dynamic=False, kernels=None):
-    torch._dynamo.reset()
-    exploration = engine.explore(fn, inputs, backend=backend, name="interpolate", dynamic=dynamic)
-    assert not exploration.errors, exploration.errors[0].traceback[-3000:]
-    assert exploration.verify["ok"], exploration.verify
-    generated = [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
-    fallbacks = [k for k in exploration.kernels if k["kind"] == "fallback"]
-    assert not fallbacks, [k.get("reason") for k in fallbacks]
+    exploration, generated = without_fallbacks(fn, inputs, backend, "interpolate", dynamic)
     if kernels is not None:
         assert len(generated) == kernels, [k["name"] for k in generated]
     torch._dynamo.reset()

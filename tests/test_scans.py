@@ -8,25 +8,15 @@ import torch
 
 import engine
 from engine.ir.evaluator import evaluate_graph
+from explored_kernels import without_fallbacks
 from tests.lowered_graphs import lowered
 
 BACKENDS = ["cpp", "triton"]
 
 
-def _explore(fn, inputs, backend, dynamic=False):
-    torch._dynamo.reset()
-    exploration = engine.explore(fn, inputs, backend=backend, name="scan", dynamic=dynamic)
-    assert not exploration.errors, exploration.errors[0].traceback[-3000:]
-    assert exploration.verify["ok"], exploration.verify
-    kernels = [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
-    fallbacks = [k for k in exploration.kernels if k["kind"] == "fallback"]
-    assert not fallbacks, [k.get("reason") for k in fallbacks]
-    return kernels
-
-
 def _check(fn, inputs, backend, dynamic=False):
     """Our compiled result equals eager's, exactly in shape, dtype and NaN positions, within tolerance."""
-    kernels = _explore(fn, inputs, backend, dynamic)
+    _, kernels = without_fallbacks(fn, inputs, backend, "scan", dynamic)
     torch._dynamo.reset()
     compiled = engine.compile(fn, backend=backend, dynamic=dynamic)
     got, expected = compiled(*inputs), fn(*inputs)

@@ -328,3 +328,16 @@ def test_max_autotune_records_its_timings():
     tuning = record.kernels[0]["triton"]["autotune"]
     assert tuning["best"] and any(r["ms"] is not None for r in tuning["results"]), tuning
     assert "# autotuned" in record.graphs[0].code["wrapper"]
+
+
+def test_every_helper_the_prelude_names_is_defined():
+    # a generated module copies its helpers with the helpers they call (engine/codegen/triton/module.py): a name
+    # that no longer exists would make every kernel that uses it fall back to eager, which outputs would not show
+    from engine.codegen.triton import module
+    from engine.codegen.triton.kernel import ROW_REDUCE
+
+    undefined = {(helper, name) for helper, names in module.HELPER_CALLS.items() for name in names
+                 if name not in module.HELPERS}
+    assert not undefined, undefined
+    spelled = {word.split("(")[0] for text in ROW_REDUCE.values() for word in text.split() if word.startswith("gb_")}
+    assert spelled <= set(module.HELPERS), spelled - set(module.HELPERS)

@@ -8,6 +8,7 @@ import functools
 from typing import Callable
 
 import sympy
+import torch
 
 from engine.codegen.provenance import LineTag
 from engine.ir.handlers import TextHandler, Var
@@ -25,6 +26,20 @@ INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "ne": "!=", "lt": "<", 
 
 def infix(symbol: str):
     return lambda p, a, b: f"{a} {symbol} {b}"
+
+
+def shared_unary(one: Callable, logical_not: Callable, float_signbit: Callable) -> dict:
+    """The unary spellings C++ and Triton share, but for three small printers of a value `a`: the constant 1
+    in its type, logical negation, and the sign bit of a float (an integer's is `a < 0` in both)."""
+    return {
+        "neg": lambda p, a: f"-{a}",
+        "reciprocal": lambda p, a: f"{one(a)} / {a}",
+        "square": lambda p, a: f"{a} * {a}",
+        "logical_not": lambda p, a: logical_not(a),
+        "bitwise_not": lambda p, a: logical_not(a) if a.dtype == torch.bool else f"~{a}",
+        "isnan": lambda p, a: f"{a} != {a}",
+        "signbit": lambda p, a: float_signbit(a) if a.dtype.is_floating_point else f"{a} < 0",
+    }
 
 
 class KernelPrinter(TextHandler):

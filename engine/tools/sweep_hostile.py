@@ -90,6 +90,12 @@ def _src(body: str) -> str:
     return textwrap.dedent(body).lstrip("\n")
 
 
+def _model(head: str, forward: str = "return x") -> str:
+    """A model file: `head` (its imports and what runs at import), then `model(x)` whose body is `forward`,
+    called on three random numbers."""
+    return f"{head}\ndef model(x):\n{textwrap.indent(forward, '    ')}\nexample_inputs = (torch.randn(3),)\n"
+
+
 CASES: list[Case] = [
     Case("baseline", _src(GOOD), "ok"),
     Case("syntax error", _src("""
@@ -101,34 +107,14 @@ CASES: list[Case] = [
         import torch
         example_inputs = (torch.randn(3),)
         """), "user-error", message=r"does not define `model`"),
-    Case("model raises", _src("""
-        import torch
-        def model(x):
-            raise ValueError("bad input shape")
-        example_inputs = (torch.randn(3),)
-        """), "user-error", message=r"bad input shape"),
-    Case("infinite loop", _src("""
-        import torch
-        def model(x):
-            while True:
-                x = x + 1
-        example_inputs = (torch.randn(3),)
-        """), "limit:time", limits=Limits(timeout_s=12)),
-    Case("sleeps forever", _src("""
-        import time, torch
-        time.sleep(10_000)
-        def model(x):
-            return x
-        example_inputs = (torch.randn(3),)
-        """), "limit:time", limits=Limits(timeout_s=8)),
-    Case("memory bomb", _src("""
-        import torch
-        hoard = []
-        def model(x):
-            while True:
-                hoard.append(torch.ones(2 ** 25))
-        example_inputs = (torch.randn(3),)
-        """), "limit:memory", limits=Limits(timeout_s=60, memory_mb=1200)),
+    Case("model raises", _model("import torch", 'raise ValueError("bad input shape")'),
+         "user-error", message=r"bad input shape"),
+    Case("infinite loop", _model("import torch", "while True:\n    x = x + 1"),
+         "limit:time", limits=Limits(timeout_s=12)),
+    Case("sleeps forever", _model("import time, torch\ntime.sleep(10_000)"),
+         "limit:time", limits=Limits(timeout_s=8)),
+    Case("memory bomb", _model("import torch\nhoard = []", "while True:\n    hoard.append(torch.ones(2 ** 25))"),
+         "limit:memory", limits=Limits(timeout_s=60, memory_mb=1200)),
     Case("fork bomb (200 sleeping children)", _src("""
         import subprocess
         children = [subprocess.Popen(["sleep", "60"]) for _ in range(200)]
@@ -137,13 +123,8 @@ CASES: list[Case] = [
             return x
         example_inputs = (torch.randn(3),)
         """), "limit:processes", limits=Limits(timeout_s=60, processes=32)),
-    Case("prints megabytes", _src("""
-        import torch
-        def model(x):
-            print("x" * (8 << 20))
-            return x + 1
-        example_inputs = (torch.randn(3),)
-        """), "limit:output", limits=Limits(timeout_s=60, output_bytes=2 << 20)),
+    Case("prints megabytes", _model("import torch", 'print("x" * (8 << 20))\nreturn x + 1'),
+         "limit:output", limits=Limits(timeout_s=60, output_bytes=2 << 20)),
     Case("writes outside the work dir", _src(f"""
         import torch
         open({str(OUTSIDE_FILE)!r}, "w").write("written by a model")
@@ -158,27 +139,14 @@ CASES: list[Case] = [
             raise RuntimeError("seen secret: " + repr(os.environ.get({SECRET_NAME!r})))
         example_inputs = (torch.randn(3),)
         """), "user-error", message=r"seen secret: None", note="secret not inherited"),
-    Case("os.system in forward", _src("""
-        import os, torch
-        def model(x):
-            os.system("echo model-ran-a-shell-command >&2")
-            return x - 1
-        example_inputs = (torch.randn(3),)
-        """), "ok", note="allowed: runs inside the sandbox (graph break)"),
-    Case("subprocess at import", _src("""
-        import subprocess, torch
-        subprocess.run(["true"], check=True)
-        def model(x):
-            return x - 1
-        example_inputs = (torch.randn(3),)
-        """), "ok", note="allowed: runs inside the sandbox"),
-    Case("imports a missing module", _src("""
-        import torch
-        import glassbox_no_such_module
-        def model(x):
-            return x
-        example_inputs = (torch.randn(3),)
-        """), "user-error", message=r"glassbox_no_such_module"),
+    Case("os.system in forward", _model("import os, torch",
+                                          'os.system("echo model-ran-a-shell-command >&2")\nreturn x - 1'),
+         "ok", note="allowed: runs inside the sandbox (graph break)"),
+    Case("subprocess at import", _model('import subprocess, torch\nsubprocess.run(["true"], check=True)',
+                                          "return x - 1"),
+         "ok", note="allowed: runs inside the sandbox"),
+    Case("imports a missing module", _model("import torch\nimport glassbox_no_such_module"),
+         "user-error", message=r"glassbox_no_such_module"),
     Case("huge shape", _src("""
         import torch
         def model(x):
@@ -191,12 +159,8 @@ CASES: list[Case] = [
             return torch.relu(x) * 2 + torch.exp(x)
         example_inputs = (torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0]),)
         """), "ok"),
-    Case("non-tensor output", _src("""
-        import torch
-        def model(x):
-            return "a string", 3
-        example_inputs = (torch.randn(3),)
-        """), "nothing-compared", message=r"nothing was verified",
+    Case("non-tensor output", _model("import torch", 'return "a string", 3'),
+         "nothing-compared", message=r"nothing was verified",
          note="its own verdict, not ok (Note [Verdicts])"),
     Case("integer overflow", _src("""
         import torch
@@ -247,46 +211,24 @@ CASES: list[Case] = [
             return x
         example_inputs = "not tensors"
         """), "user-error"),
-    Case("infinite recursion", _src("""
-        import torch
-        def model(x):
-            return model(x)
-        example_inputs = (torch.randn(3),)
-        """), "user-error", message=r"[Rr]ecursion"),
+    Case("infinite recursion", _model("import torch", "return model(x)"),
+         "user-error", message=r"[Rr]ecursion"),
     Case("sys.exit at import", _src("""
         import sys
         sys.exit(3)
         """), "user-error"),
-    Case("os._exit in forward", _src("""
-        import os, torch
-        def model(x):
-            os._exit(0)
-        example_inputs = (torch.randn(3),)
-        """), "no-record"),
-    Case("segfault", _src("""
-        import ctypes, torch
-        def model(x):
-            ctypes.string_at(0)
-            return x
-        example_inputs = (torch.randn(3),)
-        """), "crashed:SIGSEGV"),
+    Case("os._exit in forward", _model("import os, torch", "os._exit(0)"),
+         "no-record"),
+    Case("segfault", _model("import ctypes, torch", "ctypes.string_at(0)\nreturn x"),
+         "crashed:SIGSEGV"),
     Case("kills its own process group", _src("""
         import os, signal, torch
         os.killpg(0, signal.SIGKILL)
         """), "crashed:SIGKILL"),
-    Case("reads stdin", _src("""
-        import torch
-        answer = input("password? ")
-        def model(x):
-            return x
-        example_inputs = (torch.randn(3),)
-        """), "user-error", message=r"EOF"),
-    Case("raises KeyboardInterrupt", _src("""
-        import torch
-        def model(x):
-            raise KeyboardInterrupt
-        example_inputs = (torch.randn(3),)
-        """), "crashed:SIGINT", note="Python exits by SIGINT; the sandbox names the signal"),
+    Case("reads stdin", _model('import torch\nanswer = input("password? ")'),
+         "user-error", message=r"EOF"),
+    Case("raises KeyboardInterrupt", _model("import torch", "raise KeyboardInterrupt"),
+         "crashed:SIGINT", note="Python exits by SIGINT; the sandbox names the signal"),
     Case("hostile parameter names", _src("""
         import torch
         class M(torch.nn.Module):
@@ -421,13 +363,9 @@ CASES: list[Case] = [
         example_inputs = (torch.randn(3),)
         """), "user-error", message=r"Read-only file system", needs_isolation=True,
          note="the shared cache is read-only in the sandbox; the next exploration is correct"),
-    Case("opens a network connection", _src("""
-        import socket, torch
-        socket.create_connection(("1.1.1.1", 53), timeout=5)
-        def model(x):
-            return x
-        example_inputs = (torch.randn(3),)
-        """), "user-error", message=r"[Nn]etwork is unreachable|OSError", needs_isolation=True,
+    Case("opens a network connection", _model(
+        'import socket, torch\nsocket.create_connection(("1.1.1.1", 53), timeout=5)'),
+         "user-error", message=r"[Nn]etwork is unreachable|OSError", needs_isolation=True,
          note="no network namespace access"),
     Case("unshares a user namespace to lift its cgroup limits", _src("""
         import ctypes, torch

@@ -11,7 +11,7 @@ import sympy
 import torch
 
 from engine.codegen.kernel_core import Source, buffer_arguments, float_sizes, size_arguments
-from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
+from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix, shared_unary
 from engine.ir.handlers import Var
 from engine.ir.indexing import Bounded, FloorDiv, ModIndex, c_index, upper_bound
 from engine.ir.nodes import Buffer
@@ -102,18 +102,12 @@ def _by_kind(floating: str, integer: str):
 CPP_SPELLINGS = {  # Note [Spelling tables]
     **{op: _float_call(op) for op in UNARY_FLOAT_CALLS},
     **{op: infix(symbol) for op, symbol in C_INFIX.items()},
-    "neg": lambda p, a: f"-{a}",
+    **shared_unary(_one, lambda a: f"!{a}", lambda a: f"std::signbit({a})"),
     "abs": lambda p, a: f"std::abs({a})" if a.dtype != torch.bool else f"{a}",
     "rsqrt": lambda p, a: f"{_one(a)} / {_math_call('sqrt', a.dtype)}({a})",
     "sigmoid": lambda p, a: f"{_one(a)} / ({_one(a)} + {_math_call('exp', a.dtype)}(-{a}))",
     "relu": lambda p, a: f"{a} < {c_constant(0, a.dtype)} ? {c_constant(0, a.dtype)} : {a}",
-    "reciprocal": lambda p, a: f"{_one(a)} / {a}",
-    "square": lambda p, a: f"{a} * {a}",
-    "logical_not": lambda p, a: f"!{a}",
-    "bitwise_not": lambda p, a: f"!{a}" if a.dtype == torch.bool else f"~{a}",
-    "isnan": lambda p, a: f"{a} != {a}",
     "isinf": lambda p, a: f"std::isinf({a})" if a.dtype.is_floating_point else "false",
-    "signbit": lambda p, a: f"std::signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
     "truediv": _truediv,
     "floordiv": _by_kind("std::floor({a} / {b})", "gb_floordiv<{t}>({a}, {b})"),
     "truncdiv": _by_kind("std::trunc({a} / {b})", "{a} / {b}"),

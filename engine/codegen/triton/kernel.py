@@ -269,9 +269,9 @@ def _tiled_body(kernel, plan, printer, body, masks, int64):
 # Reductions (Note [torch semantics in Triton] in triton/prelude.py): each value is first made a full
 # [XBLOCK, RBLOCK] tile with masked-off lanes set to the reduction's identity, then reduced along axis 1 to
 # [XBLOCK, 1] (Note [Reductions without Triton's standard library] in the prelude).
-ROW_REDUCE = {"sum": "gb_sum_row({t}, XBLOCK, RBLOCK)", "prod": "gb_prod_row({t}, XBLOCK, RBLOCK)",
-              "max": "gb_max_row({t}, XBLOCK, RBLOCK)", "min": "gb_min_row({t}, XBLOCK, RBLOCK)",
-              "any": "gb_max_row({t}, XBLOCK, RBLOCK) > 0", "all": "gb_min_row({t}, XBLOCK, RBLOCK) > 0",
+ROW_REDUCE = {**{kind: f'gb_reduce_row({{t}}, "{kind}", XBLOCK, RBLOCK)' for kind in ("sum", "prod", "max", "min")},
+              "any": 'gb_reduce_row({t}, "max", XBLOCK, RBLOCK) > 0',
+              "all": 'gb_reduce_row({t}, "min", XBLOCK, RBLOCK) > 0',
               "argmax": "gb_argmax_row({t}, {i}, XBLOCK, RBLOCK)", "argmin": "gb_argmin_row({t}, {i}, XBLOCK, RBLOCK)"}
 # the looped form's accumulator update, elementwise
 ELEMENTWISE = {"sum": "{acc} + {t}", "prod": "{acc} * {t}", "max": "gb_maximum({acc}, {t})",

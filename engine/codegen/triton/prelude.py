@@ -167,37 +167,17 @@ def gb_interpreter_reduce_pair(values, indices, combine, rows, width):
     return tl.reshape(values, [rows]), tl.reshape(indices, [rows])
 
 
+# One row reduction, `kind` a compile-time constant: a compiled kernel keeps only its own tl.reduce.
 @triton.jit
-def gb_sum_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def gb_reduce_row(tile, kind: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     if GB_INTERPRET:
-        result = gb_interpreter_reduce(tile, "sum", XBLOCK, RBLOCK)
-    else:
+        result = gb_interpreter_reduce(tile, kind, XBLOCK, RBLOCK)
+    elif kind == "sum":
         result = tl.reduce(tile, 1, gb_add)
-    return result[:, None]
-
-
-@triton.jit
-def gb_prod_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    if GB_INTERPRET:
-        result = gb_interpreter_reduce(tile, "prod", XBLOCK, RBLOCK)
-    else:
+    elif kind == "prod":
         result = tl.reduce(tile, 1, gb_mul)
-    return result[:, None]
-
-
-@triton.jit
-def gb_max_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    if GB_INTERPRET:
-        result = gb_interpreter_reduce(tile, "max", XBLOCK, RBLOCK)
-    else:
+    elif kind == "max":
         result = tl.reduce(tile, 1, gb_maximum)
-    return result[:, None]
-
-
-@triton.jit
-def gb_min_row(tile, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    if GB_INTERPRET:
-        result = gb_interpreter_reduce(tile, "min", XBLOCK, RBLOCK)
     else:
         result = tl.reduce(tile, 1, gb_minimum)
     return result[:, None]
@@ -235,9 +215,9 @@ def gb_online_softmax_combine(m, s, v):
 
 @triton.jit
 def gb_online_softmax_row(m, s, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    row_max = gb_max_row(m, XBLOCK, RBLOCK)
+    row_max = gb_reduce_row(m, "max", XBLOCK, RBLOCK)
     scaled = tl.where(m == row_max, s, s * tl.exp(m - row_max))
-    return row_max, gb_sum_row(scaled, XBLOCK, RBLOCK)
+    return row_max, gb_reduce_row(scaled, "sum", XBLOCK, RBLOCK)
 
 
 # --- libdevice functions, with interpreter bodies (Note [Math under the interpreter]) ------------------------
@@ -497,17 +477,7 @@ def gb_pow_int(a, b):
 # Scans (Note [Scans] in engine/ir/nodes.py): the combine functions of tl.associative_scan, `a` the earlier
 # prefix and `b` the later one, with eager's meaning: cummax/cummin keep a NaN once seen and move to the later
 # of equal values (ATen compares with >= and <=, and a new NaN wins); logcumsumexp is ATen's log-add-exp, which
-# keeps the later value where both are the same infinity.
-@triton.jit
-def gb_scan_sum(a, b):
-    return a + b
-
-
-@triton.jit
-def gb_scan_prod(a, b):
-    return a * b
-
-
+# keeps the later value where both are the same infinity. A sum or a product scans with gb_add or gb_mul.
 @triton.jit
 def gb_scan_logsumexp(a, b):
     low = tl.where(a != a, a, tl.where(b != b, b, tl.where(b < a, b, a)))

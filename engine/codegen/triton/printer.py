@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix
+from engine.codegen.kernel_printer import INFIX, KernelPrinter, infix, shared_unary
 from engine.ir import derived
 from engine.ir.handlers import Var
 from engine.ir.indexing import Bounded, PythonIndexPrinter
@@ -153,17 +153,11 @@ def _helper2(op: str):
 
 TRITON_SPELLINGS = {  # Note [Spelling tables]
     **{op: _math(op) for op in (*TL_UNARY, *HELPER_UNARY)},
-    "neg": lambda p, a: f"-{a}",
+    **shared_unary(lambda a: "1.0", lambda a: f"{a} == 0", lambda a: f"gb_signbit({a})"),
     "abs": lambda p, a: f"{a}" if a.dtype == torch.bool else f"tl.abs({p.tensor(a)})",
     "relu": lambda p, a: f"tl.where({a} < 0, 0, {a})",
     "sigmoid": lambda p, a: f"1.0 / (1.0 + tl.exp(-{a}))",
-    "reciprocal": lambda p, a: f"1.0 / {a}",
-    "square": lambda p, a: f"{a} * {a}",
-    "logical_not": lambda p, a: f"{a} == 0",
-    "bitwise_not": lambda p, a: f"{a} == 0" if a.dtype == torch.bool else f"~{a}",
-    "isnan": lambda p, a: f"{a} != {a}",
     "isinf": lambda p, a: f"tl.abs({a}) == float(\"inf\")" if a.dtype.is_floating_point else f"{a} != {a}",
-    "signbit": lambda p, a: f"gb_signbit({a})" if a.dtype.is_floating_point else f"{a} < 0",
     "sign": lambda p, a: f"{a}" if a.dtype == torch.bool else f"gb_sign({a})",
     **{op: infix(symbol) for op, symbol in INFIX.items()},
     **{op: _on_bools(op, infix(INFIX[op])) for op in ("add", "sub", "mul")},

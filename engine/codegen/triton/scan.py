@@ -57,7 +57,7 @@ def scan_body(kernel: Kernel, plan: KernelPlan, printer: TritonPrinter, body, ma
         printer.tag = tag = LineTag(node.name)
         value = node.inner_fn(plan.index(node))
         tile = _tile(printer, node, value)
-        combine = f"gb_scan_{node.scan_type}"
+        combine = _combine(node)
         dtype = scan_accumulation(node)
         carry = f"carry_{node.name}"
         if node.scan_type in PAIRED:
@@ -97,13 +97,18 @@ def scan_body(kernel: Kernel, plan: KernelPlan, printer: TritonPrinter, body, ma
     printer.lines, printer.line_tags = [], []
 
 
+def _combine(node: Scan) -> str:
+    """The prelude's combine function of a scan: a sum or a product combines as its reduction does."""
+    return {"sum": "gb_add", "prod": "gb_mul"}.get(node.scan_type, f"gb_scan_{node.scan_type}")
+
+
 def _step(node: Scan, carry: str, scanned: TVar) -> str:
     """The running value folded into a step's scan: the scan's own combine function."""
-    return f"gb_scan_{node.scan_type}({carry}, {scanned})"
+    return f"{_combine(node)}({carry}, {scanned})"
 
 
 def _carry(printer: TritonPrinter, plan: KernelPlan, carry: str, scanned: TVar, dtype: torch.dtype) -> None:
     """The running value after this step: the step's scan at the row's last element in it."""
     last = f"tl.minimum(roffset + RBLOCK, {triton_index(plan.red)}) - 1"
-    printer.add_line(f"{carry} = gb_sum_row(tl.where(r0 == {last}, {scanned}, tl.full([XBLOCK, RBLOCK], 0, "
-                     f"{tl_type(dtype)})), XBLOCK, RBLOCK)", True)
+    printer.add_line(f"{carry} = gb_reduce_row(tl.where(r0 == {last}, {scanned}, tl.full([XBLOCK, RBLOCK], 0, "
+                     f"{tl_type(dtype)})), \"sum\", XBLOCK, RBLOCK)", True)

@@ -61,12 +61,16 @@ LOWERED_WHOLE = [aten.embedding_dense_backward.default, aten.max_pool2d_with_ind
 # Autograd and CompositeImplicitAutograd keys (py_impl), which AOTAutograd's Python dispatcher runs whatever
 # the decomposition table says; so while an inference graph is traced they are set aside (and put back
 # after), and the ops reach the graph as the .default overloads below (a .vec overload's C++ composite calls
-# its .default). A training graph keeps torch's decompositions: ATen's upsample backward ops have no
-# decomposition, and the decomposed forward's gradient is generated (an index_put that accumulates).
+# its .default). A training graph keeps them whole too, and its backward holds ATen's upsample backward ops,
+# lowered as gathers (Note [Interpolation backward as a gather] in lowering/interpolation_backward.py), except
+# bicubic's, and except in a graph with symbolic sizes (those gathers count their runs at lowering time):
+# there torch's decompositions stay, and the decomposed forward's gradient is generated (an index_put that
+# accumulates).
 INTERPOLATION = [aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
                  aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
                  aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_trilinear3d,
                  aten.upsample_bicubic2d]
+TRAINED_WHOLE = INTERPOLATION[:-1]  # their backward ops are lowered; bicubic's is not
 LOWERED_WHOLE += [packet.default for packet in INTERPOLATION]
 
 
@@ -97,19 +101,28 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable,
     a graph that needs none goes to `inference_compiler`."""
     extra = {"partition_fn": partition_fn} if partition_fn is not None else {}
     training = will_train(example_inputs)
-    with contextlib.nullcontext() if training else _interpolation_kept_whole():
+    if not training:
+        whole = INTERPOLATION
+    else:  # Note [Interpolation kept whole]
+        whole = [] if _symbolic_sizes(example_inputs) else TRAINED_WHOLE
+    with _interpolation_kept_whole(whole):
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                      inference_compiler=inference_compiler,
-                                     decompositions=_training_table() if training else decomposition_table(),
-                                     **extra)
+                                     decompositions=_training_table(tuple(whole)) if training
+                                     else decomposition_table(), **extra)
+
+
+def _symbolic_sizes(example_inputs) -> bool:
+    return any(isinstance(x, torch.SymInt) or isinstance(x, torch.Tensor)
+               and any(isinstance(s, torch.SymInt) for s in x.shape) for x in example_inputs)
 
 
 @functools.lru_cache(maxsize=None)
-def _training_table() -> dict:
-    """The table a training graph is traced with: interpolation decomposed (Note [Interpolation kept
-    whole])."""
+def _training_table(whole: tuple) -> dict:
+    """The table a training graph is traced with: the interpolation ops not in `whole` decomposed (Note
+    [Interpolation kept whole])."""
     table = dict(decomposition_table())
-    table.update(get_decompositions([packet.default for packet in INTERPOLATION]))
+    table.update(get_decompositions([packet.default for packet in INTERPOLATION if packet not in whole]))
     return table
 
 
@@ -133,11 +146,11 @@ def _vec_as_default(packet) -> Callable:
 
 
 @contextlib.contextmanager
-def _interpolation_kept_whole():
-    """torch's Python decompositions of the interpolation ops set aside while a graph is traced, each .vec
-    overload calling its .default (Note [Interpolation kept whole])."""
+def _interpolation_kept_whole(packets):
+    """torch's Python decompositions of the interpolation ops `packets` set aside while a graph is traced,
+    each .vec overload calling its .default (Note [Interpolation kept whole])."""
     saved = []
-    for packet in INTERPOLATION:
+    for packet in packets:
         for name in ("default", "vec"):
             overload = getattr(packet, name, None)
             if overload is None:

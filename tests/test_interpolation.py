@@ -116,7 +116,8 @@ def test_dynamic_sizes(backend, mode):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_training_keeps_the_decomposition_and_matches_eager_gradients(backend):
+def test_training_matches_eager_gradients(backend):
+    """Training keeps bilinear whole too, its gradient our gather (tests/test_interpolation_backward.py)."""
     torch._dynamo.reset()
     x = torch.randn(2, 3, 5, 6, requires_grad=True)
     compiled = engine.compile(lambda a: (F.interpolate(a, scale_factor=2, mode="bilinear") ** 2).sum(),

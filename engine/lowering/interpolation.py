@@ -73,7 +73,7 @@ def _lerp(a, b, weight):
     return ops.add(a, ops.mul(ops.sub(b, a), weight))
 
 
-def _scales(scales, spatial: int) -> list:
+def scales_per_dim(scales, spatial: int) -> list:
     scales = list(scales) if isinstance(scales, (list, tuple)) else [scales] * spatial
     return [float(s) if s is not None else None for s in scales] + [None] * (spatial - len(scales))
 
@@ -88,24 +88,43 @@ def _setup(x, spatial: int):
     return dtype, size, lead, list(x.size[lead:]), list(size[lead:])
 
 
+def nearest_source(o, i_n, o_n, scale_factor, exact: bool):
+    """The int64 source position of output position `o` along one dim, or None where eager's kernel copies
+    the dim straight (equal sizes)."""
+    if sympy.sympify(i_n) == sympy.sympify(o_n):
+        return None
+    f32 = torch.float32
+    scale = _scale(i_n, o_n, False, scale_factor, f32)
+    position = ops.index_expr(o, f32)
+    if exact:
+        position = ops.add(position, ops.constant(0.5, f32))
+    src = _floor_int(ops.mul(position, scale))
+    return ops.minimum(src, ops.index_expr(i_n - 1, torch.int64))
+
+
+def linear_taps(o, i_n, o_n, align_corners: bool, scale_factor, acc):
+    """(i0, i1, lambda) of output position `o` along one dim: the int64 source positions and the weight of
+    i1, or None where eager's kernel reads the same position with weight 0 (equal sizes, no align_corners)."""
+    if not align_corners and sympy.sympify(i_n) == sympy.sympify(o_n):
+        return None
+    scale = _scale(i_n, o_n, align_corners, scale_factor, acc)
+    src = _source(o, scale, align_corners, acc, cubic=False)
+    i0 = ops.to_dtype(src, torch.int64)  # src >= 0: truncation is floor
+    last = ops.index_expr(i_n - 1, torch.int64)
+    i1 = ops.where(ops.lt(i0, last), ops.add(i0, ops.constant(1, torch.int64)), i0)
+    weight = ops.sub(src, ops.to_dtype(i0, acc))
+    return i0, i1, ops.minimum(ops.maximum(weight, ops.constant(0.0, acc)), ops.constant(1.0, acc))
+
+
 def _nearest(x, scales, spatial: int, exact: bool):
     dtype, size, lead, in_sizes, out_sizes = _setup(x, spatial)
-    scales = _scales(scales, spatial)
-    f32 = torch.float32
+    scales = scales_per_dim(scales, spatial)
 
     def body(index):
         source = list(index[:lead])
         for d in range(spatial):
-            i_n, o_n, o = in_sizes[d], out_sizes[d], index[lead + d]
-            if sympy.sympify(i_n) == sympy.sympify(o_n):  # eager's kernel copies this dim straight
-                source.append(o)
-                continue
-            scale = _scale(i_n, o_n, False, scales[d], f32)
-            position = ops.index_expr(o, f32)
-            if exact:
-                position = ops.add(position, ops.constant(0.5, f32))
-            src = _floor_int(ops.mul(position, scale))
-            source.append(_position(ops.minimum(src, ops.index_expr(i_n - 1, torch.int64))))
+            src = nearest_source(index[lead + d], in_sizes[d], out_sizes[d], scales[d], exact)
+            source.append(index[lead + d] if src is None else _position(src))
         return x.load(source)
 
     return pointwise_node(body, size=size, dtype=dtype, computed_in=x.dtype)
@@ -115,23 +134,18 @@ def _linear(x, align_corners: bool, scales, spatial: int):
     dtype, size, lead, in_sizes, out_sizes = _setup(x, spatial)
     if not dtype.is_floating_point:
         raise Unsupported(f"linear interpolation of {dtype}")
-    scales = _scales(scales, spatial)
+    scales = scales_per_dim(scales, spatial)
     acc = compute_dtype(dtype)
 
     def body(index):
         taps = []  # per dim: (i0, i1, lambda)
         for d in range(spatial):
-            i_n, o_n, o = in_sizes[d], out_sizes[d], index[lead + d]
-            if not align_corners and sympy.sympify(i_n) == sympy.sympify(o_n):
+            o = index[lead + d]
+            tap = linear_taps(o, in_sizes[d], out_sizes[d], align_corners, scales[d], acc)
+            if tap is None:
                 taps.append((o, o, None))  # eager's kernel: the same position, weight 0
                 continue
-            scale = _scale(i_n, o_n, align_corners, scales[d], acc)
-            src = _source(o, scale, align_corners, acc, cubic=False)
-            i0 = ops.to_dtype(src, torch.int64)  # src >= 0: truncation is floor
-            last = ops.index_expr(i_n - 1, torch.int64)
-            i1 = ops.where(ops.lt(i0, last), ops.add(i0, ops.constant(1, torch.int64)), i0)
-            weight = ops.sub(src, ops.to_dtype(i0, acc))
-            weight = ops.minimum(ops.maximum(weight, ops.constant(0.0, acc)), ops.constant(1.0, acc))
+            i0, i1, weight = tap
             taps.append((_position(i0), _position(i1), weight))
 
         def corner(d, chosen):
@@ -169,7 +183,7 @@ def _bicubic(x, align_corners: bool, scales):
     dtype, size, lead, in_sizes, out_sizes = _setup(x, 2)
     if not dtype.is_floating_point:
         raise Unsupported(f"bicubic interpolation of {dtype}")
-    scales = _scales(scales, 2)
+    scales = scales_per_dim(scales, 2)
     acc = compute_dtype(dtype)
 
     def body(index):

@@ -178,7 +178,7 @@ def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
 # upsamples) is a Reduction over the visits, so no window size falls back to eager.
 
 
-def _gather_windows(grad: TensorValue, lead: int, runs, share):
+def gather_windows(grad: TensorValue, lead: int, runs, share):
     """The input gradient as a gather over the covering windows (Note [Average pooling backward as a
     gather]): along spatial dim d, `runs[d]` is (count, cover) where cover(h) is the first output covering
     input position h and the end of their run; `share(index, source, outputs, acc)` is what the window at
@@ -243,7 +243,7 @@ def _avg_pool_backward(grad, x, spatial: int, kernel_size, stride, padding, coun
                                divisor_override)
         return ops.truediv(load_as(grad, source, acc), ops.index_expr(divisor, acc))
 
-    return _gather_windows(grad, lead, [_covering_run(kernel[d], stride[d], padding[d], 1, in_sizes[d],
+    return gather_windows(grad, lead, [_covering_run(kernel[d], stride[d], padding[d], 1, in_sizes[d],
                                                       grad.size[lead + d]) for d in range(spatial)], share)
 
 
@@ -286,7 +286,7 @@ def _adaptive_avg_pool_backward(grad_output, x, spatial: int):
                            for o, (size, out) in zip(outputs, sizes)])
         return ops.truediv(load_as(grad_output, source, acc), ops.index_expr(divisor, acc))
 
-    return _gather_windows(grad_output, lead, [run(size, out) for size, out in sizes], share)
+    return gather_windows(grad_output, lead, [run(size, out) for size, out in sizes], share)
 
 
 @register_lowering(aten._adaptive_avg_pool2d_backward.default)
@@ -395,4 +395,4 @@ def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, paddin
         chosen = ops.eq(indices.load(source), flat)
         return ops.where(chosen, load_as(grad_output, source, acc), ops.constant(0, acc))
 
-    return _gather_windows(grad_output, lead, runs, share)
+    return gather_windows(grad_output, lead, runs, share)

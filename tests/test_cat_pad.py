@@ -87,6 +87,37 @@ def test_pad_matches_eager(case, backend):
     _check(fn, *inputs, backend=backend)
 
 
+def _pad_to_window(x):  # Swin's maybe_pad: right and bottom up to a multiple of the window, (w - W % w) % w
+    _, h, w, _ = x.shape
+    return F.pad(x, (0, 0, 0, (4 - w % 4) % 4, 0, (4 - h % 4) % 4), value=-1.0) * 2
+
+
+def _pad_to_multiple(x):  # the idiom -W % n: Python's modulo of a negative size
+    return F.pad(x, (0, -x.shape[-1] % 4)) + 1
+
+
+def _crop_or_pad(x):  # a pad that is positive at some sizes and a crop at others: 5 - W
+    return F.pad(x, (1, 5 - x.shape[-1])) + 1
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("fn, shapes", [
+    (_pad_to_window, [(2, 9, 13, 3), (2, 7, 6, 3), (3, 5, 11, 2)]),
+    (_pad_to_multiple, [(3, 5), (2, 10), (4, 7)]),
+    (_crop_or_pad, [(3, 2), (4, 9), (2, 5)]),
+])
+def test_symbolic_pads_match_eager_at_every_size(backend, fn, shapes):
+    # Note [Symbolic pads]: pads are expressions of the size symbols under dynamic=True; one compile, our kernels
+    torch.manual_seed(0)
+    first, *rest = [(r(*shape),) for shape in shapes]
+    exploration = engine.explore(fn, first, backend=backend, dynamic=True, dynamic_inputs=rest)
+    assert not exploration.errors, [e.message for e in exploration.errors]
+    assert all(g.fallback is None for g in exploration.graphs)
+    assert not [k.reason for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
+    assert exploration.verify["ok"], exploration.verify
+    assert exploration.runs and all(run.verify["ok"] and run.new_graphs == 0 for run in exploration.runs)
+
+
 SCATTERS = {  # the same masked form picks self or src (engine/lowering/scatters.py)
     "slice": (lambda x, s: torch.slice_scatter(x, s, 1, 2, 5), (r(3, 6), r(3, 3))),
     "slice_step": (lambda x, s: torch.slice_scatter(x, s, 0, 1, 8, 3), (r(9, 2), r(3, 2))),

@@ -117,6 +117,9 @@ class _SizePrinter(PythonIndexPrinter):
 
     _print_FloatPow = _print_PowByNatural
 
+    def _print_PythonMod(self, e):  # Python's % (a result in [0, b) for b > 0, whatever a's sign)
+        return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
+
     def _print_InputItem(self, e):
         return f"args[{int(e.args[0])}].item()"
 

@@ -90,6 +90,11 @@ def _split_divisible(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     return quotient, rest
 
 
+# Note [Splitting keeps operands non-negative]
+# FloorDiv and ModIndex print as C's `/` and `%`, which truncate toward zero: exact only for a >= 0. Dropping
+# the part of a that b divides keeps the value in floor arithmetic, but the rest may be negative where a was
+# not: Swin's window pad (4 - W % 4) % 4 became (-(W % 4)) % 4, which C computes as -(W % 4), and the pad
+# read 3 elements before the input. So a split happens only when the rest is provably non-negative.
 class FloorDiv(sympy.Function):
     """floor(a / b) for a >= 0 and b > 0."""
 
@@ -105,7 +110,7 @@ class FloorDiv(sympy.Function):
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
         quotient, rest = _split_divisible(a, b)
-        if quotient != 0:
+        if quotient != 0 and rest.is_nonnegative:  # Note [Splitting keeps operands non-negative]
             # floor((b*q + r) / b) == q + floor(r / b) for integer q
             return quotient + FloorDiv(rest, b)
         if isinstance(a, FloorDiv):  # floor(floor(x / c) / b) == floor(x / (c*b))
@@ -126,7 +131,7 @@ class ModIndex(sympy.Function):
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))
         quotient, rest = _split_divisible(a, b)
-        if quotient != 0:
+        if quotient != 0 and rest.is_nonnegative:  # Note [Splitting keeps operands non-negative]
             return ModIndex(rest, b)
         return None
 

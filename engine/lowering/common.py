@@ -24,7 +24,10 @@ def check_dtype(dtype: torch.dtype) -> None:
 def _torch_integer_functions() -> dict:
     """torch's sympy functions in symbolic sizes, as Glassbox's own (which the index printers know)."""
     from torch.utils._sympy import functions as f
-    return {f.FloorDiv: FloorDiv, f.CleanDiv: FloorDiv, f.PythonMod: ModIndex, f.Mod: ModIndex,
+    # torch's Mod is defined for a >= 0 (torch proved it); PythonMod takes any a, which only a derived size
+    # computes exactly (Python's %) unless sympy sees a >= 0 too (Note [Splitting keeps operands non-negative])
+    python_mod = lambda a, b: ModIndex(a, b) if a.is_nonnegative else f.PythonMod(a, b)
+    return {f.FloorDiv: FloorDiv, f.CleanDiv: FloorDiv, f.PythonMod: python_mod, f.Mod: ModIndex,
             f.ModularIndexing: lambda x, div, mod: ModIndex(FloorDiv(x, div), mod),
             f.CeilDiv: lambda a, b: FloorDiv(a + b - 1, b)}
 

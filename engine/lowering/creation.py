@@ -109,11 +109,22 @@ def cat(tensors, dim=0):
     return pointwise_node(inner_fn)
 
 
+# Note [Symbolic pads]
+# Under dynamic shapes a pad is an expression of the size symbols: Swin pads its feature map up to a multiple
+# of the window, (w - W % w) % w, which is 0 at some sizes and positive at others. Whether such a pad is
+# positive is then unknown, and Python's `pad > 0` on it raises. A bound is dropped only when the pad is
+# provably <= 0 (sympy decides it from the symbols' positivity); otherwise the test stays: it is exact at
+# every size, merely redundant where the pad happens to be 0.
+def _never_positive(pad) -> bool:
+    return sympy.Le(pad, 0) is sympy.true
+
+
 @register_lowering(aten.constant_pad_nd.default)
 def constant_pad_nd(x, pad, value=0):
     """Padding, or cropping where a pad is negative (RWKV's time shift, ConvBERT's backward): output position i
     along a dim reads input position i - before. A negative `before` can never put it below 0 and a negative
-    `after` never past the end, so only positive pads test a bound (and mask the read)."""
+    `after` never past the end, so only pads that may be positive test a bound (and mask the read): Note
+    [Symbolic pads]."""
     compute = compute_dtype(out_dtype())
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
 
@@ -124,8 +135,8 @@ def constant_pad_nd(x, pad, value=0):
             if before == 0 and after == 0:
                 continue  # an unpadded dim needs no test
             position = ops.index_expr(index[d] - before, torch.int64)
-            tests = ([ops.ge(position, ops.constant(0, torch.int64))] if before > 0 else []) + \
-                ([ops.lt(position, ops.index_expr(x.size[d], torch.int64))] if after > 0 else [])
+            tests = ([] if _never_positive(before) else [ops.ge(position, ops.constant(0, torch.int64))]) + \
+                ([] if _never_positive(after) else [ops.lt(position, ops.index_expr(x.size[d], torch.int64))])
             for test in tests:
                 inside = test if inside is None else ops.logical_and(inside, test)
             shifted[d] = Bounded(index[d] - before, x.size[d]) if tests else index[d] - before

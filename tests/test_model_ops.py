@@ -1,7 +1,7 @@
 """Ops real models run (issue 29 item 6) through both backends (Triton under the interpreter), against eager:
 negative padding (RWKV's time shift; a positive pad's gradient), as_strided of a view (Longformer's overlapping
 chunks, Note [as_strided as a gather of its input]), boolean-mask index_put (Note [Boolean-mask index_put as a
-select]); and the ones that still run eagerly say precisely why (sort/topk/histc: Note [Sorting runs eagerly];
+select]); and the ones that still run eagerly say precisely why (sort/topk: Note [Sorting runs eagerly];
 complex tensors)."""
 import pytest
 import torch
@@ -110,6 +110,6 @@ def test_moe_routing_and_complex_fall_back_with_their_reasons(backend):
 
     exploration = _explore(route, (torch.randn(16, 8),), backend)
     reasons = _fallbacks(exploration)
-    assert sum("sorting" in r for r in reasons) == 2 and sum("histc" in r for r in reasons) == 1, reasons
+    assert sum("sorting" in r for r in reasons) == 2 and len(reasons) == 2, reasons  # histc is generated
     exploration = _explore(lambda x: torch.fft.fft(x).real * 2, (torch.randn(4, 8),), backend)
     assert all("complex" in r and "FFT" in r for r in _fallbacks(exploration)), _fallbacks(exploration)

@@ -1,3 +1,3 @@
 """Importing this module fills the lowering registry."""
-from engine.lowering import (backward, creation, declined, extern, gather, interpolation,  # noqa: F401
+from engine.lowering import (backward, creation, declined, extern, gather, histogram, interpolation,  # noqa: F401
                              interpolation_backward, pooling, pointwise, reductions, scatters, views)

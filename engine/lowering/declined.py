@@ -9,10 +9,7 @@ expresses it. A generated sort needs a node of its own: a bitonic network over a
 for argsort and topk's k first. Until that node exists ATen's sort runs (Inductor, too, falls back for rows
 that do not fit a block, and for topk always). MoE routers call topk over the experts of each token
 (8-64 values a row): a few microseconds of a step.
-histc counts elements into equal-width bins: a scatter that adds 1 at a data-dependent bin (our Scatter
-node could do it), but with min == max (the default 0, 0) the range is the data's own min and max, two
-reductions that must finish before any element is binned, and eager's CPU and CUDA kernels compute the bin
-with different float expressions, so an element at a bin edge lands by the device's rule. It runs eagerly.
+histc has a lowering of its own (Note [Histogram as a reduction per bin] in lowering/histogram.py).
 """
 from __future__ import annotations
 
@@ -30,8 +27,30 @@ def sort(*args, **kwargs):
                       "runs (Note [Sorting runs eagerly] in engine/lowering/declined.py)")
 
 
-@register_lowering(aten.histc.default)
-def histc(*args, **kwargs):
-    raise Unsupported("histc runs eagerly: its default range (min == max) is the data's own min and max, "
-                      "reduced before binning, and eager's CPU and CUDA kernels round a bin edge differently "
-                      "(Note [Sorting runs eagerly] in engine/lowering/declined.py)")
+# Note [Custom ops run as written]
+# An op registered through torch.library by a library (a namespace other than aten and prims) reaches the
+# graph as one call: Dynamo and AOTAutograd do not trace into its body, so there is nothing to lower and its
+# own implementation runs. transformers' grouped_mm_fallback (mixture-of-experts layers whose weights are
+# not bfloat16, or torch without grouped_mm) is such an op on purpose: a loop over experts, each a matmul
+# over the rows offs assigns it, with offs read on the host (a device sync); its backward is a second
+# custom op. A generated form would be a grouped GEMM whose row blocks find their expert from offs at run
+# time: no template of ours does that yet.
+CUSTOM_OP_REASONS = {
+    "transformers::grouped_mm_fallback": "a loop of one matmul per expert over the rows offs assigns it, offs "
+                                         "read on the host; a grouped GEMM that reads offs at run time is not "
+                                         "generated",
+    "transformers::grouped_mm_fallback_backward": "the gradient of that per-expert loop of matmuls, a loop too",
+}
+
+
+def unlowered_reason(target) -> str:
+    """Why `target`, which has no lowering, runs eagerly: a library's custom op says so (Note [Custom ops run
+    as written])."""
+    schema = getattr(target, "_schema", None)
+    name = getattr(schema, "name", "")
+    namespace = name.split("::")[0] if "::" in name else ""
+    if namespace and namespace not in ("aten", "prims"):
+        why = CUSTOM_OP_REASONS.get(name, "its body is the library's own code, opaque to tracing")
+        return (f"{name} is a custom op (torch.library) that runs as written: {why} (Note [Custom ops run as "
+                f"written] in engine/lowering/declined.py)")
+    return f"no lowering registered for {target}"

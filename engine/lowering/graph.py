@@ -13,6 +13,7 @@ from engine.ir.indexing import Expr
 from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import allocation, pointwise_node, realize, sympify_size
+from engine.lowering.declined import unlowered_reason
 from engine.lowering import layout as layouts, registry
 from engine.lowering.registry import Unsupported, lowering_for
 
@@ -128,7 +129,7 @@ class GraphLowering(torch.fx.Interpreter):
             return self.fallback(target, args, kwargs, unsupported)
         lowering = lowering_for(target)
         if lowering is None:
-            return self.fallback(target, args, kwargs, f"no lowering registered for {target}")
+            return self.fallback(target, args, kwargs, unlowered_reason(target))
         first_new = len(self.nodes)
         try:
             result = lowering(*args, **kwargs)

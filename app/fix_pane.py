@@ -1,6 +1,7 @@
 """Graph-break fixes applied in place (Note [Applying a rewrite] in engine/tools/apply_fix.py): "Apply this
 rewrite" puts a concrete suggestion into the code (the editor's text too), the page explores it, and a banner
-shows before and after (graph breaks, graphs, kernels, numerics) with Keep and Revert."""
+shows before and after (graph breaks, graphs, kernels, compile seconds, the call's run time against eager,
+numerics) with Keep and Revert."""
 from __future__ import annotations
 
 import streamlit as st
@@ -8,6 +9,13 @@ import streamlit as st
 from app import state
 from engine.record import Exploration, GraphBreakRecord, Suggestion
 from engine.tools.apply_fix import FixError, apply_fix, concrete, summary
+
+
+def _run_time(side: dict) -> str:
+    """A call's time (Note [Call time]): ours with its spread, and eager / ours as judged."""
+    if side.get("run_ms") is None:
+        return "not timed"
+    return f"{side['run_ms']:.3g} ms ± {side['run_iqr_ms'] / 2:.2g}"
 
 
 def _apply(number: int, lineno: int, suggestion: Suggestion, before: dict) -> None:
@@ -57,12 +65,19 @@ def trial_banner(record: Exploration) -> None:
             for key, label in (("graph_breaks", "graph breaks"), ("graphs", "graphs"), ("kernels", "kernels"),
                                ("compile_s", "compile seconds"), ("matches_eager", "matches eager"))
             if key in before]  # a trial begun before compile seconds were summed has none
+    rows[-1:-1] = [{"": "run time per call", "before": _run_time(before), "after": _run_time(after)},
+                 {"": "eager / compiled (same rounds)", "before": before.get("speedup") or "not timed",
+                  "after": after.get("speedup") or "not timed"}]
     better = after["graph_breaks"] < before["graph_breaks"] and after["matches_eager"]
     (st.success if better else st.warning)(
         f"Applied the rewrite of break {trial['break']} (line {trial['line']}, {trial['pattern']}): graph breaks "
         f"{before['graph_breaks']} → {after['graph_breaks']}, graphs {before['graphs']} → {after['graphs']}"
+        + (f", eager / compiled {before.get('speedup') or 'not timed'} → {after['speedup']}"  # each timed in its
+           if after.get("speedup") else "")  # own rounds with eager: comparable across the two jobs' loads
         + ("" if after["matches_eager"] else "; the outputs no longer match eager") + ".")
-    left, middle, right = st.columns([3, 1, 1], vertical_alignment="center")
-    left.dataframe([{k: str(v) for k, v in row.items()} for row in rows], hide_index=True, width="stretch")
+    left, middle, right = st.columns([5, 1, 1], vertical_alignment="center")
+    left.dataframe([{k: str(v) for k, v in row.items()} for row in rows], hide_index=True, width="stretch",
+                   column_config={"": st.column_config.TextColumn(width=200),  # the sides: the rest, shared
+                                  **{side: st.column_config.TextColumn(width=260) for side in ("before", "after")}})
     middle.button("Keep", key="fix_keep", type="primary", on_click=_keep)
     right.button("Revert", key="fix_revert", on_click=_revert)

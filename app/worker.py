@@ -193,10 +193,10 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
     """Explore model code (`source`, shown to the user as `label`.py) in a worker: the record, or a Problem."""
     name = model_file_name(label)
     # the model file runs once, in the CLI; its record (written even when exploring fails) carries the input
-    # shapes and, as data, what went wrong
+    # shapes and, as data, what went wrong; the call is timed against eager (a graph-break fix's before and after)
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--record-out",
                                         str(workdir / "record.json"), "--evidence-out", str(workdir / EVIDENCE_NAME),
-                                        *options.cli_args()],
+                                        "--time-call", *options.cli_args()],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json", EVIDENCE_NAME),
                        on_tick=on_tick)
     return explore_outcome(finished, name)

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--profile", action="store_true",
                          help="time every kernel: time_ms, GB/s, FLOP/s and share of the call "
                               "(engine/runtime/profile.py)")
+    explore.add_argument("--time-call", action="store_true",
+                         help="time the whole call, compiled against eager, taking turns: call_time "
+                              "(Note [Call time] in engine/call_time.py)")
     explore.add_argument("--trace", metavar="FILE",
                          help="write a Chrome/Perfetto trace (trace-event JSON) of the compile (every stage and "
                               "pass) and of a run (kernels on a timeline; implies --profile), and print the "
@@ -355,7 +358,7 @@ def explore_command(args) -> tuple[dict, int]:
                 source={"filename": spec.filename, "text": spec.source}, description=spec.description,
                 tolerance=spec.tolerance, profile=args.profile, train=args.train, loss_fn=spec.loss_fn,
                 mode=single_mode(args), templates=args.templates, rewrites=args.rewrites, freezing=args.freeze,
-                partition=args.partition)
+                partition=args.partition, time_call=getattr(args, "time_call", False))
     except ModelFileError:
         raise
     except TrainingInputError as error:
@@ -459,7 +462,7 @@ def sandboxed_explore(args) -> tuple[dict, int]:
                "--templates", args.templates, "--rewrites", args.rewrites]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train),
-                                      ("--freeze", args.freeze)) if on]
+                                      ("--freeze", args.freeze), ("--time-call", getattr(args, "time_call", False))) if on]
     options += ["--partition", args.partition] if args.partition else []
     workdir = WorkDirectory()
     try:
@@ -794,12 +797,12 @@ def whatif_command(args) -> tuple[dict, int]:
 
 def fix_command(args) -> tuple[dict, int]:
     """Note [Applying a rewrite] in engine/tools/apply_fix.py."""
-    from engine.tools.apply_fix import FixError, apply_fix, concrete, summary
+    from engine.tools.apply_fix import FixError, apply_fix, concrete, run_time_text, summary
 
     warn_unsandboxed("fix")
     spec = load_model_file(args.target)
     explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False, "profile": False,
-                                         "inductor": False, "trace": None})
+                                         "inductor": False, "trace": None, "time_call": True})
     with stdout_to_stderr():
         before, _ = explore_command(explore_args)
     breaks = before.get("graph_breaks") or []
@@ -826,6 +829,8 @@ def fix_command(args) -> tuple[dict, int]:
         print(f"Applied the rewrite of break(s) {', '.join(map(str, sorted(applied)))}; wrote {out}")
         for key in ("graph_breaks", "graphs", "kernels", "compile_s", "matches_eager"):
             print(f"  {key:14} {result['before'][key]!s:>6} -> {result['after'][key]!s}")
+        for side in ("before", "after"):
+            print(f"  {side}: a call {run_time_text(result[side])}")
     return result, EXIT_OK
 
 

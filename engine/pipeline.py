@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from engine import capture, codegen, fallbacks, report, rewrite
+from engine import call_time, capture, codegen, fallbacks, report, rewrite
 from engine.runtime import spans
 from engine import run as run_module
 from engine.codegen.wrapper import WrapperSource, generate_wrapper
@@ -512,11 +512,12 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
             fusion: bool = True, max_fused_nodes: int | None = None, templates: str = "auto", train: bool = False,
             loss_fn: Callable | None = None, layout: str = "auto", rewrites=None,
             freezing: bool = False, before_inputs: Callable[[tuple], None] | None = None,
-            partition: str | None = None) -> Exploration:
+            partition: str | None = None, time_call: bool = False) -> Exploration:
     """Run the whole pipeline once on `example_inputs`, recording every stage. With `profile`, each kernel is
     then timed (engine/runtime/profile.py: time_ms, gbps, flops per kernel). With `train`, the run is a training step:
     loss (`loss_fn(output, *inputs)` or the sum of the floating outputs) and backward, and the record holds
-    forward and backward graphs and the partition (Note [Training step] in train_verify.py)."""
+    forward and backward graphs and the partition (Note [Training step] in train_verify.py). With `time_call`,
+    the whole call is timed against eager (`call_time`, Note [Call time])."""
     from engine.divergence import Bisector, should_bisect
     from engine.runtime.profile import Profiler
 
@@ -552,6 +553,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
         start = time.perf_counter()
         profiler.measure(exploration)
         exploration.add_time("profile", time.perf_counter() - start)
+    if time_call and not train:  # Note [Call time]
+        exploration.call_time = call_time.measure(model, captured.compiled, inputs, device)
     for extra in dynamic_inputs:
         extra = tuple(extra)
         if before_inputs is not None:  # a what-if asks Dynamo's guards first (engine/tools/whatif.py)

@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -546,6 +546,20 @@ class RecompileRecord(Record):
 
 
 @dataclass
+class CallTime(Record):
+    """The whole model's time per call, compiled and eager taking turns (Note [Call time] in engine/call_time.py):
+    medians of rounds and their interquartile ranges in ms, and eager / compiled judged or "too noisy to judge"."""
+    ms: float | None = None
+    iqr_ms: float | None = None
+    eager_ms: float | None = None
+    eager_iqr_ms: float | None = None
+    rounds: int = 0
+    threads: int = 0
+    speedup: dict[str, Any] = field(default_factory=dict)  # timing.ratio: ratio, low, high, judged, text
+    error: str = ""  # why there is no time (a call raised)
+
+
+@dataclass
 class RunRecord(Record):
     """One more input set (dynamic_inputs): its shapes, the graphs it compiled, its verify."""
     inputs: str
@@ -654,6 +668,7 @@ class Exploration(Record):
     # when each stage and pass ran (Note [Compile trace] in engine/runtime/spans.py); the build's args say whether the
     # cache had the kernels and what it saved
     trace: list[TraceSpan] = field(default_factory=list)
+    call_time: CallTime | None = None  # the model's time per call (Note [Call time]); null for a training step
 
     def add_time(self, stage: str, seconds: float) -> None:
         """Add to a stage's seconds, keeping `timings` in pipeline order (stages finish nested, out of order)."""

@@ -6,6 +6,7 @@ code and loop IR explained line by line. With GLASSBOX_SHOTS=DIR, screenshots ar
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -145,7 +146,16 @@ def test_gpt2_break_fix_applied_in_place(server, browser, gpt2_with_a_branch):
     page.get_by_role("button", name="Apply this rewrite").first.click(timeout=FIRST_VIEW_TIMEOUT_MS)
     banner = page.get_by_text("Applied the rewrite of break 1")
     banner.first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    assert "graph breaks 1 → 0" in banner.first.inner_text()
+    text = banner.first.inner_text()
+    assert "graph breaks 1 → 0" in text
+    # the whole call, timed with eager before and after (Note [Call time]): measured ratios, not a placeholder
+    assert re.search(r"eager / compiled .*(\d+\.\d+x|too noisy to judge).* → .*(\d+\.\d+x|too noisy)", text), text
+    cells = page.locator("[data-testid='stDataFrame']").filter(has_text="run time per call").first
+    cells.wait_for()
+    texts = cells.locator("td, [role=gridcell]").all_text_contents()  # the grid's accessible table
+    times = [re.fullmatch(r"(\d[\d.e+-]*) ms ± (\d[\d.e+-]*)", t.strip()) for t in texts]
+    assert len([m for m in times if m and float(m[1]) > 0]) == 2, texts
+    banner.first.scroll_into_view_if_needed()
     shot(page, "gpt2_fix_applied")
 
 

@@ -12,19 +12,28 @@ from visualizers import anchors
 from visualizers import code as code_html
 
 
+def _light_up(sentences: list[dict], pick, key: str, listing: list[str], language: str, what: str,
+              echo: bool = False) -> tuple[int, int, int]:
+    """A picker of `sentences` (st.radio or st.selectbox), then the listing around the chosen one's lines with
+    those lines lit (the sentence itself above them with `echo`): (chosen, first line, last line)."""
+    chosen = pick("Pick a sentence: its lines light up", range(len(sentences)), key=key,
+                  format_func=lambda i: sentences[i]["text"])
+    if echo:
+        st.markdown(md_text(sentences[chosen]["text"]))
+    first, last = sentences[chosen]["lines"]
+    start = max(first - 2, 1)
+    ui.show_code("\n".join(listing[start - 1:last + 1]), language, first_line=start,
+                 hl_lines=list(range(first, last + 1)), max_height=360, caption=f"lines {first}–{last} of {what}")
+    return chosen, first, last
+
+
 def render(graph: GraphRecord, language: str, key: str, own_file: str | None = None) -> None:
     sentences = anchors.kernel_sentences(graph, own_file)
     if not sentences:
         return
     with st.expander("Explain the code, anchored to its lines", expanded=False):
-        chosen = st.radio("Pick a sentence: its lines light up", range(len(sentences)), key=f"{key}_anchor",
-                          format_func=lambda i: sentences[i]["text"])
-        first, last = sentences[chosen]["lines"]
         source = (graph.code.source if graph.code else "").splitlines()
-        start = max(first - 2, 1)
-        ui.show_code("\n".join(source[start - 1:last + 1]), language, first_line=start,
-                     hl_lines=list(range(first, last + 1)), max_height=360,
-                     caption=f"lines {first}–{last} of the module")
+        chosen, first, last = _light_up(sentences, st.radio, f"{key}_anchor", source, language, "the module")
         traced = [p.line for p in (graph.code.provenance if graph.code else []) if first <= p.line <= last]
         line = st.number_input("Which generated line? (its origin)", min_value=first, max_value=last,
                                value=traced[0] if traced else first, key=f"{key}_anchor_line_{chosen}")
@@ -47,15 +56,9 @@ def render_ir(graph: GraphRecord, key: str, own_file: str | None = None) -> None
     if not sentences:
         return
     with st.expander("Explain the loop IR, anchored to its lines", expanded=False):
-        chosen = st.selectbox("Pick a sentence: its lines light up", range(len(sentences)), key=f"{key}_ir_anchor",
-                              format_func=lambda i: sentences[i]["text"])
-        st.markdown(md_text(sentences[chosen]["text"]))
-        first, last = sentences[chosen]["lines"]
         listing = code_html.ir_listing(graph)[0].splitlines()
-        start = max(first - 2, 1)
-        ui.show_code("\n".join(listing[start - 1:last + 1]), "ir", first_line=start,
-                     hl_lines=list(range(first, last + 1)), max_height=360,
-                     caption=f"lines {first}–{last} of the loop IR listing")
+        chosen, first, last = _light_up(sentences, st.selectbox, f"{key}_ir_anchor", listing, "ir",
+                                        "the loop IR listing", echo=True)
         line = st.number_input("Which line of the listing? (its origin)", min_value=first, max_value=last,
                                value=first, key=f"{key}_ir_anchor_line_{chosen}")
         origin = anchors.ir_line_origin(graph, int(line))

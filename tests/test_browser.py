@@ -108,6 +108,40 @@ def shot(page, name: str) -> None:
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
 
 
+def run_downloaded_reproducer(page, shot_name: str, folder: Path) -> Path:
+    """On a page at the code stage: download the first kernel's reproducer into `folder`, run it in a fresh
+    process (no PYTHONPATH: it must stand alone) and check it passes. The file's path."""
+    button = page.get_by_role("button", name="Download reproducer", exact=True).first
+    button.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    button.scroll_into_view_if_needed()
+    shot(page, shot_name)
+    with page.expect_download() as download:
+        button.click()
+    path = folder / download.value.suggested_filename
+    download.value.save_as(path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, str(path), "--iters", "1"], cwd=folder, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ": ok," in result.stdout
+    return path
+
+
+def open_anchored_explanation(page, url: str, title: str, drawn: str, shot_name: str) -> None:
+    """Open `url`, unfold the explanation `title`, wait for `drawn` (text shown after the lit lines) and check
+    the chosen sentence's lines are lit."""
+    page.goto(url)
+    expander = page.get_by_text(title).first
+    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    expander.click()
+    page.get_by_text(drawn).first.wait_for()
+    highlighted = page.locator(".gb-highlight span[style*='#fde68a']")  # the sentence's lines, lit
+    highlighted.first.wait_for()
+    assert highlighted.count() >= 1
+    expander.scroll_into_view_if_needed()
+    shot(page, shot_name)
+
+
 def record_timing(name: str, seconds: float) -> None:
     TIMINGS[name] = seconds
     line = f"{name}: {seconds:.2f} s"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -18,7 +16,8 @@ import pytest
 # the app server (started by the fixture below) and this test share one folder of shared code
 os.environ.setdefault("GLASSBOX_SHARE_DIR", tempfile.mkdtemp(prefix="glassbox-share-"))
 
-from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: E402,F401
+from test_browser import (CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page,  # noqa: E402,F401
+                          open_anchored_explanation, run_downloaded_reproducer, server, shot)
 
 from app import share  # noqa: E402
 
@@ -162,19 +161,7 @@ def test_gpt2_break_fix_applied_in_place(server, browser, gpt2_with_a_branch):
 def test_gpt2_kernel_reproducer_runs_standalone(server, browser, gpt2, tmp_path):
     page = new_page(browser)
     page.goto(f"{server}/?code={gpt2}&stage=code")
-    button = page.get_by_role("button", name="Download reproducer", exact=True).first
-    button.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    button.scroll_into_view_if_needed()
-    shot(page, "gpt2_code_reproducer")
-    with page.expect_download() as download:
-        button.click()
-    path = tmp_path / download.value.suggested_filename
-    download.value.save_as(path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, str(path), "--iters", "1"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert ": ok," in result.stdout
+    run_downloaded_reproducer(page, "gpt2_code_reproducer", tmp_path)
 
 
 def test_gpt2_compile_cost_per_stage_pass_and_kernel(server, browser, gpt2):
@@ -191,19 +178,7 @@ def test_gpt2_compile_cost_per_stage_pass_and_kernel(server, browser, gpt2):
 
 def test_gpt2_code_and_loop_ir_explained_line_by_line(server, browser, gpt2):
     page = new_page(browser)
-    page.goto(f"{server}/?code={gpt2}&stage=code")
-    expander = page.get_by_text("Explain the code, anchored to its lines").first
-    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    expander.click()
-    page.get_by_text("Pick a sentence: its lines light up").first.wait_for()
-    assert page.locator(".gb-highlight span[style*='#fde68a']").count() >= 1
-    expander.scroll_into_view_if_needed()
-    shot(page, "gpt2_code_anchored")
-    page.goto(f"{server}/?code={gpt2}&stage=loop+IR")
-    expander = page.get_by_text("Explain the loop IR, anchored to its lines").first
-    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    expander.click()
-    page.get_by_text("belongs to IR node").first.wait_for()
-    assert page.locator(".gb-highlight span[style*='#fde68a']").count() >= 1
-    expander.scroll_into_view_if_needed()
-    shot(page, "gpt2_ir_anchored")
+    open_anchored_explanation(page, f"{server}/?code={gpt2}&stage=code", "Explain the code, anchored to its lines",
+                              "comes from IR node", "gpt2_code_anchored")
+    open_anchored_explanation(page, f"{server}/?code={gpt2}&stage=loop+IR",
+                              "Explain the loop IR, anchored to its lines", "belongs to IR node", "gpt2_ir_anchored")

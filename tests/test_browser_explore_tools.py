@@ -5,14 +5,12 @@ screenshots are saved there."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from test_browser import CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page, server, shot  # noqa: F401 - fixtures
+from test_browser import (CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, new_page,  # noqa: F401 - fixtures
+                          open_anchored_explanation, run_downloaded_reproducer, server, shot)
 
 pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
@@ -21,20 +19,7 @@ pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two la
 def test_download_a_kernels_reproducer_and_run_it(server, browser, tmp_path):
     page = new_page(browser)
     page.goto(f"{server}/?sample=softmax&stage=code")
-    button = page.get_by_role("button", name="Download reproducer", exact=True).first
-    button.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    button.scroll_into_view_if_needed()
-    shot(page, "code_reproducer")
-    with page.expect_download() as download:
-        button.click()
-    path = tmp_path / download.value.suggested_filename
-    download.value.save_as(path)
-    assert path.name.endswith("kernel_0.py")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, str(path), "--iters", "1"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert ": ok," in result.stdout
+    assert run_downloaded_reproducer(page, "code_reproducer", tmp_path).name.endswith("kernel_0.py")
 
 
 def test_the_bench_stage_draws_the_compile_timeline_and_offers_the_trace(server, browser, tmp_path):
@@ -132,28 +117,12 @@ def test_applying_a_break_fix_in_place_removes_it_and_can_be_reverted(server, br
 
 def test_the_code_explanation_highlights_the_lines_it_talks_about(server, browser):
     page = new_page(browser)
-    page.goto(f"{server}/?sample=gelu_chain&stage=code")
-    expander = page.get_by_text("Explain the code, anchored to its lines").first
-    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    expander.click()
-    page.get_by_text("Pick a sentence: its lines light up").first.wait_for()
-    page.get_by_text("comes from IR node").first.wait_for()
-    highlighted = page.locator(".gb-highlight span[style*='#fde68a']")  # the sentence's lines, lit
-    assert highlighted.count() >= 1
-    page.get_by_text("comes from IR node").first.scroll_into_view_if_needed()
-    shot(page, "code_anchored")
+    open_anchored_explanation(page, f"{server}/?sample=gelu_chain&stage=code",
+                              "Explain the code, anchored to its lines", "comes from IR node", "code_anchored")
 
 
 def test_the_loop_ir_explanation_highlights_the_lines_it_talks_about(server, browser):
     page = new_page(browser)
-    page.goto(f"{server}/?sample=softmax&stage=loop+IR")
-    expander = page.get_by_text("Explain the loop IR, anchored to its lines").first
-    expander.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    expander.click()
-    page.get_by_text("belongs to IR node").first.wait_for()  # drawn after the sentence's lines
+    open_anchored_explanation(page, f"{server}/?sample=softmax&stage=loop+IR",
+                              "Explain the loop IR, anchored to its lines", "belongs to IR node", "ir_anchored")
     assert page.get_by_text("is a reduction: max over 512 elements").count() >= 1
-    highlighted = page.locator(".gb-highlight span[style*='#fde68a']")  # the sentence's lines, lit
-    highlighted.first.wait_for()
-    assert highlighted.count() >= 1
-    page.get_by_text("Explain the loop IR, anchored to its lines").first.scroll_into_view_if_needed()
-    shot(page, "ir_anchored")

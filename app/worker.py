@@ -28,6 +28,7 @@ from engine.record import ErrorRecord, Exploration, GraphRecord
 from engine.tools import isolation, sandbox
 from engine.tools.judged import (EVIDENCE_NAME, apply_inductor_verdict, apply_verdicts, judge_in_sandbox,
                                  read_evidence, verdict_code)
+from engine.tools.judged_commands import apply_bench_verdicts, apply_compare_verdicts, document_code
 from engine.tools.sandbox import Limits, SandboxResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,10 +232,7 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
     failed = isinstance(document, dict) and any(isinstance(e, dict) and e.get("kind") in ("model", "compile", "usage")
                                                 for e in document.get("errors") or [])
     if isinstance(document, dict) and finished.completed and not finished.result.limit_hit and not failed:
-        evidence = finished.files.get(EVIDENCE_NAME)
-        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
-            None, "the job wrote no evidence (its outputs as data)")
-        apply_verdicts(document, verdicts, why_not)
+        apply_verdicts(document, *judged_evidence(finished))
         returncode = verdict_code(document, name)[0]  # the job's own exit code is the model's to forge
     if document is not None:
         _strip_workdir(document, Path(finished.workdir))
@@ -501,18 +499,33 @@ def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIME
                                         str(workdir / "bench.json"), "--backend", options.backend,
                                         "--device", options.device, "--min-time", str(min_time), "--quick",
                                         *options.mode_args()] + (["--train"] if options.train else [])
-                                       + ([] if with_inductor else ["--no-inductor"]),
-                       limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json",),
+                                       + ([] if with_inductor else ["--no-inductor"])
+                                       + ["--evidence-out", str(workdir / EVIDENCE_NAME)],
+                       limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json", EVIDENCE_NAME),
                        on_tick=on_tick)
     text = finished.files.get("bench.json")
     document = parse_json(text) if text is not None else None
-    if finished.returncode == EXIT_OK and document is not None and finished.completed:
+    returncode = finished.returncode
+    if isinstance(document, dict) and finished.completed and not finished.result.limit_hit:
+        # Note [Bench and compare judged outside the job]: the rows' checks too are judged where the model never
+        # ran, and the job's own exit code is the model's to forge
+        apply_bench_verdicts(document, *judged_evidence(finished))
+        returncode = document_code(document)
+    if returncode == EXIT_OK and document is not None and finished.completed:
         return Outcome(document=document, seconds=finished.seconds)
     failure = failed_with(document_errors(document, finished.workdir), finished)
     if failure is not None:
         return Outcome(document=document, problem=structured_problem(failure, finished), seconds=finished.seconds)
     return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
                    seconds=finished.seconds)
+
+
+def judged_evidence(finished: Finished) -> tuple[list[dict] | None, str]:
+    """The verdicts of a job's evidence, judged by a fresh sandboxed process (Note [Judged outside the job])."""
+    evidence = finished.files.get(EVIDENCE_NAME)
+    if evidence is None:
+        return None, "the job wrote no evidence (its outputs as data)"
+    return judge_in_sandbox(evidence)
 
 
 def inductor(source: str, label: str, options: Options, timeout: float = BENCH_TIMEOUT_S,
@@ -529,10 +542,7 @@ def inductor(source: str, label: str, options: Options, timeout: float = BENCH_T
         document = None
     if finished.returncode == EXIT_OK and isinstance(document, dict) and document.get("ok") and finished.completed:
         # Note [Judged outside the job]: Inductor's check too is judged where the model never ran
-        evidence = finished.files.get(EVIDENCE_NAME)
-        verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
-            None, "the job wrote no evidence (its outputs as data)")
-        apply_inductor_verdict(document, verdicts, why_not)
+        apply_inductor_verdict(document, *judged_evidence(finished))
         return Outcome(document=document, seconds=finished.seconds)
     failure = failed_with(document_errors(document, finished.workdir), finished)
     problem = structured_problem(failure, finished) if failure else diagnose(finished, model_name=name)
@@ -572,11 +582,16 @@ def compare(source: str, label: str, side_a: list[str], side_b: list[str], edite
 
     def arguments(workdir: Path) -> list[str]:
         b = side_b + ([f"file={workdir / 'edited.py'}"] if edited is not None else [])
-        return ["--", "compare", str(workdir / name), "--a", *side_a, "--b", *b, "--json"]
+        return ["--", "compare", str(workdir / name), "--a", *side_a, "--b", *b, "--json", "--evidence-out",
+                str(workdir / EVIDENCE_NAME)]
 
-    finished = run_job(arguments, limits(timeout, memory_gb), inputs=inputs, on_tick=on_tick)
+    finished = run_job(arguments, limits(timeout, memory_gb), inputs=inputs, outputs=(EVIDENCE_NAME,),
+                       on_tick=on_tick)
     document = parse_json(finished.stdout)
-    if finished.returncode in (EXIT_OK, EXIT_FAILED) and document is not None and finished.completed:
+    if finished.returncode in (EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR) and isinstance(document, dict) \
+            and finished.completed and not finished.result.limit_hit:
+        # Note [Bench and compare judged outside the job]: each side's check judged where the model never ran
+        apply_compare_verdicts(document, *judged_evidence(finished))
         return Outcome(document=document, seconds=finished.seconds)
     return Outcome(document=document, problem=diagnose(finished, document, model_name=name),
                    seconds=finished.seconds)

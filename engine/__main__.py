@@ -6,9 +6,11 @@
     python -m engine asm     FILE_OR_SAMPLE --kernel NAME [--level ttir|ttgir|llir|ptx|sass] [--json]
     python -m engine provenance FILE_OR_SAMPLE (--line N | --node NAME) [--json]
     python -m engine bench   FILE_OR_SAMPLE|suite|zoo [--backend ...] [--device ...] [--mode MODE,MODE...] [--json]
-                                            [--threads N] [--no-inductor] [--profile]
-    python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json]   (engine/tools/compare.py)
-    python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] ...  (visualizers/html_report.py)
+                                            [--threads N] [--no-inductor] [--profile] [--sandbox]
+    python -m engine compare FILE_OR_SAMPLE --a KEY=VALUE... --b KEY=VALUE... [--json] [--sandbox]
+                                            (engine/tools/compare.py)
+    python -m engine report  FILE_OR_SAMPLE|RECORD.json [--out report.html] [--profile] [--sandbox] ...
+                                            (visualizers/html_report.py)
     python -m engine repro   FILE_OR_SAMPLE|RECORD.json [--kernel NAME] [--graph N] [--out FILE]
                                             (a standalone reproducer: engine/tools/repro_file.py)
     python -m engine sweep   opinfo|models|explore|hostile [FLAGS]  the acceptance sweeps (engine/tools/sweep_*.py)
@@ -33,6 +35,7 @@ import tempfile
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -111,6 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
         command.add_argument("--verbose", action="store_true", help="show tracebacks and every detail")
 
+    def sandbox_flags(command: argparse.ArgumentParser, timeout_s: float) -> None:
+        """--sandbox and its limits, and --evidence-out (explore, bench, compare: Note [Judged outside the job])."""
+        command.add_argument("--sandbox", action="store_true",
+                             help="run the model in a separate, limited worker process (Note [Sandbox]); its "
+                                  "outputs are judged in another process the model never ran in (Note [Judged "
+                                  "outside the job])")
+        command.add_argument("--evidence-out", metavar="FILE",
+                             help="write the outputs (eager's, ours, float64's) as data to FILE, for `judge`")
+        command.add_argument("--timeout", type=positive_limit("seconds"), default=timeout_s, metavar="S",
+                             help=f"sandbox wall-time limit (default {timeout_s:g})")
+        command.add_argument("--memory-mb", type=positive_limit("megabytes", whole=True), default=4096, metavar="M",
+                             help="sandbox memory limit")
+
     def exploration_choices(command: argparse.ArgumentParser) -> None:
         """What one exploration is run with: explore and report (which explores first) take the same."""
         flag(command, "dynamic")
@@ -140,16 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="write a Chrome/Perfetto trace (trace-event JSON) of the compile (every stage and "
                               "pass) and of a run (kernels on a timeline; implies --profile), and print the "
                               "compile's cost per stage and pass (engine/tools/trace_file.py)")
-    explore.add_argument("--sandbox", action="store_true",
-                         help="run the model in a separate, limited worker process (Note [Sandbox]); its outputs "
-                              "are judged in another process the model never ran in (Note [Judged outside the "
-                              "job])")
-    explore.add_argument("--evidence-out", metavar="FILE",
-                         help="write the outputs (eager's, ours, float64's) as data to FILE, for `judge`")
-    explore.add_argument("--timeout", type=positive_limit("seconds"), default=120.0, metavar="S",
-                         help="sandbox wall-time limit")
-    explore.add_argument("--memory-mb", type=positive_limit("megabytes", whole=True), default=4096, metavar="M",
-                         help="sandbox memory limit")
+    sandbox_flags(explore, timeout_s=120.0)
 
     bench = commands.add_parser("bench", help="time eager vs Glassbox vs torch.compile (Inductor); bench "
                                               "gemm|train|gpu: the acceptance benches",
@@ -180,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--min-time", type=float, default=0.5, metavar="SECONDS",
                        help="seconds of timing per runner, at least, over at least 7 interleaved rounds "
                             "(default 0.5)")
+    sandbox_flags(bench, timeout_s=600.0)
     compare = commands.add_parser("compare", help="what-if: two explorations of one model and their diff",
                                   description="Explore a model under two settings (A and B) and show their "
                                               "differences: kernels, code and time. Keys: backend, device, "
@@ -189,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--b", nargs="*", default=[], metavar="KEY=VALUE", help="side B's settings")
     compare.add_argument("--json", action="store_true", help="print JSON on stdout and nothing else")
     compare.add_argument("--verbose", action="store_true", help="also print the code diff")
+    sandbox_flags(compare, timeout_s=600.0)
 
     report = commands.add_parser("report", help="a self-contained offline HTML report of one exploration",
                                  description="Explore a model (or read a record.json) and write one HTML file "
@@ -198,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     exploration_choices(report)
     report.add_argument("--profile", action="store_true", help="time every kernel (a roofline in the report)")
     report.add_argument("--inductor", action="store_true", help="add Inductor's code and kernels")
+    sandbox_flags(report, timeout_s=120.0)
 
     repro = commands.add_parser("repro", help="take a kernel away: one runnable Python file that checks and times it",
                                 description="Explore a model (or read a record.json) and write a standalone "
@@ -452,30 +462,16 @@ def write_trace(record: dict, path: Path, quiet: bool) -> None:
 
 def sandboxed_explore(args) -> tuple[dict, int]:
     """The same exploration in a worker process under limits; its JSON record comes back on stdout."""
-    from engine.tools.isolation import WorkDirectory, missing_protection_words
-    from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence
-    from engine.tools.sandbox import Limits, explore_command as worker_command, run_sandboxed
+    from engine.tools.judged import apply_verdicts
+    from engine.tools.sandbox import explore_command as worker_command
 
-    if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
-        print(missing_protection_words(), file=sys.stderr)
     options = ["--backend", args.backend, "--device", args.device, "--mode", single_mode(args),
                "--templates", args.templates, "--rewrites", args.rewrites]
     options += [flag for flag, on in (("--dynamic", args.dynamic), ("--inductor", args.inductor),
                                       ("--profile", args.profile), ("--train", args.train),
                                       ("--freeze", args.freeze), ("--time-call", getattr(args, "time_call", False))) if on]
     options += ["--partition", args.partition] if args.partition else []
-    workdir = WorkDirectory()
-    try:
-        evidence = workdir.path / EVIDENCE_NAME
-        result = run_sandboxed(worker_command(args.target, options + ["--evidence-out", str(evidence)]),
-                               Limits(timeout_s=args.timeout, memory_mb=args.memory_mb), workdir=workdir.path)
-        record = _record_of(result)
-        data = read_evidence(evidence)
-    finally:
-        workdir.remove()
-    # Note [Judged outside the job]: the job's verdict is replaced by one judged where the model never ran
-    verdicts, why_not = judge_in_sandbox(data, args.timeout, args.memory_mb) if data is not None \
-        else (None, "the job wrote no evidence (its outputs as data)")
+    record, verdicts, why_not = sandboxed_job(args, lambda workdir: worker_command(args.target, options))
     apply_verdicts(record, verdicts, why_not)
     if not args.json:
         print(cli_format.explore_summary(record, verbose=args.verbose))
@@ -483,6 +479,34 @@ def sandboxed_explore(args) -> tuple[dict, int]:
         written = write_outputs(record, Path(args.out))
         print(f"Wrote {', '.join(p.name for p in written)} to {args.out}")
     return record, verdict_exit(record, Path(args.target).stem, args.verbose)
+
+
+def sandboxed_job(args, command: Callable[[Path], list[str]], inputs: dict[str, bytes] | None = None) \
+        -> tuple[dict, list[dict] | None, str]:
+    """One command (`command(work directory)`: explore, bench or compare with --json) in a sandboxed worker under
+    --timeout and --memory-mb, `inputs` written into its directory first: (the JSON document it printed, the
+    verdicts of its evidence judged by a process the model never ran in, or None and why not) (Note [Judged
+    outside the job])."""
+    from engine.tools.isolation import WorkDirectory, missing_protection_words
+    from engine.tools.judged import EVIDENCE_NAME, judge_in_sandbox, read_evidence
+    from engine.tools.sandbox import Limits, run_sandboxed
+
+    if missing_protection_words():  # where bubblewrap or cgroups cannot run, say what is not protected
+        print(missing_protection_words(), file=sys.stderr)
+    workdir = WorkDirectory()
+    try:
+        for name, data in (inputs or {}).items():
+            (workdir.path / name).write_bytes(data)
+        evidence = workdir.path / EVIDENCE_NAME
+        result = run_sandboxed(command(workdir.path) + ["--evidence-out", str(evidence)],
+                               Limits(timeout_s=args.timeout, memory_mb=args.memory_mb), workdir=workdir.path)
+        document = _record_of(result)
+        data = read_evidence(evidence)
+    finally:
+        workdir.remove()
+    if data is None:
+        return document, None, "the job wrote no evidence (its outputs as data)"
+    return document, *judge_in_sandbox(data, args.timeout, args.memory_mb)
 
 
 def _record_of(result) -> dict:
@@ -524,26 +548,42 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 # --- bench ---------------------------------------------------------------------------------------------------
 
 
-def warn_unsandboxed(command: str) -> None:
-    """`report`, `bench` and `compare` run the model in this process: said on stderr, unless this process is
-    itself a sandboxed worker (the app's jobs: GLASSBOX_BUILDER_FD is set only there)."""
-    if "GLASSBOX_BUILDER_FD" not in os.environ:
-        print(f"Warning: `{command}` runs the model in this process, unsandboxed, with your files and environment "
-              "(README, Security). For a model you do not trust, use `explore --sandbox --record-out R.json` and "
-              "`report R.json`, or the app.", file=sys.stderr)
+def warn_unsandboxed(command: str, sandbox_flag: bool = False) -> None:
+    """The commands that run the model in this process say so on stderr, unless this process is itself a
+    sandboxed worker (the app's jobs: GLASSBOX_BUILDER_FD is set only there); bench and compare, which check the
+    compiled outputs, also say that the check is judged where the model could forge it, and what does not."""
+    if "GLASSBOX_BUILDER_FD" in os.environ:
+        return
+    if command == "report":
+        print("Warning: `report` explores the model in this process, unsandboxed, with your files and environment "
+              "(README, Security). For a model you do not trust, use `report --sandbox`.", file=sys.stderr)
+        return
+    if sandbox_flag:
+        print(f"Warning: `{command}` runs the model in this process, unsandboxed, with your files and environment, "
+              "and judges whether the compiled outputs match eager here too, where a model could forge that check "
+              f"(README, Security). For a model you do not trust, use `{command} --sandbox`: the model runs in "
+              "the sandbox and its outputs are judged outside it.", file=sys.stderr)
+        return
+    print(f"Warning: `{command}` runs the model in this process, unsandboxed, with your files and environment "
+          "(README, Security). For a model you do not trust, use `explore --sandbox --record-out R.json` and "
+          "`report R.json`, or the app.", file=sys.stderr)
 
 
 def bench_command(args) -> tuple[dict, int]:
+    from engine import run as run_module
     from engine.tools.bench import bench, load_cases, share_inductor
+    from engine.tools.judged_commands import bench_roles, document_code
     from engine.tools.train_bench import bench_train
 
-    warn_unsandboxed("bench")
+    if args.sandbox:
+        return sandboxed_bench(args)
+    warn_unsandboxed("bench", sandbox_flag=True)
 
     cases = [(spec, mode, templates) for spec in load_cases(args.target, args.device) for mode in args.mode
              for templates in args.templates]
     if not cases:
         raise Failure(f"No models to benchmark in {args.target!r}.", EXIT_USER_ERROR)
-    reports, errors = [], []
+    reports, errors, evidence = [], [], []
     # One Inductor cache directory for the whole session (see the bench() docstring).
     with tempfile.TemporaryDirectory(prefix="inductor-bench-", ignore_cleanup_errors=True) as inductor_dir:
         inductor_runs: dict = {}  # (model, mode) -> the first case's Inductor figures (the templates rows share them)
@@ -553,17 +593,21 @@ def bench_command(args) -> tuple[dict, int]:
             try:
                 first = (spec.name, mode) not in inductor_runs
                 measure = bench_train if args.train else bench  # a training step, or inference
-                reports.append(measure(spec, backend=args.backend, threads=args.threads, device=args.device,
-                                       with_inductor=not args.no_inductor and first, min_run_time=args.min_time,
-                                       inductor_cache_dir=inductor_dir, progress=progress, mode=mode,
-                                       templates=templates, **({} if args.train else {"fresh": not args.quick})))
-                if first:
-                    inductor_runs[spec.name, mode] = reports[-1]
-                else:
-                    share_inductor(reports[-1], inductor_runs[spec.name, mode])
-                if args.profile:
-                    progress("per-kernel profile")
-                    reports[-1].update(profile_case(spec, args))
+                with run_module.collect_evidence() as found:  # Note [Bench and compare judged outside the job]
+                    reports.append(measure(spec, backend=args.backend, threads=args.threads, device=args.device,
+                                           with_inductor=not args.no_inductor and first,
+                                           min_run_time=args.min_time, inductor_cache_dir=inductor_dir,
+                                           progress=progress, mode=mode, templates=templates,
+                                           **({} if args.train else {"fresh": not args.quick})))
+                    if first:
+                        inductor_runs[spec.name, mode] = reports[-1]
+                    else:
+                        share_inductor(reports[-1], inductor_runs[spec.name, mode])
+                    if args.profile:
+                        progress("per-kernel profile")
+                        reports[-1].update(profile_case(spec, args))
+                bench_roles(found, number - 1)
+                evidence += found
             except ModelFileError:
                 raise
             except Exception as error:
@@ -574,19 +618,43 @@ def bench_command(args) -> tuple[dict, int]:
                 reports.append({"name": spec.name, "error": failure.message})
                 errors.append(ErrorRecord(kind="compile", stage="bench", message=failure.message,
                                           type=type(root_error(error)).__name__).to_json())
+    if args.evidence_out:  # Note [Judged outside the job]: every case's checks, as data
+        from engine.tools.judged import save_evidence
+        save_evidence(evidence, args.evidence_out)
+    document = {"cases": reports, "errors": errors}
     if not args.json:
-        print(cli_format.bench_table(reports))
-        for report in reports:
-            for kernel in report.get("kernels") or []:
-                print(f"  {report['name']} graph {kernel['graph']} {kernel['name']} {kernel['kind']}"
-                      f"{cli_format.kernel_profile(kernel)}")
-            print("\n".join(cli_format.machine_line(report.get("machine") or {})))
-        warnings = {report.get("load_warning") for report in reports if report.get("load_warning")}
-        for warning in warnings:
-            print(f"Warning: {warning}")
-    failed = any(r.get("error") or not all(c.get("ok") for c in (r.get("verify") or {}).values())
-                 for r in reports)
-    return {"cases": reports, "errors": errors}, EXIT_FAILED if failed else EXIT_OK
+        print_bench(document)
+    return document, document_code(document)
+
+
+def sandboxed_bench(args) -> tuple[dict, int]:
+    """bench in a sandboxed worker, its checks judged outside it (Note [Bench and compare judged outside the
+    job] in engine/tools/judged_commands.py)."""
+    from engine.tools.judged_commands import apply_bench_verdicts, document_code
+    from engine.tools.sandbox import explore_command as worker_command
+
+    options = ["--backend", args.backend, "--device", args.device, "--mode", ",".join(args.mode),
+               "--templates", ",".join(args.templates), "--min-time", str(args.min_time)]
+    options += ["--threads", str(args.threads)] if args.threads is not None else []
+    options += [flag for flag, on in (("--quick", args.quick), ("--no-inductor", args.no_inductor),
+                                      ("--train", args.train), ("--profile", args.profile)) if on]
+    document, verdicts, why_not = sandboxed_job(args, lambda workdir: worker_command(args.target, options, "bench"))
+    apply_bench_verdicts(document, verdicts, why_not)
+    if not args.json:
+        print_bench(document)
+    return document, document_code(document)
+
+
+def print_bench(document: dict) -> None:
+    reports = [case for case in document.get("cases") or [] if isinstance(case, dict)]
+    print(cli_format.bench_table(reports))
+    for report in reports:
+        for kernel in report.get("kernels") or []:
+            print(f"  {report['name']} graph {kernel['graph']} {kernel['name']} {kernel['kind']}"
+                  f"{cli_format.kernel_profile(kernel)}")
+        print("\n".join(cli_format.machine_line(report.get("machine") or {})))
+    for warning in {report.get("load_warning") for report in reports if report.get("load_warning")}:
+        print(f"Warning: {warning}")
 
 
 def profile_case(spec: ModelSpec, args) -> dict:
@@ -607,21 +675,64 @@ def profile_case(spec: ModelSpec, args) -> dict:
 
 def compare_command(args) -> tuple[dict, int]:
     from engine.tools.compare import SettingError, compare, parse_side, summary
+    from engine.tools.judged_commands import document_code
 
-    warn_unsandboxed("compare")
     try:
         sides = [parse_side(args.a), parse_side(args.b)]
     except SettingError as error:
         raise Failure(f"compare: {error}", EXIT_USER_ERROR) from error
     for side in sides:
         check_device(side.device)
-    comparison = compare(args.target, *sides)
+    if args.sandbox:
+        return sandboxed_compare(args, sides)
+    warn_unsandboxed("compare", sandbox_flag=True)
+    from engine import run as run_module
+    with run_module.collect_evidence() as evidence:  # each side's, marked a or b by compare()
+        comparison = compare(args.target, *sides)
+    if args.evidence_out:
+        from engine.tools.judged import save_evidence
+        save_evidence([e for e in evidence if e.role in ("a", "b")], args.evidence_out)
     if not args.json:
         print(summary(comparison))
         if args.verbose and comparison.code_diff:
             print(comparison.code_diff)
-    failed = comparison.record_a.get("errors") or comparison.record_b.get("errors")
-    return comparison.to_json(), EXIT_FAILED if failed else EXIT_OK
+    document = comparison.to_json()
+    return document, document_code(document)
+
+
+def sandboxed_compare(args, sides: list) -> tuple[dict, int]:
+    """compare in a sandboxed worker, each side's check judged outside it (Note [Bench and compare judged
+    outside the job]); a side's file= is copied into the worker's directory."""
+    from engine.tools.compare import Comparison, Side, summary
+    from engine.tools.judged_commands import apply_compare_verdicts, document_code
+    from engine.tools.sandbox import explore_command as worker_command
+
+    inputs = {f"side_{name}.py": Path(side.file).read_bytes() for name, side in zip("ab", sides)
+              if side.file and Path(side.file).is_file()}
+
+    def command(workdir: Path) -> list[str]:
+        settings = []
+        for name, given in (("a", args.a), ("b", args.b)):
+            copied = f"side_{name}.py" in inputs
+            settings += [f"--{name}"] + [f"file={workdir / f'side_{name}.py'}" if copied and s.strip().lower()
+                                         .startswith("file=") else s for s in given]
+        return worker_command(args.target, settings, "compare")
+
+    document, verdicts, why_not = sandboxed_job(args, command, inputs)
+    apply_compare_verdicts(document, verdicts, why_not)
+    try:
+        comparison = Comparison(Side(**document["a"]["settings"]), Side(**document["b"]["settings"]),
+                                document["a"]["record"], document["b"]["record"], document["kernels"],
+                                document["code_diff"], document["timing"])
+        text = summary(comparison)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise Failure(f"compare: the worker's document is malformed ({type(error).__name__}: {error}).",
+                      EXIT_FAILED, error) from error
+    if not args.json:
+        print(text)
+        if args.verbose and comparison.code_diff:
+            print(comparison.code_diff)
+    return document, document_code(document)
 
 
 # --- report --------------------------------------------------------------------------------------------------
@@ -636,8 +747,9 @@ def report_command(args) -> tuple[dict, int]:
     if args.target.endswith(".json") and Path(args.target).is_file():
         record = read_record_file(Path(args.target))
     else:
-        warn_unsandboxed("report")
-        explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None, "sandbox": False})
+        if not args.sandbox:
+            warn_unsandboxed("report")
+        explore_args = argparse.Namespace(**{**vars(args), "json": True, "out": None})
         try:
             with stdout_to_stderr():  # explore's own summary: none (json=True); what the model prints: stderr
                 record, code = explore_command(explore_args)

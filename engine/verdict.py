@@ -316,7 +316,7 @@ class Evidence:
     fp64_why_not: str = ""
     again: list | None = None  # a second eager run's leaves, taken when the first judgment failed
     tolerance: dict | None = None
-    role: str = "explore"  # whose check it is: explore's (its runs in order) or "inductor" (the Inductor column)
+    role: str = "explore"  # whose check: explore's (its runs in order), "inductor", or a bench case's (judged_commands.py)
 
 
 def _random_words() -> str:
@@ -447,4 +447,9 @@ def evidence_from(payload) -> Evidence:
         return [(p, v) for p, v in entries]
     return Evidence(unpack(payload.get("eager")) or [], unpack(payload.get("ours")) or [], unpack(payload.get("fp64")),
                     str(payload.get("fp64_why_not") or ""), unpack(payload.get("again")), payload.get("tolerance"),
-                    "inductor" if payload.get("role") == "inductor" else "explore")
+                    _role(payload.get("role")))
+
+
+def _role(role) -> str:
+    """Whose check a payload is (explore's, "inductor", a bench case's "bench:N:glassbox"): a short name."""
+    return role if isinstance(role, str) and 0 < len(role) <= 64 and role.isprintable() else "explore"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, ui
+from app.safe_text import md_text
 from engine import options as engine_options
 from visualizers import compare as compare_view
 
@@ -92,6 +93,11 @@ else:
     for side in ("a", "b"):
         for error in (document.get("errors") or {}).get(side) or []:
             st.error(f"{side.upper()} failed in {error.get('stage', '?')}: {error.get('message', '')}")
+    for side in ("a", "b"):  # Note [Bench and compare judged outside the job]: each side's check
+        verify = ((document.get(side) or {}).get("record") or {}).get("verify") or {}
+        if verify and verify.get("ok") is not True:
+            st.error(md_text(f"{side.upper()}'s outputs differ from eager's ({verify.get('verdict', 'mismatch')}, "
+                             f"judged outside the job): {verify.get('problem', '')}"))
     st.markdown("**Kernels**")
     st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (they "
                "share nodes: an op alone in A, with its neighbours in B), only in one side.")

@@ -44,7 +44,8 @@ from torch import nn
 from engine import fallbacks
 from engine.tools.model_file import ModelSpec, load_model_file, run_eager
 from engine.pipeline import compile as glassbox_compile
-from engine.run import verify
+from engine.run import collect_evidence, verify
+from engine.tools.judged_commands import brief
 from engine.runtime.timing import Timing, free_threads, interleaved, ratio, timed_in_rounds
 
 SUITE = "suite"  # the CLI's name for the CPU benchmark suite below
@@ -102,11 +103,15 @@ def first_call_seconds(compiled: Callable, inputs: tuple) -> tuple[float, Any]:
     return time.perf_counter() - start, outputs
 
 
-def verify_summary(result: dict) -> dict:
-    summary = {"ok": result["ok"], "max_abs_err": result["max_abs_err"], "max_rel_err": result["max_rel_err"]}
-    if "problem" in result:
-        summary["problem"] = result["problem"]
-    return summary
+def checked(model, inputs: tuple, outputs, tolerance: dict | None, who: str) -> dict:
+    """run.verify of one compiler's outputs, its evidence marked as `who`'s (glassbox or inductor), so that a
+    sandboxed bench's checks are judged outside the job (Note [Bench and compare judged outside the job] in
+    engine/tools/judged_commands.py)."""
+    with collect_evidence() as found:
+        result = verify(model, inputs, outputs, tolerance)
+    for evidence in found:
+        evidence.role = who
+    return result
 
 
 def on_device(spec: ModelSpec, device: str) -> tuple[Any, tuple]:
@@ -185,8 +190,8 @@ def bench(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, dev
             report["compile_warm_s"], outputs = first_call_seconds(compiled, inputs)
         report["fallbacks"] = list(dict.fromkeys(run.row_text() for run in eager_runs if run.scope == "graph"))
         report["eager_ops"] = list(dict.fromkeys(run.row_text() for run in eager_runs if run.scope == "op"))
-        checks = [verify(model, inputs, out, spec.tolerance) for out in (cold_outputs, outputs)]
-        report["verify"]["glassbox"] = verify_summary(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
+        checks = [checked(model, inputs, out, spec.tolerance, "glassbox") for out in (cold_outputs, outputs)]
+        report["verify"]["glassbox"] = brief(min(checks, key=lambda c: (c["ok"], -c["max_abs_err"])))
         if fresh and backend == "cpp" and device == "cpu":
             say("glassbox compile (warm, fresh process)")
             report["compile_fresh"] = in_fresh_process(case_key(spec))
@@ -271,7 +276,7 @@ def compile_inductor(spec: ModelSpec, model, inputs: tuple, stack: contextlib.Ex
     say("inductor compile (cold)")
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
     compile_s, outputs = first_call_seconds(compiled, inputs)
-    return compile_s, verify_summary(verify(model, inputs, outputs, spec.tolerance)), compiled
+    return compile_s, brief(checked(model, inputs, outputs, spec.tolerance, "inductor")), compiled
 
 
 # --- the CPU benchmark suite ---------------------------------------------------------------------------------

@@ -314,10 +314,15 @@ def bench_table(cases: list[dict]) -> str:
         if case.get("inductor_error"):
             notes.append(f"{case.get('name', '?')}: Inductor failed: {case['inductor_error']}")
         for who, check in (case.get("verify") or {}).items():
-            if not check.get("ok"):
+            if check.get("verdict") == "random":  # Note [Verdicts]: not a mismatch, nothing could be checked
+                rows[-1][0] += " ?"
+                notes.append(f"{case.get('name', '?')}: {who}: nothing could be checked, the model is random "
+                             "(two eager runs disagree)")
+            elif not check.get("ok"):
                 rows[-1][0] += " !"
                 notes.append(f"{case.get('name', '?')}: {who} output differs from eager "
-                             f"(max abs err {error_text(check.get('max_abs_err'))})")
+                             f"(max abs err {error_text(check.get('max_abs_err'))})"
+                             + (f": {check['problem']}" if check.get("problem") else ""))
     widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
     lines = [" | ".join(str(cell).ljust(width) if i == 0 else str(cell).rjust(width)
                         for i, (cell, width) in enumerate(zip(row, widths))) for row in [header] + rows]

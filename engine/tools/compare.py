@@ -294,7 +294,15 @@ def compare(target: str, a: Side, b: Side, profile: bool = True) -> Comparison:
     """Explore `target` (a model file or sample; a side's file= overrides it) under both settings."""
     from engine.tools.model_file import load_model_file
 
-    records = [explore_side(load_model_file(side.file or target), side, profile) for side in (a, b)]
+    from engine.run import collect_evidence
+
+    records = []
+    for name, side in (("a", a), ("b", b)):
+        # each side's checks marked as its own (Note [Bench and compare judged outside the job])
+        with collect_evidence() as found:
+            records.append(explore_side(load_model_file(side.file or target), side, profile))
+        for evidence in found:
+            evidence.role = name
     return compare_records(a, b, *records)
 
 
@@ -319,9 +327,21 @@ def summary(comparison: Comparison) -> str:
     if verdict and not verdict.get("judged"):
         judged = f"; B vs A: {verdict['text']}"
     lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}")
+    lines.append("Matches eager: " + ", ".join(f"{side} {_matches(record)}" for side, record in
+                                                (("A", comparison.record_a), ("B", comparison.record_b))))
     for side, record in (("A", comparison.record_a), ("B", comparison.record_b)):
         for error in record.get("errors") or []:
             lines.append(f"{side} error ({error.get('stage', '?')}): {error.get('message', '')}")
     changed = sum(1 for line in comparison.code_diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
     lines.append(f"Code: {changed} lines differ" + ("" if changed else " (identical)"))
     return "\n".join(lines)
+
+
+def _matches(record: dict) -> str:
+    """A side's check in words, with where it was judged (Note [Judged outside the job])."""
+    verify = record.get("verify") or {}
+    if not verify:
+        return "not checked"
+    words = {"random": "random (nothing could be checked)"}.get(verify.get("verdict"),
+                                                               "yes" if verify.get("ok") is True else "NO")
+    return words + (" (judged outside the job)" if verify.get("judged_in") else "")

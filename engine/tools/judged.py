@@ -50,19 +50,25 @@ def save_evidence(evidences: list, path) -> None:
     import torch
 
     from engine import train_verdict, verdict
+    from engine.tools.step_verdict import StepEvidence, step_payload
 
     torch.save([train_verdict.payload(e) if isinstance(e, train_verdict.TrainingEvidence)
+                else step_payload(e) if isinstance(e, StepEvidence)
                 else verdict.evidence_payload(e) for e in evidences], path)
 
 
 def judge_file(path) -> list[dict]:
     """The verdicts of a saved evidence file; runs no model code (`python -m engine judge`)."""
     from engine import train_verdict, verdict
+    from engine.tools.step_verdict import judge_step, step_from
 
     verdicts = []
     for payload in verdict.load_payloads(path):
         if isinstance(payload, dict) and payload.get("kind") == "train":
             verdicts.append({**train_verdict.judge(train_verdict.from_payload(payload)), "role": "explore"})
+        elif isinstance(payload, dict) and payload.get("kind") == "step":  # a bench's training step
+            step = step_from(payload)
+            verdicts.append({**judge_step(step), "role": step.role})
         else:
             evidence = verdict.evidence_from(payload)
             verdicts.append({**verdict.judge(evidence), "role": evidence.role})

@@ -583,8 +583,9 @@ class Standby:
             process.close()
 
 
-def explore_command(target: str, options: list[str]) -> list[str]:
-    """The worker command for one exploration (absolute path: the worker runs in its own directory)."""
-    path = Path(target)
-    target = str(path.resolve()) if path.exists() else target
-    return [sys.executable, "-m", "engine", "explore", target, "--json", *options]
+def explore_command(target: str, options: list[str], verb: str = "explore") -> list[str]:
+    """The worker command for one exploration (or another verb's run: bench, compare) of a model file or
+    sample, or of several separated by commas (absolute paths: the worker runs in its own directory)."""
+    items = [target] if Path(target).exists() else target.split(",")
+    items = [str(Path(item).resolve()) if item and Path(item).exists() else item for item in items]
+    return [sys.executable, "-m", "engine", verb, ",".join(items), "--json", *options]

@@ -9,7 +9,8 @@ trainable parameters (a plain function) gets its floating inputs differentiated 
 backward to time. Each compiler gets its own copy of the model, so every step starts from the same weights.
 Before timing, each compiled step's loss and every parameter's gradient are compared with an eager step's:
 the largest error relative to that tensor's largest eager value (`verify[who].max_rel_err`; ok below 1e-3 in
-float32, 5e-2 in half precision, where a gradient summed over thousands of products differs by rounding).
+float32, 5e-2 in half precision, where a gradient summed over thousands of products differs by rounding;
+judge_step in engine/tools/step_verdict.py, which judges a sandboxed bench's steps outside the job).
 Activation memory (`saved_bytes`) is what the forward keeps for the backward: every tensor autograd saves
 during the forward (torch.autograd.graph.saved_tensors_hooks sees what a compiled graph's partition saves as
 well as eager's own saves), each storage once, parameters, buffers and inputs left out (they are alive
@@ -26,9 +27,11 @@ import torch
 from torch import nn
 
 from engine.pipeline import compile as glassbox_compile
+from engine.run import evidence_collectors
 from engine.runtime.timing import load_summary, timed_in_rounds
 from engine.tools.bench import choose_threads, environment, figures, on_device
 from engine.tools.model_file import ModelSpec
+from engine.tools.step_verdict import StepEvidence, judge_step
 from engine.train_verify import default_loss
 
 Measure = Callable[[Callable[[], Any]], tuple[float, float]]  # a step -> (median ms, interquartile range ms)
@@ -79,28 +82,6 @@ def saved_activation_bytes(fn: Callable, model, inputs: tuple, loss_fn: Callable
     for tensor in _trained(model, inputs):
         tensor.grad = None
     return sum(storages.values())
-
-
-def step_errors(reference: list[torch.Tensor | None], ref_loss, trained: list[torch.Tensor], loss) -> dict:
-    """Largest absolute and relative (to the tensor's largest eager value) error of the loss or any gradient."""
-    worst_abs = abs(float(loss) - float(ref_loss))
-    worst_rel = worst_abs / max(abs(float(ref_loss)), 1e-6)
-    for expected, tensor in zip(reference, trained):
-        if expected is None:
-            continue
-        if tensor.grad is None:
-            return {"max_abs_err": float("inf"), "max_rel_err": float("inf"), "problem": "a gradient is missing"}
-        error = float((tensor.grad.float() - expected.float()).abs().max())
-        worst_abs = max(worst_abs, error)
-        worst_rel = max(worst_rel, error / max(float(expected.float().abs().max()), 1e-6))
-    return {"max_abs_err": worst_abs, "max_rel_err": worst_rel}
-
-
-def _tolerance(model, inputs: tuple) -> float:
-    tensors = list(model.parameters()) if isinstance(model, nn.Module) else []
-    tensors += [x for x in inputs if isinstance(x, torch.Tensor)]
-    half = any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
-    return 5e-2 if half else 1e-3
 
 
 def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
@@ -194,8 +175,12 @@ def _compiled_step(who: str, make: Callable, model, inputs: tuple, spec: ModelSp
         report["compile_s" if who == "glassbox" else "inductor_compile_s"] = time.perf_counter() - start
         step(fn, own, own_inputs, spec.loss_fn)  # a second step: CUDA graphs record on a later call
         loss = step(fn, own, own_inputs, spec.loss_fn)
-        errors = step_errors(expected[0], expected[1], _trained(own, own_inputs), loss)
-        errors["ok"] = errors["max_rel_err"] <= _tolerance(own, own_inputs)
-        report["verify"][who] = errors
+        # the check as data too, for a judge outside a sandboxed job (Note [Bench and compare judged outside the job])
+        evidence = StepEvidence([("loss", expected[1])] + [(f"gradient[{n}]", g) for n, g in enumerate(expected[0])],
+                                [("loss", loss)] + [(f"gradient[{n}]", t.grad)
+                                                    for n, t in enumerate(_trained(own, own_inputs))], who)
+        for collector in evidence_collectors():
+            collector.append(evidence)
+        report["verify"][who] = judge_step(evidence)
     return (lambda: step(fn, own, own_inputs, spec.loss_fn),
             lambda: saved_activation_bytes(fn, own, own_inputs, spec.loss_fn))

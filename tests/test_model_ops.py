@@ -110,6 +110,7 @@ def test_moe_routing_and_complex_fall_back_with_their_reasons(backend):
 
     exploration = _explore(route, (torch.randn(16, 8),), backend)
     reasons = _fallbacks(exploration)
-    assert sum("sorting" in r for r in reasons) == 2 and len(reasons) == 2, reasons  # histc is generated
+    # topk runs eagerly; the stable argsort and histc are generated
+    assert sum("sorting" in r for r in reasons) == 1 and len(reasons) == 1, reasons
     exploration = _explore(lambda x: torch.fft.fft(x).real * 2, (torch.randn(4, 8),), backend)
     assert all("complex" in r and "FFT" in r for r in _fallbacks(exploration)), _fallbacks(exploration)

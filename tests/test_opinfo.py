@@ -29,7 +29,7 @@ INDEXING = ["gather", "index_select", "cat", "stack", "nn.functional.embedding",
             "arange", "constant_pad_nd", "flip", "tril", "triu", "roll", "repeat"]
 LIBRARY = ["mm", "bmm", "addmm"]
 SCANS = ["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"]  # Note [Scans] in engine/ir/nodes.py
-FALLBACK_OK = ["sort"]  # no lowering yet: must run eagerly and match, never be wrong
+FALLBACK_OK = ["sort"]  # an unstable sort runs eagerly (Note [Sorting runs eagerly]): it must match, never be wrong
 SUBSET = UNARY + BINARY + REDUCTIONS + VIEWS + INDEXING + LIBRARY + SCANS + FALLBACK_OK
 
 # core ops whose first float32 sample must be fully generated (no Fallback node)

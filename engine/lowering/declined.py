@@ -2,13 +2,13 @@
 held-out sweep: mixture-of-experts routing). Registered so that the reason is ours, not 'no lowering'.
 
 Note [Sorting runs eagerly]
-sort, argsort (sort.stable) and topk give each output element a value that depends on the order of its whole
-row: neither an elementwise node, a reduction (one value per row) nor a scan (a running value in index order)
-expresses it. A generated sort needs a node of its own: a bitonic network over a row held in one block
-(Triton's tl.sort, power-of-two rows) and a per-row std::stable_sort in C++, with the row's indices carried
-for argsort and topk's k first. Until that node exists ATen's sort runs (Inductor, too, falls back for rows
-that do not fit a block, and for topk always). MoE routers call topk over the experts of each token
-(8-64 values a row): a few microseconds of a step.
+A stable sort is generated as ranks (Note [Stable sort as ranks] in lowering/sorting.py). topk and an
+unstable sort (torch.sort's default, which MoE layers call on their expert ids) are not: ranks give ties
+in their positions' order, and eager's CPU kernels leave ties in their algorithm's order (a partial sort
+for topk, introsort for sort): over 400 rows of small integers (ties everywhere) eager's indices differed
+from the positions' order in 388. The values would be eager's, the indices equally valid but not eager's,
+and a model that returns or compares them could not be checked. MoE routers call topk over the experts of
+each token (8-64 values a row): a few microseconds of a step. Inductor falls back for topk too.
 histc has a lowering of its own (Note [Histogram as a reduction per bin] in lowering/histogram.py).
 """
 from __future__ import annotations
@@ -20,11 +20,12 @@ from engine.lowering.registry import Unsupported, register_lowering
 aten = torch.ops.aten
 
 
-@register_lowering(aten.sort.default, aten.sort.stable, aten.topk.default)
+@register_lowering(aten.sort.default, aten.topk.default)
 def sort(*args, **kwargs):
-    raise Unsupported("sorting (sort, argsort, topk) has no generated form: each output depends on the order "
-                      "of its whole row, which no elementwise, reduction or scan node expresses; ATen's sort "
-                      "runs (Note [Sorting runs eagerly] in engine/lowering/declined.py)")
+    raise Unsupported("sorting (topk, or sort without stable=True) runs eagerly: eager leaves ties in its "
+                      "algorithm's order, which generated ranks (positions' order) would not reproduce, so "
+                      "the indices could not be checked against eager; a stable sort is generated (Note "
+                      "[Sorting runs eagerly] in engine/lowering/declined.py)")
 
 
 # Note [Custom ops run as written]

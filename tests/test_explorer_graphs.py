@@ -150,3 +150,56 @@ def test_a_picked_weight_is_drawn_though_weights_are_hidden(wrapped):
     options = graphs.DrawOptions(collapse_depth=2, hide_params=True, highlight=frozenset([weight]),
                                  expanded=frozenset([graphs.group_of(paths[weight], 2)]))
     assert "gb-selected" in graphs.graph_dot(graph, "aten", options)
+
+
+def _table_model(from_input: bool):
+    """Six layers reading one table made from a buffer (a rotary embedding's cos/sin), or also from the input."""
+    import torch
+
+    class Table(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("freq", torch.arange(16.0))
+
+        def forward(self, x):
+            table = (self.freq * 0.1).cos()
+            return table * x.mean() if from_input else table
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x, table):
+            return self.lin(x) * table
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = Table()
+            self.layers = torch.nn.ModuleList(Layer() for _ in range(6))
+
+        def forward(self, x):
+            table = self.table(x)
+            for layer in self.layers:
+                x = layer(x, table)
+            return x
+
+    net = Net().eval()
+    record = engine.explore(lambda x: net(x), (torch.randn(4, 16),), name="table").to_json()
+    return Exploration.from_json(record).graphs[0]
+
+
+def test_a_constant_read_by_many_modules_is_folded_into_its_readers():
+    """Note [Constants fold into their readers]: no fan of edges from a box no input reaches; each reader names it."""
+    import re
+
+    for from_input in (False, True):
+        graph = _table_model(from_input)
+        dot = graphs.graph_dot(graph, "aten", graphs.DrawOptions(collapse_depth=2, hide_params=True))
+        box = re.search(r'(\S+) \[label="table\\n', dot).group(1)
+        edges_out = re.findall(rf"^\s*{re.escape(box)} -> ", dot, re.MULTILINE)
+        if from_input:  # a value of the input: its edges stay
+            assert len(edges_out) == 6 and "reads table" not in dot
+        else:
+            assert not edges_out and "constant, read by 6" in dot and dot.count("reads table") == 6

@@ -198,6 +198,28 @@ def common_module(paths: list[str]) -> str:
 # the model's real inputs and its output stay drawn beside the boxes.
 
 
+# Note [Constants fold into their readers]
+# Some of a graph's values depend on no input at all: a rotary embedding's cos/sin tables, made from a buffer
+# and an arange of positions, feed every layer's attention. Folded by module, such a box (model.rotary_emb)
+# sends an edge to each of its readers, and in a 24-layer Llama those 24 long edges across the whole graph are
+# most of what one sees. A box or node whose every op is constant (no graph input reaches it) and that feeds more
+# than FAN_OUT boxes is drawn without those edges: it says how many modules read it, and each reader names it,
+# as a module names the weights folded into it.
+FAN_OUT = 3
+
+
+def constant_nodes(graph: GraphRecord, which: str) -> set[str]:
+    """Nodes no graph input reaches: weights, buffers, constants and the ops computed from them alone."""
+    nodes = getattr(graph, which)
+    names = {n.name for n in nodes}
+    constant = param_names(graph, which) | {n.name for n in nodes if n.op == "get_attr"}
+    for node in nodes:  # in graph order: a node's arguments come before it
+        if node.op not in ("placeholder", "output", "get_attr") and all(
+                a in constant for a in node.args if a in names):
+            constant.add(node.name)
+    return constant
+
+
 def natural_key(path: str) -> list:
     """Sort key that puts layers.2 before layers.10."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split(".")]
@@ -349,6 +371,15 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
             visible[node.name] = group_ids[group]
     for node in nodes:
         visible.setdefault(node.name, f"{prefix}{node.name}")
+    edges = []
+    for node in nodes:
+        for arg in node.args:
+            if arg not in visible:
+                continue
+            edge = (visible[arg], visible[node.name])
+            if edge[0] != edge[1] and edge not in edges:
+                edges.append(edge)
+    edges, notes = _without_constant_fans(graph, which, visible, edges, group_ids)
 
     def draw_node(node: FxNode, into: graphviz.Digraph) -> None:
         name = node.name
@@ -356,7 +387,8 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
         fill, border, _ = KIND_STYLE.get(kind, KIND_STYLE["other"])
         mine = kernels.get(name, [])
         style = "rounded,filled" + (",dashed" if kind in ("fallback", "view") else "")
-        attrs = dict(label=_node_label(node, kind, mine, options), fillcolor=fill, color=border,
+        note = f"\n{notes[visible[name]]}" if visible[name] in notes else ""
+        attrs = dict(label=_node_label(node, kind, mine, options) + note, fillcolor=fill, color=border,
                      style=style, tooltip=_tooltip(node, mine, paths.get(name, "")))
         if kind in ("input", "param", "output"):
             attrs["shape"] = "oval"
@@ -414,7 +446,8 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
         # Note [Kernels when folded]: a folded module still names the kernels its ops run in
         inside = list(dict.fromkeys(k for n in group_nodes for k in kernels.get(n.name, [])))
         ran = f"\n{len(inside)} kernel{'s' if len(inside) != 1 else ''}: " + _few(inside) if inside else ""
-        attrs = dict(label=f"{group}\n{len(ops)} op{'s' if len(ops) != 1 else ''}: {summary}{ran}", shape="box3d",
+        note = f"\n{notes[group_ids[group]]}" if group_ids[group] in notes else ""
+        attrs = dict(label=f"{group}\n{len(ops)} op{'s' if len(ops) != 1 else ''}: {summary}{ran}{note}", shape="box3d",
                      style="filled",
                      fillcolor=fill, color=HIGHLIGHT if highlighted else OTHER_SIDE if other else border,
                      tooltip=f"module {group}: {len(group_nodes)} nodes (Find a node unfolds it); inside: "
@@ -427,14 +460,6 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
             attrs["fontcolor"] = FADED
         out.node(dot_text(group_ids[group]), **_attrs(**attrs))
 
-    edges = []
-    for node in nodes:
-        for arg in node.args:
-            if arg not in visible:
-                continue
-            edge = (visible[arg], visible[node.name])
-            if edge[0] != edge[1] and edge not in edges:
-                edges.append(edge)
     for source, target in edges:
         out.edge(dot_text(source), dot_text(target))
 
@@ -444,6 +469,29 @@ def _draw_graph(graph: GraphRecord, which: str, prefix: str, options: DrawOption
         drawn.first = visible[(inputs or nodes)[0].name]
         drawn.last = visible[(outputs or nodes)[-1].name]
     return drawn
+
+
+def _without_constant_fans(graph: GraphRecord, which: str, visible: dict[str, str], edges: list,
+                           group_ids: dict[str, str]) -> tuple[list, dict[str, str]]:
+    """`edges` less those of constant boxes read by more than FAN_OUT others, and a line for each such box and
+    its readers to say so (DOT id -> line; Note [Constants fold into their readers])."""
+    constant, weights = constant_nodes(graph, which), param_names(graph, which)
+    units: dict[str, list[str]] = defaultdict(list)  # DOT id -> the nodes drawn as it
+    for name, unit in visible.items():
+        units[unit].append(name)
+    names = {unit: group for group, unit in group_ids.items()}
+    readers: dict[str, list[str]] = defaultdict(list)
+    for source, target in edges:
+        readers[source].append(target)
+    fans = [source for source, targets in readers.items()
+            if len(targets) > FAN_OUT and all(n in constant for n in units[source])
+            and any(n not in weights for n in units[source])]  # a computed value, not a lone weight
+    notes: dict[str, str] = {}
+    for source in fans:
+        notes[source] = f"constant, read by {len(readers[source])} (edges not drawn)"
+        for target in readers[source]:
+            notes.setdefault(target, f"reads {names.get(source) or units[source][0]}")
+    return [(source, target) for source, target in edges if source not in fans], notes
 
 
 def _digraph(title: str | None, direction: str) -> graphviz.Digraph:

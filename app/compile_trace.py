@@ -9,7 +9,7 @@ import streamlit as st
 from app.safe_text import file_name
 from engine.record import Exploration
 from engine.tools.trace_file import trace_events
-from visualizers.compile_cost import compile_cost, cost_rows
+from visualizers.compile_cost import build_words, compile_cost, cost_rows
 from visualizers import timeline
 
 
@@ -27,12 +27,9 @@ def compile_pane(record: Exploration, key: str) -> None:
         return
     cost = compile_cost(record)
     st.plotly_chart(figure, width="stretch", key=f"{key}_compile_timeline", config={"displayModeBar": False})
-    builds = cost["builds"]
-    words = [f"graph {b['graph']}: " + ("cache hit" + (f", saved {b['saved_s']:.2f} s of a {b['cold_s']:.2f} s cold "
-                                                        "build" if b.get("saved_s") is not None else "")
-                                        if b["cache_hit"] else f"cold build, {b['seconds']:.2f} s")
-             for b in builds]
-    st.caption(f"Compile {cost['total_s']:.2f} s in all; kernels built: " + ("; ".join(words) or "none") + ".")
+    words = [f"graph {b.graph}: " + (build_words(b, digits=2) if b.cache_hit else f"cold build, {b.seconds:.2f} s")
+             for b in cost.builds]
+    st.caption(f"Compile {cost.total_s:.2f} s in all; kernels built: " + ("; ".join(words) or "none") + ".")
     with st.expander("Compile cost per stage, pass and kernel, and the cache"):
         st.dataframe([{"what": row["what"], "kind": row["kind"], "ms": round(row["seconds"] * 1e3, 2)}
                       for row in cost_rows(cost)], hide_index=True, width="stretch")

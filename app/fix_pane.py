@@ -27,10 +27,10 @@ def _apply(number: int, lineno: int, suggestion: Suggestion, before: dict) -> No
         session.fix_error = str(error)
         return
     session.fix_error = ""
-    session.fix_trial = {"source": applied["source"], "label": applied["label"], "inputs": applied.get("inputs"),
+    session.fix_trial = {"source": applied["source"], "label": applied["label"], "inputs": applied["inputs"],
                          "before": before, "break": number, "line": lineno, "pattern": suggestion.pattern}
     session.editor = fixed  # the editor shows the fixed code (Note [Code editor component])
-    session.applied = {"source": fixed, "label": state.PASTED, "inputs": applied.get("inputs")}
+    session.applied = {"source": fixed, "label": state.PASTED, "inputs": applied["inputs"]}
 
 
 def _keep() -> None:
@@ -39,7 +39,7 @@ def _keep() -> None:
 
 def _revert() -> None:
     session = st.session_state
-    trial = session.get("fix_trial") or {}
+    trial = session.fix_trial or {}
     if trial:
         session.editor = trial["source"]
         session.applied = {"source": trial["source"], "label": trial["label"], "inputs": trial["inputs"]}
@@ -47,7 +47,7 @@ def _revert() -> None:
 
 
 def apply_button(record: Exploration, graph_break: GraphBreakRecord, number: int) -> None:
-    if not concrete(graph_break.suggestion) or not graph_break.lineno or st.session_state.get("fix_trial"):
+    if not concrete(graph_break.suggestion) or not graph_break.lineno or st.session_state.fix_trial:
         return
     st.button("Apply this rewrite", key=f"apply_fix_{number}", icon=":material/auto_fix_high:",
               on_click=_apply, args=(number, graph_break.lineno, graph_break.suggestion, summary(record.to_json())),
@@ -55,9 +55,9 @@ def apply_button(record: Exploration, graph_break: GraphBreakRecord, number: int
 
 
 def trial_banner(record: Exploration) -> None:
-    if st.session_state.get("fix_error"):
+    if st.session_state.fix_error:
         st.warning(st.session_state.fix_error)
-    trial = st.session_state.get("fix_trial")
+    trial = st.session_state.fix_trial
     if not trial:
         return
     before, after = trial["before"], summary(record.to_json())

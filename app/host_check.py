@@ -11,9 +11,9 @@ A run with no HTTP request behind it (AppTest) has no Host header and is let thr
 """
 from __future__ import annotations
 
-import os
-
 import streamlit as st
+
+from app import settings
 
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
@@ -26,7 +26,7 @@ def allowed_hosts() -> set[str]:
         configured = None
     if configured:
         names.add(str(configured).lower())
-    names.update(n.strip().lower() for n in os.environ.get("GLASSBOX_ALLOWED_HOSTS", "").split(",") if n.strip())
+    names.update(settings.ALLOWED_HOSTS)
     return names
 
 

@@ -23,7 +23,7 @@ def render(record: Exploration, graph: GraphRecord | None, key: str) -> None:
         return
     bisect = graph.bisect
     if bisect.status is None:  # it did not run
-        if record.verify.get("ok") and not record.verify.get("max_abs_err"):
+        if record.verify.ok and not record.verify.max_abs_err:
             st.caption("Numerics bisect: the outputs are exactly eager's, so there is nothing to bisect.")
         return
     st.markdown(f"**Numerics bisect, graph {graph.index}** — each kernel's outputs against eager's ATen values")

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
+
+from app import settings
 
 
 def content_key(*parts: Any) -> str:
@@ -24,7 +25,7 @@ def content_key(*parts: Any) -> str:
 
 
 RESIDENT_FACTOR = 6  # resident bytes of a record's Python objects per byte of its JSON (measured: 589 MB / 100 MB)
-MAX_BYTES = int(os.environ.get("GLASSBOX_APP_CACHE_MB", "1024")) << 20
+MAX_BYTES = settings.CACHE_MB << 20
 
 
 def estimated_bytes(value: Any) -> int:

@@ -15,6 +15,7 @@ import os
 import re
 from pathlib import Path
 
+from app import settings
 from engine import options as engine_options
 
 KEYS = ("page", "sample", "backend", "device", "mode", "dynamic", "train", "stage", "side", "node", "code")
@@ -26,9 +27,7 @@ MAX_SHARED_BYTES = 200_000
 
 
 def share_dir() -> Path:
-    root = os.environ.get("GLASSBOX_SHARE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "glassbox", "shared")
-    return Path(root)
+    return settings.share_dir()
 
 
 def clean_state(query: dict, samples: list[str], pages: list[str] | None = None,

@@ -1,17 +1,26 @@
 """The sidebar on every page: which model (a sample, or the code on the Model code page) and how to compile it."""
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from app import share, state, worker
 from app.stages import STAGES
 from app.safe_text import description_markdown
+from engine import options as engine_options
+
+
+def option_help(name: str, more: str = "") -> str:
+    """An option's help as engine/options.py says it (the CLI's too), for people: no Note references."""
+    text = re.sub(r"\s*\(Note \[[^\]]*\]\)", "", engine_options.infos()[name].help) + more
+    return (text if text.startswith("torch.") else text[:1].upper() + text[1:]) + "."
 
 
 def restore_from_url() -> None:
     """Once per session: the view a link asks for (Note [Shareable URL] in app/share.py)."""
     session = st.session_state
-    if session.get("url_restored"):
+    if session.url_restored:
         return
     session.url_restored = True
     wanted = share.session_from_url(st.query_params.to_dict(), state.sample_names(), ["none"] + STAGES)
@@ -43,23 +52,19 @@ def render() -> None:
         if description and applied["label"] != state.PASTED:  # the sample's note is not about pasted code
             with st.expander("About this sample", expanded=False):
                 st.markdown(description_markdown(description))
-        st.radio("Backend", list(state.BACKENDS), key="backend", format_func=state.BACKENDS.get, horizontal=True)
+        st.radio("Backend", list(state.BACKENDS), key="backend", format_func=state.BACKENDS.get, horizontal=True,
+                 help=option_help("backend"))
         devices = ["cpu"] + (["cuda"] if state.cuda_available() else [])
         st.radio("Device", devices, key="device", format_func=str.upper, horizontal=True,
-                 help=None if len(devices) > 1 else "CUDA appears when a GPU is present.")
+                 help=option_help("device", "" if len(devices) > 1 else " (CUDA appears when a GPU is present)"))
         modes = state.modes_for(st.session_state.device)
-        if st.session_state.get("mode") not in modes:
+        if st.session_state.mode not in modes:
             st.session_state.mode = "default"
-        st.selectbox("Mode", modes, key="mode",
-                     help="torch.compile's mode: max-autotune times GEMM templates against the library call; "
-                          "reduce-overhead (CUDA) replays each graph as a CUDA graph.")
-        st.toggle("Dynamic shapes", key="dynamic", help="Compile with size symbols (s0, s1) instead of fixed sizes.")
-        st.toggle("Training step", key="train",
-                  help="Loss (the file's loss_fn, or the sum of the outputs) and backward: forward and backward graphs, "
-                       "what the forward saves for the backward and what it recomputes, every gradient checked.")
-        st.toggle("Freeze weights", key="freeze", disabled=bool(st.session_state.get("train")),
-                  help="Inference only: parameters and buffers become constants, constant work and convolution + "
-                       "batch norm are folded at compile time (the rewrites stage shows each fold).")
+        st.selectbox("Mode", modes, key="mode", help=option_help("mode"))
+        st.toggle("Dynamic shapes", key="dynamic", help=option_help("dynamic"))
+        st.toggle("Training step", key="train", help=option_help("train"))
+        st.toggle("Freeze weights", key="freeze", disabled=bool(st.session_state.train),
+                  help=option_help("freezing"))
         with st.expander("Limits", expanded=False):
             st.caption("Model code runs in a separate, sandboxed process (its own namespaces, a read-only system, "
                        "an unprivileged user, a clean environment, its own folder); it is stopped with everything "
@@ -74,15 +79,15 @@ def render() -> None:
                             help="Resident memory of the model's process and everything it starts.")
         st.button("Re-explore", key="reexplore", on_click=state.forget_current, width="stretch",
                   help="Run the worker again instead of using the cached result.")
-        if st.session_state.get("share_missing"):
+        if st.session_state.share_missing:
             st.warning("The shared link names code that no longer exists on this server (links to pasted code "
                        "last as long as the server's share folder); showing a sample instead.")
         if applied["label"] == state.PASTED:
             st.button("Share link to this code", key="share", on_click=state.share_current, width="stretch",
                       help="Stores your code on this server under its content hash and puts it in the URL: "
                            "copy the address bar.")
-            if st.session_state.get("shared_code"):
+            if st.session_state.shared_code:
                 st.caption("The address bar now links to this code and view.")
-            if st.session_state.get("share_error"):
+            if st.session_state.share_error:
                 st.warning(st.session_state.share_error)
     state.sync_url()

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import anchored_pane, compile_trace, numerics_pane, state, take_away, training, ui
 from app.safe_text import description_markdown, md_code, md_text
-from engine.record import STAGE_NAMES, Exploration, GraphRecord
+from engine.record import STAGE_NAMES, AssemblyRecord, Exploration, GraphRecord
 from visualizers import charts, graphs, tables, teaching
 from visualizers import rewrites as rewrite_views
 from visualizers import code as code_html
@@ -114,7 +114,7 @@ def rewrites_stage(record: Exploration, graph_index: int, key: str) -> None:
         with panes[0]:
             st.markdown(f"**Before** — :red[{len(before_marked)} matched nodes]")
             ui.show_graph(graphs.graph_dot(before, "aten", graphs.DrawOptions(highlight=before_marked)),
-                          len(before["aten"]))
+                          len(before.aten))
     with panes[-1]:
         st.markdown("**After** — :red[the replacement]" if before is not None else
                     "**The graph** — :red[what the near-misses looked at]")
@@ -286,38 +286,43 @@ def lowering_view(graph: GraphRecord, graph_index: int, key: str) -> None:
     if outcome.problem is not None:
         ui.show_problem(outcome.problem)
         return
-    asm = (outcome.document.get("kernels") or {}).get(kernel) or {}
-    if asm.get("error"):
-        st.error(asm["error"])
+    document = {"kernels": {}, **(outcome.document or {})}  # app/worker_main.py: {"kernels": {name: asm}} or {"error"}
+    if "error" in document:
+        st.error(document["error"])
         return
-    present = [name for name in LOWERING_STAGES if asm.get(name)]
+    found = document["kernels"]
+    asm = AssemblyRecord.from_json(found[kernel]) if kernel in found else AssemblyRecord(target="cuda sm_90")
+    if asm.error:
+        st.error(asm.error)
+        return
+    present = [name for name in LOWERING_STAGES if getattr(asm, name)]
     if not present:
-        st.info(asm.get("sass_note") or "Triton produced no lowering text for this kernel.")
+        st.info(asm.sass_note or "Triton produced no lowering text for this kernel.")
         return
     stage = st.segmented_control("Lowering", present, default=present[0], key=f"{key}_asm_stage",
                                  required=True, format_func=str.upper)
-    text = code_html.tidy_sass(asm[stage]) if stage == "sass" else asm[stage]
-    ui.show_code(text, stage, caption=f"{kernel}: {stage.upper()} for {asm.get('target', 'sm_90')}", max_height=640)
-    if asm.get("sass_note") and "sass" not in present:
-        st.caption(asm["sass_note"])
+    text = code_html.tidy_sass(getattr(asm, stage)) if stage == "sass" else getattr(asm, stage)
+    ui.show_code(text, stage, caption=f"{kernel}: {stage.upper()} for {asm.target}", max_height=640)
+    if asm.sass_note and "sass" not in present:
+        st.caption(asm.sass_note)
 
 
 def run_stage(record: Exploration, graph_index: int, key: str) -> None:
     for error in record.errors:
         st.warning(md_text(error.message))
     verify = record.verify
-    if verify.get("verdict") == "random":
-        st.warning(md_text(f"Nothing could be checked: {verify.get('problem', 'the model is random')}"))
-    elif verify.get("ok"):
-        st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.get('max_abs_err'))}, "
-                   f"max rel error {_number(verify.get('max_rel_err'))}).")
-        if verify.get("verdict") == "layout differs":
-            st.warning(md_text(verify.get("problem", "the layout differs from eager's")))
-    elif verify:
+    if verify.verdict == "random":
+        st.warning(md_text(f"Nothing could be checked: {verify.problem or 'the model is random'}"))
+    elif verify.ok:
+        st.success(f"Outputs match eager PyTorch (max abs error {_number(verify.max_abs_err)}, "
+                   f"max rel error {_number(verify.max_rel_err)}).")
+        if verify.verdict == "layout differs":
+            st.warning(md_text(verify.problem or "the layout differs from eager's"))
+    elif verify.ok is not None:
         st.error("Glassbox's outputs differ from eager PyTorch: see the table.")
-    if verify.get("reference") or verify.get("judged_in"):  # Note [Verdicts]: which reference, and where
-        st.caption(md_text(f"Judged by: {verify.get('reference', '?')}"
-                           + (f"; in {verify['judged_in']}" if verify.get("judged_in") else "")))
+    if verify.reference or verify.judged_in:  # Note [Verdicts]: which reference, and where
+        st.caption(md_text(f"Judged by: {verify.reference or '?'}"
+                           + (f"; in {verify.judged_in}" if verify.judged_in else "")))
     rows = tables.numerics_rows(verify)
     if rows:
         st.markdown("**Numerics per output**")

@@ -10,13 +10,15 @@ import functools
 import os
 import textwrap
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import streamlit as st
 
 from app import inputs as input_specs
-from app import worker
+from app import settings, worker
 from app.results import ResultCache, content_key
 from engine import options as engine_options
+from engine.options import Options
+from engine.record import GraphRecord
 from samples import DEFAULT_SAMPLE, sample_names, sample_path
 
 PASTED = "pasted"
@@ -25,29 +27,22 @@ BACKENDS = dict(engine_options.infos()["backend"].labels)  # the sidebar's names
 
 @dataclass(frozen=True)
 class Request:
-    """Exactly what one explore runs: the code (with any input override appended) and the options."""
+    """Exactly what one explore runs: the code (with any input override appended) and the options (the one
+    option set, engine/options.py: the sidebar sets backend, device, dynamic, train, mode and freezing)."""
     source: str
     label: str
-    backend: str = "cpp"
-    device: str = "cpu"
-    dynamic: bool = False
-    train: bool = False
-    mode: str = "default"
-    freeze: bool = False  # parameters as constants, folded at compile time (inference only; Note [Freezing])
-
-    @property
-    def options(self) -> worker.Options:
-        return worker.Options(self.backend, self.device, self.dynamic, self.train, self.mode, freeze=self.freeze)
+    options: Options = field(default_factory=Options)
 
     def key(self, kind: str = "explore") -> str:
-        return content_key(kind, self.source, self.label, self.backend, self.device, self.dynamic, self.train,
-                           self.mode, *(["freeze"] if self.freeze else []))
+        o = self.options
+        return content_key(kind, self.source, self.label, o.backend, o.device, bool(o.dynamic), o.train, o.mode,
+                           *(["freeze"] if o.freezing else []))
 
 
 @st.cache_resource
 def result_cache() -> ResultCache:
     """One bounded cache for the whole server: a second browser tab on the same sample is instant."""
-    return ResultCache(max_entries=int(os.environ.get("GLASSBOX_APP_CACHE_ENTRIES", "32")))
+    return ResultCache(max_entries=settings.CACHE_ENTRIES)
 
 
 @st.cache_resource
@@ -108,10 +103,31 @@ def cuda_available() -> bool:
 # --- session state ------------------------------------------------------------------------------------------
 
 
+# The sidebar's widget keys and the options they set (engine/options.py); the toggles are bools
+WIDGET_OPTIONS = {"backend": "backend", "device": "device", "dynamic": "dynamic", "train": "train",
+                  "freeze": "freezing", "mode": "mode"}
+SWITCHES = ("dynamic", "train", "freezing")
+
+# The session's own keys (not a widget's) and their values before anything set them: init() puts them in, so
+# the pages read them as attributes.
+SESSION_DEFAULTS = {
+    "runs": 0,  # script runs of this session (the code editor tells a page revisit)
+    "url_restored": False,  # sidebar.restore_from_url ran (once per session)
+    "inputs_prefill": "", "input_error": "",  # the shapes box: what the last run reported, a parse error
+    "shared_code": None, "share_error": "", "share_missing": False,  # Note [Shareable URL]
+    "node": None,  # the node found on the Explorer page (and in the URL)
+    "fix_trial": None, "fix_error": "",  # a graph-break fix being tried (app/fix_pane.py)
+    "compare_kind": None,
+    "editor_key": None, "editor_drawn_in": None, "editor_seen": None, "editor_marks": None, "editor_mounts": 0,
+}
+
+
 def init() -> None:
     warm_worker()
     state = st.session_state
-    state.runs = state.get("runs", 0) + 1  # script runs of this session (the code editor tells a page revisit)
+    for key, value in SESSION_DEFAULTS.items():
+        state.setdefault(key, value)
+    state.runs = state.runs + 1  # script runs of this session (the code editor tells a page revisit)
     if "sample" not in state:
         # ?sample=NAME links straight to a sample (handy for teaching material); the rest of a shared view is
         # restored by sidebar.restore_from_url
@@ -124,14 +140,10 @@ def init() -> None:
         state.editor = sample_source(state.sample)
     if "applied" not in state:  # the code and input shapes being explored (the editor may differ until Explore)
         state.applied = {"source": state.editor, "label": state.sample, "inputs": None}
-    state.setdefault("backend", "cpp")
-    state.setdefault("device", "cpu")
-    state.setdefault("dynamic", False)
-    state.setdefault("train", False)
-    state.setdefault("freeze", False)
-    state.setdefault("mode", "default")
+    for widget, option in WIDGET_OPTIONS.items():  # the sidebar's widgets start at the options' defaults
+        state.setdefault(widget, bool(engine_options.default(option)) if option in SWITCHES else
+                         engine_options.default(option))
     state.setdefault("inputs_text", "")
-    state.setdefault("input_error", "")
 
 
 def choose_sample() -> None:
@@ -152,9 +164,9 @@ def apply_editor() -> None:
     label = state.sample if source == sample_source(state.sample) else PASTED
     text = (state.inputs_text or "").strip()
     state.input_error = ""
-    if not text or text == (state.get("inputs_prefill") or "").strip():
+    if not text or text == (state.inputs_prefill or "").strip():
         # the box shows what the last run reported: no new shapes asked for (keep an override of this same code)
-        specs = state.applied.get("inputs") if state.applied.get("source") == source else None
+        specs = state.applied["inputs"] if state.applied["source"] == source else None
     else:
         try:
             specs = input_specs.parse_inputs(text)
@@ -162,7 +174,7 @@ def apply_editor() -> None:
             state.input_error = str(error)
             return
     state.applied = {"source": source, "label": label, "inputs": specs}
-    if state.get("shared_code") and label != PASTED:
+    if state.shared_code and label != PASTED:
         state.shared_code = None
 
 
@@ -171,7 +183,7 @@ def share_current() -> None:
     from app import share
 
     state = st.session_state
-    if state.applied.get("label") == PASTED:
+    if state.applied["label"] == PASTED:
         try:
             state.shared_code = share.store_code(state.applied["source"])
         except (OSError, ValueError) as error:
@@ -183,7 +195,7 @@ def sync_url() -> None:
     from app import share
 
     state = st.session_state
-    code = state.get("shared_code") if state.applied.get("label") == PASTED else None
+    code = state.shared_code if state.applied["label"] == PASTED else None
     wanted = share.url_from_session({k: state.get(k) for k in share.SESSION_KEYS}, code)
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
@@ -197,12 +209,13 @@ def current_request() -> Request:
     state = st.session_state
     applied = state.applied
     source = applied["source"]
-    if applied.get("inputs"):
+    if applied["inputs"]:
         source = input_specs.with_inputs(source, applied["inputs"])
     device = state.device if state.device == "cpu" or cuda_available() else "cpu"
     mode = state.mode if state.mode in modes_for(device) else "default"
-    return Request(source, applied["label"], state.backend, device, bool(state.dynamic), bool(state.train), mode,
-                   freeze=bool(state.freeze) and not state.train)
+    return Request(source, applied["label"], Options(backend=state.backend, device=device, dynamic=bool(state.dynamic),
+                                                     train=bool(state.train), mode=mode,
+                                                     freezing=bool(state.freeze) and not state.train))
 
 
 def modes_for(device: str) -> list[str]:
@@ -234,7 +247,8 @@ def exploration() -> worker.Outcome:
         st.session_state.last_seconds = (outcome.seconds, True)
         return outcome
     what = request.label if request.label != PASTED else "your code"
-    with st.status(f"Exploring {what} ({BACKENDS.get(request.backend, request.backend)}, {request.device})…",
+    backend = request.options.backend
+    with st.status(f"Exploring {what} ({BACKENDS.get(backend, backend)}, {request.options.device})…",
                    expanded=False) as status:
         st.write("A worker process imports torch, runs the model eagerly, then compiles it stage by stage.")
 
@@ -297,7 +311,7 @@ def run_compare(side_a: list[str], side_b: list[str], edited: str | None = None)
 
 
 def cached_compare() -> worker.Outcome | None:
-    kind = st.session_state.get("compare_kind")
+    kind = st.session_state.compare_kind
     return result_cache().get(current_request().key(kind)) if kind else None
 
 
@@ -315,7 +329,7 @@ def _run_long_job(kind: str, job, title: str, ticking: str, done: str) -> worker
     return outcome
 
 
-def run_assembly(graph: dict, graph_index: int, kernel: str) -> worker.Outcome:
+def run_assembly(graph: GraphRecord, graph_index: int, kernel: str) -> worker.Outcome:
     with st.status(f"Lowering {kernel} with Triton for sm_90 (TTIR → TTGIR → LLIR → PTX → SASS)…",
                    expanded=False) as status:
         outcome = worker.assembly(graph, [kernel],
@@ -331,5 +345,5 @@ def sample_file_text(name: str) -> str:
 
 
 def model_path_name() -> str:
-    return worker.model_file_name(st.session_state.applied.get("label", PASTED))
+    return worker.model_file_name(st.session_state.applied["label"])
 

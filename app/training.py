@@ -6,7 +6,7 @@ import streamlit as st
 
 from app import ui
 from app.safe_text import md_text
-from engine.record import GraphRecord
+from engine.record import GraphRecord, VerifyRecord
 from visualizers import partition as partition_view
 
 
@@ -33,11 +33,11 @@ def partition_pane(graph: GraphRecord, key: str) -> None:
         st.dataframe(recomputed, hide_index=True, width="stretch")
 
 
-def gradients_pane(verify: dict) -> None:
-    if "gradients" not in verify:
+def gradients_pane(verify: VerifyRecord) -> None:
+    if verify.gradients is None:
         return
     st.markdown("**Training step: loss, gradients and buffers against eager**")
-    for note in verify.get("notes") or []:
+    for note in verify.notes or []:
         st.info(md_text(note))
     st.dataframe(partition_view.gradient_rows(verify), hide_index=True, width="stretch",
                  column_config={"max abs error": st.column_config.NumberColumn(format="%.3e"),

@@ -134,7 +134,7 @@ def selected_names(graph: GraphRecord, which: str, node: str | None) -> frozense
 
 def select_node(options: graphs.DrawOptions, graph: GraphRecord, which: str) -> None:
     """Highlight the selected node (session "node", in the URL) and unfold the module it is folded into."""
-    chosen = selected_names(graph, which, st.session_state.get("node"))
+    chosen = selected_names(graph, which, st.session_state.node)
     if not chosen:
         return
     options.highlight = chosen
@@ -151,7 +151,7 @@ def node_finder(record: Exploration, graph_index: int) -> None:
     names = sorted({n.name for nodes in (graph.fx, graph.aten) for n in nodes if n.op != "output"})
     where = {**graphs.module_paths(graph, "aten"), **graphs.module_paths(graph, "fx")}
     ops = {n.name: graphs.short_target(n) for nodes in (graph.fx, graph.aten) for n in nodes}
-    current = st.session_state.get("node")
+    current = st.session_state.node
     if st.session_state.get("node_finder") != current:
         st.session_state.node_finder = current if current in names else None
 

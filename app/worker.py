@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from app import settings
 from app.worker_main import STACK_SIGNAL
 from engine import options as engine_options
-from engine.record import ErrorRecord, Exploration, GraphRecord
+from engine.options import Options
+from engine.record import ErrorRecord, Exploration, GraphRecord, VerifyRecord
 from engine.tools import isolation, sandbox
 from engine.tools.judged import (EVIDENCE_NAME, apply_inductor_verdict, apply_verdicts, judge_in_sandbox,
                                  read_evidence, verdict_code)
@@ -34,33 +36,11 @@ from engine.tools.sandbox import Limits, SandboxResult
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "app" / "worker_main.py"
 
-EXPLORE_TIMEOUT_S = float(os.environ.get("GLASSBOX_APP_TIMEOUT", "180"))
-BENCH_TIMEOUT_S = float(os.environ.get("GLASSBOX_APP_BENCH_TIMEOUT", "420"))
-MEMORY_GB = float(os.environ.get("GLASSBOX_APP_MEMORY_GB", "8"))
+EXPLORE_TIMEOUT_S, BENCH_TIMEOUT_S, MEMORY_GB = settings.EXPLORE_TIMEOUT_S, settings.BENCH_TIMEOUT_S, settings.MEMORY_GB
 MAX_TIMEOUT_S = 3600.0  # the most the sidebar's time limit may be set to
 OUTPUT_MB, PROCESSES = 256, 64  # a large model's record is tens of MB of JSON; g++ and OpenMP are a few processes
 
 EXIT_OK, EXIT_FAILED, EXIT_USER_ERROR = 0, 1, 2  # the CLI's exit codes (engine/__main__.py)
-
-
-@dataclass
-class Options:
-    backend: str = "cpp"
-    device: str = "cpu"
-    dynamic: bool = False
-    train: bool = False  # a training step: forward, backward and the partition (engine/train_verify.py)
-    mode: str = "default"  # torch.compile's mode: default | reduce-overhead (CUDA graphs) | max-autotune
-    freeze: bool = False  # inference only: parameters as constants (Note [Freezing])
-
-    def cli_args(self) -> list[str]:
-        """The CLI's flags for these options (their names: engine/options.py)."""
-        flag = {name: info.cli for name, info in engine_options.infos().items()}
-        switches = {"dynamic": self.dynamic, "train": self.train, "freezing": self.freeze}
-        return [flag["backend"], self.backend, flag["device"], self.device] + [
-            flag[name] for name, on in switches.items() if on] + self.mode_args()
-
-    def mode_args(self) -> list[str]:
-        return [] if self.mode == engine_options.default("mode") else [engine_options.infos()["mode"].cli, self.mode]
 
 
 @dataclass
@@ -125,7 +105,7 @@ def protection_missing() -> str:
 # Note [Standby worker]; its CPU limit is lowered to each job's when the job is handed over
 STANDBY = sandbox.Standby([sys.executable, str(LAUNCHER), "--standby"], limits(MAX_TIMEOUT_S),
                           env={"PYTHONUNBUFFERED": "1"},  # what a crashing model printed last still shows
-                          enabled=os.environ.get("GLASSBOX_APP_STANDBY", "1") != "0",
+                          enabled=settings.STANDBY,
                           stack_signal=STACK_SIGNAL)  # app/worker_main.py prints its stack on it
 
 
@@ -197,7 +177,7 @@ def explore(source: str, label: str, options: Options, timeout: float = EXPLORE_
     # shapes and, as data, what went wrong; the call is timed against eager (a graph-break fix's before and after)
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--record-out",
                                         str(workdir / "record.json"), "--evidence-out", str(workdir / EVIDENCE_NAME),
-                                        "--time-call", *options.cli_args()],
+                                        "--time-call", *engine_options.cli_args(options)],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("record.json", EVIDENCE_NAME),
                        on_tick=on_tick)
     return explore_outcome(finished, name)
@@ -251,9 +231,9 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
     inputs = inputs or None
     if returncode == EXIT_OK and record is not None and finished.completed:
         return Outcome(record=record, inputs=inputs, seconds=finished.seconds)
-    if record is not None and finished.completed and (record.verify or {}).get("verdict") == "random":
+    if record is not None and finished.completed and record.verify.verdict == "random":
         return Outcome(record=record, inputs=inputs, seconds=finished.seconds, problem=Problem(
-            "The model is random: nothing could be checked", record.verify.get("problem") or "",
+            "The model is random: nothing could be checked", record.verify.problem or "",
             hints=["Call model.eval() (dropout), or make the randomness an input."],
             log=finished.stderr.strip()[-4000:]))
     failure = failed_with(record.errors if record else [], finished)
@@ -269,9 +249,9 @@ def explore_outcome(finished: Finished, name: str = "") -> Outcome:
                    seconds=finished.seconds)
 
 
-def mismatch_problem(verify: dict, finished: Finished) -> Problem:
+def mismatch_problem(verify: VerifyRecord, finished: Finished) -> Problem:
     return Problem("Glassbox's output differs from eager PyTorch",
-                   verify.get("problem") or "Verification failed: see the run stage for the errors per output.",
+                   verify.problem or "Verification failed: see the run stage for the errors per output.",
                    hints=["This is a compiler bug, not yours: the run stage shows which output differs."],
                    log=finished.stderr.strip()[-4000:])
 
@@ -496,9 +476,8 @@ def bench(source: str, label: str, options: Options, timeout: float = BENCH_TIME
     name = model_file_name(label)
     # like explore's record, the bench document is written even when benching fails, its errors[] saying why
     finished = run_job(lambda workdir: ["--", "bench", str(workdir / name), "--json", "--record-out",
-                                        str(workdir / "bench.json"), "--backend", options.backend,
-                                        "--device", options.device, "--min-time", str(min_time), "--quick",
-                                        *options.mode_args()] + (["--train"] if options.train else [])
+                                        str(workdir / "bench.json"), "--min-time", str(min_time), "--quick",
+                                        *engine_options.cli_args(options, ("backend", "device", "mode", "train"))]
                                        + ([] if with_inductor else ["--no-inductor"])
                                        + ["--evidence-out", str(workdir / EVIDENCE_NAME)],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=("bench.json", EVIDENCE_NAME),
@@ -602,6 +581,7 @@ def profile(source: str, label: str, options: Options, timeout: float = BENCH_TI
     """`explore FILE --profile --json`: the record with every kernel timed (engine/runtime/profile.py)."""
     name = model_file_name(label)
     finished = run_job(lambda workdir: ["--", "explore", str(workdir / name), "--json", "--profile",
-                                        "--evidence-out", str(workdir / EVIDENCE_NAME), *options.cli_args()],
+                                        "--evidence-out", str(workdir / EVIDENCE_NAME),
+                                        *engine_options.cli_args(options)],
                        limits(timeout, memory_gb), inputs={name: source}, outputs=(EVIDENCE_NAME,), on_tick=on_tick)
     return explore_outcome(finished, name)

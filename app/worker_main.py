@@ -28,18 +28,23 @@ STACK_SIGNAL = signal.SIGUSR1  # app/worker.py sends it before a limit kill
 def assembly(in_path: Path, out_path: Path, kernel_names: list[str] | None) -> int:
     """The engine's on-request Triton lowerings (engine/tools/assembly.add_assembly) for a record's
     graphs, written back as {kernel name: {"ttir", "ttgir", "llir", "ptx", "sass", "target", "error"?}}."""
-    document = json.loads(in_path.read_text(encoding="utf-8"))
     try:
+        from engine.record import CodeRecord, Exploration, GraphRecord, KernelRecord
         from engine.tools.assembly import add_assembly
     except ImportError as error:
         out_path.write_text(json.dumps({"error": f"this engine cannot lower Triton for display: {error}"}))
         return 1
     try:
-        add_assembly(document, kernel_names)
+        document = json.loads(in_path.read_text(encoding="utf-8"))  # app/worker.py: each graph's code and kernels
+        record = Exploration(model="", backend="triton", device="", graphs=[
+            GraphRecord(index=number, code=CodeRecord.from_json(graph["code"]) if graph["code"] else None,
+                        kernels=[KernelRecord.from_json(kernel) for kernel in graph["kernels"]])
+            for number, graph in enumerate(document["graphs"])])
+        add_assembly(record, kernel_names)
     except Exception as error:  # noqa: BLE001 - shown in the app as the reason there is no assembly
         out_path.write_text(json.dumps({"error": f"{type(error).__name__}: {error}"}))
         return 1
-    found = {k["name"]: k["asm"] for g in document.get("graphs") or [] for k in g.get("kernels") or [] if "asm" in k}
+    found = {k.name: k.asm.to_json() for k in record.kernels if k.asm is not None}
     out_path.write_text(json.dumps({"kernels": found}), encoding="utf-8")
     return 0
 

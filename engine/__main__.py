@@ -40,7 +40,8 @@ from typing import Callable
 import torch
 
 from engine import options as engine_options
-from engine.record import ErrorRecord, Exploration, SourceFile, Suggestion
+from engine.record import (ErrorRecord, Exploration, InductorRecord, KernelRecord, MachineRecord, SourceFile,
+                           Suggestion)
 from engine.tools import cli_format
 from engine.tools.json_stdout import stdout_to_stderr
 from engine.tools.model_file import ModelFileError, ModelSpec, load_model_file, run_eager
@@ -377,12 +378,15 @@ def explore_command(args) -> tuple[dict, int]:
         raise compile_failure(spec, error) from error
     if args.inductor:
         from engine.reference import inductor_reference
+        from engine.verdict import verify_record
         try:
             with run_module.collect_evidence() as inductor_evidence:
-                exploration.inductor = inductor_reference(spec.model, spec.example_inputs, profile=args.profile)
+                report = inductor_reference(spec.model, spec.example_inputs, profile=args.profile)
+                exploration.inductor = InductorRecord.from_json({**report,
+                                                                 "verify": verify_record(report["verify"]).to_json()})
             evidence += [dataclasses.replace(found, role="inductor") for found in inductor_evidence]
         except Exception as error:  # Inductor failing is worth showing, not fatal for our record
-            exploration.inductor = {"error": f"{type(error).__name__}: {error}"}
+            exploration.inductor = InductorRecord(error=f"{type(error).__name__}: {error}")
     if getattr(args, "evidence_out", None):  # Note [Judged outside the job]: explore's and Inductor's, as data
         from engine.tools.judged import save_evidence
         save_evidence(evidence, args.evidence_out)
@@ -649,10 +653,11 @@ def print_bench(document: dict) -> None:
     reports = [case for case in document.get("cases") or [] if isinstance(case, dict)]
     print(cli_format.bench_table(reports))
     for report in reports:
-        for kernel in report.get("kernels") or []:
-            print(f"  {report['name']} graph {kernel['graph']} {kernel['name']} {kernel['kind']}"
+        for entry in report.get("kernels") or []:  # profile_case's: a graph index and the kernel's profile
+            kernel = KernelRecord.from_json({key: value for key, value in entry.items() if key != "graph"})
+            print(f"  {report['name']} graph {entry['graph']} {kernel.name} {kernel.kind}"
                   f"{cli_format.kernel_profile(kernel)}")
-        print("\n".join(cli_format.machine_line(report.get("machine") or {})))
+        print("\n".join(cli_format.machine_line(MachineRecord.from_json(report.get("machine") or {}))))
     for warning in {report.get("load_warning") for report in reports if report.get("load_warning")}:
         print(f"Warning: {warning}")
 
@@ -775,7 +780,7 @@ def report_command(args) -> tuple[dict, int]:
                       error) from error
     print(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser, no network needed.",
           file=sys.stderr)
-    return {"report": str(out), "errors": record.get("errors") or []}, code
+    return {"report": str(out), "errors": [error.to_json() for error in record.errors]}, code
 
 
 # --- repro ---------------------------------------------------------------------------------------------------
@@ -821,24 +826,24 @@ def quiet_exploration(args) -> dict:
 def asm_command(args) -> tuple[dict, int]:
     from engine.tools.assembly import add_assembly
 
-    record = quiet_exploration(args)
-    kernels = {k["name"]: (g, k) for g in record.get("graphs") or [] for k in g.get("kernels") or []}
+    record = Exploration.from_json(quiet_exploration(args))
+    kernels = {k.name: (g, k) for g in record.graphs for k in g.kernels}
     lowered = [name for name, (g, k) in kernels.items()
-               if (g.get("code") or {}).get("language") == "triton" and (k.get("triton") or k.get("template"))]
+               if g.code is not None and g.code.language == "triton" and (k.triton or k.template)]
     if args.kernel not in lowered:
         known = ", ".join(lowered) or "none (the C++ backend has no Triton kernels: use --backend triton)"
         what = "is a library or eager call, not a generated Triton kernel" if args.kernel in kernels else \
             "is not a kernel of this model"
         raise Failure(f"{args.kernel} {what}. Triton kernels: {known}.", EXIT_USER_ERROR)
     add_assembly(record, [args.kernel])
-    asm = kernels[args.kernel][1].get("asm") or {}
-    if asm.get("error"):
-        raise Failure(f"Triton could not lower {args.kernel}: {asm['error']}", EXIT_FAILED)
-    text = asm.get(args.level) or ""
+    asm = kernels[args.kernel][1].asm
+    if asm.error:
+        raise Failure(f"Triton could not lower {args.kernel}: {asm.error}", EXIT_FAILED)
+    text = getattr(asm, args.level) or ""
     if not args.json:
-        print(f"# {args.kernel}: {args.level.upper()} for {asm.get('target', 'sm_90')}")
+        print(f"# {args.kernel}: {args.level.upper()} for {asm.target}")
         print(text)
-    return {"kernel": args.kernel, "level": args.level, "target": asm.get("target"), "text": text}, EXIT_OK
+    return {"kernel": args.kernel, "level": args.level, "target": asm.target, "text": text}, EXIT_OK
 
 
 def provenance_command(args) -> tuple[dict, int]:

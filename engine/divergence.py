@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-from engine.record import BisectCulprit, BisectKernel, BisectOutput, BisectRecord
+from engine.record import BisectCulprit, BisectKernel, BisectOutput, BisectRecord, VerifyRecord
 from engine.reproducer import _value_node
 from engine.run import compare_tensor
 
@@ -206,6 +206,6 @@ class Bisector:
             graph_record.bisect.seconds = time.perf_counter() - start
 
 
-def should_bisect(verify: dict) -> bool:
+def should_bisect(verify: VerifyRecord) -> bool:
     """Not exactly eager's: a mismatch, or any error at all (Note [Numerics bisect])."""
-    return bool(verify) and (not verify.get("ok") or (verify.get("max_abs_err") or 0) != 0)
+    return verify.ok is not None and (not verify.ok or (verify.max_abs_err or 0) != 0)

@@ -141,6 +141,21 @@ def add_flag(parser, name: str, **overrides) -> None:
     parser.add_argument(*flags, **{k: v for k, v in keywords.items() if v is not None or k != "choices"})
 
 
+def cli_args(options: Options, names: tuple[str, ...] | None = None) -> list[str]:
+    """The CLI flags that give `options` (those of `names`, else all with a flag): a switch when its bool is on,
+    a flag and its value where it differs from the default (the app's worker command lines)."""
+    args: list[str] = []
+    for name, info in infos().items():
+        if info.cli is None or (names is not None and name not in names):
+            continue
+        value = getattr(options, name)
+        if isinstance(default(name), bool) or name == "dynamic":
+            args += [info.cli] if value else []
+        elif value is not None and value != default(name):
+            args += [info.cli, str(value)]
+    return args
+
+
 def compare_description(name: str) -> str:
     """What compare's KEY takes, in words (its usage error lists these)."""
     info, value = infos()[name], default(name)

@@ -46,6 +46,7 @@ from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
 from engine.partition import make_partition_fn, partition_policy
 from engine.reproducer import fill_repro
+from engine.verdict import verify_record
 from engine.options import BACKENDS, MODES, TEMPLATE_MODES, Options  # noqa: F401 - the public names
 from engine.record import (STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord, GraphBreakRecord,
                            GraphRecord, InputSpec, PartitionRecord, RecompileRecord, RewriteRecord, RunRecord,
@@ -544,7 +545,7 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
     program = Program(model, inputs, log, compilation.compile_fx, tolerance, step)
     with spans.collecting() as trace:
         captured = compilation.run("capture", program)
-        exploration.verify = compilation.run("run", captured)
+        exploration.verify = verify_record(compilation.run("run", captured))
     exploration.trace = spans.finished(trace, lambda graph: graph_number(graph, exploration))
     if bisector is not None and should_bisect(exploration.verify):  # Note [Numerics bisect]
         bisector.run(exploration)
@@ -571,7 +572,8 @@ def explore(model: Callable, example_inputs, backend: str = "cpp", device: str =
                                                   inputs=log.current_inputs))
             continue
         exploration.runs.append(RunRecord(inputs=log.current_inputs,
-                                          new_graphs=len(exploration.graphs) - graphs_before, verify=result))
+                                          new_graphs=len(exploration.graphs) - graphs_before,
+                                          verify=verify_record(result)))
     log.finish()
     exploration.graph_breaks = [GraphBreakRecord(**vars(b)) for b in log.graph_breaks]
     exploration.guards = list(log.guards)

@@ -47,11 +47,8 @@ MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 class Record:
-    """Base of the record's dataclasses: strict JSON in and out (Note [Strict record]).
-
-    Mapping-style access (`graph["kernels"]`, `kernel.get("reason")`, `kernel["time_ms"] = ...`) takes the same
-    keys as the JSON, so code written against the JSON document works on a typed record unchanged; an unknown
-    key is a KeyError, as in the JSON's reader."""
+    """Base of the record's dataclasses: strict JSON in and out (Note [Strict record]). Readers use attributes;
+    the JSON's keys are the fields' names."""
 
     def to_json(self) -> dict:
         return {f.name: to_plain(getattr(self, f.name), f"{type(self).__name__}.{f.name}")
@@ -67,22 +64,6 @@ class Record:
         if unknown:
             raise ValueError(f"{cls.__name__}: unknown key(s) {sorted(unknown)}")
         return cls(**{name: from_plain(value, hints[name], f"{cls.__name__}.{name}") for name, value in data.items()})
-
-    def __getitem__(self, key: str):
-        if key not in {f.name for f in dataclasses.fields(self)}:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __setitem__(self, key: str, value) -> None:
-        if key not in {f.name for f in dataclasses.fields(self)}:
-            raise KeyError(f"{type(self).__name__} has no field {key!r} (add it to engine/record.py)")
-        setattr(self, key, value)
-
-    def get(self, key: str, default=None):
-        return getattr(self, key) if key in {f.name for f in dataclasses.fields(self)} else default
-
-    def __contains__(self, key: str) -> bool:
-        return key in {f.name for f in dataclasses.fields(self)}
 
 
 def optional_key(default=None):
@@ -154,10 +135,29 @@ class FusionDecision(Record):
 
 
 @dataclass
+class GemmPair(Record):
+    """Two GEMMs of the same input whose product one epilogue computes (Note [SwiGLU pair])."""
+    gemms: list[str]
+    input: str
+    form: str
+    reason: str
+
+
+@dataclass
+class TemplateChoice(Record):
+    """A matmul's fate: a GEMM template or the library call, and why (Note [GEMM templates])."""
+    node: str  # the IR node
+    template: bool
+    reason: str
+    epilogue: list[str] | None = optional_key()  # the IR nodes it would fuse, once its kernel was formed
+    pair: GemmPair | None = optional_key()
+
+
+@dataclass
 class FusionRecord(Record):
     decisions: list[FusionDecision] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # IR nodes no kernel computes (Note [Unused nodes])
-    templates: list[dict[str, Any]] = field(default_factory=list)  # per matmul: template or library call, and why
+    templates: list[TemplateChoice] = field(default_factory=list)  # per matmul: template or library call, and why
 
 
 @dataclass
@@ -211,6 +211,49 @@ class TilingRecord(Record):
 
 
 @dataclass
+class PrecompileRecord(Record):
+    """The candidates compiled in parallel before timing (Note [Parallel compiles] in runtime/compile_pool.py)."""
+    compiled: int
+    failed: int
+    left: int
+    error: str | None = optional_key()  # the first failure's
+
+
+@dataclass
+class TimedCandidate(Record):
+    """One candidate max-autotune timed: a Triton kernel's config, or a GEMM template's plan (`candidate`)."""
+    candidate: str | None = optional_key()  # a template's plan, by name
+    config: dict[str, Any] | None = None
+    ms: float | None = None  # None: it did not run, `error` says why
+    error: str | None = optional_key()
+
+
+@dataclass
+class Tuning(Record):
+    """What the runtime's autotuning found at the first launch (Note [Optional keys]: empty when it did not
+    tune): whether the timings came from the cache, on which device, and the parallel compile before."""
+    precompile: PrecompileRecord | None = optional_key()
+    cached: bool | None = optional_key()
+    device: str | None = optional_key()
+
+
+@dataclass
+class TritonTuning(Tuning):
+    """A Triton kernel's configs timed (runtime/triton_build.autotune): the fastest is `best`."""
+    results: list[TimedCandidate] | None = optional_key()
+    best: dict[str, Any] | None = optional_key()
+
+
+@dataclass
+class TemplateTuning(Tuning):
+    """A GEMM template's plans timed (runtime/gemm_launch.py, Note [Autotune against the default's pick])."""
+    candidates: list[TimedCandidate] | None = optional_key()
+    winner: str | None = optional_key()
+    default_pick: str | None = optional_key()
+    why: str | None = optional_key()
+
+
+@dataclass
 class TritonRecord(Record):
     """A Triton kernel's launch: its form, block configs, grid, signature and autotuning.
 
@@ -224,7 +267,7 @@ class TritonRecord(Record):
     signature: dict[str, str]  # argument -> Triton type
     rows: str
     red: str
-    autotune: dict[str, Any] | None = None
+    autotune: TritonTuning | None = None
 
 
 @dataclass
@@ -272,13 +315,38 @@ class TemplateRecord(Record):
     epilogue: list[str]  # the IR nodes fused after the GEMM
     reason: str
     candidates: list[dict[str, Any]]
-    autotune: dict[str, Any] | None = None
+    autotune: TemplateTuning | None = None
     fused_ops: list[FusedOp] | None = optional_key()  # the epilogue op by op (engine/report.py)
     inner_loop: str | None = optional_key()  # C++: stream | dot | axpy
     gpu_config: dict[str, Any] | None = optional_key()  # Triton
     grid: list[int] | None = optional_key()
     signature: dict[str, str] | None = optional_key()
     display: dict[str, Any] | None = optional_key()  # Triton: the constants its lowering is shown with
+
+
+@dataclass
+class AssemblyRecord(Record):
+    """A Triton kernel lowered for a GPU target, on request (engine/tools/assembly.py): each stage's text, or
+    the error that stopped it (Note [Optional keys])."""
+    target: str  # e.g. "cuda sm_90"
+    ttir: str | None = optional_key()
+    ttgir: str | None = optional_key()
+    llir: str | None = optional_key()
+    ptx: str | None = optional_key()
+    sass: str | None = optional_key()
+    sass_note: str | None = optional_key()  # why there is no SASS
+    error: str | None = optional_key()
+
+
+@dataclass
+class RooflineRecord(Record):
+    """A profiled kernel's place under the roofs (Note [Roofs from the datasheet] in runtime/peaks.py): its % of
+    the roof at its arithmetic intensity, and which roof bounds it; `roof_gbps` alone for a kernel without a FLOP
+    estimate (Note [Optional keys])."""
+    pct: float
+    bound: str  # memory | compute
+    roof_gbps: float | None = optional_key()
+    roof_gflops: float | None = optional_key()
 
 
 @dataclass
@@ -298,7 +366,7 @@ class KernelRecord(Record):
     tiling: TilingRecord | None = None  # how its loops are tiled, with the reason
     triton: TritonRecord | None = None  # Triton's launch config, grid, signature, autotuning
     template: TemplateRecord | None = None  # a GEMM template's spec, config, epilogue (Note [GEMM templates])
-    asm: dict[str, Any] | None = None  # Triton's TTIR..SASS, when asked for (engine/tools/assembly.add_assembly)
+    asm: AssemblyRecord | None = None  # Triton's TTIR..SASS, when asked for (engine/tools/assembly.add_assembly)
     # with --profile (engine/runtime/profile.py): median time, its interquartile range, share of the graph's call,
     # achieved rates and the FLOP estimate
     time_ms: float | None = None
@@ -307,9 +375,7 @@ class KernelRecord(Record):
     gbps: float | None = None
     flops: int | None = None
     gflops: float | None = None
-    # its place under the roofs (engine/runtime/peaks.py, Note [Roofs from the datasheet]): {pct, bound (memory |
-    # compute), roof_gflops or roof_gbps}
-    roofline: dict[str, Any] | None = None
+    roofline: RooflineRecord | None = None  # its place under the roofs (engine/runtime/peaks.py)
     # what a standalone reproducer of it needs: arguments' layouts, launch, the eager ATen slice (Note [Kernel
     # reproducers] in engine/reproducer.py); {"unsupported": why} for kernels it cannot take away
     repro: dict[str, Any] | None = None
@@ -560,11 +626,56 @@ class CallTime(Record):
 
 
 @dataclass
+class CheckRecord(Record):
+    """One value compared with eager (engine/verdict.py, Note [Tolerance policy]): an output's leaf (`path`) or,
+    in a training step, a named tensor (`name`: loss, output[i], param:..., input[i], buffer:...). Every key is
+    written only when the verdict said it (Note [Optional keys])."""
+    name: str | None = optional_key()
+    path: str | None = optional_key()
+    shape: list[int] | None = optional_key()
+    dtype: str | None = optional_key()
+    atol: float | None = optional_key()
+    rtol: float | None = optional_key()
+    ok: bool | None = optional_key()
+    max_abs_err: float | None = optional_key()
+    max_rel_err: float | None = optional_key()
+    close_to_eager: bool | None = optional_key()  # rule 1 held
+    judged_by: str | None = optional_key()  # eager | fp64 | eager and fp64: the reference that decided
+    problem: str | None = optional_key()
+    note: str | None = optional_key()  # e.g. a parameter no gradient reaches
+    fp64: dict[str, Any] | None = optional_key()  # rule 2: ours' and eager's errors against float64, the worst one
+    layout: dict[str, Any] | None = optional_key()  # strides that differ from eager's: {eager, ours}
+    value: dict[str, Any] | None = optional_key()  # a Python number's: {eager, ours} as text
+
+
+@dataclass
+class VerifyRecord(Record):
+    """The verdict: compiled outputs against eager's (engine/verdict.py, Note [Verdicts]); a training step's
+    has its loss, gradients and buffers (engine/train_verdict.py). Empty when nothing ran (Note [Optional
+    keys])."""
+    ok: bool | None = optional_key()
+    verdict: str | None = optional_key()  # ok | mismatch | layout differs | random | nothing compared
+    max_abs_err: float | None = optional_key()
+    max_rel_err: float | None = optional_key()
+    outputs: list[CheckRecord] | None = optional_key()
+    reference: str | None = optional_key()  # in words, which reference judged the outputs
+    fp64: str | None = optional_key()  # why there was no float64 reference
+    problem: str | None = optional_key()
+    findings: list[dict[str, Any]] | None = optional_key()  # named findings, e.g. {kind: layout, path, ...}
+    judged_in: str | None = optional_key()  # where it was judged (Note [Judged outside the job])
+    loss: CheckRecord | None = optional_key()  # training
+    gradients: list[CheckRecord] | None = optional_key()
+    buffers: list[CheckRecord] | None = optional_key()
+    skipped: list[str] | None = optional_key()
+    notes: list[str] | None = optional_key()
+
+
+@dataclass
 class RunRecord(Record):
     """One more input set (dynamic_inputs): its shapes, the graphs it compiled, its verify."""
     inputs: str
     new_graphs: int
-    verify: dict[str, Any] = field(default_factory=dict)
+    verify: VerifyRecord = field(default_factory=VerifyRecord)
 
 
 @dataclass
@@ -612,6 +723,18 @@ class TraceSpan(Record):
 
 
 @dataclass
+class PeaksRecord(Record):
+    """The roofs a profiled kernel's % is of: a datasheet's entry for a known GPU (its `part`), else this
+    machine's measured rates (Note [Roofs from the datasheet] in runtime/peaks.py); `source` says which."""
+    name: str  # the device's
+    gbps: float | None
+    fp32_gflops: float | None
+    tensor_gflops: float | None  # fp16/bf16 on tensor cores
+    part: str | None  # the datasheet's part; None: measured
+    source: str
+
+
+@dataclass
 class MachineRecord(Record):
     """With --profile, the machine the times were taken on (engine/runtime/profile.py): its measured copy and
     matmul rates, its load while measuring, and the roofs the kernels are placed under; empty otherwise."""
@@ -623,9 +746,7 @@ class MachineRecord(Record):
     load_avg_1m: float | None = optional_key()
     cpus: int | None = optional_key()
     load_warning: str | None = optional_key()  # "" when the machine was quiet
-    # the roofs: a datasheet's entry for a known GPU, else the measured rates (Note [Roofs from the datasheet]
-    # in engine/runtime/peaks.py)
-    peaks: dict[str, Any] | None = optional_key()
+    peaks: PeaksRecord | None = optional_key()  # the roofs (engine/runtime/peaks.py)
 
 
 @dataclass
@@ -645,6 +766,39 @@ class OptionsRecord(Record):
 
 
 @dataclass
+class InductorKernel(Record):
+    """A kernel Inductor generated (engine/reference.py)."""
+    name: str
+    language: str  # cpp | triton
+    graph: int
+    source: str
+
+
+@dataclass
+class InductorTime(Record):
+    """An Inductor kernel's median time per call, from torch's profiler (Note [Inductor's kernel times])."""
+    name: str
+    time_ms: float
+    calls: int
+
+
+@dataclass
+class InductorRecord(Record):
+    """With --inductor, what torch.compile (Inductor) generated for the same model, and its verify
+    (engine/reference.py); only `error` when it failed (Note [Optional keys])."""
+    code: list[str] | None = optional_key()  # its output module per graph
+    calls: list[str] | None = optional_key()  # per graph, its call() function
+    kernels: list[InductorKernel] | None = optional_key()
+    kernel_count: int | None = optional_key()
+    extern_calls: list[str] | None = optional_key()  # the library calls its wrappers make
+    compile_s: float | None = optional_key()
+    verify: VerifyRecord | None = optional_key()
+    torch_version: str | None = optional_key()
+    kernel_times: list[InductorTime] | None = optional_key()  # with --profile
+    error: str | None = optional_key()
+
+
+@dataclass
 class Exploration(Record):
     model: str
     backend: str
@@ -659,11 +813,11 @@ class Exploration(Record):
     graph_breaks: list[GraphBreakRecord] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
     recompiles: list[RecompileRecord] = field(default_factory=list)
-    verify: dict[str, Any] = field(default_factory=dict)  # run.verify: ok, max_abs_err, max_rel_err, outputs
+    verify: VerifyRecord = field(default_factory=VerifyRecord)  # run.verify: ok, max_abs_err, max_rel_err, outputs
     runs: list[RunRecord] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (STAGE_NAMES)
     errors: list[ErrorRecord] = field(default_factory=list)
-    inductor: dict[str, Any] | None = None  # engine/reference.py's report, with --inductor
+    inductor: InductorRecord | None = None  # engine/reference.py's report, with --inductor
     machine: MachineRecord = field(default_factory=MachineRecord)  # with --profile: copy GB/s, matmul GFLOP/s, load
     # when each stage and pass ran (Note [Compile trace] in engine/runtime/spans.py); the build's args say whether the
     # cache had the kernels and what it saved

@@ -17,7 +17,7 @@ from engine.ir.nodes import Fallback, MultiOutput, Pointwise, Reduction, Scan, S
 from engine.ir.ops import ops, use_handler
 from engine.record import (AtenNode, CodeRecord, FusedOp, FusionDecision, FusionRecord, FxNode, GraphRecord, IRNode,
                            IRRecord, KernelRecord, MemoryBuffer, MemoryRecord, ProvenanceLine, RewriteRecord,
-                           SourceLine)
+                           SourceLine, TemplateChoice)
 
 
 def _meta(node: torch.fx.Node) -> dict:
@@ -205,7 +205,8 @@ def fill_graph_record(record: GraphRecord, fx_gm, aten_gm, compiled, hints: dict
                          inputs=[b.name for b in lowered.inputs if b is not None])
     record.fusion = FusionRecord(decisions=[FusionDecision(**vars(d)) for d in scheduled.decisions],
                                  unused=list(scheduled.unused),  # Note [Unused nodes]: computed by no kernel
-                                 templates=list(scheduled.templates))  # per matmul: template or library, and why
+                                 # per matmul: template or library, and why
+                                 templates=[TemplateChoice.from_json(choice) for choice in scheduled.templates])
     record.memory = MemoryRecord(peak_bytes=int(memory.peak_bytes), unfused_peak_bytes=int(memory.unfused_peak_bytes),
                                  buffers=[MemoryBuffer(**vars(life)) for life in memory.lives],
                                  layout=dict(lowered.layout))

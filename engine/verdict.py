@@ -63,6 +63,8 @@ from typing import Any
 
 import torch
 
+from engine.record import VerifyRecord
+
 TOLERANCES = {
     torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4), torch.bfloat16: (1e-2, 1.6e-2),
     torch.float16: (1e-3, 1e-3),
@@ -392,6 +394,17 @@ def judge(evidence: Evidence) -> dict:
                 "problem": f"every value matches, but the layout differs from eager's ({words}): code that reads "
                            "the output's memory (.view, a C extension) would see other data"}
     return {"ok": True, "verdict": "ok", **result}
+
+
+def verify_record(verify) -> VerifyRecord:
+    """A verify dict as the record's VerifyRecord. One that does not fit the record did not come from judge():
+    model code replaced the check (Note [Judged outside the job]), so it is a mismatch that says so, not an error
+    that stops the exploration."""
+    try:
+        return VerifyRecord.from_json(verify)
+    except (TypeError, ValueError) as error:
+        return VerifyRecord(ok=False, verdict="mismatch", max_abs_err=float("inf"), max_rel_err=float("inf"),
+                            outputs=[], problem=f"the check's result is malformed, so nothing is verified: {error}")
 
 
 def _kinds(entries: list) -> str:

@@ -8,8 +8,8 @@ import engine
 def explored_kernels(fn, inputs, backend: str, name: str = "model") -> list[dict]:
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name=name)
-    assert exploration.verify["ok"], exploration.verify
-    return [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
+    assert exploration.verify.ok, exploration.verify
+    return [k for k in exploration.kernels if k.kind in ("pointwise", "reduction")]
 
 
 def without_fallbacks(fn, inputs, backend: str, name: str = "model", dynamic: bool = False):
@@ -18,7 +18,7 @@ def without_fallbacks(fn, inputs, backend: str, name: str = "model", dynamic: bo
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name=name, dynamic=dynamic)
     assert not exploration.errors, exploration.errors[0].traceback[-3000:]
-    assert exploration.verify["ok"], exploration.verify
-    fallbacks = [k for k in exploration.kernels if k["kind"] == "fallback"]
-    assert not fallbacks, [k.get("reason") for k in fallbacks]
-    return exploration, [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
+    assert exploration.verify.ok, exploration.verify
+    fallbacks = [k for k in exploration.kernels if k.kind == "fallback"]
+    assert not fallbacks, [k.reason for k in fallbacks]
+    return exploration, [k for k in exploration.kernels if k.kind in ("pointwise", "reduction")]

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from app import inputs as input_specs
 from app import worker
 from app.results import ResultCache, content_key
+from engine.options import Options
 from engine.record import Exploration, GraphBreakRecord, GraphRecord
 from samples import DEFAULT_SAMPLE, sample_names
 from visualizers import charts, graphs, provenance, tables
@@ -237,16 +238,16 @@ def test_graph_breaks_and_inductor_pages_render():
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_explores_a_sample_and_reports_its_inputs():
     source = (ROOT / "samples" / "graph_break.py").read_text()
-    outcome = worker.explore(source, "graph_break", worker.Options())
+    outcome = worker.explore(source, "graph_break", Options())
     assert outcome.problem is None
-    assert [b["lineno"] for b in outcome.record["graph_breaks"]] == [15, 19]
-    assert outcome.record["graph_breaks"][0]["filename"] == "graph_break.py"  # no temp directory in messages
+    assert [b.lineno for b in outcome.record.graph_breaks] == [15, 19]
+    assert outcome.record.graph_breaks[0].filename == "graph_break.py"  # no temp directory in messages
     assert outcome.inputs == [{"dtype": "float32", "shape": [64, 256]}, {"dtype": "float32", "shape": [8]}]
 
 
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_kills_a_model_that_hangs():
-    outcome = worker.explore("import time\nwhile True:\n    time.sleep(0.1)\n", "pasted", worker.Options(),
+    outcome = worker.explore("import time\nwhile True:\n    time.sleep(0.1)\n", "pasted", Options(),
                              timeout=4)
     assert outcome.record is None and outcome.problem is not None
     assert "too long" in outcome.problem.title and outcome.seconds < 30
@@ -255,7 +256,7 @@ def test_worker_kills_a_model_that_hangs():
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_survives_a_model_that_crashes_the_interpreter():
     outcome = worker.explore("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "pasted",
-                             worker.Options())
+                             Options())
     assert outcome.problem is not None and "crashed" in outcome.problem.title
     assert "killed by signal SIGSEGV (segmentation fault)" in outcome.problem.message
     assert outcome.problem.lineno == 2 and "Traceback" not in outcome.problem.message
@@ -271,11 +272,11 @@ def test_worker_survives_a_model_that_crashes_the_interpreter():
      "crashed", "killed by signal SIGSEGV (segmentation fault)", 3),
 ], ids=["os_exit", "keyboard_interrupt", "segfault_in_forward"])
 def test_worker_that_dies_in_user_code_is_explained_in_words(code, title, words, lineno):
-    outcome = worker.explore(code, "pasted", worker.Options())
+    outcome = worker.explore(code, "pasted", Options())
     assert outcome.record is None and outcome.problem is not None
     assert title in outcome.problem.title and words in outcome.problem.message, outcome.problem
     assert outcome.problem.lineno == lineno
-    assert worker.explore(GRAPH_BREAK_CODE, "pasted", worker.Options()).problem is None  # the next one works
+    assert worker.explore(GRAPH_BREAK_CODE, "pasted", Options()).problem is None  # the next one works
 
 
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
@@ -283,7 +284,7 @@ def test_worker_runs_in_the_sandbox_without_the_servers_secrets(monkeypatch):
     monkeypatch.setenv("GLASSBOX_APP_TEST_SECRET", "hunter2")
     code = ("import os, torch\ndef model(x):\n    raise RuntimeError('env ' + repr(os.environ.get("
             "'GLASSBOX_APP_TEST_SECRET')) + ' cwd ' + os.getcwd())\nexample_inputs = (torch.randn(3),)\n")
-    outcome = worker.explore(code, "pasted", worker.Options())
+    outcome = worker.explore(code, "pasted", Options())
     assert "env None" in outcome.problem.message and "hunter2" not in outcome.problem.log
     assert "cwd /" in outcome.problem.message and "glassbox-run-" in outcome.problem.message  # a private folder
 
@@ -294,8 +295,8 @@ def test_the_standby_worker_takes_one_job_and_is_thrown_away():
     standby = worker.STANDBY._ready
     assert standby is not None and standby.alive()
     source = (ROOT / "samples" / "softmax.py").read_text()
-    outcome = worker.explore(source, "softmax", worker.Options())
-    assert outcome.problem is None and outcome.record["verify"]["ok"]
+    outcome = worker.explore(source, "softmax", Options())
+    assert outcome.problem is None and outcome.record.verify.ok
     assert not standby.alive() and not standby.workdir.exists()
     assert worker.STANDBY._ready is not standby
 
@@ -314,7 +315,7 @@ def test_stopped_at_finds_the_users_innermost_line():
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_worker_points_at_the_users_line():
     code = "import torch\n\ndef model(x):\n    return x @ torch.ones(3, 3)\n\nexample_inputs = (torch.ones(2, 4),)\n"
-    outcome = worker.explore(code, "pasted", worker.Options())
+    outcome = worker.explore(code, "pasted", Options())
     assert outcome.problem is not None and outcome.problem.lineno == 4
     assert "pasted.py:4" in outcome.problem.message
 
@@ -322,7 +323,7 @@ def test_worker_points_at_the_users_line():
 @pytest.mark.slow  # the app's sandboxed worker processes (Note [Two lanes], tests/conftest.py)
 def test_inductor_worker_returns_its_output_code():
     source = (ROOT / "samples" / "softmax.py").read_text()
-    outcome = worker.inductor(source, "softmax", worker.Options())
+    outcome = worker.inductor(source, "softmax", Options())
     assert outcome.problem is None, outcome.problem
     document = outcome.document
     assert document["code"] and document["calls"][0] and document["compile_s"] > 0
@@ -372,7 +373,7 @@ def test_input_specs_round_trip_and_errors():
 def _record(name: str) -> dict:
     """A real record from the engine's CLI (the app's only input)."""
     source = (ROOT / "samples" / f"{name}.py").read_text()
-    outcome = worker.explore(source, name, worker.Options())
+    outcome = worker.explore(source, name, Options())
     assert outcome.record is not None, outcome.problem
     return outcome.record
 
@@ -383,7 +384,7 @@ def gpt_record() -> Exploration:
 
 
 def test_graphs_colour_kinds_cluster_kernels_and_collapse_modules(gpt_record):
-    graph = gpt_record["graphs"][0]
+    graph = gpt_record.graphs[0]
     kinds = graphs.aten_kinds(graph)
     assert "extern" in kinds.values() and "reduction" in kinds.values() and "param" in kinds.values()
     fused = graphs.graph_dot(graph, "aten", graphs.DrawOptions(kernels_as_clusters=True))
@@ -422,7 +423,7 @@ def test_fallbacks_are_marked_and_breaks_drawn_between_graphs():
 
 
 def test_provenance_links_both_ways(gpt_record):
-    graph = gpt_record["graphs"][0]
+    graph = gpt_record.graphs[0]
     line = provenance.traced_lines(graph)[0]
     back = provenance.from_generated_line(graph, line)
     assert back.kernels and back.ir and back.aten and back.fx
@@ -433,18 +434,18 @@ def test_provenance_links_both_ways(gpt_record):
 
 
 def test_code_charts_and_tables_from_a_record(gpt_record):
-    graph = gpt_record["graphs"][0]
+    graph = gpt_record.graphs[0]
     text, where = code_html.ir_listing(graph)
     assert all(name in where for name in (n.name for n in graph.ir.nodes))
     page = code_html.highlight_html(text, "ir", hl_lines=where[graph.ir.nodes[0].name])
     assert "#fde68a" in page and "gb-code" in page
-    assert tables.kernel_rows(graph)[0]["kernel"] == graph["kernels"][0]["name"]
-    assert any(not row["fused"] for row in tables.decision_rows(graph)) and tables.numerics_rows(gpt_record["verify"])
-    figure = charts.stage_times_figure(gpt_record["timings"], inductor_compile_s=3.0)
+    assert tables.kernel_rows(graph)[0]["kernel"] == graph.kernels[0].name
+    assert any(not row["fused"] for row in tables.decision_rows(graph)) and tables.numerics_rows(gpt_record.verify)
+    figure = charts.stage_times_figure(gpt_record.timings, inductor_compile_s=3.0)
     assert {bar.name for bar in figure.data} >= {"capture", "Inductor compile"}
     bench = {"eager_ms": 2.0, "glassbox_ms": 1.0, "inductor_ms": 0.5, "compile_s": 1.0, "inductor_compile_s": 9.0}
     assert len(charts.bench_figure(bench).data[0].x) == 3 and charts.speedup_figure(bench).data
-    json.dumps(charts.compile_figure(bench, gpt_record["timings"]).to_dict())  # serializable for the browser
+    json.dumps(charts.compile_figure(bench, gpt_record.timings).to_dict())  # serializable for the browser
 
 
 def test_server_binds_to_localhost_by_default():

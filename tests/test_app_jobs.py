@@ -128,10 +128,10 @@ def test_outputs_that_differ_are_told_from_the_records_verify(tmp_path):
                                {"record.json": json.dumps(record), worker.EVIDENCE_NAME: evidence.read_bytes()},
                                completed=True, workdir="/nowhere")
     outcome = worker.explore_outcome(finished, "m.py")
-    assert outcome.record is not None and outcome.record.verify["ok"] is False
-    assert outcome.record.verify["judged_in"] == "a separate process the model never ran in"
+    assert outcome.record is not None and outcome.record.verify.ok is False
+    assert outcome.record.verify.judged_in == "a separate process the model never ran in"
     assert outcome.problem.title == "Glassbox's output differs from eager PyTorch"
-    assert outcome.problem.message == outcome.record.verify["problem"] and "max abs err 3" in outcome.problem.message
+    assert outcome.problem.message == outcome.record.verify.problem and "max abs err 3" in outcome.problem.message
 
 
 def test_a_record_that_claims_ok_without_evidence_is_no_pass():
@@ -142,5 +142,5 @@ def test_a_record_that_claims_ok_without_evidence_is_no_pass():
                                              stderr=""), {"record.json": json.dumps(record)}, completed=True,
                                workdir="/nowhere")
     outcome = worker.explore_outcome(finished, "m.py")
-    assert outcome.problem is not None and outcome.record.verify["ok"] is False
-    assert "could not be judged outside" in outcome.record.verify["problem"]
+    assert outcome.problem is not None and outcome.record.verify.ok is False
+    assert "could not be judged outside" in outcome.record.verify.problem

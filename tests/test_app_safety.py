@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import host_check, worker
 from app.safe_text import description_markdown, html_text, md_code, md_text
+from engine.options import Options
 from engine.record import Exploration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +139,7 @@ def test_a_large_model_file_is_refused_with_the_reason(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "MB" in done.stderr and "keep the .py file small" in done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
-    outcome = worker.explore(big.read_text(), "big", worker.Options())
+    outcome = worker.explore(big.read_text(), "big", Options())
     assert outcome.problem is not None and "keep the .py file small" in outcome.problem.message
     assert len(json.dumps(outcome.record or {})) < MAX_SOURCE_BYTES
 
@@ -164,12 +165,12 @@ def test_a_record_file_the_model_forged_is_not_read(tmp_path, kind):
             "link to /dev/zero": LEAVES_A_LINK.format(target="/dev/zero"),
             "fifo": 'import os\nos.mkfifo("record.json")\nos._exit(0)\n',
             "hard link": 'import os\nopen("x", "w").write("{}")\nos.link("x", "record.json")\nos._exit(0)\n'}[kind]
-    outcome = worker.explore(code, "pasted", worker.Options(), timeout=60)
+    outcome = worker.explore(code, "pasted", Options(), timeout=60)
     assert outcome.record is None and outcome.problem is not None  # no result, said so
     shown = " ".join(str(part) for part in (outcome.problem.title, outcome.problem.message, outcome.problem.log))
     assert "hunter2-server" not in shown
     assert worker.explore("import torch\nmodel = torch.nn.ReLU()\nexample_inputs = (torch.randn(3),)\n", "next",
-                          worker.Options()).problem is None  # and the next one works
+                          Options()).problem is None  # and the next one works
 
 
 def test_reading_back_refuses_what_is_not_a_plain_file_of_the_directory(tmp_path):

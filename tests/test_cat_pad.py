@@ -185,9 +185,9 @@ def test_three_way_cat_has_one_masked_load_per_input():
     """The backward's concatenation of dq, dk, dv: three loads, one of each input, each under its own mask
     (so where a lane takes another input, this one is not read)."""
     exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
-    assert exploration.verify["ok"], exploration.verify
-    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
-    loads = _loads(exploration.graphs[0].code["source"], kernel["name"])
+    assert exploration.verify.ok, exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k.kind == "pointwise"]
+    loads = _loads(exploration.graphs[0].code.source, kernel.name)
     assert len(loads) == 3 and len({_pointer(load) for load in loads}) == 3, [ast.unparse(x) for x in loads]
     masks = [_masks(load) for load in loads]
     assert all(len(m) == 1 for m in masks) and len({m[0] for m in masks}) == 3, masks
@@ -200,14 +200,14 @@ def test_three_way_cat_ttir_for_sm90_loads_each_input_once():
     if not assembly.ptxas_available():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     exploration = engine.explore(_qkv, CATS["qkv_gradient"][1], backend="triton", name="qkv")
-    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
-    assert assembly.add_assembly(exploration, [kernel["name"]]) == 1
-    asm = kernel["asm"]
-    assert not asm.get("error"), asm.get("error")
-    loads = [line for line in asm["ttir"].splitlines() if "tt.load" in line]
+    (kernel,) = [k for k in exploration.kernels if k.kind == "pointwise"]
+    assert assembly.add_assembly(exploration, [kernel.name]) == 1
+    asm = kernel.asm
+    assert not asm.error, asm.error
+    loads = [line for line in asm.ttir.splitlines() if "tt.load" in line]
     assert len(loads) == 3, loads
     assert all(len(line.split("tt.load", 1)[1].split(":", 1)[0].split(",")) >= 2 for line in loads), loads
-    global_loads = re.findall(r"ld\.global[.\w]*", asm["ptx"])
+    global_loads = re.findall(r"ld\.global[.\w]*", asm.ptx)
     assert global_loads and all(".v" in load for load in global_loads), global_loads
 
 
@@ -216,9 +216,9 @@ def test_rotary_cat_inlined_into_its_consumer_reads_under_masks():
     half is a producer inlined into the masked body: every load of x in the cat's bodies is masked."""
     fn, inputs = CATS["rotary"]
     exploration = engine.explore(fn, inputs, backend="triton", name="rotary")
-    assert exploration.verify["ok"], exploration.verify
-    (kernel,) = [k for k in exploration.kernels if k["kind"] == "pointwise"]
-    loads = _loads(exploration.graphs[0].code["source"], kernel["name"])
+    assert exploration.verify.ok, exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k.kind == "pointwise"]
+    loads = _loads(exploration.graphs[0].code.source, kernel.name)
     masked = [load for load in loads if any("&" in m for m in _masks(load))]
     assert len(masked) == 2, [ast.unparse(x) for x in loads]
 
@@ -296,9 +296,9 @@ def test_qkv_split_trains_like_eager(backend):
     exploration = engine.explore(QKVAttention(), (torch.randn(2, 8, 32),), backend=backend, train=True,
                                  name="qkv_attention")
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
     backward = next(g for g in exploration.graphs if g.phase == "backward")
-    assert any("cat" in op for k in backward.kernels for op in k["ops"]), [k["ops"] for k in backward.kernels]
+    assert any("cat" in op for k in backward.kernels for op in k.ops), [k.ops for k in backward.kernels]
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -307,4 +307,4 @@ def test_rotary_trains_like_eager(backend):
     exploration = engine.explore(Rotary(), (torch.randn(2, 5, 16), torch.randn(5, 16), torch.randn(5, 16)),
                                  backend=backend, train=True, name="rotary")
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]

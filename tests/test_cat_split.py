@@ -12,7 +12,7 @@ h, bf = torch.float16, torch.bfloat16
 
 
 def _pieces(exploration) -> list[CatPieces]:
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     return [k.tiling.pieces for k in exploration.kernels
             if k.kind == "pointwise" and k.tiling is not None and k.tiling.pieces is not None]
 

@@ -80,7 +80,7 @@ def test_forced_channels_last_matches_eager(backend):
     model, inputs = _model()
     exploration = engine.explore(model, inputs, backend=backend, layout="channels_last")
     assert not exploration.errors, exploration.errors[0].message
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     memory = exploration.graphs[0].memory.layout
     assert memory["format"] == "channels_last" and "forced" in memory["reason"], memory
     assert memory["buffers"]  # our kernels wrote some tensors channels-last

@@ -45,7 +45,7 @@ def test_hostile_names_compile_match_eager_and_stay_out_of_generated_code(parame
     model = Hostile(parameter, buffer, child).eval()
     inputs = (torch.randn(3, 4),)
     exploration = engine.explore(model, inputs, name=parameter)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     record = exploration.to_json()
     texts = [text for graph in record["graphs"] for text in ((graph.get("code") or {}).get("source") or "",
                                                            (graph.get("code") or {}).get("wrapper") or "")]

@@ -25,7 +25,7 @@ def _column_kernels(fn, *inputs) -> list:
 
 
 def _gpu(kernel):
-    config = kernel.record_fields()["triton"]["gpu_config"]
+    config = kernel.record_fields().triton.gpu_config
     return config["XBLOCK"], config["RBLOCK"], config["num_warps"]
 
 
@@ -104,9 +104,9 @@ def test_the_column_config_counts_bytes(rows):
 def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="column_bytes")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not exploration.errors, exploration.errors
-    return [k for k in exploration.kernels if k["kind"] == "reduction"]
+    return [k for k in exploration.kernels if k.kind == "reduction"]
 
 
 CASES = {  # split by bytes, not by outputs: 2048 and more outputs, which the old rule left whole
@@ -127,9 +127,9 @@ def test_byte_splits_match_eager(backend, case):
     if backend == "cpp":  # C++ does not split columns into kernels (Note [Split reductions in C++])
         assert len(kernels) == 1
         return
-    first, second = sorted(kernels, key=lambda k: not k["name"].endswith("_partials"))
-    assert first["triton"]["form"] == second["triton"]["form"] == "column", (first["tiling"], second["tiling"])
-    assert int(first["triton"]["rows"]) == parts * int(second["triton"]["rows"])
+    first, second = sorted(kernels, key=lambda k: not k.name.endswith("_partials"))
+    assert first.triton.form == second.triton.form == "column", (first.tiling, second.tiling)
+    assert int(first.triton.rows) == parts * int(second.triton.rows)
 
 
 def test_byte_split_stages_compile_for_sm90_without_a_gpu():
@@ -142,6 +142,6 @@ def test_byte_split_stages_compile_for_sm90_without_a_gpu():
     exploration = engine.explore(fn, make(), backend="triton", name="column_bytes_sm90")
     assert assembly.add_assembly(exploration) == 2
     for kernel in exploration.kernels:
-        asm = kernel.get("asm")
+        asm = kernel.asm
         if asm is not None:
-            assert not asm.get("error") and ".target sm_90" in asm["ptx"], asm.get("error")
+            assert not asm.error and ".target sm_90" in asm.ptx, asm.error

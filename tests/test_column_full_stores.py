@@ -34,8 +34,8 @@ CASES = {
 def test_column_kernel_with_full_size_stores_matches_eager(case, backend):
     fn, make = CASES[case]
     kernels = explored_kernels(fn, (make(),), backend, name=case)
-    assert len(kernels) == 1, [k["name"] for k in kernels]
-    tiling = kernels[0]["tiling"]
-    assert tiling["choice"] == "column", tiling
+    assert len(kernels) == 1, [k.name for k in kernels]
+    tiling = kernels[0].tiling
+    assert tiling.choice == "column", tiling
     if backend == "cpp":
-        assert "full-size stores walk each tile" in tiling["reason"], tiling
+        assert "full-size stores walk each tile" in tiling.reason, tiling

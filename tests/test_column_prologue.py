@@ -48,7 +48,7 @@ def test_bias_gradient_shape_end_to_end():
     a, w = torch.randn(64, 32), torch.randn(32, 16)
     for fn, rule in ((_bias_grad_like, "stored_prologue_of_column"), (_row_sum_like, "reduction_prologue")):
         exploration = engine.explore(fn, (a, w), backend="cpp")
-        assert exploration.verify["ok"] if isinstance(exploration.verify, dict) else exploration.verify.ok
+        assert exploration.verify.ok if isinstance(exploration.verify, dict) else exploration.verify.ok
         decisions = [d for g in exploration.graphs for d in g.fusion.decisions]
         kinds = [k.kind for g in exploration.graphs for k in g.kernels]
         assert any(d.rule == rule for d in decisions), (fn.__name__, [(d.rule, d.fused) for d in decisions])

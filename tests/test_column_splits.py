@@ -13,9 +13,9 @@ BACKENDS = ["cpp", "triton"]
 def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="column_split")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not exploration.errors, exploration.errors
-    return [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")], exploration
+    return [k for k in exploration.kernels if k.kind in ("pointwise", "reduction")], exploration
 
 
 def _bn_relu_and_mean(x, scale, shift):
@@ -49,15 +49,15 @@ CASES = {
 def test_column_splits_match_eager(backend, case):
     fn, make, split = CASES[case]
     kernels, _ = _explore(fn, make(), backend)
-    reductions = [k for k in kernels if k["kind"] == "reduction"]
+    reductions = [k for k in kernels if k.kind == "reduction"]
     if backend == "cpp":
         assert len(reductions) == 1
         return
-    stages = [k for k in reductions if k["tiling"]["reason"].startswith("stage ")]
-    assert len(stages) == (2 if split else 0), [k["tiling"] for k in reductions]
+    stages = [k for k in reductions if k.tiling.reason.startswith("stage ")]
+    assert len(stages) == (2 if split else 0), [k.tiling for k in reductions]
     for stage in stages:
-        assert stage["tiling"]["columns"] and stage["triton"]["form"] == "column", stage["tiling"]
-        assert "column tiles" in stage["tiling"]["reason"]
+        assert stage.tiling.columns and stage.triton.form == "column", stage.tiling
+        assert "column tiles" in stage.tiling.reason
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -65,8 +65,8 @@ def test_full_store_rides_along_in_stage_1(backend):
     kernels, _ = _explore(_bn_relu_and_mean, (_channels_last(4, 32, 64, 64), torch.randn(1, 32, 1, 1),
                                               torch.randn(1, 32, 1, 1)), backend)
     if backend == "triton":
-        first = next(k for k in kernels if k["name"].endswith("_partials"))
-        assert len(first["writes"]) == 2, first["writes"]  # the partial sums and the full-size output
+        first = next(k for k in kernels if k.name.endswith("_partials"))
+        assert len(first.writes) == 2, first.writes  # the partial sums and the full-size output
 
 
 def test_no_split_when_a_full_store_does_not_divide():
@@ -74,9 +74,9 @@ def test_no_split_when_a_full_store_does_not_divide():
     kernel stays one column kernel and says why."""
     kernels, _ = _explore(lambda x: (torch.relu(x), torch.relu(x).mean((2, 3))),
                           (_channels_last(2, 64, 1, 2053),), "triton")
-    (reduction,) = [k for k in kernels if k["kind"] == "reduction"]
-    assert reduction["tiling"]["choice"] == "column"
-    assert "Triton: not split (it stores a full-size value" in reduction["tiling"]["reason"], reduction["tiling"]
+    (reduction,) = [k for k in kernels if k.kind == "reduction"]
+    assert reduction.tiling.choice == "column"
+    assert "Triton: not split (it stores a full-size value" in reduction.tiling.reason, reduction.tiling
 
 
 def test_column_split_stages_compile_for_sm90_without_a_gpu():
@@ -87,6 +87,6 @@ def test_column_split_stages_compile_for_sm90_without_a_gpu():
         _, exploration = _explore(fn, make(), "triton")
         assert assembly.add_assembly(exploration) >= 2
         for kernel in exploration.kernels:
-            asm = kernel.get("asm")
+            asm = kernel.asm
             if asm is not None:
-                assert not asm.get("error") and ".target sm_90" in asm["ptx"], asm.get("error")
+                assert not asm.error and ".target sm_90" in asm.ptx, asm.error

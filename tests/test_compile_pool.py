@@ -73,11 +73,11 @@ def test_template_configs_compile_once_in_the_workers(tmp_path, monkeypatch, fre
     model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.SiLU()).cuda().to(torch.bfloat16)
     x = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
     exploration = engine.explore(model, (x,), backend="triton", device="cuda", templates="on", mode="max-autotune")
-    assert exploration.verify["ok"], exploration.verify
-    (kernel,) = [k for k in exploration.kernels if k["kind"] == "template"]
-    tuning = kernel["template"]["autotune"]
-    counts = tuning["precompile"]
-    assert counts["failed"] == 0 and counts["left"] == 0 and counts["compiled"] >= 2, counts
-    name = kernel["name"]
+    assert exploration.verify.ok, exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k.kind == "template"]
+    tuning = kernel.template.autotune
+    counts = tuning.precompile
+    assert counts.failed == 0 and counts.left == 0 and counts.compiled >= 2, counts
+    name = kernel.name
     entries = [d for d in triton_dir.iterdir() if any(f.name.startswith(f"{name}.") for f in d.iterdir())]
-    assert len(entries) == counts["compiled"], (len(entries), counts)
+    assert len(entries) == counts.compiled, (len(entries), counts)

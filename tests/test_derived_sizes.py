@@ -17,8 +17,8 @@ def _explore_clean(fn, inputs, others, backend):
     exploration = engine.explore(fn, inputs, backend=backend, dynamic=True, dynamic_inputs=others)
     assert not exploration.errors, [e.message for e in exploration.errors]
     assert all(g.fallback is None for g in exploration.graphs)
-    assert exploration.verify["ok"], exploration.verify
-    assert exploration.runs and all(run.verify["ok"] for run in exploration.runs)
+    assert exploration.verify.ok, exploration.verify
+    assert exploration.runs and all(run.verify.ok for run in exploration.runs)
     assert all(run.new_graphs == 0 for run in exploration.runs), "one compile serves every size"
     return exploration
 
@@ -105,5 +105,5 @@ def test_a_float_argument_of_a_dynamic_gpu_graph_changes_between_calls(mode):
     for value in (0.5, 2.0, 0.5, -1.5):  # a new value is honoured, also by a replayed CUDA graph
         torch.testing.assert_close(compiled(x, value), _scaled(x, value))
     exploration = engine.explore(_scaled, (x, 0.5), backend="triton", device="cuda", dynamic=True)
-    assert exploration.verify["ok"] and not exploration.errors, exploration.errors
+    assert exploration.verify.ok and not exploration.errors, exploration.errors
     assert "args[3].item()" in exploration.graphs[0].code.wrapper  # read on the host, not copied to the GPU

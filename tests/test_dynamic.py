@@ -35,16 +35,16 @@ def _compiled_graphs(exploration):
 def test_dynamic_true_serves_sizes_without_recompiling():
     model = _model()
     exploration = engine.explore(model, _inputs(16), dynamic=True, dynamic_inputs=[_inputs(n) for n in (24, 40, 7)])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert len(exploration.runs) == 3
     for run in exploration.runs:
-        assert run["new_graphs"] == 0, run
-        assert run["verify"]["ok"], run
+        assert run.new_graphs == 0, run
+        assert run.verify.ok, run
     graphs = _compiled_graphs(exploration)
     assert len(graphs) == 1
     # the sequence length is a size symbol in the loop IR, the kernels' signatures and the guards
-    assert SYMBOL.search(graphs[0].ir["text"]), graphs[0].ir["text"][:400]
-    kernel_sources = [k["source"] for k in graphs[0].kernels if k["kind"] in ("pointwise", "reduction")]
+    assert SYMBOL.search(graphs[0].ir.text), graphs[0].ir.text[:400]
+    kernel_sources = [k.source for k in graphs[0].kernels if k.kind in ("pointwise", "reduction")]
     assert any(re.search(r"const int64_t s\d+", source) for source in kernel_sources), kernel_sources
     assert any("size()" in guard for guard in exploration.guards), exploration.guards
     assert not exploration.recompiles
@@ -75,17 +75,17 @@ def test_automatic_dynamic_recompiles_once_then_serves_new_sizes():
     model = _model()
     exploration = engine.explore(model, _inputs(16), dynamic=None,
                                  dynamic_inputs=[_inputs(n) for n in (24, 40, 64)])
-    assert [run["new_graphs"] for run in exploration.runs] == [1, 0, 0]
-    assert all(run["verify"]["ok"] for run in exploration.runs)
+    assert [run.new_graphs for run in exploration.runs] == [1, 0, 0]
+    assert all(run.verify.ok for run in exploration.runs)
     assert len(exploration.recompiles) == 1
     recompile = exploration.recompiles[0]
-    assert "size mismatch" in recompile["reason"] and "16" in recompile["reason"], recompile
-    assert "24" in recompile["inputs"]
+    assert "size mismatch" in recompile.reason and "16" in recompile.reason, recompile
+    assert "24" in recompile.inputs
     # the graph compiled after the recompile is the dynamic one
     last = _compiled_graphs(exploration)[-1]
-    assert SYMBOL.search(last.ir["text"])
+    assert SYMBOL.search(last.ir.text)
     first = _compiled_graphs(exploration)[0]
-    assert not SYMBOL.search(first.ir["text"])  # the first compile specialized on 16
+    assert not SYMBOL.search(first.ir.text)  # the first compile specialized on 16
     assert exploration.guards
 
 
@@ -104,14 +104,14 @@ def test_bucketing_compiles_once_per_bucket_not_once_per_length():
                            dynamic_inputs=[unpadded(x) for x in raw[1:]])
     bucketed = engine.explore(spec.model, pad(raw[0]), dynamic=False,
                               dynamic_inputs=[pad(x) for x in raw[1:]])
-    plain_graphs = 1 + sum(run["new_graphs"] for run in plain.runs)
-    bucketed_graphs = 1 + sum(run["new_graphs"] for run in bucketed.runs)
+    plain_graphs = 1 + sum(run.new_graphs for run in plain.runs)
+    bucketed_graphs = 1 + sum(run.new_graphs for run in bucketed.runs)
     assert plain_graphs == len(lengths)
     assert bucketed_graphs == 2  # buckets 32 and 64
     # one entry per recompile, though Dynamo reports a failed guard for every cached graph it tried
     assert len(plain.recompiles) == len(lengths) - 1
     assert len(bucketed.recompiles) == 1
-    assert all(run["verify"]["ok"] for run in plain.runs + bucketed.runs)
+    assert all(run.verify.ok for run in plain.runs + bucketed.runs)
     # padding does not change the answer: the masked mean ignores the padded tokens
     for x in raw:
         with torch.no_grad():
@@ -125,10 +125,10 @@ def test_sizes_with_floor_division_stay_symbolic():
 
     exploration = engine.explore(strided_sum, (torch.randn(3, 8),), dynamic=True,
                                  dynamic_inputs=[(torch.randn(3, n),) for n in (5, 11, 16)])
-    assert exploration.verify["ok"], exploration.verify
-    assert [run["new_graphs"] for run in exploration.runs] == [0, 0, 0]
-    assert all(run["verify"]["ok"] for run in exploration.runs)
-    sources = [k["source"] for k in _compiled_graphs(exploration)[0].kernels if k["kind"] == "reduction"]
+    assert exploration.verify.ok, exploration.verify
+    assert [run.new_graphs for run in exploration.runs] == [0, 0, 0]
+    assert all(run.verify.ok for run in exploration.runs)
+    sources = [k.source for k in _compiled_graphs(exploration)[0].kernels if k.kind == "reduction"]
     assert sources and "//" not in sources[0]  # C++ has no //: the size is printed as integer division
 
 
@@ -182,11 +182,11 @@ def test_avg_pool2d_dynamic_matches_eager_at_several_sizes():
     for backend in ("cpp", "triton"):
         exploration = engine.explore(_avg_pool, inputs[0], backend=backend, dynamic=True,
                                      dynamic_inputs=inputs[1:])
-        assert exploration.verify["ok"], (backend, exploration.verify)
-        assert [run["new_graphs"] for run in exploration.runs] == [0, 0, 0], exploration.runs
-        assert all(run["verify"]["ok"] for run in exploration.runs), exploration.runs
+        assert exploration.verify.ok, (backend, exploration.verify)
+        assert [run.new_graphs for run in exploration.runs] == [0, 0, 0], exploration.runs
+        assert all(run.verify.ok for run in exploration.runs), exploration.runs
         (graph,) = _compiled_graphs(exploration)
-        assert SYMBOL.search(graph.code["wrapper"]), graph.code["wrapper"]  # the sizes stayed symbolic
+        assert SYMBOL.search(graph.code.wrapper), graph.code.wrapper  # the sizes stayed symbolic
     for compiled in (engine.compile(_avg_pool, dynamic=True), compile_reference(_avg_pool, dynamic=True)):
         for (x,) in inputs:
             torch.testing.assert_close(compiled(x), _avg_pool(x))
@@ -219,9 +219,9 @@ def test_only_compiled_graphs_are_recorded(monkeypatch):
         backend_calls.clear()
         exploration = engine.explore(spec.model, spec.example_inputs, dynamic=True,
                                      dynamic_inputs=spec.dynamic_inputs)
-        assert exploration.verify["ok"], (name, exploration.verify)
+        assert exploration.verify.ok, (name, exploration.verify)
         graphs = exploration.graphs
-        assert graphs and all(g.ir and g.ir["nodes"] and g.kernels and g.fx for g in graphs), name
+        assert graphs and all(g.ir and g.ir.nodes and g.kernels and g.fx for g in graphs), name
         assert [g.index for g in graphs] == list(range(len(graphs)))
         assert len(exploration.kernels) == sum(len(g.kernels) for g in graphs)
         restarted |= len(backend_calls) > len(graphs)
@@ -237,7 +237,7 @@ def test_restart_after_a_graph_break_records_the_break_once():
         return norm(y) * 2
 
     exploration = engine.explore(broken, (torch.randn(3, 8),), dynamic=True, dynamic_inputs=[(torch.randn(5, 8),)])
-    assert exploration.verify["ok"] and exploration.runs[0]["verify"]["ok"]
+    assert exploration.verify.ok and exploration.runs[0].verify.ok
     assert len(_compiled_graphs(exploration)) == 2
     assert len(exploration.graph_breaks) == 1, exploration.graph_breaks
 
@@ -254,14 +254,14 @@ def test_one_recompile_entry_per_recompile(monkeypatch):
     lengths = (3, 5, 7, 9)
     exploration = engine.explore(scale, (torch.randn(2, lengths[0]),), dynamic=False,
                                  dynamic_inputs=[(torch.randn(2, n),) for n in lengths[1:]])
-    assert [run["new_graphs"] for run in exploration.runs] == [1, 1, 1]
+    assert [run.new_graphs for run in exploration.runs] == [1, 1, 1]
     assert len(compiles) == len(lengths)
     # the last length fails the guards of 3 compiled versions, and is still one recompile
     assert len(exploration.recompiles) == len(compiles) - 1 == len(lengths) - 1
     last = exploration.recompiles[-1]
-    assert len(last["failed_guards"]) == 3
-    assert "x.shape[1] is 9" in last["reason"] and "7, 5 or 3" in last["reason"], last["reason"]
-    assert "9" in last["inputs"]
+    assert len(last.failed_guards) == 3
+    assert "x.shape[1] is 9" in last.reason and "7, 5 or 3" in last.reason, last.reason
+    assert "9" in last.inputs
 
 
 def test_recompiles_after_a_graph_break_count_each_part(monkeypatch):
@@ -274,11 +274,11 @@ def test_recompiles_after_a_graph_break_count_each_part(monkeypatch):
 
     exploration = engine.explore(broken, (torch.randn(4, 3),), dynamic=False,
                                  dynamic_inputs=[(torch.randn(4, n),) for n in (5, 6)])
-    assert all(run["verify"]["ok"] for run in exploration.runs)
-    new_graphs = sum(run["new_graphs"] for run in exploration.runs)
+    assert all(run.verify.ok for run in exploration.runs)
+    new_graphs = sum(run.new_graphs for run in exploration.runs)
     assert new_graphs == len(compiles) - 2 == 4  # both sides of the break compile again per length
     assert len(exploration.recompiles) == new_graphs
-    functions = [r["function"] for r in exploration.recompiles]
+    functions = [r.function for r in exploration.recompiles]
     assert sum("after the graph break" in f for f in functions) == 2, functions
 
 
@@ -287,10 +287,10 @@ def test_dynamic_seq_recompiles_once_per_new_compile(monkeypatch):
     spec = load_model_file("dynamic_seq")
     exploration = engine.explore(spec.model, spec.example_inputs, dynamic=False,
                                  dynamic_inputs=spec.dynamic_inputs)
-    assert len(exploration.recompiles) == sum(run["new_graphs"] for run in exploration.runs) == \
+    assert len(exploration.recompiles) == sum(run.new_graphs for run in exploration.runs) == \
         len(compiles) - 1 == len(spec.dynamic_inputs)
     for recompile in exploration.recompiles:
-        assert "compiled for" in recompile["reason"] and "model's forward" in recompile["reason"], recompile
+        assert "compiled for" in recompile.reason and "model's forward" in recompile.reason, recompile
 
 
 def test_recompile_limit_is_reported_not_counted():
@@ -300,8 +300,8 @@ def test_recompile_limit_is_reported_not_counted():
     with torch._dynamo.config.patch(recompile_limit=2):
         exploration = engine.explore(scale, (torch.randn(2, 3),), dynamic=False,
                                      dynamic_inputs=[(torch.randn(2, n),) for n in (4, 5, 6)])
-    assert [run["new_graphs"] for run in exploration.runs] == [1, 0, 0]  # past the limit Dynamo runs eagerly
-    assert all(run["verify"]["ok"] for run in exploration.runs)
+    assert [run.new_graphs for run in exploration.runs] == [1, 0, 0]  # past the limit Dynamo runs eagerly
+    assert all(run.verify.ok for run in exploration.runs)
     assert len(exploration.recompiles) == 1
     (error,) = exploration.errors
-    assert error["stage"] == "capture" and "recompile limit" in error["message"] and "5" in error["inputs"]
+    assert error.stage == "capture" and "recompile limit" in error.message and "5" in error.inputs

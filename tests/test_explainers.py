@@ -26,33 +26,33 @@ def mlp_record():
 
 
 def test_teaching_text_names_this_models_ops_and_kernels(mlp_record):
-    graph = mlp_record["graphs"][0]
+    graph = mlp_record.graphs[0]
     text = {stage: " ".join(teaching.stage_text(mlp_record, graph, stage))
             for stage in ("capture", "ATen", "loop IR", "fusion", "code", "run", "bench")}
     assert "1 graph" in text["capture"] and "no graph break" in text["capture"]
-    kernels = graph["kernels"]
+    kernels = graph.kernels
     assert f"{len(kernels)} kernel" in text["fusion"]
     assert "match eager" in text["run"]
     assert "profile" in text["bench"]  # explored without it: says so
-    assert str(len(graph["ir"]["nodes"])) in text["loop IR"]
+    assert str(len(graph.ir.nodes)) in text["loop IR"]
 
 
 def test_fusion_decisions_are_named_by_ops_and_fx_nodes(softmax_record):
-    graph = softmax_record["graphs"][0]
-    decision = graph["fusion"]["decisions"][0]
-    named = teaching.decision_ops(graph, decision["producer"])
+    graph = softmax_record.graphs[0]
+    decision = graph.fusion.decisions[0]
+    named = teaching.decision_ops(graph, decision.producer)
     assert named["ops"] and named["fx"] == ["softmax"] and not any(op.startswith("buf") for op in named["ops"])
-    assert "FX: softmax" in teaching.describe_group(graph, decision["consumer"])
+    assert "FX: softmax" in teaching.describe_group(graph, decision.consumer)
     assert "stay apart" in " ".join(teaching.fusion_text(graph))  # fusion=off: refusals explained
 
 
 def test_memory_timeline_has_a_bar_per_buffer_and_the_peak(softmax_record):
-    graph = softmax_record["graphs"][0]
-    buffers = graph["memory"]["buffers"]
+    graph = softmax_record.graphs[0]
+    buffers = graph.memory.buffers
     figure = memory.memory_timeline_figure(graph)
     bars = [t for t in figure.data if t.type == "bar"]
     assert len(bars) == len(buffers)
-    live = memory.live_bytes(buffers, len(graph["kernels"]) + 1)
+    live = memory.live_bytes(buffers, len(graph.kernels) + 1)
     assert max(live) > 0
     assert any("peak" in (a.text or "") for a in figure.layout.annotations)
 

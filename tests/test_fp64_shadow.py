@@ -18,10 +18,10 @@ class SteersItsFloat64Run(torch.nn.Module):
 def test_a_model_that_steers_its_float64_run_gets_a_mismatch():
     record = engine.explore(SteersItsFloat64Run(), (torch.randn(64, 64),))
     verify = record.verify
-    assert verify["ok"] is False and verify["verdict"] == "mismatch", verify
-    output = verify["outputs"][0]
-    assert output["judged_by"] == "eager and fp64" and not output["fp64"]["ok"]
-    assert output["fp64"]["ours_max_abs"] >= 0.99 and output["fp64"]["eager_max_abs"] < 1e-5
+    assert verify.ok is False and verify.verdict == "mismatch", verify
+    output = verify.outputs[0]
+    assert output.judged_by == "eager and fp64" and not output.fp64["ok"]
+    assert output.fp64["ours_max_abs"] >= 0.99 and output.fp64["eager_max_abs"] < 1e-5
 
 
 class HalfMixed(torch.nn.Module):

@@ -31,7 +31,7 @@ def _with_statistics(model):
 def test_conv_batch_norm_folds_into_one_convolution(backend):
     spec = load_model_file("conv_bn_relu")
     record = engine.explore(_with_statistics(spec.model), spec.example_inputs, backend=backend, freezing=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
     assert record.options.freezing and "freezing" in record.options.rewrites
     assert _folds(record, "freezing") and len(_folds(record, "conv_bn")) == 1
@@ -47,7 +47,7 @@ def test_conv_batch_norm_folds_into_one_convolution(backend):
 def test_linear_batch_norm_folds_into_one_linear(backend):
     model = _with_statistics(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU()))
     record = engine.explore(model, (torch.randn(8, 16),), backend=backend, freezing=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert len(_folds(record, "conv_bn")) == 1
     assert not any("sub" in op or "sqrt" in op for k in record.kernels for op in k.ops)
 
@@ -57,7 +57,7 @@ def test_resnet_small_freezes_every_batch_norm():
     model = _with_statistics(spec.model)
     batch_norms = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
     record = engine.explore(model, spec.example_inputs, freezing=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert len(_folds(record, "conv_bn")) == batch_norms
 
 
@@ -73,7 +73,7 @@ class SharedConvOutput(nn.Module):
 
 def test_conv_output_read_elsewhere_is_not_folded():
     record = engine.explore(_with_statistics(SharedConvOutput()), (torch.randn(2, 3, 10, 10),), freezing=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not _folds(record, "conv_bn")
     refusals = [r for g in record.graphs for r in g.rewrites if r.rewrite == "conv_bn" and not r.applied]
     assert refusals and "would change what the others read" in refusals[0].reason

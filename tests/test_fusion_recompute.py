@@ -20,8 +20,8 @@ def _explore(model, inputs, backend, train=False, **options):
     torch._dynamo.reset()
     exploration = engine.explore(model, inputs, backend=backend, train=train, **options)
     verify = exploration.verify
-    entries = [verify.get("loss"), *verify.get("gradients", [])] if train else [verify]
-    assert verify["ok"], [e for e in entries if e and not e.get("ok", True)] or verify
+    entries = [verify.loss, *(verify.gradients or [])] if train else [verify]
+    assert verify.ok, [e for e in entries if e and e.ok is False] or verify
     return exploration
 
 
@@ -126,7 +126,7 @@ def test_split_column_kernel_recomputes_in_its_first_stage():
     x = torch.randn(2, 2048, 128, requires_grad=True)
     backward = _graph(_explore(model, (x,), "triton", train=True, templates="off"), "backward")
     (first,) = [k for k in backward.kernels if k.name.endswith("_partials") and len(k.writes) == 2]
-    assert first.tiling["choice"] == "split", first.tiling
+    assert first.tiling.choice == "split", first.tiling
     # it reads dy (a matmul's result), x and the per-row statistics (the forward's), nothing a loop kernel wrote
     written = {n for k in backward.kernels if k.kind in ("pointwise", "reduction") for n in k.writes}
     assert not set(first.reads) & written, first.reads

@@ -112,8 +112,8 @@ def test_every_decision_names_its_rule():
 
 def test_the_record_names_the_rule_of_every_decision():
     exploration = engine.explore(lambda x: torch.softmax(x * 2, -1), (torch.randn(8, 16),))
-    decisions = [d for g in exploration.graphs for d in g.fusion["decisions"]]
-    assert decisions and all(d["rule"] in RULE_NAMES for d in decisions), decisions
+    decisions = [d for g in exploration.graphs for d in g.fusion.decisions]
+    assert decisions and all(d.rule in RULE_NAMES for d in decisions), decisions
 
 
 def test_the_policy_is_asked_once_per_candidate(monkeypatch):

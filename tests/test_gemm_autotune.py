@@ -11,7 +11,7 @@ from engine.runtime import gemm_launch
 
 
 def _templates(exploration):
-    return [k for k in exploration.kernels if k["kind"] == "template"]
+    return [k for k in exploration.kernels if k.kind == "template"]
 
 
 def _timed(times: dict):
@@ -31,9 +31,9 @@ def _tuning(fn, inputs, monkeypatch, tmp_path, times, **options):
     monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(gemm_launch, "measure", _timed(times))
     exploration = engine.explore(fn, inputs, backend="cpp", mode="max-autotune", **options)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (kernel,) = _templates(exploration)
-    return kernel["template"]["autotune"]
+    return kernel.template.autotune
 
 
 def test_gemm_without_epilogue_has_the_library_call_alone_as_a_candidate(monkeypatch, tmp_path):
@@ -43,9 +43,9 @@ def test_gemm_without_epilogue_has_the_library_call_alone_as_a_candidate(monkeyp
     inputs = (torch.randn(4, 63), torch.randn(63, 20))
     tuning = _tuning(lambda a, b: a @ b, inputs, monkeypatch, tmp_path,
                      {"template": 1.0, "other": 1.0, "library": 0.5})
-    names = [c["candidate"] for c in tuning["candidates"]]
+    names = [c.candidate for c in tuning.candidates]
     assert "library" in names and "library + epilogue" not in names, names
-    assert tuning["default_pick"] == "library" and tuning["winner"] == "library", tuning
+    assert tuning.default_pick == "library" and tuning.winner == "library", tuning
 
 
 @pytest.mark.parametrize("op", ["addmm", "bmm", "strided_mm", "conv1x1"])
@@ -62,7 +62,7 @@ def test_library_alone_writes_the_output_of_every_gemm_op(op, monkeypatch, tmp_p
     }[op]
     tuning = _tuning(fn, inputs, monkeypatch, tmp_path, {"template": 1.0, "other": 1.0, "library": 0.5},
                      templates="on")
-    assert tuning["winner"] == "library", tuning
+    assert tuning.winner == "library", tuning
 
 
 def test_default_pick_is_kept_unless_a_challenger_is_clearly_faster(monkeypatch, tmp_path):
@@ -72,12 +72,12 @@ def test_default_pick_is_kept_unless_a_challenger_is_clearly_faster(monkeypatch,
     fn = lambda x, w: torch.relu(x @ w)  # noqa: E731
     inputs = (torch.randn(4, 63), torch.randn(63, 40))
     close = _tuning(fn, inputs, monkeypatch, tmp_path / "close", {"template": 1.0, "other": 1.2, "library": 0.99})
-    assert close["default_pick"].startswith("template") and close["winner"] == close["default_pick"], close
-    assert "noise" in close["why"]
+    assert close.default_pick.startswith("template") and close.winner == close.default_pick, close
+    assert "noise" in close.why
     clear = _tuning(fn, inputs, monkeypatch, tmp_path / "clear", {"template": 1.0, "other": 1.2, "library": 0.9})
-    assert clear["winner"] == "library + epilogue" and "faster than the default's pick" in clear["why"], clear
+    assert clear.winner == "library + epilogue" and "faster than the default's pick" in clear.why, clear
     other = _tuning(fn, inputs, monkeypatch, tmp_path / "other", {"template": 1.0, "other": 0.5, "library": 2.0})
-    assert other["winner"].startswith("template") and other["winner"] != other["default_pick"], other
+    assert other.winner.startswith("template") and other.winner != other.default_pick, other
 
 
 def test_wide_gemm_default_pick_is_the_library_call_with_the_epilogue(monkeypatch, tmp_path):
@@ -85,7 +85,7 @@ def test_wide_gemm_default_pick_is_the_library_call_with_the_epilogue(monkeypatc
     torch.manual_seed(0)
     tuning = _tuning(lambda x, w: torch.relu(x @ w), (torch.randn(127, 63), torch.randn(63, 40)), monkeypatch,
                      tmp_path, {"template": 0.995, "other": 1.2, "library": 1.0})
-    assert tuning["default_pick"] == "library + epilogue" and tuning["winner"] == "library + epilogue", tuning
+    assert tuning.default_pick == "library + epilogue" and tuning.winner == "library + epilogue", tuning
 
 
 def test_pick_winner_without_timings_falls_back_to_the_default():
@@ -110,5 +110,5 @@ def test_same_gemm_in_two_layers_is_timed_once(monkeypatch, tmp_path):
     w1, w2 = torch.randn(63, 63), torch.randn(63, 63)
     exploration = engine.explore(lambda x: torch.relu(torch.relu(x @ w1) @ w2), (torch.randn(4, 63),),
                                  backend="cpp", mode="max-autotune")
-    assert exploration.verify["ok"] and len(_templates(exploration)) == 2
+    assert exploration.verify.ok and len(_templates(exploration)) == 2
     assert len(calls) == 1, calls

@@ -36,7 +36,7 @@ class SqueezeExcite(torch.nn.Module):
 
 
 def _templates(exploration):
-    return [k["template"] for k in exploration.kernels if k["kind"] == "template"]
+    return [k.template for k in exploration.kernels if k.kind == "template"]
 
 
 def _explore(model, inputs, backend, dtype, **options):
@@ -45,7 +45,7 @@ def _explore(model, inputs, backend, dtype, **options):
     inputs = tuple(x.to(dtype) for x in inputs)
     exploration = engine.explore(model, inputs, backend=backend, templates="on", tolerance=TOLERANCE[dtype],
                                  **options)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     return exploration
 
 
@@ -54,20 +54,20 @@ def _explore(model, inputs, backend, dtype, **options):
 def test_channels_last_bottleneck_fuses_both_convolutions(backend, dtype):
     torch.manual_seed(0)
     exploration = _explore(Bottleneck(), (torch.randn(2, 24, 5, 7),), backend, dtype, layout="channels_last")
-    assert exploration.graphs[0].memory["layout"]["format"] == "channels_last"
-    reduce, expand = sorted(_templates(exploration), key=lambda t: t["spec"]["N"], reverse=True)
+    assert exploration.graphs[0].memory.layout["format"] == "channels_last"
+    reduce, expand = sorted(_templates(exploration), key=lambda t: t.spec.N, reverse=True)
     # the graph's input is NCHW: one GEMM per image, pixels as rows; its NHWC output feeds one GEMM of all pixels
-    assert (reduce["spec"]["batch"], reduce["spec"]["M"], reduce["spec"]["N"]) == (2, 35, 40)
-    assert (expand["spec"]["batch"], expand["spec"]["M"], expand["spec"]["N"]) == (1, 70, 24)
+    assert (reduce.spec.batch, reduce.spec.M, reduce.spec.N) == (2, 35, 40)
+    assert (expand.spec.batch, expand.spec.M, expand.spec.N) == (1, 70, 24)
     for template in (reduce, expand):
-        assert any("relu" in op for fused in template["fused_ops"] for op in fused["ops"]), template["fused_ops"]
-    assert exploration.graphs[0].fusion["templates"][0]["template"]
+        assert any("relu" in op for fused in template.fused_ops for op in fused.ops), template.fused_ops
+    assert exploration.graphs[0].fusion.templates[0].template
 
 
 def test_nchw_graph_keeps_the_image_frame():
     torch.manual_seed(0)
     exploration = _explore(Bottleneck(), (torch.randn(2, 24, 5, 7),), "cpp", torch.float32, layout="contiguous")
-    shapes = sorted((t["spec"]["batch"], t["spec"]["M"], t["spec"]["N"]) for t in _templates(exploration))
+    shapes = sorted((t.spec.batch, t.spec.M, t.spec.N) for t in _templates(exploration))
     assert shapes == [(2, 24, 35), (2, 40, 35)]  # W[Cout, Cin] @ X[Cin, H*W] per image
 
 
@@ -75,8 +75,8 @@ def test_nchw_graph_keeps_the_image_frame():
 def test_pooled_1x1_convolutions_are_one_gemm_over_the_images(layout):
     torch.manual_seed(0)
     exploration = _explore(SqueezeExcite(), (torch.randn(3, 32, 4, 6),), "cpp", torch.float32, layout=layout)
-    specs = [t["spec"] for t in _templates(exploration)]
-    assert sorted((s["batch"], s["M"], s["N"], s["K"]) for s in specs) == [(1, 3, 16, 32), (1, 3, 32, 16)]
+    specs = [t.spec for t in _templates(exploration)]
+    assert sorted((s.batch, s.M, s.N, s.K) for s in specs) == [(1, 3, 16, 32), (1, 3, 32, 16)]
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -95,5 +95,5 @@ def test_channels_last_max_autotune_times_the_pixel_frame(monkeypatch, tmp_path)
     exploration = _explore(Bottleneck(), (torch.randn(2, 24, 5, 7),), "cpp", torch.float32,
                            layout="channels_last", mode="max-autotune")
     for template in _templates(exploration):
-        tuning = template["autotune"]
-        assert tuning["winner"] and any(c["candidate"] == "library + epilogue" for c in tuning["candidates"])
+        tuning = template.autotune
+        assert tuning.winner and any(c.candidate == "library + epilogue" for c in tuning.candidates)

@@ -47,15 +47,15 @@ CASES = _cases()
 def test_gemm_edge_case_matches_eager(case, backend):
     fn, inputs, refusal = CASES[case]
     exploration = engine.explore(fn, inputs, backend=backend, templates="on", tolerance=TOLERANCE)
-    assert exploration.verify["ok"], exploration.verify
-    choices = exploration.graphs[0].fusion["templates"] if exploration.graphs else []
-    templates = [k for k in exploration.kernels if k["kind"] == "template"]
+    assert exploration.verify.ok, exploration.verify
+    choices = exploration.graphs[0].fusion.templates if exploration.graphs else []
+    templates = [k for k in exploration.kernels if k.kind == "template"]
     if refusal is None:
-        assert templates, [(k["name"], k["kind"]) for k in exploration.kernels]
+        assert templates, [(k.name, k.kind) for k in exploration.kernels]
     elif refusal == "empty output":  # lowered to an empty tensor: no GEMM is left to choose a template for
-        assert not templates and all(k["kind"] == "extern" for k in exploration.kernels), exploration.kernels
+        assert not templates and all(k.kind == "extern" for k in exploration.kernels), exploration.kernels
     else:
-        assert not templates and choices and refusal in choices[0]["reason"], choices
+        assert not templates and choices and refusal in choices[0].reason, choices
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -63,6 +63,6 @@ def test_transposed_read_of_the_output_is_no_epilogue(backend):
     """(a @ b).t() + 1 reads the tile at another element: the add runs as its own kernel, after the template."""
     fn, inputs, _ = CASES["output_read_transposed"]
     exploration = engine.explore(fn, inputs, backend=backend, templates="on", tolerance=TOLERANCE)
-    (template,) = [k for k in exploration.kernels if k["kind"] == "template"]
-    assert not template["template"]["fused_ops"], template["template"]["fused_ops"]
-    assert "pointwise" in [k["kind"] for k in exploration.kernels]
+    (template,) = [k for k in exploration.kernels if k.kind == "template"]
+    assert not template.template.fused_ops, template.template.fused_ops
+    assert "pointwise" in [k.kind for k in exploration.kernels]

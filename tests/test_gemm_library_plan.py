@@ -205,8 +205,8 @@ def test_epilogue_only_tiles_are_candidates_and_match_eager(tile, tuned, monkeyp
     fn = lambda x: torch.relu(F.linear(x, w, b)) * 2  # noqa: E731
     inputs = (torch.randn(37, 63),)  # 37 rows: ragged for both tiles
     exploration = engine.explore(fn, inputs, backend="triton", mode="max-autotune")
-    assert exploration.verify["ok"], exploration.verify
-    (kernel,) = [k for k in exploration.kernels if k["kind"] == "template"]
-    assert kernel["template"]["autotune"]["winner"].startswith(wanted), kernel["template"]["autotune"]
+    assert exploration.verify.ok, exploration.verify
+    (kernel,) = [k for k in exploration.kernels if k.kind == "template"]
+    assert kernel.template.autotune.winner.startswith(wanted), kernel.template.autotune
     assert sum(name.startswith("library + epilogue") for name in seen) == 1 + len(configs), seen
     assert tuned and all(tuned), tuned

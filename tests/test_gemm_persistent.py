@@ -18,20 +18,20 @@ def test_persistent_programs_walk_several_tiles_and_match_eager(name, monkeypatc
     exploration = _explore(name, torch.float32, "triton", templates="on")
     _assert_fused(exploration, name)
     for kernel in _templates(exploration):
-        template = kernel["template"]
-        spec = template["spec"]
-        tiles = -(-spec["M"] // 16) * -(-spec["N"] // 16) * spec["batch"]
-        assert tiles > triton_gemm.INTERPRETER_PROGRAMS and template["grid"][0] == triton_gemm.INTERPRETER_PROGRAMS
-        assert template["config"]["PERSISTENT"] is True
+        template = kernel.template
+        spec = template.spec
+        tiles = -(-spec.M // 16) * -(-spec.N // 16) * spec.batch
+        assert tiles > triton_gemm.INTERPRETER_PROGRAMS and template.grid[0] == triton_gemm.INTERPRETER_PROGRAMS
+        assert template.config["PERSISTENT"] is True
 
 
 def test_plain_config_launches_one_program_per_tile():
     exploration = _explore("bmm", torch.float32, "triton", templates="on")
     (kernel,) = _templates(exploration)
-    template, spec = kernel["template"], kernel["template"]["spec"]
-    config = template["config"]
-    tiles = -(-spec["M"] // config["BLOCK_M"]) * -(-spec["N"] // config["BLOCK_N"]) * spec["batch"]
-    assert config["PERSISTENT"] is False and template["grid"][0] == tiles
+    template, spec = kernel.template, kernel.template.spec
+    config = template.config
+    tiles = -(-spec.M // config["BLOCK_M"]) * -(-spec.N // config["BLOCK_N"]) * spec.batch
+    assert config["PERSISTENT"] is False and template.grid[0] == tiles
 
 
 def test_max_autotune_times_persistent_forms_of_the_leading_tile():
@@ -48,5 +48,5 @@ def test_register_capped_config_runs_and_matches_eager(monkeypatch):
     monkeypatch.setattr(triton_gemm, "interpreter_config", lambda spec: capped)
     exploration = _explore("linear_relu", torch.float32, "triton", templates="on")
     _assert_fused(exploration, "linear_relu")
-    assert _templates(exploration)[0]["template"]["config"]["maxnreg"] == 128
+    assert _templates(exploration)[0].template.config["maxnreg"] == 128
     assert any(c.maxnreg == 128 for c in gemm_tiles.gpu_configs(8192, 4096, 1024, torch.bfloat16))

@@ -17,7 +17,7 @@ class LinearGeluResidual(torch.nn.Module):
 
 
 def _templates(exploration):
-    return [k for k in exploration.kernels if k["kind"] == "template"]
+    return [k for k in exploration.kernels if k.kind == "template"]
 
 
 @pytest.mark.parametrize("rows", [1, 3])
@@ -26,11 +26,11 @@ def test_one_row_gemm_fuses_its_epilogue(rows, templates):
     torch.manual_seed(0)
     inputs = (torch.randn(rows, 63), torch.randn(rows, 95))
     exploration = engine.explore(LinearGeluResidual(), inputs, backend="cpp", templates=templates)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (template,) = _templates(exploration)
-    fused = [o for op in template["template"]["fused_ops"] for o in op["ops"]]
+    fused = [o for op in template.template.fused_ops for o in op.ops]
     assert any("gelu" in o or "erf" in o for o in fused) and any("add" in o for o in fused), fused
-    assert len(exploration.kernels) == 1, [(k["name"], k["kind"]) for k in exploration.kernels]
+    assert len(exploration.kernels) == 1, [(k.name, k.kind) for k in exploration.kernels]
 
 
 @pytest.mark.parametrize("rows,size,dtype,template", [
@@ -49,9 +49,9 @@ def test_default_mode_weighs_rows_weight_and_dtype(rows, size, dtype, template):
     model = LinearGeluResidual(size, size).to(dtype)
     inputs = (torch.randn(rows, size, dtype=dtype), torch.randn(rows, size, dtype=dtype))
     exploration = engine.explore(model, inputs, backend="cpp")
-    assert exploration.verify["ok"], exploration.verify
-    assert bool(_templates(exploration)) == template, [(k["name"], k["kind"]) for k in exploration.kernels]
+    assert exploration.verify.ok, exploration.verify
+    assert bool(_templates(exploration)) == template, [(k.name, k.kind) for k in exploration.kernels]
     if not template:
-        (decision,) = [t for g in exploration.graphs for t in g.fusion["templates"]]
-        assert "library call" in decision["reason"] and ("float32" in decision["reason"] or "bf16" in decision["reason"])
-        assert [k["kind"] for k in exploration.kernels] == ["extern", "pointwise"]  # the epilogue, one kernel
+        (decision,) = [t for g in exploration.graphs for t in g.fusion.templates]
+        assert "library call" in decision.reason and ("float32" in decision.reason or "bf16" in decision.reason)
+        assert [k.kind for k in exploration.kernels] == ["extern", "pointwise"]  # the epilogue, one kernel

@@ -15,7 +15,7 @@ TOLERANCE = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(ato
 
 
 def _templates(exploration):
-    return [k for k in exploration.kernels if k["kind"] == "template"]
+    return [k for k in exploration.kernels if k.kind == "template"]
 
 
 def _linear(n, k, dtype, epilogue=False):
@@ -32,9 +32,9 @@ def test_forced_stream_form_matches_eager(m, k, n, dtype):
     fn = _linear(n, k, dtype, epilogue=m != 3)
     x = torch.randn(m, k, dtype=dtype)
     exploration = engine.explore(fn, (x,), backend="cpp", templates="on", tolerance=TOLERANCE[dtype])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (template,) = _templates(exploration)
-    assert template["template"]["inner_loop"] == "stream", template["template"]
+    assert template.template.inner_loop == "stream", template.template
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
@@ -50,13 +50,13 @@ def test_stream_form_reads_strided_and_batched_operands(dtype):
                              (torch.randn(3, 2, 81, dtype=dtype), torch.randn(3, 13, 81, dtype=dtype)),
                              backend="cpp", templates="on", tolerance=tolerance)
     for exploration in (sliced, batched):
-        assert exploration.verify["ok"], exploration.verify
+        assert exploration.verify.ok, exploration.verify
         (template,) = _templates(exploration)
-        assert template["template"]["inner_loop"] == "stream", template["template"]
+        assert template.template.inner_loop == "stream", template.template
 
 
 def _choice(exploration):
-    (choice,) = exploration.graphs[0].fusion["templates"]
+    (choice,) = exploration.graphs[0].fusion.templates
     return choice
 
 
@@ -76,15 +76,15 @@ def test_default_mode_streams_a_gemm_without_epilogue_as_the_rule_says(m, n, k, 
     taken, and the output equals eager's either way."""
     fn = _linear(n, k, dtype)
     exploration = engine.explore(fn, (torch.randn(m, k, dtype=dtype),), backend="cpp", tolerance=TOLERANCE[dtype])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     expected = templates.cpu_alone_reason(_spec(m, n, k, dtype), templates.TemplateOptions()) is not None
     gemv_in_cache = dtype == torch.float32 and m == 1 and n * k * 4 < templates.CPU_F32_GEMV_MIN_BYTES
     assert expected == (m <= templates.CPU_SKINNY_ROWS and n * k >= templates.CPU_STREAM_MIN_WEIGHT and (
         dtype == torch.float32 or m <= templates.CPU_BF16_LANES_ROWS or templates.cpu_multiplies_bf16_pairs())
         and not gemv_in_cache)
-    assert _choice(exploration)["template"] is expected, _choice(exploration)
+    assert _choice(exploration).template is expected, _choice(exploration)
     kernels = _templates(exploration)
-    assert [k["template"]["inner_loop"] for k in kernels] == (["stream"] if expected else []), kernels
+    assert [k.template.inner_loop for k in kernels] == (["stream"] if expected else []), kernels
 
 
 def test_linear_with_bias_streams_with_its_bias_in_the_template():
@@ -93,10 +93,10 @@ def test_linear_with_bias_streams_with_its_bias_in_the_template():
     linear = torch.nn.Linear(1024, 1024)
     exploration = engine.explore(lambda x: linear(x), (torch.randn(8, 1024),), backend="cpp",
                                  tolerance=TOLERANCE[torch.float32])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (template,) = _templates(exploration)
-    assert template["template"]["spec"]["bias"] and template["template"]["inner_loop"] == "stream"
-    assert _choice(exploration)["template"] is True
+    assert template.template.spec.bias and template.template.inner_loop == "stream"
+    assert _choice(exploration).template is True
 
 
 def test_bf16_without_pair_products_keeps_the_library_beyond_one_row(monkeypatch):
@@ -110,8 +110,8 @@ def test_bf16_without_pair_products_keeps_the_library_beyond_one_row(monkeypatch
     exploration = engine.explore(_linear(1024, 1024, torch.bfloat16, epilogue=True),
                                  (torch.randn(8, 1024, dtype=torch.bfloat16),), backend="cpp",
                                  tolerance=TOLERANCE[torch.bfloat16])
-    assert exploration.verify["ok"], exploration.verify
-    assert _choice(exploration)["template"] is False and not _templates(exploration)
+    assert exploration.verify.ok, exploration.verify
+    assert _choice(exploration).template is False and not _templates(exploration)
 
 
 def test_swiglu_gemms_all_stream_in_default_mode():
@@ -123,9 +123,9 @@ def test_swiglu_gemms_all_stream_in_default_mode():
     down = torch.nn.Linear(hidden, d, bias=False)
     exploration = engine.explore(lambda x: down(F.silu(gate(x)) * up(x)), (torch.randn(4, d),), backend="cpp",
                                  tolerance=TOLERANCE[torch.float32])
-    assert exploration.verify["ok"], exploration.verify
-    assert all(c["template"] for c in exploration.graphs[0].fusion["templates"])
-    assert [k["kind"] for k in exploration.kernels] == ["template"] * 3, [k["kind"] for k in exploration.kernels]
+    assert exploration.verify.ok, exploration.verify
+    assert all(c.template for c in exploration.graphs[0].fusion.templates)
+    assert [k.kind for k in exploration.kernels] == ["template"] * 3, [k.kind for k in exploration.kernels]
 
 
 @pytest.mark.parametrize("march", ["haswell", "x86-64"], ids=["avx2", "no_simd_isa"])
@@ -143,6 +143,6 @@ def test_stream_form_without_avx512(march, dtype, monkeypatch, tmp_path):
         x = torch.randn(m, k, dtype=dtype)
         exploration = engine.explore(_linear(n, k, dtype, epilogue=True), (x,), backend="cpp", templates="on",
                                      tolerance=TOLERANCE[dtype])
-        assert exploration.verify["ok"], (m, k, n, exploration.verify)
+        assert exploration.verify.ok, (m, k, n, exploration.verify)
         (template,) = _templates(exploration)
-        assert template["template"]["inner_loop"] == "stream"
+        assert template.template.inner_loop == "stream"

@@ -41,7 +41,7 @@ def test_permuted_add_is_bit_exact(dtype, case):
     y = _random_half([shape[d] for d in order], dtype)
     fn = lambda a, b: a.permute(*order) + b  # noqa: E731
     (kernel,) = explored_kernels(fn, (x, y), "cpp", name="permute_add")
-    assert kernel["tiling"]["choice"] == "2d", kernel["tiling"]
+    assert kernel.tiling.choice == "2d", kernel.tiling
     with torch.no_grad():
         assert _same_bits(_compiled(fn)(x, y), fn(x, y))
 
@@ -79,8 +79,8 @@ def test_half_rows_of_dynamic_sizes_match_eager():
     inputs = lambda n: (_random_half((n, 40), torch.float16), _random_half((40, n), torch.float16))  # noqa: E731
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs(48), dynamic=True, dynamic_inputs=[inputs(n) for n in (17, 1100)])
-    assert exploration.verify["ok"], exploration.verify
-    assert all(run["verify"]["ok"] for run in exploration.runs), exploration.runs
+    assert exploration.verify.ok, exploration.verify
+    assert all(run.verify.ok for run in exploration.runs), exploration.runs
     compiled = _compiled(fn)
     with torch.no_grad():
         for n in (33, 2049):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import engine
+from engine.record import KernelRecord
 from engine.tools.model_file import load_model_file
 from samples import sample_path
 from visualizers import heat, overlay
@@ -45,22 +46,22 @@ def test_heat_carries_rates_and_roof_on_kernels_and_lines():
     spec = load_model_file(str(sample_path("scale_bias_relu")))
     record = engine.explore(spec.model, spec.example_inputs, name=spec.name, profile=True,
                             source={"filename": spec.filename, "text": spec.source})
-    peaks = record.machine["peaks"]
-    assert peaks["gbps"] > 0 and peaks["source"].startswith("measured")  # a CPU: the measured roofs
+    peaks = record.machine.peaks
+    assert peaks.gbps > 0 and peaks.source.startswith("measured")  # a CPU: the measured roofs
     graph = record.graphs[0]
     (kernel,) = graph.kernels
     roof = kernel.roofline
     # 3 FLOPs per 8 bytes (a float read and written): memory-bound on any machine's measured roofs
-    assert roof["bound"] == "memory"
-    attainable = peaks["gbps"] * kernel.flops / kernel.bytes
-    assert math.isclose(roof["pct"], 100 * kernel.gflops / attainable, rel_tol=1e-9)
+    assert roof.bound == "memory"
+    attainable = peaks.gbps * kernel.flops / kernel.bytes
+    assert math.isclose(roof.pct, 100 * kernel.gflops / attainable, rel_tol=1e-9)
     clusters = heat.graph_clusters(graph)
     label, fill, nodes = clusters[kernel.name]
     assert "GB/s" in label and "% of roof" in label and set(nodes) == set(kernel.aten_origins)
     dot = overlay.overlay_dot(graph, "aten", *heat.graph_paint(graph), clusters=clusters)
     assert "cluster_k0" in dot and all(n in dot.split("cluster_k0", 1)[1] for n in nodes)  # drawn inside its box
     (line,) = heat.line_heat(record).values()  # one line computes the kernel: all of its figures
-    assert math.isclose(line["gbps"], kernel.gbps) and math.isclose(line["pct"], roof["pct"])
+    assert math.isclose(line["gbps"], kernel.gbps) and math.isclose(line["pct"], roof.pct)
     assert "% roof" in heat.source_heat_html(spec.source, heat.line_heat(record))
     assert "of roof" in report_html(record)
 
@@ -69,20 +70,21 @@ def test_datasheet_roofs_by_device_name_and_the_roof_a_kernel_is_under():
     from engine.runtime import peaks
 
     h100 = peaks.device_peaks("NVIDIA H100 80GB HBM3", {}, cuda=True)
-    assert h100["gbps"] == 3350 and h100["source"].startswith("datasheet")
-    assert peaks.device_peaks("NVIDIA H100 PCIe", {}, True)["gbps"] == 2000
-    assert peaks.device_peaks("NVIDIA H200", {}, True)["gbps"] == 4800
+    assert h100.gbps == 3350 and h100.source.startswith("datasheet")
+    assert peaks.device_peaks("NVIDIA H100 PCIe", {}, True).gbps == 2000
+    assert peaks.device_peaks("NVIDIA H200", {}, True).gbps == 4800
     unknown = peaks.device_peaks("Some Future GPU", {"copy_gbps": 100.0, "matmul_gflops": 1000.0}, True)
-    assert unknown["gbps"] == 100.0 and unknown["source"].startswith("measured")
+    assert unknown.gbps == 100.0 and unknown.source.startswith("measured")
     # a bf16 GEMM of intensity 100 FLOP/byte on the H100: the memory roof is 335 TFLOP/s, under the tensor peak
-    gemm = {"kind": "template", "time_ms": 1.0, "bytes": 10 ** 9, "flops": 10 ** 11}
+    gemm = KernelRecord(name="gemm", kind="template", time_ms=1.0, bytes=10 ** 9, flops=10 ** 11)
     placed = peaks.kernel_roof(gemm, h100, "bfloat16")
-    assert placed["bound"] == "memory" and math.isclose(placed["pct"], 100 * 100e3 / (3350 * 100))
+    assert placed.bound == "memory" and math.isclose(placed.pct, 100 * 100e3 / (3350 * 100))
     # in fp32 the same GEMM is held by the fp32 units' 66.9 TFLOP/s: compute-bound
-    assert peaks.kernel_roof(gemm, h100, "float32")["bound"] == "compute"
+    assert peaks.kernel_roof(gemm, h100, "float32").bound == "compute"
     # a library call with no FLOP estimate: against the bandwidth roof alone
-    copy = peaks.kernel_roof({"kind": "extern", "time_ms": 1.0, "bytes": 3350 * 10 ** 6, "flops": None}, h100, None)
-    assert math.isclose(copy["pct"], 100.0) and copy["bound"] == "memory"
+    copy = peaks.kernel_roof(KernelRecord(name="mm", kind="extern", time_ms=1.0, bytes=3350 * 10 ** 6), h100,
+                             None)
+    assert math.isclose(copy.pct, 100.0) and copy.bound == "memory"
 
 
 def test_a_library_models_heat_lands_on_its_modeling_file(tmp_path):

@@ -84,5 +84,5 @@ def test_dynamic_nchw_sum_dim1_matches_eager():
     torch._dynamo.reset()
     exploration = engine.explore(lambda a: a.sum(1), (torch.randn(2, 16, 6, 5),), dynamic=True,
                                  dynamic_inputs=[(torch.randn(3, 16, 7, 9),), (torch.randn(1, 8, 4, 4),)])
-    assert exploration.verify["ok"], exploration.verify
-    assert all(run["verify"]["ok"] for run in exploration.runs), exploration.runs
+    assert exploration.verify.ok, exploration.verify
+    assert all(run.verify.ok for run in exploration.runs), exploration.runs

@@ -16,7 +16,7 @@ BACKENDS = ["cpp", "triton"]
 def _check(fn, inputs, backend, dynamic=False, kernels=None):
     exploration, generated = without_fallbacks(fn, inputs, backend, "interpolate", dynamic)
     if kernels is not None:
-        assert len(generated) == kernels, [k["name"] for k in generated]
+        assert len(generated) == kernels, [k.name for k in generated]
     torch._dynamo.reset()
     compiled = engine.compile(fn, backend=backend, dynamic=dynamic)
     got, expected = compiled(*inputs), fn(*inputs)

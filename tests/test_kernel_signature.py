@@ -33,7 +33,7 @@ def test_dynamic_sizes_reach_the_signature(backend, fn):
     torch._dynamo.reset()
     exploration = engine.explore(fn, (torch.randn(8, 12),), backend=backend, dynamic=True,
                                  dynamic_inputs=[(torch.randn(16, 20),), (torch.randn(5, 3),)])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not exploration.errors  # a missing size argument would not compile, and fall back to eager
-    assert [run["new_graphs"] for run in exploration.runs] == [0, 0], exploration.runs
-    assert all(run["verify"]["ok"] for run in exploration.runs), exploration.runs
+    assert [run.new_graphs for run in exploration.runs] == [0, 0], exploration.runs
+    assert all(run.verify.ok for run in exploration.runs), exploration.runs

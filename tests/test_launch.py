@@ -99,9 +99,9 @@ def test_a_triton_without_the_direct_launcher_keeps_jit_run():
 def test_the_wrapper_reads_no_stream_and_passes_grids_under_the_interpreter():
     fn = lambda x: torch.softmax(x, -1) * 2  # noqa: E731
     record = engine.explore(fn, (torch.randn(8, 32),), backend="triton")
-    wrapper = record.graphs[0].code["wrapper"]
+    wrapper = record.graphs[0].code.wrapper
     assert ".run(" not in wrapper and "kernel_0(" in wrapper and "raw_stream" not in wrapper, wrapper
-    assert record.verify["ok"]
+    assert record.verify.ok
 
 
 # --- the wrapper's measured overhead (Note [Wrapper overhead]) ------------------------------------------------
@@ -114,10 +114,10 @@ def test_the_record_shows_the_wrappers_overhead(backend):
         return x
 
     record = engine.explore(chain, (torch.randn(256),), backend=backend)
-    overhead = record.graphs[0].code["overhead"]
-    assert overhead["kernels"] == len([k for k in record.kernels if k["kind"] in ("pointwise", "reduction")]) >= 4
+    overhead = record.graphs[0].code.overhead
+    assert overhead["kernels"] == len([k for k in record.kernels if k.kind in ("pointwise", "reduction")]) >= 4
     assert 0 < overhead["wrapper_overhead_us"] and 0 < overhead["call_us"], overhead
-    assert record.verify["ok"]
+    assert record.verify.ok
 
 
 # --- library calls that refuse a layout (Note [Views for libraries]) ------------------------------------------
@@ -151,8 +151,8 @@ def test_size_one_dims_reach_libraries_with_contiguous_strides():
     linear = torch.nn.Linear(16, 8).eval()
     x = torch.randn(1, 1, 16)
     record = engine.explore(lambda t: torch.relu(linear(t)), (x,))
-    assert record.verify["ok"]
-    for line in record.graphs[0].code["wrapper"].splitlines():
+    assert record.verify.ok
+    for line in record.graphs[0].code.wrapper.splitlines():
         if "op_" in line and "strided_view" in line:
             assert "(0," not in line.split("strided_view", 1)[1], line
 
@@ -189,7 +189,7 @@ def test_a_graph_with_a_cpu_created_constant_runs_under_the_triton_interpreter()
     x = torch.randn(4, 3)
     for backend in ("triton", "cpp"):
         record = engine.explore(fn, (x,), backend=backend)
-        assert record.verify["ok"], (backend, record.verify)
+        assert record.verify.ok, (backend, record.verify)
         assert not record.errors
 
 
@@ -263,8 +263,8 @@ def test_an_input_on_the_kernels_device_by_another_name_is_not_moved():
 ])
 def test_complex_ops_explore_with_a_fallback(name, fn, make):
     record = engine.explore(fn, (make(),))
-    assert record.verify["ok"], record.verify
-    reasons = [k.get("reason", "") for k in record.kernels if k["kind"] == "fallback"]
+    assert record.verify.ok, record.verify
+    reasons = [k.reason or "" for k in record.kernels if k.kind == "fallback"]
     assert any("complex" in r for r in reasons), reasons
 
 
@@ -273,7 +273,7 @@ def test_sparse_inputs_explore(layout):
     dense = torch.randn(4, 4)
     sparse = dense.to_sparse() if layout == "coo" else dense.to_sparse_csr()
     record = engine.explore(lambda x: x * 2, (sparse,))
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert record.graphs or record.errors or record.graph_breaks, "the eager run must be visible in the record"
 
 

@@ -124,7 +124,7 @@ def test_our_compile_runs_outside_the_fake_mode(monkeypatch, backend):
         _replace_stage(monkeypatch, name, spy)
     model, x = _IndexedByAConstant(), torch.randn(5, 3)
     exploration = engine.explore(model, (x,), backend=backend)
-    assert exploration.verify["ok"] and not exploration.errors, exploration.errors
+    assert exploration.verify.ok and not exploration.errors, exploration.errors
     assert not seen_modes
     assert wrapper_tensors and not any(isinstance(t, FakeTensor) for t in wrapper_tensors)
 
@@ -134,7 +134,7 @@ def test_our_compile_runs_outside_the_fake_mode(monkeypatch, backend):
 def test_a_cpu_constant_read_by_gpu_kernels_compiles():
     x = torch.randn(5, 3, device="cuda")
     exploration = engine.explore(_IndexedByAConstant(), (x,), backend="triton", device="cuda")
-    assert exploration.verify["ok"] and not exploration.errors, exploration.errors
+    assert exploration.verify.ok and not exploration.errors, exploration.errors
     assert all(g.fallback is None for g in exploration.graphs)
 
 

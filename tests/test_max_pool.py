@@ -30,12 +30,12 @@ def _pool(x, kernel, stride, padding, dilation, ceil_mode):
 def _explore(fn, inputs, backend, **kwargs):
     exploration = engine.explore(fn, inputs, backend=backend, **kwargs)
     assert not exploration.errors, exploration.errors[0].message
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     return exploration
 
 
 def _kinds(exploration) -> list[str]:
-    return [k["kind"] for g in exploration.graphs for k in g.kernels]
+    return [k.kind for g in exploration.graphs for k in g.kernels]
 
 
 @pytest.mark.parametrize("backend", ["triton", "cpp"])
@@ -66,8 +66,8 @@ def test_pool_without_indices_computes_no_indices(backend):
     torch.manual_seed(0)
     exploration = _explore(lambda t: F.max_pool2d(torch.relu(t), 3, 2, 1), (torch.randn(2, 4, 9, 9),), backend)
     (graph,) = exploration.graphs
-    assert [k["kind"] for k in graph.kernels] == ["pointwise"], graph.kernels
-    assert "int64" not in str(graph.code.get("wrapper", "")), "an int64 buffer for the unread indices"
+    assert [k.kind for k in graph.kernels] == ["pointwise"], graph.kernels
+    assert "int64" not in str(graph.code.wrapper), "an int64 buffer for the unread indices"
 
 
 def _stacked_pools(t):
@@ -85,20 +85,20 @@ def test_stacked_windows_store_each_pool_once(backend):
     torch.manual_seed(0)
     exploration = _explore(_stacked_pools, (torch.randn(1, 4, 12, 12),), backend)
     (graph,) = exploration.graphs
-    assert [k["kind"] for k in graph.kernels] == ["pointwise"] * 3, graph.kernels
-    refused = [d for d in graph.fusion["decisions"] if d["rule"] == "window_read"]
-    assert len(refused) == 2 and not any(d["fused"] for d in refused), graph.fusion["decisions"]
-    assert all("positions per element" in d["reason"] for d in refused)
+    assert [k.kind for k in graph.kernels] == ["pointwise"] * 3, graph.kernels
+    refused = [d for d in graph.fusion.decisions if d.rule == "window_read"]
+    assert len(refused) == 2 and not any(d.fused for d in refused), graph.fusion.decisions
+    assert all("positions per element" in d.reason for d in refused)
     bn = torch.nn.BatchNorm2d(4).eval()
     bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
     stem = _explore(lambda t: F.max_pool2d(torch.relu(bn(t)), 3, 2, 1), (torch.randn(2, 4, 9, 9),), backend)
-    assert [k["kind"] for g in stem.graphs for k in g.kernels] == ["pointwise"]
+    assert [k.kind for g in stem.graphs for k in g.kernels] == ["pointwise"]
 
 
 def test_large_windows_run_eagerly_with_a_reason():
     exploration = engine.explore(lambda t: F.max_pool2d(t, 7), (torch.randn(1, 2, 14, 14),), backend="cpp")
-    assert exploration.verify["ok"], exploration.verify
-    fallbacks = [k for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
+    assert exploration.verify.ok, exploration.verify
+    fallbacks = [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
     assert fallbacks and any("window" in str(k) for k in fallbacks), fallbacks
 
 

@@ -16,12 +16,12 @@ def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="ops")
     assert not exploration.errors, exploration.errors[0].traceback[-3000:]
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     return exploration
 
 
 def _fallbacks(exploration):
-    return [k.get("reason") or "" for k in exploration.kernels if k["kind"] == "fallback"]
+    return [k.reason or "" for k in exploration.kernels if k.kind == "fallback"]
 
 
 def _generated(fn, inputs, backend):

@@ -13,13 +13,13 @@ BACKENDS = ["cpp", "triton"]
 def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="online")
-    assert exploration.verify["ok"], exploration.verify
-    return [k for k in exploration.kernels if k["kind"] == "reduction"]
+    assert exploration.verify.ok, exploration.verify
+    return [k for k in exploration.kernels if k.kind == "reduction"]
 
 
 def _rows_kernel(kernels):
     """The kernel over the long rows (cross-entropy has a second one: the mean over the rows)."""
-    return max(kernels, key=lambda k: k["source"].count("roffset"))
+    return max(kernels, key=lambda k: k.source.count("roffset"))
 
 
 CASES = {
@@ -40,11 +40,11 @@ def test_long_rows_run_online(backend, row, case):
     else:
         inputs = (x,)
     kernel = _rows_kernel(_explore(fn, inputs, backend))
-    reason = kernel["tiling"]["reason"]
+    reason = kernel.tiling.reason
     if backend == "triton":
-        assert kernel["triton"]["form"] == "looped"
-        assert "online softmax" in reason and "gb_online_softmax_combine" in kernel["source"]
-        assert kernel["source"].count("for roffset in range") == loops
+        assert kernel.triton.form == "looped"
+        assert "online softmax" in reason and "gb_online_softmax_combine" in kernel.source
+        assert kernel.source.count("for roffset in range") == loops
         assert f"{loops} read(s) of each row" in reason
     else:
         assert "no online softmax" in reason
@@ -76,7 +76,7 @@ def test_sums_that_are_not_exp_of_the_difference_stay_separate_passes(backend):
         return shifted.exp().sum(-1), shifted.sum(-1), (shifted * 2).exp().sum(-1)
 
     kernel = _rows_kernel(_explore(fn, (torch.randn(2, 8193),), backend))
-    assert "online softmax (" not in kernel["tiling"]["reason"]
+    assert "online softmax (" not in kernel.tiling.reason
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -84,5 +84,5 @@ def test_half_precision_long_rows_run_online(dtype):
     """Half-precision loads computed in float32 (the ops protocol types exp(x - max) as the load)."""
     x = torch.randn(2, 8193, dtype=dtype)
     kernel = _rows_kernel(_explore(lambda t: t.softmax(-1), (x,), "triton"))
-    assert "online softmax" in kernel["tiling"]["reason"]
+    assert "online softmax" in kernel.tiling.reason
 

@@ -104,8 +104,7 @@ def test_the_app_offers_the_options_choices():
         assert share.CHOICES[name] == options.infos()[name].choices
     assert tuple(state.BACKENDS) == options.infos()["backend"].choices
     assert state.modes_for("cuda")[-1] == "reduce-overhead" and "reduce-overhead" not in state.modes_for("cpu")
-    from app.worker import Options as AppOptions
-    args = AppOptions("triton", "cpu", dynamic=True, freeze=True, mode="max-autotune").cli_args()
+    args = options.cli_args(Options(backend="triton", device="cpu", dynamic=True, freezing=True, mode="max-autotune"))
     parsed = _explore_parser().parse_args(["softmax", *args])
     assert (parsed.backend, parsed.dynamic, parsed.freeze, parsed.mode) == ("triton", True, True, ("max-autotune",))
 

@@ -55,7 +55,7 @@ def test_empty_permuted_is_lowered_not_run_eagerly():
     dropout mask, engine/tools/sweep_explore.py): an allocation like empty_strided, so a generated kernel, no Fallback."""
     x = torch.randn(2, 3, 4, 5).to(memory_format=CHANNELS_LAST)
     exploration = engine.explore(_empty_like_filled, (x,), backend="cpp")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
 
 
@@ -67,7 +67,7 @@ def test_new_empty_and_new_empty_strided_are_lowered_not_run_eagerly():
 
     x = torch.randn(3, 4)
     exploration = engine.explore(fn, (x,), backend="cpp")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
 
 
@@ -75,7 +75,7 @@ def test_a_channels_last_output_is_stored_in_place_not_copied():
     """The output's own kernel writes it channels-last: one kernel, and the record lists it as so stored."""
     x = torch.randn(2, 8, 5, 5).to(memory_format=CHANNELS_LAST)
     exploration = engine.explore(lambda t: torch.relu(t) + 1, (x,), backend="cpp")
-    assert exploration.verify["ok"] and not exploration.errors
+    assert exploration.verify.ok and not exploration.errors
     (graph,) = exploration.graphs
     assert len(graph.kernels) == 1
-    assert graph.memory["layout"]["buffers"], graph.memory["layout"]
+    assert graph.memory.layout["buffers"], graph.memory.layout

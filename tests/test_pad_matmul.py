@@ -35,13 +35,13 @@ def batched(a, b):
 def test_forced_padding_matches_eager(forced, backend):
     torch.manual_seed(0)
     record = engine.explore(linear, (torch.randn(16, 30), torch.randn(50, 30), torch.randn(50)), backend=backend)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
     (pad,) = _pads(record)
     assert "K 30->32" in pad.replacement_text and "N 50->52" in pad.replacement_text
     assert "aten::constant_pad_nd" in _ops(record)
     record = engine.explore(batched, (torch.randn(4, 8, 30), torch.randn(4, 30, 50)), backend=backend)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert len(_pads(record)) == 1 and "aten::bmm" in _ops(record)
 
 
@@ -49,7 +49,7 @@ def test_frozen_weight_is_padded_once(forced):
     torch.manual_seed(0)
     model = nn.Linear(30, 50).eval()
     record = engine.explore(model, (torch.randn(16, 30),), freezing=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     (pad,) = _pads(record)
     assert "padded once, at compile time" in pad.reason
     pads = [k for k in record.kernels if "aten::constant_pad_nd" in k.ops]
@@ -59,7 +59,7 @@ def test_frozen_weight_is_padded_once(forced):
 def test_cpu_matmuls_are_not_padded_by_default(monkeypatch):
     monkeypatch.delenv("GLASSBOX_PAD_MATMUL", raising=False)
     record = engine.explore(linear, (torch.randn(16, 30), torch.randn(50, 30), torch.randn(50)))
-    assert record.verify["ok"] and not _pads(record)
+    assert record.verify.ok and not _pads(record)
     assert not [r for g in record.graphs for r in g.rewrites if r.rewrite == "pad_matmul"]  # no noise either
 
 

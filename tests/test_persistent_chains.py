@@ -15,9 +15,9 @@ BACKENDS = ["cpp", "triton"]
 def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="chain")
-    assert exploration.verify["ok"], exploration.verify
-    kernels = [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
-    decisions = [d for g in exploration.graphs for d in g.fusion["decisions"]]
+    assert exploration.verify.ok, exploration.verify
+    kernels = [k for k in exploration.kernels if k.kind in ("pointwise", "reduction")]
+    decisions = [d for g in exploration.graphs for d in g.fusion.decisions]
     return kernels, decisions
 
 
@@ -30,10 +30,10 @@ def softmax_chain(x, n=32):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_32_softmaxes_over_short_rows_are_one_kernel(backend):
     kernels, decisions = _explore(softmax_chain, (torch.randn(8, 64) * 3,), backend)
-    assert len(kernels) <= 2, [k["name"] for k in kernels]
-    assert not any(d["rule"] == "too_many_passes" for d in decisions)
-    past = [d for d in decisions if d["fused"] and "Persistent chains" in d["reason"]]
-    assert past and all("fits one block" in d["reason"] for d in past), past[:1]
+    assert len(kernels) <= 2, [k.name for k in kernels]
+    assert not any(d.rule == "too_many_passes" for d in decisions)
+    past = [d for d in decisions if d.fused and "Persistent chains" in d.reason]
+    assert past and all("fits one block" in d.reason for d in past), past[:1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -45,7 +45,7 @@ def test_chain_of_cheap_reductions_matches_eager(backend):
             x = F.layer_norm(x, (48,)) * 1.5 + 0.25
         return x
     kernels, _ = _explore(chain, (torch.randn(5, 48),), backend)
-    assert len(kernels) == 1, [k["name"] for k in kernels]
+    assert len(kernels) == 1, [k.name for k in kernels]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -61,8 +61,8 @@ def test_chain_with_special_values_matches_eager(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_looped_rows_keep_the_pass_limit(backend):
     kernels, decisions = _explore(lambda t: softmax_chain(t, 3), (torch.randn(2, 9000),), backend)
-    refused = [d for d in decisions if d["rule"] == "too_many_passes"]
-    assert refused and f"limit {policy.MAX_REDUCTION_PASSES}" in refused[0]["reason"], decisions
+    refused = [d for d in decisions if d.rule == "too_many_passes"]
+    assert refused and f"limit {policy.MAX_REDUCTION_PASSES}" in refused[0].reason, decisions
     assert len(kernels) >= 2
 
 
@@ -70,4 +70,4 @@ def test_strided_rows_keep_the_pass_limit():
     """A softmax over dim 0 reads its rows strided: column tiles loop over them, so no pass is free."""
     for fn in (lambda t: softmax_chain(t.t(), 4), lambda t: softmax_chain(t.transpose(0, 1).contiguous(), 4)):
         _, decisions = _explore(fn, (torch.randn(64, 8),), "cpp")
-        assert not any("Persistent chains" in d["reason"] for d in decisions)
+        assert not any("Persistent chains" in d.reason for d in decisions)

@@ -35,9 +35,9 @@ def _train(fn, x, backend, **kwargs):
     exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
     assert not exploration.errors, exploration.errors[0].message
     verify = exploration.verify
-    assert verify["ok"], [(e["name"], e["max_abs_err"]) for e in verify["gradients"] if not e["ok"]]
-    assert any(e["name"] == "input[0]" for e in verify["gradients"]), "the input's gradient was not checked"
-    fallbacks = [k["ops"] for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
+    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
+    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
+    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
     assert not fallbacks, fallbacks
     return exploration
 
@@ -47,7 +47,7 @@ def _backward_ops(exploration) -> str:
 
 
 def _backward_kinds(exploration) -> list[str]:
-    return [k["kind"] for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
+    return [k.kind for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
 
 
 @pytest.mark.parametrize("backend", ["triton", "cpp"])
@@ -104,10 +104,10 @@ def test_adaptive_avg_pool3d_gradient_is_our_kernel(backend):
     x = torch.randn(1, 2, 5, 4, 6, requires_grad=True)
     exploration = engine.explore(lambda t: F.adaptive_avg_pool3d(t, (2, 3, 4)), (x,), backend=backend,
                                  train=True, loss_fn=_weighted_sum)
-    assert exploration.verify["ok"], exploration.verify["gradients"]
+    assert exploration.verify.ok, exploration.verify.gradients
     backward = [k for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
     assert "_adaptive_avg_pool3d_backward" in _backward_ops(exploration)
-    assert not [k for k in backward if k["kind"] == "fallback"], backward
+    assert not [k for k in backward if k.kind == "fallback"], backward
 
 
 class Transition(nn.Module):

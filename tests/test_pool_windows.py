@@ -17,8 +17,8 @@ def _explore(fn, inputs, backend, dynamic=False):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="pool", dynamic=dynamic)
     assert not exploration.errors, exploration.errors[0].traceback[-3000:]
-    assert exploration.verify["ok"], exploration.verify
-    assert not [k for k in exploration.kernels if k["kind"] == "fallback"]
+    assert exploration.verify.ok, exploration.verify
+    assert not [k for k in exploration.kernels if k.kind == "fallback"]
     torch._dynamo.reset()
     compiled = engine.compile(fn, backend=backend, dynamic=dynamic)
     got, expected = compiled(*inputs), fn(*inputs)
@@ -73,8 +73,8 @@ def test_inception_block_pool_and_cat_in_channels_last(backend, dtype):
         return torch.cat([torch.relu(a), F.avg_pool2d(x, 3, 1, 1) * 2], 1), F.max_pool2d(x, 3, 2)
 
     exploration = _explore(block, (x, a), backend)
-    generated = [k for k in exploration.kernels if k["kind"] in ("pointwise", "reduction")]
-    assert len(generated) == 2, [k["name"] for k in generated]
+    generated = [k for k in exploration.kernels if k.kind in ("pointwise", "reduction")]
+    assert len(generated) == 2, [k.name for k in generated]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

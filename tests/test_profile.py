@@ -25,29 +25,29 @@ def test_every_kernel_gets_a_time_rate_and_share():
     kernels = record.kernels
     assert kernels
     for kernel in kernels:
-        assert kernel["time_ms"] > 0 and kernel["time_iqr_ms"] >= 0
-        assert kernel["gbps"] > 0 and kernel["flops"] > 0 and kernel["gflops"] > 0
-        assert 0 < kernel["share"] <= 1
+        assert kernel.time_ms > 0 and kernel.time_iqr_ms >= 0
+        assert kernel.gbps > 0 and kernel.flops > 0 and kernel.gflops > 0
+        assert 0 < kernel.share <= 1
     profile = record.graphs[0].profile
-    assert profile["call_ms"] > 0 and profile["repeats"] >= 5
-    assert abs(profile["kernels_ms"] - sum(k["time_ms"] for k in kernels)) < 1e-9
-    assert record.machine["copy_gbps"] > 0 and record.machine["matmul_gflops"] > 0
+    assert profile.call_ms > 0 and profile.repeats >= 5
+    assert abs(profile.kernels_ms - sum(k.time_ms for k in kernels)) < 1e-9
+    assert record.machine.copy_gbps > 0 and record.machine.matmul_gflops > 0
     json.dumps(record.to_json())  # still plain data
 
 
 def test_flop_estimates_count_elementwise_ops_and_matmuls():
     _, record = explore_profiled("scale_bias_relu")
     (kernel,) = record.kernels
-    assert kernel["flops"] == 3 * 64 * 1024  # mul, add, relu per element
+    assert kernel.flops == 3 * 64 * 1024  # mul, add, relu per element
     _, record = explore_profiled("mlp")
     # default mode: two library GEMMs and the relu between them (Note [When a C++ template pays])
-    assert sorted(k["flops"] for k in record.kernels if k["kind"] == "extern") == [2 * 32 * 256 * 10,
+    assert sorted(k.flops for k in record.kernels if k.kind == "extern") == [2 * 32 * 256 * 10,
                                                                                   2 * 32 * 128 * 256]
-    assert [k["flops"] for k in record.kernels if k["kind"] == "pointwise"] == [32 * 256]
+    assert [k.flops for k in record.kernels if k.kind == "pointwise"] == [32 * 256]
     _, record = explore_profiled("mlp", templates="on")
     # the first Linear as a GEMM template with relu as its epilogue (one op per output element)
-    matmuls = [k for k in record.kernels if k["kind"] in ("extern", "template")]
-    assert sorted(k["flops"] for k in matmuls) == sorted([2 * 32 * 128 * 256 + 32 * 256, 2 * 32 * 256 * 10])
+    matmuls = [k for k in record.kernels if k.kind in ("extern", "template")]
+    assert sorted(k.flops for k in matmuls) == sorted([2 * 32 * 128 * 256 + 32 * 256, 2 * 32 * 256 * 10])
 
 
 def test_profiling_leaves_the_compiled_model_as_it_was():
@@ -67,7 +67,7 @@ def test_profiling_leaves_the_compiled_model_as_it_was():
         expected = spec.model(*spec.example_inputs)
     torch.testing.assert_close(again, expected, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(first, expected, atol=1e-4, rtol=1e-4)
-    assert exploration.graphs and all(k.get("time_ms") for k in exploration.kernels)
+    assert exploration.graphs and all(k.time_ms for k in exploration.kernels)
 
 
 def test_machine_roofs_are_measured_once():

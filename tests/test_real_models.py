@@ -22,23 +22,23 @@ def test_llama_sample_prefill_then_decode_matches_eager_in_float32(backend):
     torch.manual_seed(0)
     record = engine.explore(_model(torch.float32), llama.prefill_inputs(), backend=backend,
                             dynamic_inputs=[llama.decode_inputs()])
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
-    assert record.runs and record.runs[0]["verify"]["ok"], record.runs  # the decode step, a graph of its own
+    assert record.runs and record.runs[0].verify.ok, record.runs  # the decode step, a graph of its own
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_llama_sample_decode_matches_eager_in_bfloat16(backend):
     torch.manual_seed(0)
     record = engine.explore(_model(torch.bfloat16), llama.decode_inputs(dtype=torch.bfloat16), backend=backend)
-    assert record.verify["ok"], record.verify
-    assert not any(k["kind"] == "fallback" for k in record.kernels), "decode should need no eager op"
+    assert record.verify.ok, record.verify
+    assert not any(k.kind == "fallback" for k in record.kernels), "decode should need no eager op"
 
 
 def test_llama_sample_prefill_matches_eager_in_bfloat16():
     torch.manual_seed(0)
     record = engine.explore(_model(torch.bfloat16), llama.prefill_inputs(dtype=torch.bfloat16))
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
 
 
 # --- Hugging Face transformers: the library's own code --------------------------------------------------------
@@ -61,7 +61,7 @@ def test_transformers_llama_matches_eager(backend, dtype, shape):
     fn = _hf_llama(dtype)
     ids = torch.randint(0, 128, shape)
     record = engine.explore(fn, (ids,), backend=backend)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert record.graphs and not record.errors, record.errors
 
 
@@ -75,4 +75,4 @@ def test_transformers_bert_with_attention_mask_matches_eager():
     mask = torch.ones(2, 16, dtype=torch.long)
     mask[1, 10:] = 0  # the second sequence is padded
     record = engine.explore(lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, (ids, mask))
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify

@@ -94,7 +94,7 @@ def test_an_internal_failure_falls_back_to_eager_and_says_why(monkeypatch, stage
     _replace_stage(monkeypatch, stage, broken)
     x = torch.randn(8, 32)
     exploration = _explore(inputs=(x,))
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (error,) = exploration.errors
     assert (error.kind, error.stage, error.type, error.graph) == ("fallback", stage, "RuntimeError", 0)
     assert f"injected failure in {stage}" in error.message and "Traceback" in error.traceback
@@ -122,7 +122,7 @@ def test_a_failing_first_run_falls_back_to_eager(monkeypatch):
 
     _replace_stage(monkeypatch, "build", build_a_broken_call)
     exploration = _explore()
-    assert exploration.verify["ok"]
+    assert exploration.verify.ok
     (error,) = exploration.errors
     assert (error.kind, error.stage, error.type) == ("fallback", "run", "ValueError")
     assert exploration.graphs[0].fallback.stage == "run" and exploration.graphs[0].kernels

@@ -87,7 +87,7 @@ def _ops(record):
 @pytest.mark.parametrize("fn", SPELLINGS, ids=lambda f: f.__name__)
 def test_attention_spellings_become_one_sdpa_call_and_match_eager(fn, backend):
     record = engine.explore(fn, _qkv(), backend=backend)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
     matches = _attention_matches(record)
     assert len(matches) == 1, [g.rewrites for g in record.graphs]
@@ -104,7 +104,7 @@ def test_attention_spellings_become_one_sdpa_call_and_match_eager(fn, backend):
 def test_rewrites_off_keeps_the_matmuls():
     for setting in ("none", "-attention", []):
         record = engine.explore(hand_written, _qkv(), rewrites=setting)
-        assert record.verify["ok"]
+        assert record.verify.ok
         assert not _attention_matches(record) and "attention" not in record.options.rewrites
         assert any("bmm" in op for op in _ops(record))
 
@@ -151,7 +151,7 @@ def tensor_scale(q, k, v, s):
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_near_misses_are_refused_with_a_reason(fn, inputs, reason, backend):
     record = engine.explore(fn, inputs, backend=backend)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
     assert not _attention_matches(record)
     refusals = _refusals(record)
@@ -180,7 +180,7 @@ def test_training_goes_through_sdpa_backward(backend):
     torch.manual_seed(0)
     record = engine.explore(CausalSelfAttention().train(), (torch.randn(2, 8, 32),), backend=backend, train=True)
     verify = record.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
     assert not record.errors, record.errors
     forward = next(g for g in record.graphs if g.phase == "forward")
     backward = next(g for g in record.graphs if g.phase == "backward")
@@ -193,7 +193,7 @@ def test_training_goes_through_sdpa_backward(backend):
 def test_dropout_in_training_is_refused():
     torch.manual_seed(0)
     record = engine.explore(CausalSelfAttention(dropout=0.2).train(), (torch.randn(2, 8, 32),), train=True)
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not _attention_matches(record)
     assert any("dropout in training" in r.reason for r in _refusals(record))
 

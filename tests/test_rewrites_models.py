@@ -15,7 +15,7 @@ def _matches(record):
 
 
 def _check(record, layers):
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
     assert not record.errors, record.errors
     matches = _matches(record)
     assert len(matches) == layers, [(r.applied, r.reason) for g in record.graphs for r in g.rewrites]

@@ -12,5 +12,5 @@ from explored_kernels import explored_kernels
 def test_softmax_over_wide_rows_matches_eager(dtype, row):
     x = (torch.randn(3, row) * 4).to(dtype)
     (kernel,) = explored_kernels(lambda t: t.softmax(-1), (x,), "cpp")
-    cached = "cache_" in kernel["source"]
-    assert cached == (dtype != torch.float64 or row * 8 <= 256 * 1024), kernel["source"][:2000]
+    cached = "cache_" in kernel.source
+    assert cached == (dtype != torch.float64 or row * 8 <= 256 * 1024), kernel.source[:2000]

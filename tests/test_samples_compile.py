@@ -20,9 +20,9 @@ def _explore(name):
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_matches_eager_through_cpp(name):
     spec, exploration = _explore(name)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     for run in exploration.runs:
-        assert run["verify"]["ok"], run
+        assert run.verify.ok, run
     assert exploration.graphs, "Dynamo captured no graph"
 
 
@@ -37,14 +37,14 @@ def test_sample_matches_eager_through_ir_evaluator(name):
 
 
 def _generated(exploration):
-    return [k for g in exploration.graphs for k in g.kernels if k["kind"] in ("pointwise", "reduction")]
+    return [k for g in exploration.graphs for k in g.kernels if k.kind in ("pointwise", "reduction")]
 
 
 @pytest.mark.parametrize("name", ONE_KERNEL)
 def test_fused_to_one_kernel(name):
     _, exploration = _explore(name)
     kernels = [k for g in exploration.graphs for k in g.kernels]
-    assert len(kernels) == 1 and kernels[0]["kind"] in ("pointwise", "reduction"), kernels
+    assert len(kernels) == 1 and kernels[0].kind in ("pointwise", "reduction"), kernels
 
 
 def test_mlp_bias_add_and_relu_are_one():
@@ -53,17 +53,17 @@ def test_mlp_bias_add_and_relu_are_one():
     # faster than the template (Note [When a C++ template pays]); addmm carries the bias, relu follows it
     # directly: nothing generated between the two
     for library in (exploration, engine.explore(spec.model, spec.example_inputs, name="mlp", templates="off")):
-        kinds = [k["kind"] for g in library.graphs for k in g.kernels]
+        kinds = [k.kind for g in library.graphs for k in g.kernels]
         assert kinds == ["extern", "pointwise", "extern"], kinds
         relu_kernel = _generated(library)[0]
-        assert any("relu" in op for op in relu_kernel["ops"])
-    assert all("float32" in t["reason"] for g in exploration.graphs for t in g.fusion["templates"])
+        assert any("relu" in op for op in relu_kernel.ops)
+    assert all("float32" in t.reason for g in exploration.graphs for t in g.fusion.templates)
     # with templates on, the C++ GEMM template takes the first Linear with relu as its epilogue
     forced = engine.explore(spec.model, spec.example_inputs, name="mlp", templates="on")
-    assert forced.verify["ok"], forced.verify
+    assert forced.verify.ok, forced.verify
     first = [k for g in forced.graphs for k in g.kernels][0]
-    assert first["kind"] == "template", first
-    assert any("relu" in o for op in first["template"]["fused_ops"] for o in op["ops"]), first["template"]
+    assert first.kind == "template", first
+    assert any("relu" in o for op in first.template.fused_ops for o in op.ops), first.template
 
 
 def test_graph_break_reports_reason_and_line():
@@ -71,9 +71,9 @@ def test_graph_break_reports_reason_and_line():
     assert exploration.graph_breaks
     lines = spec.source.splitlines()
     for brk in exploration.graph_breaks:
-        assert brk["reason"]
-        assert brk["lineno"] and brk["filename"].endswith("graph_break.py")
-    flagged = [lines[b["lineno"] - 1] for b in exploration.graph_breaks]
+        assert brk.reason
+        assert brk.lineno and brk.filename.endswith("graph_break.py")
+    flagged = [lines[b.lineno - 1] for b in exploration.graph_breaks]
     assert any("if" in line or "print" in line for line in flagged), flagged
 
 
@@ -84,9 +84,9 @@ def test_unlowered_op_becomes_visible_fallback():
     x = torch.randn(4, 16, 16) + 4 * torch.eye(16)
     exploration = engine.explore(model, (x,))
     kernels = [k for g in exploration.graphs for k in g.kernels]
-    fallbacks = [k for k in kernels if k["kind"] == "fallback"]
-    assert fallbacks and "linalg_inv" in fallbacks[0]["reason"]
-    assert exploration.verify["ok"]
+    fallbacks = [k for k in kernels if k.kind == "fallback"]
+    assert fallbacks and "linalg_inv" in fallbacks[0].reason
+    assert exploration.verify.ok
 
 
 def test_compile_is_a_torch_compile_backend():
@@ -118,7 +118,7 @@ def test_record_is_plain_json():
 
 def test_conv_bn_relu_is_conv_then_one_kernel():
     _, exploration = _explore("conv_bn_relu")
-    kinds = [k["kind"] for g in exploration.graphs for k in g.kernels]
+    kinds = [k.kind for g in exploration.graphs for k in g.kernels]
     assert kinds == ["extern", "pointwise"], kinds  # batch-norm parameter math is inlined, relu fused
-    decisions = [d for g in exploration.graphs for d in g.fusion["decisions"]]
-    assert any(d["fused"] and d["reason"].startswith("inlined") for d in decisions)
+    decisions = [d for g in exploration.graphs for d in g.fusion.decisions]
+    assert any(d.fused and d.reason.startswith("inlined") for d in decisions)

@@ -47,8 +47,8 @@ def test_every_scan_over_every_dim(backend, op, dim):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cumsum_with_producer_and_consumer_is_one_kernel(backend):
     kernels = _check(lambda x: (x * 3 + 1).cumsum(-1) * 0.5, (torch.randn(64, 300),), backend)
-    assert len(kernels) == 1, [k["name"] for k in kernels]
-    assert kernels[0]["tiling"]["choice"] == "scan"
+    assert len(kernels) == 1, [k.name for k in kernels]
+    assert kernels[0].tiling.choice == "scan"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

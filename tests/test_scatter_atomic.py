@@ -148,7 +148,7 @@ def test_out_of_range_ids_are_ignored():
 
 
 def _decision_rules(exploration) -> list[dict]:
-    return [d for g in exploration.graphs for d in g.fusion["decisions"]]
+    return [d for g in exploration.graphs for d in g.fusion.decisions]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -161,19 +161,19 @@ def test_readers_stay_out_and_producers_come_in(backend):
         return x.scatter_add(0, index, src.sin() * 2).relu()
 
     exploration = engine.explore(fn, (x, index, src), backend=backend)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     graph = exploration.graphs[0]
-    scatter = {n["name"] for n in graph.ir["nodes"] if n["kind"] == "scatter"}
-    assert len(scatter) == 1, graph.ir["nodes"]
-    (atomic,) = [k for k in graph.kernels if scatter & set(k["ir_nodes"])]
-    assert {"aten::sin", "aten::mul.Tensor"} <= set(atomic["ops"]), atomic["ops"]
-    assert "atomic add" in atomic["tiling"]["reason"]
-    assert not set(atomic["ops"]) & {"aten::relu", "aten::add.Tensor"}, atomic["ops"]
-    refused = [d for d in _decision_rules(exploration) if d["rule"] == "accumulating_store"]
-    assert refused and not any(d["fused"] for d in refused), refused
-    source = graph.code["source"]
+    scatter = {n.name for n in graph.ir.nodes if n.kind == "scatter"}
+    assert len(scatter) == 1, graph.ir.nodes
+    (atomic,) = [k for k in graph.kernels if scatter & set(k.ir_nodes)]
+    assert {"aten::sin", "aten::mul.Tensor"} <= set(atomic.ops), atomic.ops
+    assert "atomic add" in atomic.tiling.reason
+    assert not set(atomic.ops) & {"aten::relu", "aten::add.Tensor"}, atomic.ops
+    refused = [d for d in _decision_rules(exploration) if d.rule == "accumulating_store"]
+    assert refused and not any(d.fused for d in refused), refused
+    source = graph.code.source
     assert ("tl.atomic_add" in source) if backend == "triton" else (" += " in source)
-    assert ".zero_()" in graph.code["wrapper"]
+    assert ".zero_()" in graph.code.wrapper
 
 
 # --- the embedding's weight gradient ------------------------------------------------------------------------
@@ -197,15 +197,15 @@ def test_embedding_gradient_matches_eager(backend, dtype, padding_idx):
     ids = torch.tensor([[1, 7, 7, 49, 1, 0], [0, 1, 1, 1, 7, 3]])
     exploration = engine.explore(model, (ids,), backend=backend, train=True)
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
-    assert any(e["name"] == "param:0.weight" and e["ok"] for e in verify["gradients"]), verify["gradients"]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
+    assert any(e.name == "param:0.weight" and e.ok for e in verify.gradients), verify.gradients
     backward = _backward(exploration)
-    kinds = {n["name"]: n["kind"] for n in backward.ir["nodes"]}
-    kernels = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"]]
-    assert kernels and all(k["kind"] == "pointwise" for k in kernels), kernels
-    assert any(kinds[n] == "scatter" for k in kernels for n in k["ir_nodes"])
-    assert not [k for k in backward.kernels if k["kind"] in ("extern", "fallback")
-                and "aten::embedding_dense_backward" in k["ops"]]
+    kinds = {n.name: n.kind for n in backward.ir.nodes}
+    kernels = [k for k in backward.kernels if "aten::embedding_dense_backward" in k.ops]
+    assert kernels and all(k.kind == "pointwise" for k in kernels), kernels
+    assert any(kinds[n] == "scatter" for k in kernels for n in k.ir_nodes)
+    assert not [k for k in backward.kernels if k.kind in ("extern", "fallback")
+                and "aten::embedding_dense_backward" in k.ops]
 
 
 def test_embedding_gradient_with_padding_through_the_evaluator():
@@ -227,9 +227,9 @@ def test_embedding_gradient_with_padding_through_the_evaluator():
 def test_scale_grad_by_freq_stays_a_library_call():
     model = nn.Embedding(20, 4, scale_grad_by_freq=True)
     exploration = engine.explore(model, (torch.tensor([[1, 1, 3], [5, 1, 3]]),), backend="cpp", train=True)
-    assert exploration.verify["ok"]
+    assert exploration.verify.ok
     backward = _backward(exploration)
-    assert any(k["kind"] == "extern" and "aten::embedding_dense_backward" in k["ops"] for k in backward.kernels)
+    assert any(k.kind == "extern" and "aten::embedding_dense_backward" in k.ops for k in backward.kernels)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -241,12 +241,12 @@ def test_decoder_training_generates_the_embedding_gradient(backend):
     exploration = engine.explore(spec.model.train(), spec.example_inputs, backend=backend, train=True,
                                  name="gpt_decoder", tolerance=spec.tolerance)
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
-    assert any("embed" in e["name"] and e["ok"] for e in verify["gradients"]), verify["gradients"]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
+    assert any("embed" in e.name and e.ok for e in verify.gradients), verify.gradients
     backward = _backward(exploration)
-    embedding = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"]]
-    assert embedding and all(k["kind"] == "pointwise" for k in embedding), embedding
-    assert any("atomic add" in k["tiling"]["reason"] for k in embedding)
+    embedding = [k for k in backward.kernels if "aten::embedding_dense_backward" in k.ops]
+    assert embedding and all(k.kind == "pointwise" for k in embedding), embedding
+    assert any("atomic add" in k.tiling.reason for k in embedding)
 
 
 def test_atomic_kernel_compiles_for_sm90():
@@ -261,12 +261,12 @@ def test_atomic_kernel_compiles_for_sm90():
 
     weight.requires_grad_(True)
     exploration = engine.explore(fn, (weight, ids), backend="triton", train=True)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     backward = next(g for g in exploration.graphs if g.phase == "backward")
-    (atomic,) = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"] and
-                 "atomic" in k["tiling"]["reason"]]
-    config = atomic["triton"]["gpu_config"]
-    asm = assembly.kernel_assembly(backward.code["source"], atomic["name"], atomic["triton"]["signature"],
+    (atomic,) = [k for k in backward.kernels if "aten::embedding_dense_backward" in k.ops and
+                 "atomic" in k.tiling.reason]
+    config = atomic.triton.gpu_config
+    asm = assembly.kernel_assembly(backward.code.source, atomic.name, atomic.triton.signature,
                                    {"XBLOCK": config["XBLOCK"]}, config["num_warps"])
     assert not asm.get("error"), asm.get("error")
     adds = [line for line in asm["ptx"].splitlines() if ".add." in line and ("red." in line or "atom." in line)]
@@ -284,9 +284,9 @@ def test_embedding_gradient_on_the_gpu():
     ids[:, ::5] = 3
     exploration = engine.explore(model, (ids,), backend="triton", device="cuda", train=True)
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
     backward = _backward(exploration)
-    kernels = [k for k in backward.kernels if "aten::embedding_dense_backward" in k["ops"]]
-    assert kernels and all(k["kind"] == "pointwise" for k in kernels), kernels
-    assert any("atomic add" in k["tiling"]["reason"] for k in kernels)
-    assert "tl.atomic_add" in backward.code["source"]
+    kernels = [k for k in backward.kernels if "aten::embedding_dense_backward" in k.ops]
+    assert kernels and all(k.kind == "pointwise" for k in kernels), kernels
+    assert any("atomic add" in k.tiling.reason for k in kernels)
+    assert "tl.atomic_add" in backward.code.source

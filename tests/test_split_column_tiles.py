@@ -25,9 +25,9 @@ def test_split_column_tiles_match_eager_on_any_thread_count(case):
             torch.set_num_threads(count)
             torch._dynamo.reset()
             exploration = engine.explore(fn, (x,), backend="cpp", name="split_columns")
-            assert exploration.verify["ok"], exploration.verify
-            kernel = next(k for k in exploration.kernels if k["kind"] == "reduction")
-            assert "Split column tiles in C++" in kernel["tiling"]["reason"], kernel["tiling"]
+            assert exploration.verify.ok, exploration.verify
+            kernel = next(k for k in exploration.kernels if k.kind == "reduction")
+            assert "Split column tiles in C++" in kernel.tiling.reason, kernel.tiling
             torch._dynamo.reset()
             results.append(engine.compile(fn, backend="cpp")(x))
     finally:

@@ -13,8 +13,8 @@ LONG = 1 << 16  # the shortest reduction that splits
 def _explore(fn, inputs, backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="split")
-    assert exploration.verify["ok"], exploration.verify
-    return [k for k in exploration.kernels if k["kind"] == "reduction"]
+    assert exploration.verify.ok, exploration.verify
+    return [k for k in exploration.kernels if k.kind == "reduction"]
 
 
 CASES = {
@@ -36,12 +36,12 @@ CASES = {
 def test_split_reductions_match_eager(backend, case):
     fn, make = CASES[case]
     kernels = _explore(fn, (make(),), backend)
-    assert {k["tiling"]["choice"] for k in kernels} == {"split"}
+    assert {k.tiling.choice for k in kernels} == {"split"}
     if backend == "triton":
-        stages = sorted(k["tiling"]["reason"].split(" of ")[0] for k in kernels)
-        assert stages == ["stage 1", "stage 2"], [k["tiling"]["reason"] for k in kernels]
-        partials = next(k for k in kernels if k["name"].endswith("_partials"))
-        assert "workspace" in partials["tiling"]["reason"]
+        stages = sorted(k.tiling.reason.split(" of ")[0] for k in kernels)
+        assert stages == ["stage 1", "stage 2"], [k.tiling.reason for k in kernels]
+        partials = next(k for k in kernels if k.name.endswith("_partials"))
+        assert "workspace" in partials.tiling.reason
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -49,9 +49,9 @@ def test_split_reductions_match_eager(backend, case):
                                     (lambda t: t.argmax(), "an argmax")], ids=["two_passes", "argmax"])
 def test_kernels_that_cannot_split_say_why(backend, fn, why):
     (kernel,) = _explore(fn, (torch.randn(LONG),), backend)
-    assert kernel["tiling"]["choice"] == "split"
+    assert kernel.tiling.choice == "split"
     if backend == "triton":
-        assert f"Triton: not split ({why}" in kernel["tiling"]["reason"], kernel["tiling"]["reason"]
+        assert f"Triton: not split ({why}" in kernel.tiling.reason, kernel.tiling.reason
 
 
 def test_split_stages_compile_for_sm90_without_a_gpu():
@@ -64,6 +64,6 @@ def test_split_stages_compile_for_sm90_without_a_gpu():
         exploration = engine.explore(fn, inputs, backend="triton", name="sm90")
         assert assembly.add_assembly(exploration) == 2
         for kernel in exploration.kernels:
-            asm = kernel.get("asm")
+            asm = kernel.asm
             if asm is not None:
-                assert not asm.get("error") and ".target sm_90" in asm["ptx"], asm.get("error")
+                assert not asm.error and ".target sm_90" in asm.ptx, asm.error

@@ -29,7 +29,7 @@ def test_as_strided_scatter_is_generated_and_matches_eager(backend, shape, size,
 
     inputs = (torch.randn(shape), torch.randn(size))
     exploration = engine.explore(fn, inputs, backend=backend)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     assert not _fallbacks(exploration)
     torch.testing.assert_close(engine.compile(fn, backend=backend)(*inputs), fn(*inputs))
 
@@ -39,6 +39,6 @@ def test_an_overlapping_view_runs_eagerly_with_its_reason():
         return torch.as_strided_scatter(x, src, (2, 2), (1, 1), 0)
 
     exploration = engine.explore(fn, (torch.randn(5, 5), torch.randn(2, 2)), backend="cpp")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     (fallback,) = _fallbacks(exploration)
     assert "overlapping" in fallback.reason

@@ -37,11 +37,11 @@ def test_residual_epilogue_before_the_gemm_compiles_and_matches_eager(backend):
         bn.running_var.uniform_(0.5, 2)
     exploration = engine.explore(block, (torch.randn(2, 8, 9, 9),), backend=backend, templates="on")
     assert not exploration.errors, exploration.errors[0].message
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     kernels = exploration.kernels
-    assert not [k for k in kernels if k["kind"] == "fallback"]
+    assert not [k for k in kernels if k.kind == "fallback"]
     # the last 1x1 convolution's epilogue holds both batch norms (the shortcut's, computed before the GEMM in the
     # program, and its own), the residual add and the relu
-    batch_norms = [[op for op in k["template"]["fused_ops"] if "aten::sub.Tensor" in op["ops"]]
-                   for k in kernels if k["kind"] == "template"]
+    batch_norms = [[op for op in k.template.fused_ops if "aten::sub.Tensor" in op.ops]
+                   for k in kernels if k.kind == "template"]
     assert max(map(len, batch_norms)) == 2, batch_norms

@@ -82,26 +82,26 @@ def _explore(name, dtype, backend, **options):
 
 
 def _templates(exploration):
-    return [k for k in exploration.kernels if k["kind"] == "template"]
+    return [k for k in exploration.kernels if k.kind == "template"]
 
 
 def _assert_fused(exploration, name):
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     templates = _templates(exploration)
-    assert templates, [(k["name"], k["kind"]) for k in exploration.kernels]
-    fused = [op for t in templates for op in t["template"]["fused_ops"]]
-    assert fused, templates[0]["template"]
-    assert all(op["fx_origins"] for op in fused), fused
+    assert templates, [(k.name, k.kind) for k in exploration.kernels]
+    fused = [op for t in templates for op in t.template.fused_ops]
+    assert fused, templates[0].template
+    assert all(op.fx_origins for op in fused), fused
     expected = {"linear_relu": "relu", "linear_gelu_residual": "gelu", "swiglu": "mul", "bmm": "tanh",
                 "conv1x1": "relu"}[name]
-    assert any(expected in o for op in fused for o in op["ops"]), fused
+    assert any(expected in o for op in fused for o in op.ops), fused
 
 
 @pytest.mark.parametrize("name,dtype", TRITON_CASES, ids=lambda v: str(v).replace("torch.", ""))
 def test_triton_template_fuses_epilogue_and_matches_eager(name, dtype):
     exploration = _explore(name, dtype, "triton", templates="on")
     _assert_fused(exploration, name)
-    assert "tl.dot(" in exploration.graphs[0].code["source"]
+    assert "tl.dot(" in exploration.graphs[0].code.source
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -118,7 +118,7 @@ def test_cpp_template_half_types(dtype):
 def test_record_carries_template_config_fused_ops_and_autotune(tmp_path, monkeypatch):
     monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))
     exploration = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     record = exploration.to_json()
     kernel = next(k for g in record["graphs"] for k in g["kernels"] if k["kind"] == "template")
     template = kernel["template"]
@@ -139,19 +139,19 @@ def test_record_carries_template_config_fused_ops_and_autotune(tmp_path, monkeyp
     choices = record["graphs"][0]["fusion"]["templates"]
     assert choices and choices[0]["template"] and choices[0]["reason"]
     again = _explore("linear_relu", torch.float32, "cpp", templates="on", mode="max-autotune")
-    assert _templates(again)[0]["template"]["autotune"]["cached"] is True  # on disk by shape/dtype/device
+    assert _templates(again)[0].template.autotune.cached is True  # on disk by shape/dtype/device
 
 
 def test_default_mode_heuristic_says_why():
     wide = _explore("linear_relu", torch.float32, "cpp")  # 127 rows: the CPU BLAS keeps it
     assert not _templates(wide)
-    choice = wide.graphs[0].fusion["templates"][0]
-    assert not choice["template"] and "rows" in choice["reason"]
+    choice = wide.graphs[0].fusion.templates[0]
+    assert not choice.template and "rows" in choice.reason
     torch.manual_seed(0)
     skinny = engine.explore(LinearReLU(), (torch.randn(4, 63),), backend="cpp")
-    assert _templates(skinny) and skinny.verify["ok"], skinny.kernels
+    assert _templates(skinny) and skinny.verify.ok, skinny.kernels
     off = _explore("linear_relu", torch.float32, "cpp", templates="off")
-    assert not _templates(off) and "off" in off.graphs[0].fusion["templates"][0]["reason"]
+    assert not _templates(off) and "off" in off.graphs[0].fusion.templates[0].reason
 
 
 def _mm_node(m, n, k, dtype):
@@ -237,8 +237,8 @@ def test_cuda_default_takes_a_large_short_k_bf16_gemm_with_an_epilogue_and_a_san
 def test_template_without_epilogue_goes_back_to_the_library_call():
     torch.manual_seed(0)
     exploration = engine.explore(lambda a, b: a @ b, (torch.randn(4, 63), torch.randn(63, 20)), backend="cpp")
-    assert [k["kind"] for k in exploration.kernels] == ["extern"]
-    assert "no elementwise consumer" in exploration.graphs[0].fusion["templates"][0]["reason"]
+    assert [k.kind for k in exploration.kernels] == ["extern"]
+    assert "no elementwise consumer" in exploration.graphs[0].fusion.templates[0].reason
 
 
 EDGE_CASES = {
@@ -260,26 +260,26 @@ EDGE_CASES = {
 def test_edge_cases_match_eager(case, backend):
     fn, inputs = EDGE_CASES[case]
     exploration = engine.explore(fn, inputs, backend=backend, templates="on", tolerance=TOLERANCE[torch.float16])
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     if case == "empty_k":
         assert not _templates(exploration)
-        assert "empty" in exploration.graphs[0].fusion["templates"][0]["reason"]
+        assert "empty" in exploration.graphs[0].fusion.templates[0].reason
 
 
 def test_tiny_gemm_stays_library_on_triton_by_default_with_reason():
     fn, inputs = EDGE_CASES["tiny"]
     exploration = engine.explore(fn, inputs, backend="triton")
-    assert exploration.verify["ok"] and not _templates(exploration)
-    assert "too small" in exploration.graphs[0].fusion["templates"][0]["reason"]
+    assert exploration.verify.ok and not _templates(exploration)
+    assert "too small" in exploration.graphs[0].fusion.templates[0].reason
 
 
 def test_triton_template_compiles_for_sm90_without_a_gpu():
     exploration = _explore("linear_gelu_residual", torch.bfloat16, "triton", templates="on")
     assert assembly.add_assembly(exploration) >= 1
     for kernel in _templates(exploration):
-        asm = kernel["asm"]
-        assert not asm.get("error"), asm.get("error")
-        assert ".target sm_90" in asm["ptx"] and "mma" in asm["ptx"]
+        asm = kernel.asm
+        assert not asm.error, asm.error
+        assert ".target sm_90" in asm.ptx and "mma" in asm.ptx
 
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -301,8 +301,8 @@ def test_gpu_template_matches_eager(name, dtype, layout, mode):
                                  tolerance=TOLERANCE[dtype], layout=layout)
     _assert_fused(exploration, name)
     if mode == "max-autotune":
-        tuning = _templates(exploration)[0]["template"]["autotune"]
-        assert tuning["winner"] and any(c["ms"] for c in tuning["candidates"]), tuning
+        tuning = _templates(exploration)[0].template.autotune
+        assert tuning.winner and any(c.ms for c in tuning.candidates), tuning
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])

@@ -23,15 +23,15 @@ def test_transposed_and_permuted_pointwise_are_2d_tiles(backend, case):
         "wide_transpose": (lambda a: a.t() * 3, (torch.randn(1100, 20),)),  # several X blocks a Y block
     }[case]
     (kernel,) = explored_kernels(fn, inputs, backend)
-    assert kernel["tiling"]["choice"] == "2d" and "contiguous along dim" in kernel["tiling"]["reason"]
+    assert kernel.tiling.choice == "2d" and "contiguous along dim" in kernel.tiling.reason
     if backend == "triton":
-        assert kernel["triton"]["form"] == "tiled" and "YBLOCK" in kernel["source"]
+        assert kernel.triton.form == "tiled" and "YBLOCK" in kernel.source
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_contiguous_pointwise_stays_1d(backend):
     (kernel,) = explored_kernels(lambda a: a * 2 + 1, (torch.randn(32, 64),), backend)
-    assert kernel["tiling"]["choice"] == "1d" and kernel["tiling"]["reason"]
+    assert kernel.tiling.choice == "1d" and kernel.tiling.reason
 
 
 SHAPES = [(24, 40), (6, 10, 18), (3, 8, 6, 10)]
@@ -48,21 +48,21 @@ def test_reductions_over_every_axis(backend, shape):
         return [t.sum(c) for c in combos] + [t.amax(dims[0]), t.mean(dims[-1], keepdim=True)]
 
     kernels = explored_kernels(fn, (x,), backend)
-    choices = {k["tiling"]["choice"] for k in kernels}
+    choices = {k.tiling.choice for k in kernels}
     assert "column" in choices and "row" in choices, choices
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_column_reduction_with_an_epilogue(backend):
     kernels = explored_kernels(lambda t: t - t.mean(0), (torch.randn(40, 33),), backend)
-    assert kernels[0]["tiling"]["choice"] == "column"
+    assert kernels[0].tiling.choice == "column"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_split_reduction_is_recorded(backend):
     kernels = explored_kernels(lambda t: t.sum(), (torch.randn(1 << 16),), backend)
     assert len(kernels) == (2 if backend == "triton" else 1)  # Triton: two stages (tests/test_split_reductions.py)
-    assert all(k["tiling"]["choice"] == "split" for k in kernels)
+    assert all(k.tiling.choice == "split" for k in kernels)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -71,9 +71,9 @@ def test_long_rows_softmax_and_log_softmax(backend, row):
     """Rows beyond the persistent limit (8192): looped multi-pass reductions."""
     x = torch.randn(3, row)
     kernels = explored_kernels(lambda t: (t.softmax(-1), t.log_softmax(-1)), (x,), backend)
-    assert all(k["tiling"]["choice"] == "row" for k in kernels)
+    assert all(k.tiling.choice == "row" for k in kernels)
     if backend == "triton":
-        assert {k["triton"]["form"] for k in kernels} == {"looped"}
+        assert {k.triton.form for k in kernels} == {"looped"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -105,6 +105,6 @@ def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
         exploration = engine.explore(fn, inputs, backend="triton", name="sm90")
         assert assembly.add_assembly(exploration) >= 1
         for kernel in exploration.kernels:
-            asm = kernel.get("asm")
+            asm = kernel.asm
             if asm is not None:
-                assert not asm.get("error") and ".target sm_90" in asm["ptx"], asm.get("error")
+                assert not asm.error and ".target sm_90" in asm.ptx, asm.error

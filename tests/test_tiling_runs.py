@@ -33,13 +33,13 @@ COLUMN_CASES = {
 def test_column_reductions_walk_runs(backend, case):
     fn, inputs, run = COLUMN_CASES[case]
     kernels = explored_kernels(fn, inputs, backend)
-    column = [k for k in kernels if k["tiling"]["choice"] == "column"]
-    assert column, [k["tiling"] for k in kernels]
-    assert column[0]["tiling"].get("run") == run, column[0]["tiling"]
+    column = [k for k in kernels if k.tiling.choice == "column"]
+    assert column, [k.tiling for k in kernels]
+    assert column[0].tiling.run == run, column[0].tiling
     if run is not None:
-        assert "runs of" in column[0]["tiling"]["reason"]
+        assert "runs of" in column[0].tiling.reason
         if backend == "cpp":
-            assert _inner_reads_are_affine(column[0]["source"]), column[0]["source"]
+            assert _inner_reads_are_affine(column[0].source), column[0].source
 
 
 def test_no_run_when_the_inner_dims_are_too_short():
@@ -60,7 +60,7 @@ PERMUTE_CASES = {
 def test_2d_tiles_walk_runs_of_y(backend, case):
     fn, inputs = PERMUTE_CASES[case]
     (kernel,) = explored_kernels(fn, inputs, backend)
-    tiling = kernel["tiling"]
-    assert tiling["choice"] == "2d" and tiling["run"] == str(inputs[0].shape[2] * inputs[0].shape[3]), tiling
+    tiling = kernel.tiling
+    assert tiling.choice == "2d" and tiling.run == str(inputs[0].shape[2] * inputs[0].shape[3]), tiling
     if backend == "cpp":
-        assert _inner_reads_are_affine(kernel["source"]), kernel["source"]
+        assert _inner_reads_are_affine(kernel.source), kernel.source

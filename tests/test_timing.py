@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.runtime import timing
+from engine.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,7 @@ def test_app_and_cli_bench_agree_or_say_too_noisy_under_a_busy_loop():
                              timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert cli.returncode == 0, cli.stderr[-2000:]
         (cli_case,) = json.loads(cli.stdout)["cases"]
-        outcome = worker.bench(sample.read_text(), "scale_bias_relu", worker.Options(), with_inductor=False)
+        outcome = worker.bench(sample.read_text(), "scale_bias_relu", Options(), with_inductor=False)
         assert outcome.problem is None, outcome.problem
         (app_case,) = outcome.document["cases"]
     finally:

@@ -48,7 +48,7 @@ def test_the_trace_has_a_span_per_stage_and_the_run_kernels():
     call = next(e for e in events if e["pid"] == 2 and e["tid"] == 1)
     assert all(call["ts"] <= e["ts"] and e["ts"] + e["dur"] <= call["ts"] + call["dur"] + 1 for e in run_kernels)
     cost = compile_cost(Exploration.from_json(record))
-    assert cost["builds"] and cost["builds"][0]["graph"] == 0 and cost["passes"]["fusion"] > 0
+    assert cost.builds and cost.builds[0].graph == 0 and cost.passes["fusion"] > 0
 
 
 def test_cold_then_warm_cache_says_what_it_saved(tmp_path):
@@ -61,10 +61,10 @@ def test_cold_then_warm_cache_says_what_it_saved(tmp_path):
         assert result.returncode == 0, result.stderr
         assert "Compile cost" in result.stderr
         complete_events(json.loads(out.read_text()))
-        builds.append(compile_cost(Exploration.from_json(json.loads(result.stdout)))["builds"][0])
+        builds.append(compile_cost(Exploration.from_json(json.loads(result.stdout))).builds[0])
     cold, warm = builds
-    assert cold["cache_hit"] is False and warm["cache_hit"] is True
-    assert abs(warm["cold_s"] - cold["cold_s"]) < 1e-5 and warm["saved_s"] >= 0 and warm["seconds"] < cold["seconds"]
+    assert cold.cache_hit is False and warm.cache_hit is True
+    assert abs(warm.cold_s - cold.cold_s) < 1e-5 and warm.saved_s >= 0 and warm.seconds < cold.seconds
 
 
 def test_compile_outside_explore_records_nothing_and_runs():
@@ -78,11 +78,11 @@ def test_rewrite_passes_and_a_kernels_autotuning_are_spans_of_their_own():
     record = engine.explore(spec.model, spec.example_inputs, name=spec.name, mode="max-autotune",
                             templates="on").to_json()
     cost = compile_cost(Exploration.from_json(record))
-    assert any(name.startswith("rewrite ") for name in cost["passes"])  # each named rewrite pass, timed
+    assert any(name.startswith("rewrite ") for name in cost.passes)  # each named rewrite pass, timed
     templates = {k["name"] for g in record["graphs"] for k in g["kernels"] if k["kind"] == "template"}
-    tuned = [k for k in cost["kernels"] if k["what"] == "autotune"]
-    assert templates and sorted(k["kernel"] for k in tuned) == sorted(templates)  # once each, named
-    assert all(k["seconds"] > 0 for k in tuned)
+    tuned = [k for k in cost.kernels if k.what == "autotune"]
+    assert templates and sorted(k.kernel for k in tuned) == sorted(templates)  # once each, named
+    assert all(k.seconds > 0 for k in tuned)
     spans = [e for e in record["trace"] if e["name"] == "autotune"]
     capture = next(e for e in record["trace"] if e["name"] == "capture")  # the model's first call tuned it
     assert capture["start_s"] <= spans[0]["start_s"] <= capture["start_s"] + capture["dur_s"]

@@ -18,8 +18,8 @@ def _train(model, inputs, backend="cpp", **kwargs):
 
 def _check_step(exploration):
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"], *verify["buffers"]] if not e["ok"]]
-    assert verify["gradients"], "no gradient was checked"
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients, *verify.buffers] if not e.ok]
+    assert verify.gradients, "no gradient was checked"
     phases = [g.phase for g in exploration.graphs]
     assert "forward" in phases and "backward" in phases, phases
     for graph in exploration.graphs:
@@ -30,9 +30,9 @@ def _check_step(exploration):
             assert partition.saved_bytes <= partition.saved_all_bytes
         if graph.phase == "backward":
             assert graph.partition.forward_graph < graph.index
-            assert any(k["fx_origins"] for k in graph.kernels), "backward kernels lost their FX provenance"
+            assert any(k.fx_origins for k in graph.kernels), "backward kernels lost their FX provenance"
             # backward ops are decomposed, lowered, or library calls (convolution_backward, attention's backward)
-            assert not [k["ops"] for k in graph.kernels if k["kind"] == "fallback"]
+            assert not [k.ops for k in graph.kernels if k.kind == "fallback"]
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -46,23 +46,23 @@ def test_sample_trains_like_eager(name, backend):
 def test_every_parameter_gradient_is_named_by_its_path():
     spec = load_model_file("transformer_block")
     verify = _train(spec.model.train(), spec.example_inputs).verify
-    names = {e["name"] for e in verify["gradients"]}
+    names = {e.name for e in verify.gradients}
     assert names == {f"param:{n}" for n, _ in spec.model.named_parameters()} | {"input[0]"}
 
 
 def test_batch_norm_running_stats_move_like_eager():
     spec = load_model_file("conv_bn_relu")
     verify = _train(spec.model.train(), spec.example_inputs).verify
-    running = [e for e in verify["buffers"] if "running_mean" in e["name"] or "running_var" in e["name"]]
-    assert running and all(e["ok"] for e in running)
+    running = [e for e in verify.buffers if "running_mean" in e.name or "running_var" in e.name]
+    assert running and all(e.ok for e in running)
 
 
 def test_backward_kernels_point_at_the_user_line_they_differentiate():
     spec = load_model_file("transformer_block")
     exploration = _train(spec.model.train(), spec.example_inputs)
     backward = next(g for g in exploration.graphs if g.phase == "backward")
-    assert any(p["user_lines"] for p in backward.code["provenance"])
-    differentiated = {n["name"] for n in backward.aten}
+    assert any(p.user_lines for p in backward.code.provenance)
+    differentiated = {n.name for n in backward.aten}
     assert differentiated
 
 
@@ -94,14 +94,14 @@ def test_embedding_backward_is_an_atomic_add_not_a_search(backend):
     exploration = _train(model, (torch.tensor([[1, 7, 7, 49], [0, 1, 1, 1]]),), backend=backend)
     _check_step(exploration)
     backward = next(g for g in exploration.graphs if g.phase == "backward")
-    ops = {k["kind"]: [] for k in backward.kernels}
+    ops = {k.kind: [] for k in backward.kernels}
     for kernel in backward.kernels:
-        ops[kernel["kind"]] += kernel["ops"]
+        ops[kernel.kind] += kernel.ops
     assert "aten::embedding_dense_backward" in ops["pointwise"]
     assert "aten::embedding_dense_backward" not in ops.get("extern", []) + ops.get("fallback", [])
-    assert not [k for k in backward.kernels if k["kind"] == "reduction"
-                and "aten::embedding_dense_backward" in k["ops"]], "the gradient is a search"
-    scatters = {n["name"] for n in backward.ir["nodes"] if n["kind"] == "scatter"}
+    assert not [k for k in backward.kernels if k.kind == "reduction"
+                and "aten::embedding_dense_backward" in k.ops], "the gradient is a search"
+    scatters = {n.name for n in backward.ir.nodes if n.kind == "scatter"}
     assert scatters and not any("index_put" in op for op in sum(ops.values(), [])), ops
 
 
@@ -173,10 +173,10 @@ def test_frozen_parameters_are_skipped_and_said_so():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     model[0].requires_grad_(False)
     verify = _train(model, (torch.randn(4, 8),)).verify
-    assert verify["ok"]
-    assert verify["skipped"] == ["0.weight", "0.bias"]
-    assert any("requires_grad=False" in note for note in verify["notes"])
-    assert "param:0.weight" not in {e["name"] for e in verify["gradients"]}
+    assert verify.ok
+    assert verify.skipped == ["0.weight", "0.bias"]
+    assert any("requires_grad=False" in note for note in verify.notes)
+    assert "param:0.weight" not in {e.name for e in verify.gradients}
 
 
 def test_dropout_compares_from_the_same_rng_state():
@@ -184,8 +184,8 @@ def test_dropout_compares_from_the_same_rng_state():
     model = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 4)).train()
     exploration = _train(model, (torch.randn(8, 16),))
     _check_step(exploration)
-    fallbacks = [k for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
-    assert any("native_dropout" in " ".join(k["ops"]) for k in fallbacks)
+    fallbacks = [k for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
+    assert any("native_dropout" in " ".join(k.ops) for k in fallbacks)
 
 
 def test_integer_outputs_get_a_clear_message():
@@ -206,9 +206,9 @@ def test_in_place_update_of_an_input_is_explained():
 
     exploration = _train(bump, (torch.randn(4, 4), torch.randn(4, 2)))
     verify = exploration.verify
-    assert verify["ok"], verify
-    assert any("in place" in note for note in verify["notes"])
-    assert all(e["name"] != "input[0]" for e in verify["gradients"])
+    assert verify.ok, verify
+    assert any("in place" in note for note in verify.notes)
+    assert all(e.name != "input[0]" for e in verify.gradients)
 
 
 def test_dynamic_shapes_train_and_keep_graph_order():
@@ -222,7 +222,7 @@ def test_dynamic_shapes_train_and_keep_graph_order():
 def test_graph_breaks_give_one_backward_per_forward():
     spec = load_model_file("graph_break")
     exploration = _train(spec.model, spec.example_inputs)
-    assert exploration.verify["ok"] and exploration.graph_breaks
+    assert exploration.verify.ok and exploration.graph_breaks
     forwards = [g.index for g in exploration.graphs if g.phase == "forward"]
     backwards = sorted(g.partition.forward_graph for g in exploration.graphs if g.phase == "backward")
     assert backwards == forwards

@@ -36,7 +36,7 @@ class RotaryGQA(nn.Module):
 
 def _check(exploration):
     verify = exploration.verify
-    assert verify["ok"], [(e["name"], e["max_abs_err"]) for e in verify["gradients"] if not e["ok"]]
+    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -45,7 +45,7 @@ def test_grouped_query_attention_after_a_transposed_elementwise_op_trains_like_e
     exploration = engine.explore(RotaryGQA(), (torch.randn(2, 8, 32),), backend=backend, train=True)
     _check(exploration)
     forward = next(g for g in exploration.graphs if g.phase == "forward")
-    assert forward.partition["eager_layout"], "no saved value needed eager's layout: the case lost its point"
+    assert forward.partition.eager_layout, "no saved value needed eager's layout: the case lost its point"
 
 
 def test_a_contiguous_forward_changes_nothing():
@@ -54,7 +54,7 @@ def test_a_contiguous_forward_changes_nothing():
     exploration = engine.explore(model, (torch.randn(8, 16),), backend="cpp", train=True)
     _check(exploration)
     forward = next(g for g in exploration.graphs if g.phase == "forward")
-    assert forward.partition["eager_layout"] == []
+    assert forward.partition.eager_layout == []
 
 
 def test_hugging_face_llama_with_grouped_query_attention_trains_like_eager():

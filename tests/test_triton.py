@@ -37,7 +37,7 @@ def _check(fn, *inputs, atol=1e-4, rtol=1e-4, **options):
 
 
 def _triton_kernels(exploration):
-    return [k for g in exploration.graphs for k in g.kernels if k["kind"] in ("pointwise", "reduction")]
+    return [k for g in exploration.graphs for k in g.kernels if k.kind in ("pointwise", "reduction")]
 
 
 # --- samples -------------------------------------------------------------------------------------------------
@@ -46,25 +46,25 @@ def _triton_kernels(exploration):
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_matches_eager_through_triton_interpreter(name):
     exploration = _explore(name)
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     for run in exploration.runs:
-        assert run["verify"]["ok"], run
-    assert all(g.code["language"] == "triton" for g in exploration.graphs if g.code)
+        assert run.verify.ok, run
+    assert all(g.code.language == "triton" for g in exploration.graphs if g.code)
 
 
 @pytest.mark.parametrize("name", ONE_KERNEL)
 def test_fused_to_one_triton_kernel(name):
     exploration = _explore(name)
     kernels = exploration.kernels
-    assert len(kernels) == 1 and kernels[0]["kind"] in ("pointwise", "reduction"), kernels
-    assert "@triton.jit" in exploration.graphs[0].code["source"]
+    assert len(kernels) == 1 and kernels[0].kind in ("pointwise", "reduction"), kernels
+    assert "@triton.jit" in exploration.graphs[0].code.source
 
 
 def test_softmax_reads_its_row_once():
     """Persistent: one load of the input row serves the max pass, the sum pass and the epilogue."""
     kernel = _explore("softmax").kernels[0]
-    assert kernel["triton"]["form"] == "persistent"
-    assert kernel["source"].count("tl.load(") == 1, kernel["source"]
+    assert kernel.triton.form == "persistent"
+    assert kernel.source.count("tl.load(") == 1, kernel.source
 
 
 def test_record_has_launch_config_and_is_plain_json():
@@ -107,9 +107,9 @@ def test_looped_reduction_beyond_the_persistent_limit():
     fn = lambda t: (torch.softmax(t, -1), t.sum(-1), t.amax(-1), t.argmax(-1), t.var(-1))  # noqa: E731
     _check(fn, x)
     exploration = engine.explore(fn, (x,), backend="triton")
-    forms = {k["triton"]["form"] for k in _triton_kernels(exploration)}
-    assert forms == {"looped"} and exploration.verify["ok"], (forms, exploration.verify)
-    assert any("for roffset in range(" in k["source"] for k in _triton_kernels(exploration))
+    forms = {k.triton.form for k in _triton_kernels(exploration)}
+    assert forms == {"looped"} and exploration.verify.ok, (forms, exploration.verify)
+    assert any("for roffset in range(" in k.source for k in _triton_kernels(exploration))
 
 
 def test_transposed_and_broadcast_inputs():
@@ -196,10 +196,10 @@ def test_a_node_nobody_reads_gets_no_kernel(backend):
     x = torch.randn(6)
     for fn in (lambda t: torch.diff(t, 0, 0), lambda t: torch.full_like(t, 3.0).copy_(t) * 2):
         exploration = engine.explore(fn, (x,), backend=backend)
-        assert exploration.verify["ok"], exploration.verify
+        assert exploration.verify.ok, exploration.verify
         graph = exploration.graphs[0]
-        assert graph.fusion["unused"], graph.fusion
-        assert all(k["writes"] for k in graph.kernels), graph.kernels
+        assert graph.fusion.unused, graph.fusion
+        assert all(k.writes for k in graph.kernels), graph.kernels
 
 
 def test_int64_index_values_stay_int64():
@@ -250,17 +250,17 @@ def test_ptx_and_sass_for_sm90_without_a_gpu():
         pytest.skip("ptxas is not in this Triton wheel (triton/backends/nvidia/bin) nor on PATH")
     exploration = _explore("softmax")
     assert assembly.add_assembly(exploration) == 1
-    asm = exploration.kernels[0]["asm"]
-    assert not asm.get("error"), asm.get("error")
-    assert "tt.func" in asm["ttir"] and "ttg." in asm["ttgir"] and "define" in asm["llir"]
-    assert ".entry kernel_0" in asm["ptx"] and ".target sm_90" in asm["ptx"]
-    assert asm["sass"].strip(), asm.get("sass_note")
-    again = assembly.kernel_assembly(exploration.graphs[0].code["source"], "kernel_0",
-                                     exploration.kernels[0]["triton"]["signature"],
-                                     {"XBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["XBLOCK"],
-                                      "RBLOCK": exploration.kernels[0]["triton"]["gpu_config"]["RBLOCK"]},
-                                     exploration.kernels[0]["triton"]["gpu_config"]["num_warps"])
-    assert again["ptx"] == asm["ptx"]  # served from the cache
+    asm = exploration.kernels[0].asm
+    assert not asm.error, asm.error
+    assert "tt.func" in asm.ttir and "ttg." in asm.ttgir and "define" in asm.llir
+    assert ".entry kernel_0" in asm.ptx and ".target sm_90" in asm.ptx
+    assert asm.sass.strip(), asm.sass_note
+    again = assembly.kernel_assembly(exploration.graphs[0].code.source, "kernel_0",
+                                     exploration.kernels[0].triton.signature,
+                                     {"XBLOCK": exploration.kernels[0].triton.gpu_config["XBLOCK"],
+                                      "RBLOCK": exploration.kernels[0].triton.gpu_config["RBLOCK"]},
+                                     exploration.kernels[0].triton.gpu_config["num_warps"])
+    assert again["ptx"] == asm.ptx  # served from the cache
 
 
 def test_reduce_overhead_needs_cuda():
@@ -276,9 +276,9 @@ def test_reduce_overhead_needs_cuda():
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_matches_eager_on_gpu(name):
     exploration = _explore(name, device="cuda")
-    assert exploration.verify["ok"], exploration.verify
+    assert exploration.verify.ok, exploration.verify
     for run in exploration.runs:
-        assert run["verify"]["ok"], run
+        assert run.verify.ok, run
 
 
 @pytest.mark.gpu
@@ -325,9 +325,9 @@ def test_max_autotune_records_its_timings():
 
     record = Exploration(model="softmax", backend="triton", device="cuda")
     capture.dynamo_compile(fn, make_backend(Options("triton", "cuda", None, "max-autotune"), record), None, None)(x)
-    tuning = record.kernels[0]["triton"]["autotune"]
-    assert tuning["best"] and any(r["ms"] is not None for r in tuning["results"]), tuning
-    assert "# autotuned" in record.graphs[0].code["wrapper"]
+    tuning = record.kernels[0].triton.autotune
+    assert tuning.best and any(r.ms is not None for r in tuning.results), tuning
+    assert "# autotuned" in record.graphs[0].code.wrapper
 
 
 def test_every_helper_the_prelude_names_is_defined():

@@ -12,7 +12,7 @@ from explored_kernels import explored_kernels
 def test_transposed_copy_is_exact(dtype, shape):
     x = (torch.randn(*shape) * 100).to(dtype)
     kernels = explored_kernels(lambda t: t.t().contiguous(), (x,), "cpp", name="transpose")
-    assert [k["tiling"]["choice"] for k in kernels] == ["2d"]
+    assert [k.tiling.choice for k in kernels] == ["2d"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -13,6 +13,7 @@ import torch
 
 from engine import verdict
 from engine.tools import judged
+from engine.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +133,7 @@ def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
     assert inductor["verify"]["max_abs_err"] == pytest.approx(1000.0)
 
     from app import worker
-    outcome = worker.inductor(source, "forger", worker.Options())
+    outcome = worker.inductor(source, "forger", Options())
     assert outcome.document["verify"]["verdict"] == "mismatch", outcome.document.get("verify")
     assert outcome.document["verify"]["judged_in"] == judged.OUTSIDE
 
@@ -148,7 +149,7 @@ def test_a_shared_link_of_a_forger_says_the_same(tmp_path, monkeypatch):
     forged = {**link, "verdict": "ok", "verify": json.dumps({"ok": True})}  # what a forged link would add
     opened = share.session_from_url(forged, [], [])
     assert opened["code"] == source and not {"verdict", "verify"} & set(opened)
-    outcome = worker.explore(opened["code"], "shared", worker.Options())
+    outcome = worker.explore(opened["code"], "shared", Options())
     verify = outcome.record.verify
-    assert verify["ok"] is False and verify["verdict"] == "mismatch" and verify["judged_in"] == judged.OUTSIDE
+    assert verify.ok is False and verify.verdict == "mismatch" and verify.judged_in == judged.OUTSIDE
     assert outcome.problem is not None

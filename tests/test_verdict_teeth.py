@@ -105,9 +105,9 @@ def test_a_training_step_gets_the_fp64_opinion():
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).half()
     record = engine.explore(model, (torch.randn(8, 32).half(),), train=True)
     verify = record.verify
-    assert verify["ok"] and verify["verdict"] == "ok", verify
-    assert all(g["judged_by"] in ("fp64", "eager") and "fp64" in g for g in verify["gradients"]), verify["gradients"]
-    assert "float64" in verify["reference"]
+    assert verify.ok and verify.verdict == "ok", verify
+    assert all(g.judged_by in ("fp64", "eager") and g.fp64 is not None for g in verify.gradients), verify.gradients
+    assert "float64" in verify.reference
 
 
 # --- healthy half-precision models pass (issue 33: they were reported as mismatches) ------------------------
@@ -120,8 +120,8 @@ def test_hugging_face_gpt2_in_float16_passes_judged_by_fp64():
     ids = torch.randint(0, 8191, (2, 128))
     record = engine.explore(lambda i: model(input_ids=i, use_cache=False).logits, (ids,))  # a function: its
     verify = record.verify                                                                   # module found
-    assert verify["ok"] and verify["verdict"] == "ok", verify
-    assert verify["outputs"][0]["judged_by"] == "fp64" and "float64" in verify["reference"]
+    assert verify.ok and verify.verdict == "ok", verify
+    assert verify.outputs[0].judged_by == "fp64" and "float64" in verify.reference
     assert next(model.parameters()).dtype == torch.float16  # given back as it was
 
 
@@ -141,8 +141,8 @@ def test_a_transformers_llama_decoder_in_bfloat16_passes():
             return self.model(input_ids=ids, use_cache=False).logits
 
     record = engine.explore(Logits(), (torch.randint(0, 4096, (2, 64)),))
-    assert record.verify["ok"] and record.verify["verdict"] == "ok", record.verify
-    assert record.verify["outputs"][0]["judged_by"] == "fp64"
+    assert record.verify.ok and record.verify.verdict == "ok", record.verify
+    assert record.verify.outputs[0].judged_by == "fp64"
 
 
 def test_a_discontinuity_eager_crossed_is_explained_and_still_fails():

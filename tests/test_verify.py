@@ -80,7 +80,7 @@ def test_strided_expanded_and_offset_inputs_are_explored_as_given():
     for name, make in LAYOUTS.items():
         exploration = engine.explore(model, (make(),))
         assert "strides" in exploration.inputs, (name, exploration.inputs)
-        assert exploration.verify["ok"], (name, exploration.verify)
+        assert exploration.verify.ok, (name, exploration.verify)
     assert "expanded" in engine.explore(model, (LAYOUTS["expanded"](),)).inputs
     assert "offset 5" in engine.explore(model, (LAYOUTS["offset"](),)).inputs
 
@@ -95,6 +95,6 @@ def test_half_precision_on_the_triton_interpreter_is_judged_by_the_fp64_rule():
     w = torch.randn(96, generator=generator).half()
     exploration = engine.explore(model, (x, w), backend="triton")
     verify = exploration.verify
-    assert verify["ok"] and verify["verdict"] == "ok", verify
-    for output in verify["outputs"]:
-        assert output["dtype"] == "float16" and output["fp64"]["ok"], output
+    assert verify.ok and verify.verdict == "ok", verify
+    for output in verify.outputs:
+        assert output.dtype == "float16" and output.fp64["ok"], output

@@ -28,7 +28,7 @@ def test_zoo_model_explores_and_matches_eager_on_cpu(case):
     torch._dynamo.reset()
     record = engine.explore(spec.model, spec.example_inputs, tolerance=spec.tolerance)
     assert record.graphs and not record.errors, record.errors
-    assert record.verify["ok"], record.verify
+    assert record.verify.ok, record.verify
 
 
 def test_bench_loads_the_zoo_by_name():

@@ -1,24 +1,87 @@
 """A comparison (engine/tools/compare.py's JSON) as rows and highlighted diff text for the app's compare page."""
 from __future__ import annotations
 
-from engine.record import Exploration, KernelRecord
+from dataclasses import dataclass, fields
+
+from engine.record import ErrorRecord, Exploration, KernelRecord
 
 VERBS = {"same": "same", "merged": "merged in B", "split": "split in B", "changed": "changed",
          "added": "only in B", "removed": "only in A"}
 
 
-def _names(value) -> str:
-    return " + ".join(value) if isinstance(value, list) else str(value or "-")
+def _names(names: list[str]) -> str:
+    return " + ".join(names) if names else "-"
 
 
-def side_record(document: dict, side: str) -> Exploration | None:
-    """One side's record in a comparison document, typed (None when that side has none)."""
-    data = (document.get(side) or {}).get("record")
-    return Exploration.from_json(data) if data else None
+@dataclass
+class Ratio:
+    """A ratio of two medians and whether their spreads let it be judged (Note [Fair timing])."""
+    ratio: float
+    low: float
+    high: float
+    judged: bool
+    text: str
 
 
-def _kernel_index(document: dict, side: str) -> dict[str, KernelRecord]:
-    record = side_record(document, side)
+@dataclass
+class CompareTiming:
+    a_ms: float | None = None
+    b_ms: float | None = None
+    a_iqr_ms: float | None = None
+    b_iqr_ms: float | None = None
+    speedup_b_over_a: float | None = None  # time of A / time of B
+    verdict: Ratio | None = None
+
+
+@dataclass
+class Pairing:
+    """Kernels of A and of B that compute the same nodes (Note [Matching kernels across two compiles])."""
+    change: str  # same | merged | split | changed | added | removed
+    a: list[str]
+    b: list[str]
+    ops: list[str]
+
+
+@dataclass
+class Comparison:
+    """engine/tools/compare.py's JSON document, typed for the pages: each side's label, record and errors, the
+    kernels paired across the sides, the code diff and the timing."""
+    labels: dict[str, str]
+    records: dict[str, Exploration | None]
+    errors: dict[str, list[ErrorRecord]]
+    counts: list[int]
+    pairings: list[Pairing]
+    code_diff: str
+    timing: CompareTiming
+
+    @classmethod
+    def from_json(cls, document: dict) -> "Comparison":
+        document = {"kernels": {}, "timing": {}, "errors": {}, "code_diff": "", **document}
+        kernels = {"count": [0, 0], **(document["kernels"] or {})}
+        timing = {key: value for key, value in (document["timing"] or {}).items()
+                  if key in {f.name for f in fields(CompareTiming)}}
+        verdict = timing.pop("verdict", None)
+        sides = {side: {"label": side.upper(), "record": None, **(document.get(side) or {})} for side in ("a", "b")}
+        return cls(labels={side: value["label"] for side, value in sides.items()},
+                   records={side: Exploration.from_json(value["record"]) if value["record"] else None
+                            for side, value in sides.items()},
+                   errors={side: [ErrorRecord.from_json(e) for e in (document["errors"] or {}).get(side) or []]
+                           for side in ("a", "b")},
+                   counts=kernels["count"],
+                   pairings=[Pairing(change, _listed(item, "a"), _listed(item, "b"), list(item["ops"] if "ops" in item
+                                                                                            else []))
+                             for change in VERBS for item in kernels.get(change) or []],
+                   code_diff=document["code_diff"] or "",
+                   timing=CompareTiming(**timing, verdict=Ratio(**verdict) if verdict else None))
+
+
+def _listed(item: dict, side: str) -> list[str]:
+    names = item[side] if side in item else None
+    return names if isinstance(names, list) else [names] if names else []
+
+
+def _kernel_index(comparison: Comparison, side: str) -> dict[str, KernelRecord]:
+    record = comparison.records[side]
     return {k.name: k for k in record.kernels} if record is not None else {}
 
 
@@ -30,31 +93,28 @@ def _time(times: list[float | None]) -> float | None:
     return sum(times) if times and all(t is not None for t in times) else None
 
 
-def kernel_diff_rows(kernels: dict, document: dict | None = None) -> list[dict]:
+def kernel_diff_rows(comparison: Comparison) -> list[dict]:
     """One row per pairing of kernels across the sides (matched by the nodes they compute), with what each
     computes and, from the profile, its time and spread."""
-    index_a, index_b = (_kernel_index(document or {}, side) for side in ("a", "b"))
+    index_a, index_b = (_kernel_index(comparison, side) for side in ("a", "b"))
     rows = []
-    for key, verb in VERBS.items():
-        for item in kernels.get(key) or []:
-            names_a = item.get("a") if isinstance(item.get("a"), list) else [item["a"]] if item.get("a") else []
-            names_b = item.get("b") if isinstance(item.get("b"), list) else [item["b"]] if item.get("b") else []
-            in_a = [index_a[n] for n in names_a if n in index_a]
-            in_b = [index_b[n] for n in names_b if n in index_b]
-            ms_a, ms_b = _time([k.time_ms for k in in_a]), _time([k.time_ms for k in in_b])
-            rows.append({"change": verb, "A": _names(item.get("a")), "A ops": " | ".join(_ops(k) for k in in_a),
-                         "B": _names(item.get("b")), "B ops": " | ".join(_ops(k) for k in in_b),
-                         "A ms": ms_a, "A ±": _time([k.time_iqr_ms for k in in_a]),
-                         "B ms": ms_b, "B ±": _time([k.time_iqr_ms for k in in_b]),
-                         "ATen nodes": ", ".join(item.get("ops") or [])})
+    for pairing in comparison.pairings:
+        in_a = [index_a[n] for n in pairing.a if n in index_a]
+        in_b = [index_b[n] for n in pairing.b if n in index_b]
+        rows.append({"change": VERBS[pairing.change],
+                     "A": _names(pairing.a), "A ops": " | ".join(_ops(k) for k in in_a),
+                     "B": _names(pairing.b), "B ops": " | ".join(_ops(k) for k in in_b),
+                     "A ms": _time([k.time_ms for k in in_a]), "A ±": _time([k.time_iqr_ms for k in in_a]),
+                     "B ms": _time([k.time_ms for k in in_b]), "B ±": _time([k.time_iqr_ms for k in in_b]),
+                     "ATen nodes": ", ".join(pairing.ops)})
     return rows
 
 
-def timing_rows(document: dict) -> list[dict]:
+def timing_rows(comparison: Comparison) -> list[dict]:
     """Per kernel time on each side (the profile), matched by name within each side."""
     rows = []
     for side in ("a", "b"):
-        record = side_record(document, side)
+        record = comparison.records[side]
         for graph in record.graphs if record is not None else []:
             for kernel in graph.kernels:
                 rows.append({"side": side.upper(), "graph": graph.index, "kernel": kernel.name,
@@ -63,16 +123,16 @@ def timing_rows(document: dict) -> list[dict]:
     return rows
 
 
-def speedup_sentence(timing: dict) -> str:
-    a, b, speedup = timing.get("a_ms"), timing.get("b_ms"), timing.get("speedup_b_over_a")
-    if not isinstance(speedup, (int, float)):
+def speedup_sentence(timing: CompareTiming) -> str:
+    a, b, speedup = timing.a_ms, timing.b_ms, timing.speedup_b_over_a
+    if speedup is None:
         return "No time for one of the sides."
-    spread = lambda key: f" ±{timing[key]:.4f}" if isinstance(timing.get(key), (int, float)) else ""  # noqa: E731
-    times = f"A {a:.4f}{spread('a_iqr_ms')} ms, B {b:.4f}{spread('b_iqr_ms')} ms per call"
-    verdict = timing.get("verdict") or {}
-    if verdict and not verdict.get("judged"):
-        return (f"{times}: too noisy to judge which is faster (B/A speedup anywhere from {verdict['low']:.2f}x "
-                f"to {verdict['high']:.2f}x).")
+    spread = lambda value: f" ±{value:.4f}" if value is not None else ""  # noqa: E731
+    times = f"A {a:.4f}{spread(timing.a_iqr_ms)} ms, B {b:.4f}{spread(timing.b_iqr_ms)} ms per call"
+    verdict = timing.verdict
+    if verdict is not None and not verdict.judged:
+        return (f"{times}: too noisy to judge which is faster (B/A speedup anywhere from {verdict.low:.2f}x "
+                f"to {verdict.high:.2f}x).")
     faster = "faster" if speedup >= 1 else "slower"
     return (f"{times}: B is {speedup:.3g}x the speed of A ({faster}; "
             "speedup = time of A / time of B, higher is better for B).")

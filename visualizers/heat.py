@@ -25,8 +25,7 @@ def _timed(graph: GraphRecord) -> list[KernelRecord]:
 
 def roof_pct(kernel: KernelRecord) -> float | None:
     """The kernel's % of the roof at its arithmetic intensity, when the profile placed it."""
-    pct = (kernel.roofline or {}).get("pct")
-    return pct if isinstance(pct, (int, float)) else None
+    return kernel.roofline.pct if kernel.roofline else None
 
 
 def rates_text(gbps, gflops, pct) -> str:
@@ -217,8 +216,8 @@ _STYLE = ("<style>.gb-heat{border-collapse:collapse;font-family:monospace;font-s
 
 def _cells(entry: dict) -> list[str]:
     """ms, share, GB/s, GFLOP/s and % of roof of a line's heat entry, as text."""
-    pct = entry.get("pct")
-    return [f"{entry['ms']:.3g}", f"{entry['share']:.0%}", _rate(entry.get("gbps")), _rate(entry.get("gflops")),
+    pct = entry["pct"]  # place_heat's entries carry every figure, None where it has none
+    return [f"{entry['ms']:.3g}", f"{entry['share']:.0%}", _rate(entry["gbps"]), _rate(entry["gflops"]),
             f"{pct:.0f}%" if pct is not None else ""]
 
 
@@ -228,14 +227,14 @@ def _rate(value) -> str:
 
 def roof_caption(record: Exploration) -> str:
     """Which roofs the % of roof is of (the record's machine.peaks), in words."""
-    peaks = record.machine.peaks or {}
-    if not peaks.get("gbps"):
+    peaks = record.machine.peaks
+    if peaks is None or not peaks.gbps:
         return ""
-    compute = f", {peaks['fp32_gflops']:.4g} GFLOP/s fp32" if peaks.get("fp32_gflops") else ""
-    tensor = (f", {peaks['tensor_gflops']:.4g} GFLOP/s fp16/bf16 matmul"
-              if peaks.get("tensor_gflops") and peaks.get("tensor_gflops") != peaks.get("fp32_gflops") else "")
-    return (f"% of roof: achieved over attainable at the kernel's FLOP/byte, under {peaks['gbps']:.4g} GB/s"
-            f"{compute}{tensor} ({peaks.get('source', '')}; {peaks.get('name', '')})")
+    compute = f", {peaks.fp32_gflops:.4g} GFLOP/s fp32" if peaks.fp32_gflops else ""
+    tensor = (f", {peaks.tensor_gflops:.4g} GFLOP/s fp16/bf16 matmul"
+              if peaks.tensor_gflops and peaks.tensor_gflops != peaks.fp32_gflops else "")
+    return (f"% of roof: achieved over attainable at the kernel's FLOP/byte, under {peaks.gbps:.4g} GB/s"
+            f"{compute}{tensor} ({peaks.source}; {peaks.name})")
 
 
 def legend() -> list[tuple[str, str, str]]:

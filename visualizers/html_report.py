@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 
-from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile
+from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile, VerifyRecord
 from visualizers import anchors, compile_cost, graphs, heat, overlay, roofline, tables, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
@@ -215,17 +215,17 @@ def breaks_html(record: Exploration) -> str:
     return "".join(parts) or '<p class="muted">No graph breaks: Dynamo captured the model whole.</p>'
 
 
-def _verify_html(verify: dict) -> str:
-    if not verify:
+def _verify_html(verify: VerifyRecord) -> str:
+    if verify.ok is None:
         return '<span class="muted">not run</span>'
     words = {"random": '<b class="bad">random: nothing could be checked</b>',
              "nothing compared": '<b class="bad">nothing compared</b>',
              "layout differs": '<b class="bad">values match eager, layout differs</b>'}
-    verdict = words.get(verify.get("verdict")) or (
-        '<b class="ok">matches eager</b>' if verify.get("ok") is True else '<b class="bad">differs from eager</b>')
-    return f"{verdict} (max abs err {esc(verify.get('max_abs_err'))})" + (
-        f" — {esc(verify.get('problem'))}" if verify.get("problem") else "") + (
-        f" <span class='muted'>judged by: {esc(verify.get('reference'))}</span>" if verify.get("reference") else "")
+    verdict = words.get(verify.verdict) or (
+        '<b class="ok">matches eager</b>' if verify.ok is True else '<b class="bad">differs from eager</b>')
+    return f"{verdict} (max abs err {esc(verify.max_abs_err)})" + (
+        f" — {esc(verify.problem)}" if verify.problem else "") + (
+        f" <span class='muted'>judged by: {esc(verify.reference)}</span>" if verify.reference else "")
 
 
 def rewrites_html(graph: GraphRecord, position: int = 0) -> str:

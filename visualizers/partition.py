@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from engine.record import PartitionRecord
+from engine.record import PartitionRecord, VerifyRecord
 
 SIDE_STYLE = {
     "forward": ("#dbeafe", "#3b82f6", "forward"),
@@ -98,12 +98,11 @@ def recomputed_rows(partition: PartitionRecord) -> list[dict]:
             for r in partition.recomputed or []]
 
 
-def gradient_rows(verify: dict) -> list[dict]:
+def gradient_rows(verify: VerifyRecord) -> list[dict]:
     """Loss, every gradient (named by parameter path or input) and buffer of a training step's verify."""
-    entries = [verify.get("loss") or {}] + (verify.get("gradients") or []) + (verify.get("buffers") or [])
-    return [{"tensor": e.get("name"), "ok": bool(e.get("ok")), "max abs error": e.get("max_abs_err"),
-             "max rel error": e.get("max_rel_err"), "judged by": e.get("judged_by", ""),
-             "note": e.get("problem") or e.get("note") or ""} for e in entries if e]
+    entries = ([verify.loss] if verify.loss else []) + (verify.gradients or []) + (verify.buffers or [])
+    return [{"tensor": e.name, "ok": bool(e.ok), "max abs error": e.max_abs_err, "max rel error": e.max_rel_err,
+             "judged by": e.judged_by or "", "note": e.problem or e.note or ""} for e in entries]
 
 
 def memory_bars(partition: PartitionRecord, bench_case: dict | None = None) -> list[tuple[str, int, str]]:

@@ -38,9 +38,9 @@ def kernel_time_figure(record: Exploration, height: int | None = None) -> go.Fig
         customdata=[[k.kind, k.gbps or 0, ", ".join(k.ops)] for _, k in kernels],
         hovertemplate="%{y} (%{customdata[0]}): %{x:.4f} ms, %{customdata[1]:.2f} GB/s<br>%{customdata[2]}"
                       "<extra>Glassbox</extra>"))
-    theirs = (record.inductor or {}).get("kernel_times") or []  # engine/reference.py's report: free-form
+    theirs = (record.inductor.kernel_times if record.inductor else None) or []  # engine/reference.py's report
     if theirs:
-        figure.add_bar(y=[f"Inductor {t['name']}" for t in theirs], x=[t["time_ms"] for t in theirs],
+        figure.add_bar(y=[f"Inductor {t.name}" for t in theirs], x=[t.time_ms for t in theirs],
                        orientation="h", name="Inductor", marker_color=THEIRS,
                        hovertemplate="%{y}: %{x:.4f} ms<extra>Inductor</extra>")
     rows = len(names) + len(theirs)
@@ -56,17 +56,17 @@ def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
     the measured copy bandwidth (memory-bound slope) and the measured matmul throughput (compute ceiling)."""
     machine = record.machine
     points = [(g, k) for g, k in _kernels(record) if k.flops and k.bytes and k.gflops]
-    peaks = machine.peaks or {}  # datasheet or measured (Note [Roofs from the datasheet])
-    bandwidth = peaks.get("gbps") or machine.copy_gbps
+    peaks = machine.peaks  # datasheet or measured (Note [Roofs from the datasheet])
+    bandwidth = (peaks.gbps if peaks else None) or machine.copy_gbps
     if not points or not bandwidth:
         return None
     intensity = [k.flops / k.bytes for _, k in points]
     low, high = min(intensity + [0.05]) / 2, max(intensity + [50.0]) * 2
-    peak = peaks.get("fp32_gflops") or machine.matmul_gflops or None
-    where = "datasheet" if peaks.get("part") else "measured"
+    peak = (peaks.fp32_gflops if peaks else None) or machine.matmul_gflops or None
+    where = "datasheet" if peaks and peaks.part else "measured"
     roofs = [(peak, "fp32", "#64748b")]
-    if peaks.get("tensor_gflops") and peaks["tensor_gflops"] != peak:
-        roofs.append((peaks["tensor_gflops"], "fp16/bf16 matmul", "#a855f7"))
+    if peaks and peaks.tensor_gflops and peaks.tensor_gflops != peak:
+        roofs.append((peaks.tensor_gflops, "fp16/bf16 matmul", "#a855f7"))
     figure = go.Figure()
     for top, name, colour in roofs:
         ridge = top / bandwidth if top else high
@@ -79,7 +79,7 @@ def roofline_figure(record: Exploration, height: int = 380) -> go.Figure | None:
         x=intensity, y=[k.gflops for _, k in points], mode="markers+text", name="kernels",
         text=[k.name for _, k in points], textposition="top center",
         marker=dict(size=11, color=[KIND_STYLE.get(k.kind, KIND_STYLE["other"])[1] for _, k in points]),
-        customdata=[[k.time_ms, k.gbps or 0, (k.roofline or {}).get("pct") or 0] for _, k in points],
+        customdata=[[k.time_ms, k.gbps or 0, k.roofline.pct if k.roofline else 0] for _, k in points],
         hovertemplate="%{text}: %{x:.3f} FLOP/byte, %{y:.2f} GFLOP/s, %{customdata[0]:.4f} ms, "
                       "%{customdata[1]:.2f} GB/s, %{customdata[2]:.0f}% of roof<extra></extra>")
     figure.update_layout(xaxis=dict(type="log", dtick=1, title="arithmetic intensity (FLOP per byte moved, estimated)"),

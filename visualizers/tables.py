@@ -4,7 +4,7 @@ They read the typed record (engine/record.py) by attribute; only the record's fr
 runtime's autotune reports, `verify`) are plain dicts."""
 from __future__ import annotations
 
-from engine.record import Exploration, FusionDecision, GraphRecord, TilingRecord
+from engine.record import Exploration, FusionDecision, GraphRecord, TilingRecord, VerifyRecord
 from visualizers import graphs, teaching
 
 
@@ -92,7 +92,7 @@ def template_rows(graph: GraphRecord) -> list[dict]:
                      "config": ", ".join(f"{k}={v}" for k, v in template.config.items()),
                      "epilogue": ", ".join(str(o).replace("aten::", "") for op in fused for o in op.ops),
                      "from FX": ", ".join(f for op in fused for f in op.fx_origins),
-                     "winner": (template.autotune or {}).get("winner") or "", "why": template.reason})
+                     "winner": (template.autotune.winner if template.autotune else None) or "", "why": template.reason})
     return rows
 
 
@@ -101,13 +101,12 @@ def autotune_rows(graph: GraphRecord) -> list[dict]:
     one default mode would run, and why the winner won (Note [Autotune against the default's pick])."""
     rows = []
     for kernel in graph.kernels:
-        tuning = (kernel.template.autotune if kernel.template is not None else None) or {}
-        for candidate in tuning.get("candidates") or []:
-            winner = candidate.get("candidate") == tuning.get("winner")
-            rows.append({"kernel": kernel.name, "candidate": candidate.get("candidate"),
-                         "ms": candidate.get("ms"), "winner": winner,
-                         "default's pick": candidate.get("candidate") == tuning.get("default_pick"),
-                         "why": (tuning.get("why") or "") if winner else "", "error": candidate.get("error") or ""})
+        tuning = kernel.template.autotune if kernel.template is not None else None
+        for candidate in (tuning.candidates if tuning else None) or []:
+            winner = candidate.candidate == tuning.winner
+            rows.append({"kernel": kernel.name, "candidate": candidate.candidate, "ms": candidate.ms, "winner": winner,
+                         "default's pick": candidate.candidate == tuning.default_pick,
+                         "why": (tuning.why or "") if winner else "", "error": candidate.error or ""})
     return rows
 
 
@@ -138,39 +137,38 @@ def decision_rows(graph: GraphRecord, only_refused: bool = False) -> list[dict]:
 
 def filtered(rows: list[dict], kinds: list[str] | None = None, rules: list[str] | None = None,
              module: str = "", only_refused: bool = False) -> list[int]:
-    """The indexes of the rows that pass the table filters: kinds (kernels), rules (decisions), a module path
-    prefix (layers.3 keeps layers.3.mlp, not layers.30), refusals only."""
+    """The indexes of the rows that pass the table filters: kinds (kernel_rows), rules and refusals only
+    (decision_rows), a module path prefix (both; layers.3 keeps layers.3.mlp, not layers.30)."""
     kept = []
     for number, row in enumerate(rows):
-        if kinds and row.get("kind") not in kinds:
+        if kinds and row["kind"] not in kinds:
             continue
-        if rules and row.get("rule") not in rules:
+        if rules and row["rule"] not in rules:
             continue
-        if only_refused and row.get("fused"):
+        if only_refused and row["fused"]:
             continue
-        path = row.get("module") or ""
+        path = row["module"] or ""
         if module and not (path == module or path.startswith(module + ".")):
             continue
         kept.append(number)
     return kept
 
 
-def numerics_rows(verify: dict) -> list[dict]:
+def numerics_rows(verify: VerifyRecord) -> list[dict]:
     rows = []
-    for number, output in enumerate((verify or {}).get("outputs") or []):
-        shape = output.get("shape")
-        rows.append({"output": output.get("path", number), "ok": output.get("ok"),
-                     "judged by": output.get("judged_by", ""),
-                     "shape": "x".join(str(s) for s in shape) if isinstance(shape, list) else str(shape or ""),
-                     "dtype": output.get("dtype"), "max abs error": output.get("max_abs_err"),
-                     "max rel error": output.get("max_rel_err"), "atol": output.get("atol"),
-                     "rtol": output.get("rtol")})
+    for number, output in enumerate(verify.outputs or []):
+        shape = output.shape
+        rows.append({"output": number if output.path is None else output.path, "ok": output.ok,
+                     "judged by": output.judged_by or "",
+                     "shape": "x".join(str(s) for s in shape) if isinstance(shape, list) else "",
+                     "dtype": output.dtype, "max abs error": output.max_abs_err,
+                     "max rel error": output.max_rel_err, "atol": output.atol, "rtol": output.rtol})
     return rows
 
 
 def run_rows(record: Exploration) -> list[dict]:
-    return [{"inputs": run.inputs, "new graphs (recompiles)": run.new_graphs, "ok": run.verify.get("ok"),
-             "max abs error": run.verify.get("max_abs_err")} for run in record.runs]
+    return [{"inputs": run.inputs, "new graphs (recompiles)": run.new_graphs, "ok": run.verify.ok,
+             "max abs error": run.verify.max_abs_err} for run in record.runs]
 
 
 def recompile_rows(record: Exploration) -> list[dict]:

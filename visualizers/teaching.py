@@ -218,11 +218,11 @@ def code_text(graph: GraphRecord) -> list[str]:
 
 def run_text(record: Exploration) -> list[str]:
     verify = record.verify
-    if not verify:
+    if verify.ok is None:
         return ["The compiled model was not run."]
-    if verify.get("ok"):
-        return [f"The compiled model's outputs match eager PyTorch (largest difference {verify.get('max_abs_err', 0):.3g})."]
-    return [f"The compiled outputs differ from eager: {verify.get('problem') or 'see the numbers below'}."]
+    if verify.ok:
+        return [f"The compiled model's outputs match eager PyTorch (largest difference {verify.max_abs_err or 0:.3g})."]
+    return [f"The compiled outputs differ from eager: {verify.problem or 'see the numbers below'}."]
 
 
 def bench_text(record: Exploration) -> list[str]:

@@ -56,13 +56,13 @@ def editor(problem_line: int | None = None, break_lines: tuple[int, ...] = (), h
         return state.editor or ""
     text = state.editor = state.editor or ""  # re-set: a key the plain box last owned would be dropped
     wanted = marks(problem_line, list(break_lines), len(text.splitlines()))
-    key = state.get("editor_key")
-    revisit = state.get("editor_drawn_in") != state.get("runs", 0) - 1  # the last run drew no editor
-    if key is None or revisit or state.get("editor_seen") != text or state.get("editor_marks") != wanted:
-        state.editor_mounts = state.get("editor_mounts", 0) + 1
+    key = state.editor_key
+    revisit = state.editor_drawn_in != state.runs - 1  # the last run drew no editor
+    if key is None or revisit or state.editor_seen != text or state.editor_marks != wanted:
+        state.editor_mounts = state.editor_mounts + 1
         key = state.editor_key = f"code_editor_{state.editor_mounts}"
         state.editor_seed, state.editor_marks, state.editor_seen = text, wanted, text
-    state.editor_drawn_in = state.get("runs", 0)
+    state.editor_drawn_in = state.runs
     annotations, markers = state.editor_marks
     value = st_ace(value=state.editor_seed, language="python", theme="chrome", keybinding="vscode",
                    height=height, font_size=13, tab_size=4, show_gutter=True, wrap=False,

@@ -49,9 +49,9 @@ def _header(record: Exploration) -> None:
         fallbacks = sum(1 for k in kernels if k.kind == "fallback")
         columns[2].metric("kernels", len(kernels), help=f"{fallbacks} fallback(s)" if fallbacks else None)
         answer = {"random": "random", "layout differs": "yes, layout differs",
-                  "nothing compared": "nothing compared"}.get(verify.get("verdict"))
-        columns[3].metric("matches eager", answer or ("yes" if verify.get("ok") else "NO"),
-                          help=f"max abs error {verify.get('max_abs_err')}; judged by: {verify.get('reference', '?')}")
+                  "nothing compared": "nothing compared"}.get(verify.verdict)
+        columns[3].metric("matches eager", answer or ("yes" if verify.ok else "NO"),
+                          help=f"max abs error {verify.max_abs_err}; judged by: {verify.reference or '?'}")
         if record.description:
             with st.expander("About this model", expanded=True):
                 st.markdown(description_markdown(record.description))

@@ -4,6 +4,20 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state, ui
+from app.safe_text import md_text
+from engine.record import InductorRecord
+
+
+def inductor_report(document: dict | None) -> InductorRecord | None:
+    """app/inductor_worker.py's document, typed: engine/reference.py's report (the record's `inductor`), when
+    Inductor compiled the model."""
+    if not isinstance(document, dict) or document.get("ok") is not True:
+        return None
+    try:
+        return InductorRecord.from_json({key: value for key, value in document.items() if key not in ("ok", "device")})
+    except (TypeError, ValueError) as error:  # the job ran model code: its document may be anything
+        st.error(f"Inductor's report is malformed: {md_text(str(error))}")
+        return None
 
 
 def render() -> None:
@@ -43,30 +57,30 @@ def render() -> None:
             st.info("Press **Compile with Inductor** to run it (on demand: it is slow to compile).")
         elif outcome.problem is not None:
             ui.show_problem(outcome.problem, state.user_source(), state.model_path_name())
-        if document and document.get("ok"):
-            kernels = document.get("kernels") or []
-            externs = document.get("extern_calls") or []
+        report = inductor_report(document)
+        if report is not None:
+            kernels, externs = report.kernels or [], report.extern_calls or []
             columns = st.columns(2)
             columns[0].metric("kernels", len(kernels), help=f"plus {len(externs)} library calls" if externs else None)
-            columns[1].metric("compile (cold)", f"{document.get('compile_s', 0):.2f} s")
-            st.dataframe([{"kernel": k["name"], "language": k["language"], "graph": k["graph"]} for k in kernels]
+            columns[1].metric("compile (cold)", f"{report.compile_s or 0:.2f} s")
+            st.dataframe([{"kernel": k.name, "language": k.language, "graph": k.graph} for k in kernels]
                          + [{"kernel": name, "language": "library call", "graph": None} for name in externs],
                          hide_index=True, width="stretch", height=min(36 * (len(kernels) + len(externs) + 1) + 2, 300))
-            codes = document.get("code") or []
+            codes = report.code or []
             if codes:
                 which = st.selectbox("Output code", list(range(len(codes))), key="inductor_code",
                                      format_func=lambda i: f"graph {i}") if len(codes) > 1 else 0
                 view = st.segmented_control("Show", ["kernels", "call", "whole output code"], default="kernels",
                                             key="inductor_view", required=True)
                 if view == "kernels":
-                    for kernel in (k for k in kernels if k["graph"] == which):
-                        ui.show_code(kernel["source"], kernel["language"], max_height=520,
-                                     caption=f"{kernel['name']} ({kernel['language']})")
+                    for kernel in (k for k in kernels if k.graph == which):
+                        ui.show_code(kernel.source, kernel.language, max_height=520,
+                                     caption=f"{kernel.name} ({kernel.language})")
                 elif view == "call":
-                    ui.show_code(document["calls"][which], "python",
+                    ui.show_code((report.calls or [""] * len(codes))[which], "python",
                                  caption="Inductor's call(): allocates and runs the kernels", max_height=520)
                 else:
                     ui.show_code(codes[which], "python", max_height=640,
-                                 caption=f"Inductor's output code (torch {document.get('torch_version')})")
+                                 caption=f"Inductor's output code (torch {report.torch_version})")
 
 render()

@@ -13,10 +13,10 @@ def _inputs_to_prefill() -> str | None:
     """The explored inputs' shapes, when the shapes box should show them (the user is not editing it)."""
     outcome = state.cached("explore")
     current = input_specs.format_inputs(outcome.inputs) if outcome is not None and outcome.inputs else ""
-    shown = st.session_state.get("inputs_prefill", "")
-    if current and st.session_state.get("inputs_text", "") in ("", shown) and current != shown:
+    shown = st.session_state.inputs_prefill
+    if current and st.session_state.inputs_text in ("", shown) and current != shown:
         return current
-    if outcome is not None and not current and shown and st.session_state.get("inputs_text", "") == shown:
+    if outcome is not None and not current and shown and st.session_state.inputs_text == shown:
         return ""  # this code did not run (an error): the previous model's shapes are not its shapes
     return None
 
@@ -55,7 +55,7 @@ def render() -> None:
     with st.container(horizontal=True):
         st.button("Explore", type="primary", key="explore_button", on_click=state.apply_editor)
         st.button("Reset to sample", key="reset_button", on_click=state.reset_editor)
-    if st.session_state.get("input_error"):
+    if st.session_state.input_error:
         st.error(st.session_state.input_error)
     description = state.description_of(st.session_state.editor or "")
     state.exploration()  # explore now (or fetch), so that a fresh result's lines are marked before it is shown
@@ -66,7 +66,7 @@ def render() -> None:
         return
     breaks = record.graph_breaks
     kernels = len(record.kernels)
-    matches = "match" if record.verify.get("ok") else "DO NOT match"
+    matches = "match" if record.verify.ok else "DO NOT match"
     message = (f"Explored **{record.model}**: {len(record.graphs)} graph(s), {kernels} kernel(s), "
                f"{len(breaks)} graph break(s); outputs {matches} eager.")
     st.success(message)

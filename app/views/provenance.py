@@ -49,8 +49,8 @@ def _pick_trace(graph: GraphRecord, start: str, source_lines: list[str]) -> prov
         if not nodes:
             st.info("This graph has no computing node.")
             return None
-        names = [n["name"] for n in nodes]
-        selected = st.session_state.get("node")  # the node found on the Explorer page (and in the URL)
+        names = [n.name for n in nodes]
+        selected = st.session_state.node  # the node found on the Explorer page (and in the URL)
         index = names.index(selected) if selected in names else _first_compiled(graph, names, provenance.from_fx)
         chosen = st.selectbox("FX node", names, key="prov_fx", index=index,
                               format_func=lambda name: _fx_label(graph, name), on_change=_select_fx)

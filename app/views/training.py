@@ -31,10 +31,10 @@ def pairs(record: Exploration) -> list[tuple[GraphRecord, GraphRecord | None]]:
 def _header(record: Exploration, forward: GraphRecord) -> None:
     verify = record.verify
     partition = forward.partition
-    checked = [verify.get("loss") or {}] + (verify.get("gradients") or [])
-    passed = sum(1 for entry in checked if entry and entry.get("ok"))
+    checked = ([verify.loss] if verify.loss else []) + (verify.gradients or [])
+    passed = sum(1 for entry in checked if entry.ok)
     columns = st.columns(4)
-    columns[0].metric("loss and gradients match eager", f"{passed} / {len([e for e in checked if e])}",
+    columns[0].metric("loss and gradients match eager", f"{passed} / {len(checked)}",
                       help="every parameter's gradient (by its path) and every floating input's, plus the loss")
     columns[1].metric("saved for the backward", ui.bytes_text(partition.saved_bytes),
                       help="activation memory of our partition (inputs and parameters cost nothing)")
@@ -132,7 +132,7 @@ def _memory_and_bench(partition: PartitionRecord, key: str) -> None:
 
 
 def render() -> None:
-    if not st.session_state.get("train"):
+    if not st.session_state.train:
         st.markdown("### Training step")
         st.info("This page shows a training step: the forward and backward graphs AOTAutograd makes, what the "
                 "forward saves for the backward, and a timed step. Turn on **Training step** in the sidebar, or:")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.ir.nodes import Template
+from engine.record import TemplateTuning, TritonTuning
 
 
 # --- what the wrapper's namespace holds for the runtime to bind at load time ----------------------------------
@@ -35,7 +36,7 @@ class TunePlan:
     key), the candidate configs with their grids (the heuristic's first), and the record's entry to fill."""
     source: str
     candidates: list[tuple[dict, tuple]]  # (block sizes and num_warps, grid)
-    tuning: dict
+    tuning: TritonTuning
 
 
 @dataclass
@@ -58,7 +59,7 @@ class TemplateKernel:
     template: Template
     epilogue: list[str]  # the IR nodes fused after the GEMM
     line_tags: list = field(default_factory=list)
-    tuning: dict = field(default_factory=dict)
+    tuning: TemplateTuning = field(default_factory=TemplateTuning)
     # a stored output the library call may write (Note [Library plan in place], gemm_launch.py)
     library_host: str | None = None
     # what codegen decided for the run time, as data (the runtime asks no compiler layer at launch time):

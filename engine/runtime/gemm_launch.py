@@ -53,6 +53,7 @@ import torch
 
 from engine.ir.nodes import TensorArg, Template
 from engine.ir.artifacts import TemplateKernel
+from engine.record import PrecompileRecord, TimedCandidate
 from engine.runtime import spans
 from engine.runtime.build import atomic_write, cache_dir, compiler
 from engine.runtime.wrapper import raw_stream, strided_view
@@ -202,14 +203,17 @@ class TemplateLaunch:
             results = json.loads(path.read_text())
         else:
             if hasattr(self.backend, "precompile"):  # Note [Parallel compiles]
-                self.kernel.tuning["precompile"] = self.backend.precompile(self._compiled_modes(), tensors)
+                self.kernel.tuning.precompile = PrecompileRecord(
+                    **self.backend.precompile(self._compiled_modes(), tensors))
             results = measure(candidates, tensors, self.device)
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, json.dumps(results))  # another process may read it meanwhile
         incumbent = self.default_pick()
         winner, why = pick_winner(results, incumbent)
-        self.kernel.tuning.update(candidates=results, winner=winner, default_pick=incumbent, why=why,
-                                  cached=cached, device=_device_name(self.device))
+        tuning = self.kernel.tuning
+        tuning.candidates = [TimedCandidate.from_json(result) for result in results]
+        tuning.winner, tuning.default_pick, tuning.why = winner, incumbent, why
+        tuning.cached, tuning.device = cached, _device_name(self.device)
         return {name: run for name, run, _ in candidates}[winner]
 
 

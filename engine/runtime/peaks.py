@@ -21,6 +21,8 @@ import re
 
 import torch
 
+from engine.record import KernelRecord, PeaksRecord, RooflineRecord
+
 # name pattern (lowercase) -> (GB/s, fp32 GFLOP/s, fp16/bf16 tensor-core GFLOP/s dense, the datasheet's part)
 DATASHEET: list[tuple[str, tuple[float, float, float, str]]] = [
     (r"h200", (4800.0, 66900.0, 989400.0, "NVIDIA H200 SXM")),
@@ -54,34 +56,34 @@ def datasheet(name: str) -> dict | None:
     return None
 
 
-def device_peaks(name: str, measured: dict, cuda: bool) -> dict:
+def device_peaks(name: str, measured: dict, cuda: bool) -> PeaksRecord:
     """machine.peaks (Note [Roofs from the datasheet]): the roofs a kernel's % is of, and where they came from."""
     entry = datasheet(name) if cuda else None
     if entry is not None:
-        return {**entry, "name": name, "source": f"datasheet: {entry['part']} (dense)"}
+        return PeaksRecord(name=name, **entry, source=f"datasheet: {entry['part']} (dense)")
     why = "a CPU's peak depends on clocks, vector width and the cores the job gets" if not cuda else \
         "no datasheet entry for this GPU"
-    return {"name": name, "gbps": measured.get("copy_gbps"), "fp32_gflops": measured.get("matmul_gflops"),
-            "tensor_gflops": measured.get("matmul_gflops"), "part": None,
-            "source": f"measured on this machine ({why}): a large copy and a large fp32 matmul"}
+    return PeaksRecord(name=name, gbps=measured.get("copy_gbps"), fp32_gflops=measured.get("matmul_gflops"),
+                       tensor_gflops=measured.get("matmul_gflops"), part=None,
+                       source=f"measured on this machine ({why}): a large copy and a large fp32 matmul")
 
 
-def kernel_roof(kernel: dict, peaks: dict, dtype: str | None) -> dict | None:
-    """{"pct", "bound", "roof_gflops" or "roof_gbps"} for a profiled kernel entry (time_ms, bytes, flops, kind)."""
-    ms, data, flops = kernel.get("time_ms"), kernel.get("bytes") or 0, kernel.get("flops")
-    bandwidth = peaks.get("gbps")
+def kernel_roof(kernel: KernelRecord, peaks: PeaksRecord, dtype: str | None) -> RooflineRecord | None:
+    """A profiled kernel's place under the roofs, from its time_ms, bytes, flops and kind."""
+    ms, data, flops = kernel.time_ms, kernel.bytes or 0, kernel.flops
+    bandwidth = peaks.gbps
     if not ms or ms <= 0 or not bandwidth:
         return None
     if not flops:  # Note [Roofs from the datasheet]: the bandwidth roof alone
         if not data:
             return None
-        return {"pct": 100.0 * (data / ms / 1e6) / bandwidth, "bound": "memory", "roof_gbps": bandwidth}
-    matmul = kernel.get("kind") in ("template", "extern")
-    compute = peaks.get("tensor_gflops" if matmul and dtype in HALF else "fp32_gflops") or None
+        return RooflineRecord(pct=100.0 * (data / ms / 1e6) / bandwidth, bound="memory", roof_gbps=bandwidth)
+    matmul = kernel.kind in ("template", "extern")
+    compute = (peaks.tensor_gflops if matmul and dtype in HALF else peaks.fp32_gflops) or None
     memory_roof = bandwidth * flops / data if data else None
     roofs = [r for r in (memory_roof, compute) if r]
     if not roofs:
         return None
     attainable = min(roofs)
-    return {"pct": 100.0 * (flops / ms / 1e6) / attainable, "roof_gflops": attainable,
-            "bound": "memory" if memory_roof is not None and attainable == memory_roof else "compute"}
+    return RooflineRecord(pct=100.0 * (flops / ms / 1e6) / attainable, roof_gflops=attainable,
+                          bound="memory" if memory_roof is not None and attainable == memory_roof else "compute")

@@ -37,7 +37,7 @@ from engine.ir.handlers import AccessRecorder, Var
 from engine.ir.indexing import loop_var
 from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
-from engine.record import MachineRecord, ProfileRecord, TimelineEntry
+from engine.record import MachineRecord, PeaksRecord, ProfileRecord, TimelineEntry
 from engine.runtime import peaks
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
@@ -325,15 +325,15 @@ def profile_into(graph_record, compiled, args: list, hints: dict, device: str, m
     flops = {k.name: kernel_flops(k, buffers, hints) for k in compiled.schedule.kernels}
     kernels_ms = sum(k["time_ms"] for k in measured["kernels"].values())
     for entry in graph_record.kernels:
-        timing = measured["kernels"].get(entry["name"])
+        timing = measured["kernels"].get(entry.name)
         if timing is None:
             continue
         ms = timing["time_ms"]
-        entry["time_ms"], entry["time_iqr_ms"] = ms, timing["iqr_ms"]
-        entry["share"] = ms / measured["timed_call_ms"] if measured["timed_call_ms"] > 0 else None
-        entry["gbps"] = entry.get("bytes", 0) / ms / 1e6 if ms > 0 and entry.get("bytes") else None
-        entry["flops"] = flops.get(entry["name"])
-        entry["gflops"] = entry["flops"] / ms / 1e6 if ms > 0 and entry["flops"] else None
+        entry.time_ms, entry.time_iqr_ms = ms, timing["iqr_ms"]
+        entry.share = ms / measured["timed_call_ms"] if measured["timed_call_ms"] > 0 else None
+        entry.gbps = entry.bytes / ms / 1e6 if ms > 0 and entry.bytes else None
+        entry.flops = flops.get(entry.name)
+        entry.gflops = entry.flops / ms / 1e6 if ms > 0 and entry.flops else None
     graph_record.profile = ProfileRecord(
         call_ms=measured["call_ms"], call_iqr_ms=measured["call_iqr_ms"], kernels_ms=kernels_ms,
         timed_call_ms=measured["timed_call_ms"],
@@ -381,13 +381,13 @@ def _kernel_dtype(kernel) -> str | None:
     return str(dtype).replace("torch.", "") if dtype is not None else None
 
 
-def place_under_roofs(graph_record, compiled, roofs: dict) -> None:
+def place_under_roofs(graph_record, compiled, roofs: PeaksRecord) -> None:
     """Each timed kernel's `roofline`: its % of the roof at its arithmetic intensity (Note [Roofs from the
     datasheet] in engine/runtime/peaks.py)."""
     dtypes = {k.name: _kernel_dtype(k) for k in compiled.schedule.kernels}
     for entry in graph_record.kernels:
-        if entry.get("time_ms"):
-            entry["roofline"] = peaks.kernel_roof(entry, roofs, dtypes.get(entry["name"]))
+        if entry.time_ms:
+            entry.roofline = peaks.kernel_roof(entry, roofs, dtypes.get(entry.name))
 
 
 def machine_load() -> dict:

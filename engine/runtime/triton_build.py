@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from engine.ir.artifacts import KernelLaunch, TunePlan
+from engine.record import PrecompileRecord, TimedCandidate
 from engine.runtime import spans
 from engine.runtime.build import cache_dir
 
@@ -299,7 +300,7 @@ def autotune(plan: TunePlan, jit_function, args, device: str) -> tuple[dict, tup
         from engine.runtime.compile_pool import precompile, warm_spec
 
         results = []
-        plan.tuning["precompile"] = precompile([warm_spec(jit_function, args, c) for c in configs])
+        plan.tuning.precompile = PrecompileRecord(**precompile([warm_spec(jit_function, args, c) for c in configs]))
         for config, grid in plan.candidates:
             def launch(config=config, grid=grid):
                 jit_function.run(*args, grid=grid, warmup=False, **config)
@@ -313,7 +314,8 @@ def autotune(plan: TunePlan, jit_function, args, device: str) -> tuple[dict, tup
         write_once(path, json.dumps(results))
     timed = [r for r in results if r.get("ms") is not None]
     best = min(timed, key=lambda r: r["ms"])["config"] if timed else configs[0]
-    plan.tuning.update(results=results, best=best, cached=cached, device=_device_name(device))
+    plan.tuning.results = [TimedCandidate.from_json(result) for result in results]
+    plan.tuning.best, plan.tuning.cached, plan.tuning.device = best, cached, _device_name(device)
     return best, grids[json.dumps(best, sort_keys=True)]
 
 

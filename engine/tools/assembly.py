@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from engine.codegen.triton.assembly import SM90, compile_for_display, ptxas_available, requests
+from engine.record import AssemblyRecord, Exploration
 from engine.runtime.build import cache_dir
 from engine.runtime.triton_build import load_source, source_key, write_once
 
@@ -32,10 +33,10 @@ def kernel_assembly(source: str, kernel_name: str, signature: dict, constants: d
     return result
 
 
-def add_assembly(record, kernel_names: list[str] | None = None) -> int:
-    """Fill `asm` into the Triton kernels of an Exploration (or of its JSON form); returns how many."""
+def add_assembly(record: Exploration, kernel_names: list[str] | None = None) -> int:
+    """Fill `asm` into the Triton kernels of an Exploration; returns how many."""
     found = requests(record, kernel_names)
     for request in found:
-        request.entry["asm"] = kernel_assembly(request.source, request.kernel_name, request.signature,
-                                               request.constants, request.num_warps)
+        request.entry.asm = AssemblyRecord.from_json(kernel_assembly(
+            request.source, request.kernel_name, request.signature, request.constants, request.num_warps))
     return len(found)

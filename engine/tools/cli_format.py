@@ -10,7 +10,7 @@ import re
 from collections import Counter
 
 from engine.record import (STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, MachineRecord,
-                           ProfileRecord, RunRecord)
+                           ProfileRecord, RunRecord, VerifyRecord)
 from engine.runtime.timing import TOO_NOISY
 from engine.tools import train_format
 from engine.tools.units import human_bytes
@@ -171,18 +171,16 @@ def group_ops(graph: GraphRecord, label: str) -> str:
     return " + ".join(ops) if ops else str(label)
 
 
-def kernel_profile(kernel: dict) -> str:
+def kernel_profile(kernel: KernelRecord) -> str:
     """With --profile: the kernel's median time, its spread, share of the call, GB/s and GFLOP/s."""
-    if not isinstance(kernel.get("time_ms"), (int, float)):
+    if kernel.time_ms is None:
         return ""
-    share = kernel.get("share")
-    rates = [f"{kernel[key]:.2f} {unit}" for key, unit in (("gbps", "GB/s"), ("gflops", "GFLOP/s"))
-             if isinstance(kernel.get(key), (int, float))]
-    roof = kernel.get("roofline") or {}
-    if isinstance(roof.get("pct"), (int, float)):
-        rates.append(f"{roof['pct']:.0f}% of roof ({roof.get('bound')}-bound)")
-    return (f"  {kernel['time_ms']:.4f} ms ±{kernel.get('time_iqr_ms', 0):.4f}"
-            + (f" ({share:.0%} of the call)" if isinstance(share, (int, float)) else "")
+    rates = [f"{value:.2f} {unit}" for value, unit in ((kernel.gbps, "GB/s"), (kernel.gflops, "GFLOP/s"))
+             if value is not None]
+    if kernel.roofline is not None:
+        rates.append(f"{kernel.roofline.pct:.0f}% of roof ({kernel.roofline.bound}-bound)")
+    return (f"  {kernel.time_ms:.4f} ms ±{kernel.time_iqr_ms or 0:.4f}"
+            + (f" ({kernel.share:.0%} of the call)" if kernel.share is not None else "")
             + (f", {', '.join(rates)}" if rates else ""))
 
 
@@ -200,10 +198,10 @@ def machine_line(machine: MachineRecord) -> list[str]:
         return []
     return [f"Machine: copy {machine.copy_gbps:.1f} GB/s, matmul {machine.matmul_gflops:.1f} GFLOP/s "
             f"({machine.threads or '?'} threads; {machine.how or ''})"] + \
-        ([f"Roofs: {peaks['gbps']:.4g} GB/s, {peaks['fp32_gflops']:.4g} GFLOP/s fp32"
-          + (f", {peaks['tensor_gflops']:.4g} GFLOP/s fp16/bf16 matmul" if peaks.get("part") else "")
-          + f" ({peaks.get('source')}; {peaks.get('name')})"]
-         if (peaks := machine.peaks or {}).get("gbps") and peaks.get("fp32_gflops") else []) + \
+        ([f"Roofs: {peaks.gbps:.4g} GB/s, {peaks.fp32_gflops:.4g} GFLOP/s fp32"
+          + (f", {peaks.tensor_gflops:.4g} GFLOP/s fp16/bf16 matmul" if peaks.part else "")
+          + f" ({peaks.source}; {peaks.name})"]
+         if (peaks := machine.peaks) and peaks.gbps and peaks.fp32_gflops else []) + \
         ([f"Warning: {machine.load_warning}"] if machine.load_warning else [])
 
 
@@ -221,27 +219,28 @@ def breaks_summary(breaks: list[GraphBreakRecord]) -> list[str]:
     return lines
 
 
-def verify_summary(verify: dict, runs: list[RunRecord]) -> list[str]:
-    if not verify:
+def verify_summary(verify: VerifyRecord, runs: list[RunRecord]) -> list[str]:
+    if verify.ok is None:
         return ["Verify: not run"]
     words = {"nothing compared": "NOTHING COMPARED", "random": "RANDOM (nothing could be checked)",
              "layout differs": "ok, but the LAYOUT DIFFERS from eager's"}
-    verdict = words.get(verify.get("verdict"), "ok" if verify.get("ok") else "FAILED")
-    lines = [f"Verify vs eager: {verdict} (max abs err {error_text(verify.get('max_abs_err'))}, "
-             f"max rel err {error_text(verify.get('max_rel_err'))})"]
-    if verify.get("reference"):
-        lines.append(f"  judged by: {verify['reference']}")
-    if verify.get("problem"):
-        lines.append(f"  {verify['problem']}")
+    verdict = words.get(verify.verdict, "ok" if verify.ok else "FAILED")
+    lines = [f"Verify vs eager: {verdict} (max abs err {error_text(verify.max_abs_err)}, "
+             f"max rel err {error_text(verify.max_rel_err)})"]
+    if verify.reference:
+        lines.append(f"  judged by: {verify.reference}")
+    if verify.problem:
+        lines.append(f"  {verify.problem}")
     lines += train_format.gradient_lines(verify)
-    for output_number, output in enumerate(verify.get("outputs") or []):
-        if not output.get("ok"):
-            lines.append(f"  output {output_number} {output.get('dtype', '')}{output.get('shape', '')}: "
-                         f"max abs err {error_text(output.get('max_abs_err'))} "
-                         f"(atol {output.get('atol')}, rtol {output.get('rtol')}) {output.get('problem', '')}")
+    for output_number, output in enumerate(verify.outputs or []):
+        if not output.ok:
+            shape = "" if output.shape is None else output.shape
+            lines.append(f"  output {output_number} {output.dtype or ''}{shape}: "
+                         f"max abs err {error_text(output.max_abs_err)} "
+                         f"(atol {output.atol}, rtol {output.rtol}) {output.problem or ''}")
     for run in runs:
-        lines.append(f"  inputs {run.inputs}: {'ok' if run.verify.get('ok') else 'FAILED'} "
-                     f"(max abs err {error_text(run.verify.get('max_abs_err'))}, "
+        lines.append(f"  inputs {run.inputs}: {'ok' if run.verify.ok else 'FAILED'} "
+                     f"(max abs err {error_text(run.verify.max_abs_err)}, "
                      f"{plural(run.new_graphs, 'new graph')})")
     return lines
 

@@ -50,7 +50,7 @@ def half_precision(device: str) -> dict:
     reference, why_not = run.fp64_reference(model, run.fresh(inputs))
     inductor_entries = [run.compare_tensor(e, a, r if reference else None)
                         for e, a, r in zip(eager, inductor, reference or [None] * len(eager))]
-    verify = exploration.verify
+    verify = exploration.verify.to_json()  # as the record's JSON: a tool's summary of it
     return {"verdict": verify.get("verdict"), "ok": verify.get("ok"), "fp64": why_not or "used",
             "glassbox": [{k: o.get(k) for k in ("max_abs_err", "judged_by")} | {"fp64": o.get("fp64")}
                          for o in verify.get("outputs", [])],

@@ -254,7 +254,7 @@ def build_timm(name: str):
 
 def summarize(exploration) -> dict:
     """The sweep's view of one record: verdict, fallbacks with their reasons, whole-graph fallbacks, errors."""
-    verify = exploration.verify or {}
+    verify = exploration.verify.to_json()  # as the record's JSON: the sweep's summary of it
     fallbacks = Counter()
     graph_failures = []
     for graph in exploration.graphs:
@@ -319,7 +319,7 @@ def dynamic_summary(static: dict, exploration) -> dict:
     """The dynamic run's row: its summary, the sizes' verdicts, recompiles and the Fallback ops the static graphs
     do not have."""
     summary = summarize(exploration)
-    summary["runs"] = [{"inputs": run.inputs, "new_graphs": run.new_graphs, "ok": bool(run.verify.get("ok"))}
+    summary["runs"] = [{"inputs": run.inputs, "new_graphs": run.new_graphs, "ok": bool(run.verify.ok)}
                        for run in exploration.runs]
     summary["recompiles"] = sum(1 for run in exploration.runs if run.new_graphs)
     summary["extra_fallbacks"] = sorted(set(summary["fallbacks"]) - set(static["fallbacks"]))

@@ -228,14 +228,14 @@ def run_sample(op, sample, backend: str = "cpp", timeout: int = 60) -> dict:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
         torch._dynamo.reset()
-    verify = exploration.verify
+    verify = exploration.verify.to_json()  # as the record's JSON: the sweep's summary of it
     kernels = [k for g in exploration.graphs for k in g.kernels]
-    fallbacks = [k for k in kernels if k["kind"] == "fallback"]
+    fallbacks = [k for k in kernels if k.kind == "fallback"]
     breaks = exploration.graph_breaks or sum(torch._dynamo.utils.counters["graph_break"].values())
     graphs = [g for g in exploration.graphs if g.ir]
     fp64 = [o.get("judged_by") for o in verify.get("outputs", [])]
     result.update(max_abs_err=verify.get("max_abs_err", ""), fp64="fp64" if "fp64" in fp64 else "",
-                  fallbacks="; ".join(sorted({f["reason"] for f in fallbacks if f.get("reason")}))[:400]
+                  fallbacks="; ".join(sorted({f.reason for f in fallbacks if f.reason}))[:400]
                   or ("eager op" if fallbacks else ""))
     if verify.get("verdict") == "nothing compared":  # Note [Verdicts] in engine/run.py: no pass, no mismatch
         return {**result, "status": "nothing-compared", "detail": verify.get("problem", "")}

@@ -1,7 +1,7 @@
 """CLI text for training explorations: a graph's phase and partition, the gradient checks (cli_format calls in)."""
 from __future__ import annotations
 
-from engine.record import GraphRecord
+from engine.record import GraphRecord, VerifyRecord
 from engine.tools.units import human_bytes
 
 
@@ -27,16 +27,16 @@ def partition_lines(graph: GraphRecord, verbose: bool) -> list[str]:
     return lines
 
 
-def gradient_lines(verify: dict) -> list[str]:
+def gradient_lines(verify: VerifyRecord) -> list[str]:
     """Loss, gradients and buffers that failed, and what was skipped."""
-    if "gradients" not in verify:
+    if verify.gradients is None:
         return []
-    checked = [verify.get("loss") or {}] + verify["gradients"] + (verify.get("buffers") or [])
-    failed = [e for e in checked if e and not e.get("ok")]
-    lines = [f"  Training step: loss and {len(verify['gradients'])} gradients checked, {len(failed)} failed"]
+    checked = ([verify.loss] if verify.loss else []) + verify.gradients + (verify.buffers or [])
+    failed = [e for e in checked if not e.ok]
+    lines = [f"  Training step: loss and {len(verify.gradients)} gradients checked, {len(failed)} failed"]
     for entry in failed:
-        lines.append(f"    {entry.get('name')}: max abs err {entry.get('max_abs_err')} {entry.get('problem', '')}")
-    lines += [f"  Note: {note}" for note in verify.get("notes") or []]
+        lines.append(f"    {entry.name}: max abs err {entry.max_abs_err} {entry.problem or ''}")
+    lines += [f"  Note: {note}" for note in verify.notes or []]
     return lines
 
 

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.record import Exploration, KernelRecord
+
 SM90 = ("cuda", 90, 32)  # the display target: an H100/H200
 STAGES = ("ttir", "ttgir", "llir", "ptx")  # triton.compile's text stages, in order; SASS comes from the cubin
 
 
 @dataclass
 class AssemblyRequest:
-    """One kernel to lower: where its result goes (`entry["asm"]`) and what triton.compile needs."""
-    entry: dict  # the record's kernel entry
+    """One kernel to lower: where its result goes (`entry.asm`) and what triton.compile needs."""
+    entry: KernelRecord
     source: str  # the graph's generated module
     kernel_name: str
     signature: dict
@@ -43,31 +45,28 @@ def ptxas_available() -> bool:
     return nvidia_tool("ptxas") is not None
 
 
-def requests(record, kernel_names: list[str] | None = None) -> list[AssemblyRequest]:
-    """The Triton kernels of an Exploration (or of its JSON form) to lower, with the config each launches with
-    on a GPU: a GEMM template's display config, else the tuned or GPU config (a CPU record's own config is the
-    interpreter's)."""
-    graphs = record.graphs if hasattr(record, "graphs") else record["graphs"]
+def requests(record: Exploration, kernel_names: list[str] | None = None) -> list[AssemblyRequest]:
+    """The Triton kernels of an Exploration to lower, with the config each launches with on a GPU: a GEMM
+    template's display config, else the tuned or GPU config (a CPU record's own config is the interpreter's)."""
     found = []
-    for graph in graphs:
-        code = graph.code if hasattr(graph, "code") else graph["code"]
-        kernels = graph.kernels if hasattr(graph, "kernels") else graph["kernels"]
-        if code.get("language") != "triton":
+    for graph in record.graphs:
+        code = graph.code
+        if code is None or code.language != "triton":
             continue
-        for entry in kernels:
-            if kernel_names is not None and entry["name"] not in kernel_names:
+        for entry in graph.kernels:
+            if kernel_names is not None and entry.name not in kernel_names:
                 continue
-            display = (entry.get("template") or {}).get("display")
+            display = entry.template.display if entry.template is not None else None
             if display:  # a GEMM template: its GPU config's constexprs (triton/gemm.py)
-                found.append(AssemblyRequest(entry, code["source"], entry["name"], entry["template"]["signature"],
+                found.append(AssemblyRequest(entry, code.source, entry.name, entry.template.signature,
                                              display["constants"], display["num_warps"]))
                 continue
-            info = entry.get("triton")
-            if not info:
+            info = entry.triton
+            if info is None:
                 continue
-            config = (info.get("autotune") or {}).get("best") or info.get("gpu_config", info["config"])
+            config = (info.autotune.best if info.autotune else None) or info.gpu_config or info.config
             constants = {k: v for k, v in config.items() if k in ("XBLOCK", "YBLOCK", "RBLOCK")}
-            found.append(AssemblyRequest(entry, code["source"], entry["name"], info["signature"], constants,
+            found.append(AssemblyRequest(entry, code.source, entry.name, info.signature, constants,
                                          config.get("num_warps", 4)))
     return found
 

@@ -27,7 +27,7 @@ from engine.codegen.triton.scan import scan_body
 from engine.codegen.triton.printer import (INT32_LIMIT, XR, R, TritonPrinter, TVar, X, literal, tl_type,
                                            triton_index)
 from engine.ir.ops import compute_dtype, use_handler
-from engine.record import TritonRecord
+from engine.record import TritonRecord, TritonTuning
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
@@ -68,7 +68,7 @@ class TritonKernel:
     signature: dict  # argument name -> triton type ("*fp32", "i32", "constexpr") for triton.compile
     tiling: Tiling
     line_tags: list = field(default_factory=list)
-    tuning: dict = field(default_factory=dict)  # mode="max-autotune": filled in place at the first launch
+    tuning: TritonTuning = field(default_factory=TritonTuning)  # max-autotune: filled in place at the first launch
     itemsize: int = 4  # the column form's narrowest column read, in bytes: its config counts bytes (triton/config.py)
     accumulates: bool = False  # adds into its output (Note [Accumulating stores]): a second run would add twice
 

@@ -10,8 +10,10 @@ Each case is (name, model-file source, expected outcome, options). Outcomes:
   crashed:SIGNAL  the worker died from a signal; the sandbox says so
   no-record       the worker exited 0 but produced no record (the model called os._exit)
   nothing-compared the record's verify compared no tensor (Note [Verdicts] in engine/run.py): no pass
-After each case nothing of its process group may be left running; after each group of cases a good
-exploration runs, and its time is the group's "time to recover". tests/test_hostile.py reuses CASES and run_case.
+A case runs `explore` unless it names another command (`verb`: bench or compare, whose checks are judged
+outside the job as explore's verdict is). After each case nothing of its process group may be left running;
+after each group of cases a good exploration runs, and its time is the group's "time to recover".
+tests/test_hostile.py reuses CASES and run_case.
 --json prints the outcomes as one JSON document on stdout (the report is written all the same).
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from engine.tools import isolation, procfs
 from engine.tools.isolation import WorkDirectory
 from engine.tools.judged import EVIDENCE_NAME, apply_verdicts, judge_in_sandbox, read_evidence, verdict_code
+from engine.tools.judged_commands import apply_bench_verdicts, apply_compare_verdicts, document_code
 from engine.tools.json_stdout import print_json, stdout_to_stderr
 from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_sandboxed
 
@@ -53,6 +56,8 @@ class Case:
     note: str = ""               # shown in the report's outcome column
     needs_isolation: bool = False  # namespaces are what keeps the caller safe: skipped where bwrap cannot run
     without_isolation: str | None = None  # the expected outcome where bwrap cannot run, when it differs
+    verb: str = "explore"  # the command the case runs: explore, or bench or compare (their checks judged outside)
+    options: tuple[str, ...] = ()  # the command's flags
 
     @property
     def outcome_expected(self) -> str:
@@ -84,6 +89,13 @@ def model(x):
 
 example_inputs = (torch.randn(4, 4),)
 """
+
+
+# every forgery at once but for run.verify itself, so that the job still hands back its outputs as data
+PATCH_ALL = ("engine.run.compare_tensor = engine.verdict.compare_tensor = _ok\n"
+             "engine.verdict.judge = engine.run.judge = _ok\n"
+             "torch.allclose = lambda *a, **k: True\n_dumps = json.dumps\njson.dumps = lambda *a, **k: _dumps(*a, **k)"
+             ".replace('\"ok\": false', '\"ok\": true')\natexit.register(lambda: os._exit(0))")
 
 
 def _src(body: str) -> str:
@@ -402,6 +414,14 @@ CASES: list[Case] = [
         "atexit.register(lambda: os._exit(0))"))),
          "clear-failure", message=r"differs from eager|could not be judged",
          note="no evidence is no pass"),
+    Case("bench: patches the verifier, torch.allclose, json.dumps; exits 0", _src(FORGER.replace("PATCH", PATCH_ALL)),
+         "clear-failure", message=r"differs from eager", verb="bench",
+         options=("--no-inductor", "--quick", "--min-time", "0.02", "--threads", "1"),
+         note="bench's rows judged outside the job (Note [Bench and compare judged outside the job])"),
+    Case("compare: patches the verifier, torch.allclose, json.dumps; exits 0", _src(FORGER.replace("PATCH", PATCH_ALL)),
+         "clear-failure", message=r"differs from eager", verb="compare",
+         options=("--a", "fusion=on", "--b", "fusion=off"),
+         note="each side judged outside the job"),
     Case("steers its float64 run (dtype and is_compiling)", _src("""
         import torch
         def model(x):
@@ -483,13 +503,43 @@ def judged_record(result: SandboxResult, evidence: bytes | None, name: str) -> d
     return apply_verdicts(record, verdicts, why_not)
 
 
-def classify(result: SandboxResult, judged: dict | None = None) -> tuple[str, str]:
+def judged_document(result: SandboxResult, evidence: bytes | None, verb: str) -> dict | None:
+    """bench's or compare's document with every check judged outside the job, as `bench --sandbox` and
+    `compare --sandbox` judge it (Note [Bench and compare judged outside the job]); None where the job left none."""
+    if result.limit_hit or result.returncode not in (0, 1, 2):
+        return None
+    try:
+        document = json.loads(result.stdout)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
+        None, "the job wrote no evidence (its outputs as data)")
+    (apply_bench_verdicts if verb == "bench" else apply_compare_verdicts)(document, verdicts, why_not)
+    return document
+
+
+def document_words(document: dict) -> list[str]:
+    """What failed in a judged bench or compare document, in words."""
+    checks = [(f"{case.get('name')}: {who}", check) for case in document.get("cases") or [] if isinstance(case, dict)
+              for who, check in (case.get("verify") or {}).items()]
+    checks += [(f"side {side}", ((document.get(side) or {}).get("record") or {}).get("verify") or {})
+               for side in ("a", "b") if isinstance(document.get(side), dict)]
+    return [f"{who} differs from eager: {check.get('problem', '')}" for who, check in checks
+            if isinstance(check, dict) and check.get("ok") is not True]
+
+
+def classify(result: SandboxResult, judged: dict | None = None, verb: str = "explore") -> tuple[str, str]:
     if result.limit_hit:
         return f"limit:{result.limit_hit}", result.explain()
     code = result.returncode
     if code is not None and code < 0:
         import signal
         return f"crashed:{signal.Signals(-code).name}", result.explain()
+    if judged is not None and verb != "explore":
+        code = document_code(judged)
+        return {0: "ok", 2: "user-error"}.get(code, "clear-failure"), " ".join(document_words(judged))[:300]
     if judged is not None:  # the verdict judged outside the job decides, never the job's own exit code
         code, words = verdict_code(judged)
         verify = judged.get("verify") or {}
@@ -529,14 +579,16 @@ def run_case(case: Case, workdir: Path) -> Outcome:
         directory = WorkDirectory()
         try:
             evidence = directory.path / EVIDENCE_NAME
-            result = run_sandboxed(explore_command(str(path), ["--evidence-out", str(evidence)]), case.limits,
-                                   env=env, workdir=directory.path)
+            result = run_sandboxed(explore_command(str(path), [*case.options, "--evidence-out", str(evidence)],
+                                                   case.verb), case.limits, env=env, workdir=directory.path)
             data = read_evidence(evidence)
         finally:
             directory.remove()
         # before the judge's own sandbox starts: a namespace's number may be reused by the next one
         left = leftovers(result.session, result.pid_namespace)
-        outcome, message = classify(result, judged_record(result, data, path.stem))
+        judged = judged_record(result, data, path.stem) if case.verb == "explore" else \
+            judged_document(result, data, case.verb)
+        outcome, message = classify(result, judged, case.verb)
         if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
             outcome = "file-not-written"  # the job's /tmp is its own
         return Outcome(case, outcome, message, result.wall_s, left, result)
@@ -595,11 +647,13 @@ def report(outcomes: list[Outcome]) -> str:
     return "\n".join(lines + ["", *ELSEWHERE]) + "\n"
 
 
-# the classes of attack (issue 33) that are not model files run through explore, and the tests that run them
+# the classes of attack (issue 33) this suite does not run, and the tests that run them
 ELSEWHERE = [
     "Attacks that are not a model file explored here, each a test that must fail the attack:", "",
     "| class | test |", "|---|---|",
     "| a training step that patches its judge; Inductor's check of a forger | tests/test_verdict_outside.py |",
+    "| a forger's `bench --sandbox` (inference and training step), `compare --sandbox`, `report --sandbox`, the "
+    "app's bench and compare | tests/test_commands_judged.py |",
     "| one element 75% off at 65 and 20,200 elements; a Python number 75% off; atol=inf; strides; random "
     "| tests/test_verdict_teeth.py |",
     "| healthy fp16 GPT-2 and bf16 Llama pass judged by fp64; a model steering its float64 run "

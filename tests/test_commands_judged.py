@@ -96,8 +96,9 @@ def test_compare_sandboxed_gives_a_forger_no_passing_check(tmp_path):
 @pytest.mark.slow
 def test_the_apps_bench_and_compare_give_a_forger_no_passing_check():
     from app import worker
+    from engine.options import Options
 
-    outcome = worker.bench(FORGER, "forger", worker.Options(), min_time=0.02, with_inductor=False)
+    outcome = worker.bench(FORGER, "forger", Options(), min_time=0.02, with_inductor=False)
     check = outcome.document["cases"][0]["verify"]["glassbox"]
     assert check["ok"] is False and check["judged_in"] == judged.OUTSIDE, check
     assert outcome.problem is not None

@@ -486,26 +486,10 @@ def final_message(stderr: str) -> str:
     return " ".join(" ".join(paragraphs[-3:]).split())
 
 
-def judged_record(result: SandboxResult, evidence: bytes | None, name: str) -> dict | None:
-    """The job's record with its verdicts judged outside it, as `explore --sandbox` and the app judge them (Note
-    [Judged outside the job]); None where the job left no record to judge (a limit, a crash, a model error)."""
-    if result.limit_hit or result.returncode not in (0, 1, 2):
-        return None
-    try:
-        record = json.loads(result.stdout)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or "verify" not in record or any(
-            isinstance(e, dict) and e.get("kind") in ("model", "compile", "usage") for e in record.get("errors") or []):
-        return None
-    verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
-        None, "the job wrote no evidence (its outputs as data)")
-    return apply_verdicts(record, verdicts, why_not)
-
-
-def judged_document(result: SandboxResult, evidence: bytes | None, verb: str) -> dict | None:
-    """bench's or compare's document with every check judged outside the job, as `bench --sandbox` and
-    `compare --sandbox` judge it (Note [Bench and compare judged outside the job]); None where the job left none."""
+def judged_record(result: SandboxResult, evidence: bytes | None, verb: str = "explore") -> dict | None:
+    """The job's document with its checks judged outside it, as `explore --sandbox`, `bench --sandbox`, `compare
+    --sandbox` and the app judge them (Note [Judged outside the job], Note [Bench and compare judged outside the
+    job]); None where the job left nothing to judge (a limit, a crash, a model error)."""
     if result.limit_hit or result.returncode not in (0, 1, 2):
         return None
     try:
@@ -514,10 +498,14 @@ def judged_document(result: SandboxResult, evidence: bytes | None, verb: str) ->
         return None
     if not isinstance(document, dict):
         return None
+    if verb == "explore" and ("verify" not in document or any(
+            isinstance(e, dict) and e.get("kind") in ("model", "compile", "usage")
+            for e in document.get("errors") or [])):
+        return None
     verdicts, why_not = judge_in_sandbox(evidence) if evidence is not None else (
         None, "the job wrote no evidence (its outputs as data)")
-    (apply_bench_verdicts if verb == "bench" else apply_compare_verdicts)(document, verdicts, why_not)
-    return document
+    apply = {"explore": apply_verdicts, "bench": apply_bench_verdicts, "compare": apply_compare_verdicts}[verb]
+    return apply(document, verdicts, why_not)
 
 
 def document_words(document: dict) -> list[str]:
@@ -586,9 +574,7 @@ def run_case(case: Case, workdir: Path) -> Outcome:
             directory.remove()
         # before the judge's own sandbox starts: a namespace's number may be reused by the next one
         left = leftovers(result.session, result.pid_namespace)
-        judged = judged_record(result, data, path.stem) if case.verb == "explore" else \
-            judged_document(result, data, case.verb)
-        outcome, message = classify(result, judged, case.verb)
+        outcome, message = classify(result, judged_record(result, data, case.verb), case.verb)
         if case.name == "writes outside the work dir" and not OUTSIDE_FILE.exists():
             outcome = "file-not-written"  # the job's /tmp is its own
         return Outcome(case, outcome, message, result.wall_s, left, result)

@@ -128,3 +128,19 @@ def test_the_evaluator_runs_scans():
     fn = lambda t: (t.cumsum(0), t.logcumsumexp(1), torch.cummax(t, 1)[1], t.cumprod(1))
     for got, expected in zip(evaluate_graph(lowered(fn, x), [x]), fn(x)):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cumsum_after_a_recompile_for_a_new_length(backend):
+    # a decoder's position ids from its padding mask: the second length recompiles (automatic dynamic) into a
+    # graph whose cumsum runs over a symbolic length; it is a generated scan there too, not an eager op
+    fn = lambda mask: mask.cumsum(-1) * mask - 1
+    gen = torch.Generator().manual_seed(0)
+    first, *rest = [(torch.randint(0, 2, (2, n), generator=gen),) for n in (9, 13, 21)]
+    torch._dynamo.reset()
+    exploration = engine.explore(fn, first, backend=backend, name="scan", dynamic=None, dynamic_inputs=rest)
+    assert not exploration.errors and all(g.fallback is None for g in exploration.graphs)
+    assert exploration.verify["ok"] and all(run.verify["ok"] for run in exploration.runs), exploration.runs
+    assert [run.new_graphs for run in exploration.runs] == [1, 0]  # one recompile, then the dynamic graph serves
+    assert not [k.reason for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
+    assert [k for k in exploration.graphs[-1].kernels if k.kind in ("pointwise", "reduction")]

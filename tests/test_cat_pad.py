@@ -114,8 +114,8 @@ def test_symbolic_pads_match_eager_at_every_size(backend, fn, shapes):
     assert not exploration.errors, [e.message for e in exploration.errors]
     assert all(g.fallback is None for g in exploration.graphs)
     assert not [k.reason for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
-    assert exploration.verify["ok"], exploration.verify
-    assert exploration.runs and all(run.verify["ok"] and run.new_graphs == 0 for run in exploration.runs)
+    assert exploration.verify.ok, exploration.verify
+    assert exploration.runs and all(run.verify.ok and run.new_graphs == 0 for run in exploration.runs)
 
 
 SCATTERS = {  # the same masked form picks self or src (engine/lowering/scatters.py)

@@ -140,7 +140,7 @@ def test_cumsum_after_a_recompile_for_a_new_length(backend):
     torch._dynamo.reset()
     exploration = engine.explore(fn, first, backend=backend, name="scan", dynamic=None, dynamic_inputs=rest)
     assert not exploration.errors and all(g.fallback is None for g in exploration.graphs)
-    assert exploration.verify["ok"] and all(run.verify["ok"] for run in exploration.runs), exploration.runs
+    assert exploration.verify.ok and all(run.verify.ok for run in exploration.runs), exploration.runs
     assert [run.new_graphs for run in exploration.runs] == [1, 0]  # one recompile, then the dynamic graph serves
     assert not [k.reason for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
     assert [k for k in exploration.graphs[-1].kernels if k.kind in ("pointwise", "reduction")]

@@ -25,7 +25,7 @@ def _column_kernels(fn, *inputs) -> list:
 
 
 def _gpu(kernel):
-    config = kernel.record_fields().triton.gpu_config
+    config = kernel.record_fields()["triton"].gpu_config
     return config["XBLOCK"], config["RBLOCK"], config["num_warps"]
 
 

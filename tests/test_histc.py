@@ -23,8 +23,8 @@ twice.register_fake(lambda t: torch.empty_like(t))
 def _reasons(fn, inputs, backend) -> list[str]:
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="histc")
-    assert not exploration.errors and exploration.verify["ok"], exploration.verify
-    return [k.get("reason", "") for k in exploration.kernels if k["kind"] == "fallback"]
+    assert not exploration.errors and exploration.verify.ok, exploration.verify
+    return [k.reason or "" for k in exploration.kernels if k.kind == "fallback"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -37,7 +37,7 @@ def test_router_counts_tokens_per_expert(backend):
     torch.manual_seed(0)
     exploration, kernels = without_fallbacks(lambda ids: torch.histc(ids.float(), bins=8, min=0, max=7),
                                              (torch.randint(0, 8, (64, 2)),), backend, "histc")
-    assert [k["kind"] for k in kernels] == ["reduction"], kernels
+    assert [k.kind for k in kernels] == ["reduction"], kernels
     reasons = _reasons(route, (torch.randn(32, 8),), backend)
     assert reasons and all("sorting" in r for r in reasons), reasons  # topk runs eagerly, histc does not
 

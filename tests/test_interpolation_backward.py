@@ -32,9 +32,9 @@ def _train(fn, x, backend, **kwargs):
     exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
     assert not exploration.errors, exploration.errors[0].message
     verify = exploration.verify
-    assert verify["ok"], [(e["name"], e["max_abs_err"]) for e in verify["gradients"] if not e["ok"]]
-    assert any(e["name"] == "input[0]" for e in verify["gradients"]), "the input's gradient was not checked"
-    fallbacks = [k["ops"] for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
+    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
+    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
+    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
     assert not fallbacks, fallbacks
     return exploration
 
@@ -79,7 +79,7 @@ def test_x2_gradients_are_short_unrolled_runs(backend):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 6, 5, requires_grad=True)
     exploration = _train(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), x, backend)
-    backward = [k["kind"] for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
+    backward = [k.kind for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
     assert "reduction" not in backward, backward
     assert _run(6, 12, "linear", False, 2.0)[0] == 5 and _run(6, 12, "nearest", False, 2.0)[0] == 2
 
@@ -162,5 +162,5 @@ def test_conv_pool_upsample_net_trains_like_eager(backend, mode):
     for op in ("max_pool2d_with_indices_backward", "avg_pool2d_backward", f"upsample_{mode}2d_backward"):
         assert op in ops, ops
     assert "scatter" not in ops and "index_put" not in ops, ops
-    checked = {e["name"] for e in exploration.verify["gradients"]}
+    checked = {e.name for e in exploration.verify.gradients}
     assert len(checked) >= 5, checked  # the input and the two convolutions' weights and biases

@@ -33,9 +33,9 @@ def _train(fn, x, backend, **kwargs):
     exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
     assert not exploration.errors, exploration.errors[0].message
     verify = exploration.verify
-    assert verify["ok"], [(e["name"], e["max_abs_err"]) for e in verify["gradients"] if not e["ok"]]
-    assert any(e["name"] == "input[0]" for e in verify["gradients"]), "the input's gradient was not checked"
-    fallbacks = [k["ops"] for g in exploration.graphs for k in g.kernels if k["kind"] == "fallback"]
+    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
+    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
+    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
     assert not fallbacks, fallbacks
     backward = " ".join(str(n.target) for g in exploration.graphs if g.phase == "backward" for n in g.aten)
     assert "max_pool2d_with_indices_backward" in backward and "scatter" not in backward, backward

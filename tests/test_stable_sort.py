@@ -40,15 +40,15 @@ def test_gradient_through_the_sorted_values(backend):
     x = torch.randn(3, 8, requires_grad=True)
     exploration = engine.explore(lambda t: torch.sort(t * 3, stable=True).values[:, :4], (x,), backend=backend,
                                  train=True, loss_fn=lambda out, *a: (out * torch.arange(out.numel()).view(out.shape)).sum())
-    assert not exploration.errors and exploration.verify["ok"], exploration.verify
-    assert not [k for k in exploration.kernels if k["kind"] == "fallback"]
+    assert not exploration.errors and exploration.verify.ok, exploration.verify
+    assert not [k for k in exploration.kernels if k.kind == "fallback"]
 
 
 def _reasons(fn, inputs, backend, **kwargs) -> list[str]:
     torch._dynamo.reset()
     exploration = engine.explore(fn, inputs, backend=backend, name="sort", **kwargs)
-    assert not exploration.errors and exploration.verify["ok"], exploration.verify
-    return [k.get("reason") or "" for k in exploration.kernels if k["kind"] == "fallback"]
+    assert not exploration.errors and exploration.verify.ok, exploration.verify
+    return [k.reason or "" for k in exploration.kernels if k.kind == "fallback"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

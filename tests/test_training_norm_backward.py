@@ -11,7 +11,7 @@ import engine
 def _backward(model, x, backend):
     exploration = engine.explore(model, (x,), backend=backend, train=True)
     verify = exploration.verify
-    assert verify["ok"], [e for e in [verify["loss"], *verify["gradients"]] if not e["ok"]]
+    assert verify.ok, [e for e in [verify.loss, *verify.gradients] if not e.ok]
     return next(g for g in exploration.graphs if g.phase == "backward")
 
 

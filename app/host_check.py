@@ -26,7 +26,7 @@ def allowed_hosts() -> set[str]:
         configured = None
     if configured:
         names.add(str(configured).lower())
-    names.update(settings.ALLOWED_HOSTS)
+    names.update(settings.allowed_hosts())
     return names
 
 

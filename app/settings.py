@@ -16,8 +16,12 @@ MEMORY_GB = float(_read("GLASSBOX_APP_MEMORY_GB", "8"))  # a job's default resid
 STANDBY = _read("GLASSBOX_APP_STANDBY", "1") != "0"  # keep a worker with torch imported waiting
 CACHE_MB = int(_read("GLASSBOX_APP_CACHE_MB", "1024"))  # the result cache's bytes (Note [Result cache in bytes])
 CACHE_ENTRIES = int(_read("GLASSBOX_APP_CACHE_ENTRIES", "32"))
-# host names the server answers besides loopback and server.address (app/host_check.py)
-ALLOWED_HOSTS = tuple(n.strip().lower() for n in _read("GLASSBOX_ALLOWED_HOSTS").split(",") if n.strip())
+
+
+def allowed_hosts() -> set[str]:
+    """Host names the server answers besides loopback and server.address (app/host_check.py), read at each
+    request."""
+    return {name.strip().lower() for name in _read("GLASSBOX_ALLOWED_HOSTS").split(",") if name.strip()}
 
 
 def share_dir() -> Path:

@@ -13,30 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import engine
+from gradient_checks import backward_ops, train_checked, weighted_sum
 from engine.lowering.interpolation_backward import _run
 
 BACKENDS = ["triton", "cpp"]
-
-
-def _weighted_sum(output, *inputs):
-    weight = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
-    return (output * weight).sum()
-
-
-def _backward_ops(exploration) -> str:
-    return " ".join(str(n.target) for g in exploration.graphs if g.phase == "backward" for n in g.aten)
-
-
-def _train(fn, x, backend, **kwargs):
-    torch._dynamo.reset()
-    exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
-    assert not exploration.errors, exploration.errors[0].message
-    verify = exploration.verify
-    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
-    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
-    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
-    assert not fallbacks, fallbacks
-    return exploration
 
 
 CASES = {  # name: (input, interpolate's keywords)
@@ -67,8 +47,8 @@ CASES = {  # name: (input, interpolate's keywords)
 def test_gradient_equals_eager(backend, case):
     shape, kwargs = CASES[case]
     torch.manual_seed(0)
-    exploration = _train(lambda t: F.interpolate(t, **kwargs), torch.randn(shape, requires_grad=True), backend)
-    ops = _backward_ops(exploration)
+    exploration = train_checked(lambda t: F.interpolate(t, **kwargs), torch.randn(shape, requires_grad=True), backend)
+    ops = backward_ops(exploration)
     assert "upsample" in ops and "_backward" in ops and "index_put" not in ops, ops
 
 
@@ -78,7 +58,7 @@ def test_x2_gradients_are_short_unrolled_runs(backend):
     whose zero weight eager adds too): 25 in all, unrolled into an elementwise kernel; a nearest x2's 2."""
     torch.manual_seed(0)
     x = torch.randn(2, 3, 6, 5, requires_grad=True)
-    exploration = _train(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), x, backend)
+    exploration = train_checked(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), x, backend)
     backward = [k.kind for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
     assert "reduction" not in backward, backward
     assert _run(6, 12, "linear", False, 2.0)[0] == 5 and _run(6, 12, "nearest", False, 2.0)[0] == 2
@@ -90,7 +70,7 @@ def test_non_contiguous_inputs(backend, layout):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 6, 5)
     x = x.transpose(2, 3) if layout == "transposed" else x.to(memory_format=torch.channels_last)
-    _train(lambda t: F.interpolate(t * 2, scale_factor=2, mode="bilinear") + 1, x.requires_grad_(), backend)
+    train_checked(lambda t: F.interpolate(t * 2, scale_factor=2, mode="bilinear") + 1, x.requires_grad_(), backend)
 
 
 def _eager_naming(i_n: int, o_n: int, mode: str, align_corners, scale):
@@ -133,8 +113,8 @@ def test_every_naming_output_lies_in_its_run(mode, align_corners):
 def test_symbolic_sizes_keep_the_decomposition(backend):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 5, 6, requires_grad=True)
-    exploration = _train(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), x, backend, dynamic=True)
-    assert "upsample_bilinear2d_backward" not in _backward_ops(exploration)
+    exploration = train_checked(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear"), x, backend, dynamic=True)
+    assert "upsample_bilinear2d_backward" not in backward_ops(exploration)
 
 
 class Net(nn.Module):
@@ -157,8 +137,8 @@ class Net(nn.Module):
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_conv_pool_upsample_net_trains_like_eager(backend, mode):
     torch.manual_seed(0)
-    exploration = _train(Net(mode), torch.randn(2, 3, 10, 9, requires_grad=True), backend)
-    ops = _backward_ops(exploration)
+    exploration = train_checked(Net(mode), torch.randn(2, 3, 10, 9, requires_grad=True), backend)
+    ops = backward_ops(exploration)
     for op in ("max_pool2d_with_indices_backward", "avg_pool2d_backward", f"upsample_{mode}2d_backward"):
         assert op in ops, ops
     assert "scatter" not in ops and "index_put" not in ops, ops

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import engine
+from gradient_checks import backward_ops, train_checked, weighted_sum
 
 CASES = {  # name: (input, kernel, stride, padding, dilation, ceil_mode)
     "resnet_stem": ((2, 3, 9, 9), 3, 2, 1, 1, False),
@@ -22,22 +23,9 @@ CASES = {  # name: (input, kernel, stride, padding, dilation, ceil_mode)
 }
 
 
-def _weighted_sum(output, *inputs):
-    """A loss whose gradient differs per output element: an all-ones gradient would hide a window that adds
-    another window's gradient."""
-    weight = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
-    return (output * weight).sum()
-
-
 def _train(fn, x, backend, **kwargs):
-    exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
-    assert not exploration.errors, exploration.errors[0].message
-    verify = exploration.verify
-    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
-    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
-    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
-    assert not fallbacks, fallbacks
-    backward = " ".join(str(n.target) for g in exploration.graphs if g.phase == "backward" for n in g.aten)
+    exploration = train_checked(fn, x, backend, **kwargs)
+    backward = backward_ops(exploration)
     assert "max_pool2d_with_indices_backward" in backward and "scatter" not in backward, backward
     return exploration
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import engine
+from gradient_checks import backward_ops, train_checked, weighted_sum
 
 AVG_POOL_2D = {  # name: (input, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
     "densenet_transition": ((2, 4, 8, 8), 2, 2, 0, False, True, None),
@@ -22,28 +23,6 @@ AVG_POOL_2D = {  # name: (input, kernel, stride, padding, ceil_mode, count_inclu
     "unbatched": ((3, 7, 7), 3, 2, 1, False, True, None),
     "wide_stride_one": ((1, 2, 9, 9), 7, 1, 3, False, False, None),  # 49 windows per element: a Reduction
 }
-
-
-def _weighted_sum(output, *inputs):
-    """A loss whose gradient differs per output element: a sum's all-ones gradient would hide a window read
-    at the wrong output position."""
-    weight = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
-    return (output * weight).sum()
-
-
-def _train(fn, x, backend, **kwargs):
-    exploration = engine.explore(fn, (x,), backend=backend, train=True, loss_fn=_weighted_sum, **kwargs)
-    assert not exploration.errors, exploration.errors[0].message
-    verify = exploration.verify
-    assert verify.ok, [(e.name, e.max_abs_err) for e in verify.gradients if not e.ok]
-    assert any(e.name == "input[0]" for e in verify.gradients), "the input's gradient was not checked"
-    fallbacks = [k.ops for g in exploration.graphs for k in g.kernels if k.kind == "fallback"]
-    assert not fallbacks, fallbacks
-    return exploration
-
-
-def _backward_ops(exploration) -> str:
-    return " ".join(str(n.target) for g in exploration.graphs if g.phase == "backward" for n in g.aten)
 
 
 def _backward_kinds(exploration) -> list[str]:
@@ -60,8 +39,8 @@ def test_avg_pool2d_gradient_equals_eager(backend, case):
     def pool(t):
         return F.avg_pool2d(t, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
-    exploration = _train(pool, x, backend)
-    assert "avg_pool2d_backward" in _backward_ops(exploration), "the case lost its point"
+    exploration = train_checked(pool, x, backend)
+    assert "avg_pool2d_backward" in backward_ops(exploration), "the case lost its point"
     if case == "wide_stride_one":
         assert "reduction" in _backward_kinds(exploration)
 
@@ -73,8 +52,8 @@ def test_avg_pool2d_gradient_equals_eager(backend, case):
 def test_avg_pool3d_gradient_equals_eager(backend, params):
     torch.manual_seed(0)
     x = torch.randn(1, 2, 5, 6, 5, requires_grad=True)
-    exploration = _train(lambda t: F.avg_pool3d(t, *params), x, backend)
-    assert "avg_pool3d_backward" in _backward_ops(exploration)
+    exploration = train_checked(lambda t: F.avg_pool3d(t, *params), x, backend)
+    assert "avg_pool3d_backward" in backward_ops(exploration)
 
 
 ADAPTIVE = {  # name: (input, output size); a 1x1 output is a mean, not this op
@@ -91,8 +70,8 @@ def test_adaptive_avg_pool2d_gradient_equals_eager(backend, case):
     shape, output_size = ADAPTIVE[case]
     torch.manual_seed(0)
     x = torch.randn(shape, requires_grad=True)
-    exploration = _train(lambda t: F.adaptive_avg_pool2d(t, output_size), x, backend)
-    assert "_adaptive_avg_pool2d_backward" in _backward_ops(exploration)
+    exploration = train_checked(lambda t: F.adaptive_avg_pool2d(t, output_size), x, backend)
+    assert "_adaptive_avg_pool2d_backward" in backward_ops(exploration)
     if case == "upsampling_many_windows":
         assert "reduction" in _backward_kinds(exploration)
 
@@ -103,10 +82,10 @@ def test_adaptive_avg_pool3d_gradient_is_our_kernel(backend):
     torch.manual_seed(0)
     x = torch.randn(1, 2, 5, 4, 6, requires_grad=True)
     exploration = engine.explore(lambda t: F.adaptive_avg_pool3d(t, (2, 3, 4)), (x,), backend=backend,
-                                 train=True, loss_fn=_weighted_sum)
+                                 train=True, loss_fn=weighted_sum)
     assert exploration.verify.ok, exploration.verify.gradients
     backward = [k for g in exploration.graphs if g.phase == "backward" for k in g.kernels]
-    assert "_adaptive_avg_pool3d_backward" in _backward_ops(exploration)
+    assert "_adaptive_avg_pool3d_backward" in backward_ops(exploration)
     assert not [k for k in backward if k.kind == "fallback"], backward
 
 
@@ -130,8 +109,8 @@ class Transition(nn.Module):
 def test_transition_trains_like_eager_in_either_layout(backend, layout, memory_format):
     torch.manual_seed(0)
     x = torch.randn(2, 6, 8, 8).to(memory_format=memory_format).requires_grad_()
-    exploration = _train(Transition().train(), x, backend, layout=layout)
-    assert "avg_pool2d_backward" in _backward_ops(exploration)
+    exploration = train_checked(Transition().train(), x, backend, layout=layout)
+    assert "avg_pool2d_backward" in backward_ops(exploration)
     formats = {g.memory.layout["format"] for g in exploration.graphs}
     assert ("channels_last" in formats) == (layout == "channels_last"), formats
 
@@ -142,7 +121,7 @@ def test_channels_last_pool_gradient_equals_eager(backend):
     the input's strides when eager returns them so."""
     torch.manual_seed(0)
     x = torch.randn(2, 5, 9, 9).to(memory_format=torch.channels_last).requires_grad_()
-    _train(lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False), x, backend)
+    train_checked(lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False), x, backend)
 
 
 @pytest.mark.parametrize("backend", ["triton", "cpp"])
@@ -150,7 +129,7 @@ def test_gradient_over_symbolic_sizes_equals_eager(backend):
     """Under dynamic shapes the runs and divisors are index expressions over the size symbols."""
     torch.manual_seed(0)
     x = torch.randn(2, 3, 9, 11, requires_grad=True)
-    exploration = _train(lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), x, backend,
+    exploration = train_checked(lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), x, backend,
                          dynamic=True)
     (backward,) = [g for g in exploration.graphs if g.phase == "backward"]
     sizes = [s for node in backward.ir.nodes for s in node.size]

@@ -62,7 +62,7 @@ def test_the_report_links_each_explanation_to_its_lines():
         first = sentence["lines"][0]
         assert f'href="#g0-ir-{first}"' in page and f'id="g0-ir-{first}"' in page  # the link lands on its line
     kernel = anchors.kernel_sentences(graph)[0]
-    assert f'href="#g0-code-{kernel.lines[0]}"' in page and f'id="g0-code-{kernel.lines[0]}"' in page
+    assert f'href="#g0-code-{kernel["lines"][0]}"' in page and f'id="g0-code-{kernel["lines"][0]}"' in page
 
 
 def test_a_library_line_is_named_by_its_file_not_as_yours():

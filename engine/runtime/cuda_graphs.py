@@ -300,6 +300,9 @@ class CudaGraphCall:
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             outputs = self.call(list(static_args))
+        replaced = self.graphs.get(key)  # recorded again (an input moved): its outputs are no graph's now
+        if replaced is not None:
+            self.output_pointers -= _output_pointers(replaced.outputs)
         self.output_pointers.update(_output_pointers(outputs))
         in_place = {args[i].untyped_storage().data_ptr() for i in fixed}
         guarded = [(t, t._use_count()) for t in outputs if self.policy.keep_live_outputs

@@ -85,3 +85,20 @@ def test_freezing_is_for_inference():
     result = subprocess.run([sys.executable, "-m", "engine", "explore", "mlp", "--freeze", "--train"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "inference" in result.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_batch_norms_fold_on_the_gpu():
+    """The refolded weights are made on the weights' device: a CUDA model freezes (no loud fallback) and
+    matches eager, in half precision too."""
+    spec = load_model_file("resnet_small")
+    model = _with_statistics(spec.model).cuda()
+    inputs = tuple(x.cuda() for x in spec.example_inputs)
+    batch_norms = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    for dtype in (torch.float32, torch.float16):
+        record = engine.explore(model.to(dtype), tuple(x.to(dtype) for x in inputs), backend="triton",
+                                device="cuda", freezing=True)
+        assert not record.errors, record.errors
+        assert record.verify.ok, record.verify
+        assert len(_folds(record, "conv_bn")) == batch_norms

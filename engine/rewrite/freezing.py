@@ -174,8 +174,8 @@ def _fold_into(graph: RewriteGraph, producer: torch.fx.Node, weight: torch.Tenso
     out_shape = shape(producer)
     channels = weight.shape[0] if kind == "convolution" else weight.shape[1]
     with unset_fake_temporarily():
-        scale = torch.ones(channels, dtype=torch.float64)
-        shift = torch.zeros(channels, dtype=torch.float64)
+        on = {"device": weight.device, "dtype": torch.float64}  # the weight's device: a GPU's, when run there
+        scale, shift = torch.ones(channels, **on), torch.zeros(channels, **on)
         chain, node = [], producer
         if len(producer.users) > 1 and any(is_call(user, AFFINE) for user in producer.users):
             others = [user.name for user in producer.users]
@@ -190,7 +190,7 @@ def _fold_into(graph: RewriteGraph, producer: torch.fx.Node, weight: torch.Tenso
             vector = _per_channel(value, channels, channel_dim, len(out_shape)) if value is not None else None
             if vector is None or shape(user) != out_shape:
                 break
-            vector = vector.to(torch.float64)
+            vector = vector.to(**on)  # a Python scalar's value comes on the CPU
             if user.target is aten.mul.Tensor:
                 scale, shift = scale * vector, shift * vector
             elif user.target is aten.div.Tensor:
@@ -207,7 +207,7 @@ def _fold_into(graph: RewriteGraph, producer: torch.fx.Node, weight: torch.Tenso
             new_weight = (weight.double() * scale.view(-1, *[1] * (weight.dim() - 1))).to(weight.dtype)
         else:  # addmm(b, x, W^T): W^T is (in, out), the channels are its columns
             new_weight = (weight.double() * scale.view(1, -1)).to(weight.dtype)
-        old_bias = bias.double().expand(channels) if bias is not None else torch.zeros(channels, dtype=torch.float64)
+        old_bias = bias.double().expand(channels) if bias is not None else torch.zeros(channels, **on)
         new_bias = (old_bias * scale + shift).to(weight.dtype).contiguous()
         new_weight = new_weight.contiguous()
     last = chain[-1]

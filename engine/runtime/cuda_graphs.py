@@ -246,7 +246,6 @@ class CudaGraphCall:
         self.warmup_calls = warmup_calls
         self.graphs: dict[tuple, Recording] = {}
         self.seen: dict[tuple, list] = {}  # key -> data pointers of the warm-up calls
-        self.output_pointers: set[int] = set()  # of every recording's outputs (Note [Training under CUDA graphs])
         self.plain_calls = 0  # calls run without the graph because the last replay's outputs were still in use
         self._boxed_call = True
         _recorders.add(self)
@@ -255,6 +254,12 @@ class CudaGraphCall:
         # a 0-d tensor at a size's place is a host scalar the code read with .item() (Note [CPU scalars on the GPU])
         return tuple((args[p].item() if isinstance(args[p], torch.Tensor) else args[p]) if d is None
                      else args[p].size(d) for p, d in self.sizes)
+
+    @property
+    def output_pointers(self) -> set[int]:
+        """Where the live recordings keep their outputs (Note [Training under CUDA graphs]); derived, so a
+        recording dropped or recorded again takes its addresses with it (the allocator may reuse them)."""
+        return {p for entry in self.graphs.values() for p in _output_pointers(entry.outputs)}
 
     def __call__(self, boxed: list):
         if self.launch_plainly:  # Note [Replay or launch, timed]
@@ -300,10 +305,6 @@ class CudaGraphCall:
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             outputs = self.call(list(static_args))
-        replaced = self.graphs.get(key)  # recorded again (an input moved): its outputs are no graph's now
-        if replaced is not None:
-            self.output_pointers -= _output_pointers(replaced.outputs)
-        self.output_pointers.update(_output_pointers(outputs))
         in_place = {args[i].untyped_storage().data_ptr() for i in fixed}
         guarded = [(t, t._use_count()) for t in outputs if self.policy.keep_live_outputs
                    and isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in in_place]
@@ -345,14 +346,12 @@ class CudaGraphCall:
             return list(entry.outputs)
         self.launch_plainly = True
         self.graphs.clear()  # the recordings' memory goes back to the allocator
-        self.output_pointers.clear()
         return self.call(list(args))
 
     def _end_guess(self, key) -> None:
         """Note [Inputs that come back]: an input moved, so the guess is over: drop the recording that read it in
         place and record again, copying it, from this call on; a timed choice is timed again on the new one."""
-        entry = self.graphs.pop(key)
-        self.output_pointers -= _output_pointers(entry.outputs)
+        self.graphs.pop(key)
         self.guess_in_place = False
         self.choice = None
 
@@ -361,7 +360,6 @@ class CudaGraphCall:
         forget the recording and record again after a warm-up call, handing nothing over."""
         entry = self.graphs.pop(key)
         _uncache({id(t): self.cached.pop(id(t)) for t in entry.handed_over})
-        self.output_pointers -= _output_pointers(entry.outputs)
         self.seen[key] = []
         self.hand_over_outputs = False
 

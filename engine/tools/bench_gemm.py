@@ -369,7 +369,8 @@ def autotune_choices(model, inputs, device: str, run_device: str) -> list[dict]:
                                      device=run_device, mode="max-autotune")
     except Exception as error:  # noqa: BLE001 - diagnostics only
         return [{"error": f"{type(error).__name__}: {str(error)[:200]}"}]
-    return [{"kernel": k.name, "gemm": k.template.spec.to_json(), **(k.template.autotune.to_json() if k.template.autotune else {})}
+    return [{"kernel": k.name, "gemm": k.template.spec.to_json(),
+             **(k.template.autotune.to_json() if k.template.autotune else {})}
             for k in exploration.kernels if k.kind == "template"]
 
 

@@ -23,12 +23,13 @@ if str(ROOT) not in sys.path:
 #   pytest_collection_finish below stops the run if the groups are lost.
 #
 # Note [Two lanes]
-# `pytest -m "not slow"` is the developer's loop; `pytest` (and .ci/run) runs everything. A module is marked
-# slow (pytestmark = pytest.mark.slow) when it drives whole processes rather than the compiler: the hostile
-# suite, the browser, sandboxed and isolated workers (the app's worker, and AppTest runs that explore through
-# it: such a test alone is marked where its module also holds fast ones), the sweeps (the OpInfo subset, the
-# model zoo) and the benches as verbs. They take most of the suite's time; each compiler stage keeps its own
-# fast tests in the other lane.
+# `pytest -m "not slow"` is the developer's loop (under 5 minutes on 2 cores with a warm compile cache);
+# `pytest` (and .ci/run) runs everything. A test is marked slow (pytestmark = pytest.mark.slow for a whole
+# module) when it drives whole processes rather than the compiler (the hostile suite, the browser, sandboxed
+# and isolated workers, the CLI in a subprocess, the sweeps and benches as verbs), or when one call takes more
+# than about 1.5 s on a warm cache (a whole Hugging Face model, Inductor beside us, a long scan under the Triton
+# interpreter). Each compiler stage keeps its own fast tests in the other lane, and a sweep over the samples or
+# over op variants stays fast as a whole: the lane must still catch a wrong kernel in any stage.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 
 

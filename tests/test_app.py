@@ -383,6 +383,7 @@ def gpt_record() -> Exploration:
     return _record("gpt_decoder")
 
 
+@pytest.mark.slow
 def test_graphs_colour_kinds_cluster_kernels_and_collapse_modules(gpt_record):
     graph = gpt_record.graphs[0]
     kinds = graphs.aten_kinds(graph)
@@ -455,6 +456,7 @@ def test_server_binds_to_localhost_by_default():
     assert config["server"]["address"] == "localhost" and config["server"]["headless"] is True
 
 
+@pytest.mark.slow
 def test_every_sample_is_offered():
     at = started()
     assert at.selectbox(key="sample").options == sample_names()

@@ -43,6 +43,7 @@ TIRED_CODE = textwrap.dedent('''\
 RAISE_LINE = 10
 
 
+@pytest.mark.slow
 def test_bench_record_out_carries_the_error_as_data(tmp_path):
     path, out = tmp_path / "tired.py", tmp_path / "bench.json"
     path.write_text(TIRED_CODE)
@@ -110,6 +111,7 @@ def test_the_profile_job_draws_its_typed_record():
     assert len(at.get("plotly_chart")) >= 2
 
 
+@pytest.mark.slow
 def test_outputs_that_differ_are_told_from_the_records_verify(tmp_path):
     # the verify is judged outside the job, from the outputs it returned as data (Note [Judged outside the job]);
     # the problem shown is that verify's words, not stderr's

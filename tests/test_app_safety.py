@@ -120,6 +120,7 @@ def test_a_forged_record_reaches_the_page_escaped(monkeypatch):
         assert not re.search(r"(?<!\\)!\[pixel\]", text) or "evil.example" not in text, text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argument", ["--timeout=nan", "--timeout=inf", "--timeout=0", "--timeout=-5",
                                       "--memory-mb=0", "--memory-mb=-1", "--memory-mb=nan", "--memory-mb=2.5"])
 def test_the_cli_refuses_limits_that_are_no_limit(argument):

@@ -23,6 +23,7 @@ def fix(path: Path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_applying_the_hints_removes_the_breaks(tmp_path):
     path = tmp_path / "graph_break.py"
     path.write_text(sample_path("graph_break").read_text())
@@ -36,6 +37,7 @@ def test_applying_the_hints_removes_the_breaks(tmp_path):
         assert "x" in side["speedup"] and side["run_error"] is None
 
 
+@pytest.mark.slow
 def test_applying_one_hint_removes_that_break(tmp_path):
     path = tmp_path / "graph_break.py"
     path.write_text(sample_path("graph_break").read_text())

@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.tools import cli_format
 from engine.tools.bench import share_inductor
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_bench_templates_on_and_off_side_by_side():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-m", "engine", "bench", "swiglu_mlp", "--templates", "on,off", "--json",

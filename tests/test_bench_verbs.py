@@ -29,6 +29,16 @@ def test_bench_train_json_is_the_reports_on_stdout(tmp_path):
     assert "our partition" in result.stderr  # the table went to stderr
 
 
+def test_bench_train_has_a_decoder_from_its_library_that_trains_like_eager(tmp_path):
+    """Issue 27's Qwen2 step (transformers' own code, tiny in float32 here): built, stepped, judged."""
+    result = bench("train", "--device", "cpu", "--small", "--cases", "qwen2", "--no-inductor", "--min-time",
+                   "0.05", "--threads", "1", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = json.loads(result.stdout)
+    assert report["name"].startswith("qwen2 (transformers") and report["glassbox_ms"] > 0
+    assert all(check["ok"] for check in report["verify"].values()), report["verify"]
+
+
 def test_bench_gpu_dry_run_json_is_the_document_on_stdout(tmp_path):
     result = bench("gpu", "--dry-run", "--skip-tests", "--only", "softmax", "--no-inductor", "--json",
                    tmp_path=tmp_path)

@@ -42,6 +42,7 @@ def test_generated_code_includes_still_build():
     assert not refused_source("#include <cmath>\n#include <immintrin.h>\n#include <vector>\n#include \"x.h\"\n")
 
 
+@pytest.mark.slow
 def test_the_compiler_runs_with_the_jobs_memory_and_time(tmp_path):
     # cc1plus reading #include "/dev/zero" grew without bound; whatever the builder runs for a job now meets
     # the job's address-space limit (a stand-in process that allocates 3 GB) and its time limit
@@ -66,6 +67,7 @@ def test_a_failed_build_leaves_nothing_in_the_shared_cache():
     assert not (build.cache_dir() / "cpp" / build.library_key(source)).exists()
 
 
+@pytest.mark.slow
 def test_a_build_dies_when_its_job_ends():
     source = ("template<int N> struct F { static constexpr long v = F<N - 1>::v + F<N - 2>::v % 7; };\n"
               "template<> struct F<0> { static constexpr long v = 0; };\n"

@@ -37,6 +37,7 @@ def model_file(tmp_path: Path, name: str, source: str) -> Path:
 # --- explore -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_explore_json_has_the_keys_scripts_use():
     result = cli("explore", SMALL, "--json")
     assert result.returncode == 0, result.stderr
@@ -57,6 +58,7 @@ def test_explore_json_has_the_keys_scripts_use():
     assert record["errors"] == []
 
 
+@pytest.mark.slow
 def test_explore_reports_graph_breaks_and_keeps_stdout_json_when_the_model_prints():
     result = cli("explore", "graph_break", "--json")
     assert result.returncode == 0, result.stderr
@@ -69,6 +71,7 @@ def test_explore_reports_graph_breaks_and_keeps_stdout_json_when_the_model_print
     assert len(record["graphs"]) >= 2
 
 
+@pytest.mark.slow
 def test_explore_readable_summary_and_out_dir(tmp_path):
     out = tmp_path / "out"
     result = cli("explore", SMALL, "--out", str(out))
@@ -85,6 +88,7 @@ def test_explore_readable_summary_and_out_dir(tmp_path):
     assert "def call" in (out / "graph0_wrapper.py").read_text()
 
 
+@pytest.mark.slow
 def test_explore_dynamic_uses_size_symbols():
     result = cli("explore", "softmax", "--dynamic", "--json")
     assert result.returncode == 0, result.stderr
@@ -97,6 +101,7 @@ def test_explore_dynamic_uses_size_symbols():
 # --- user errors: exit 2, one paragraph at the user's line, no traceback -------------------------------------
 
 
+@pytest.mark.slow
 def test_syntax_error_exits_2_with_the_line(tmp_path):
     path = model_file(tmp_path, "broken_syntax.py", """
         import torch
@@ -111,6 +116,7 @@ def test_syntax_error_exits_2_with_the_line(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_model_that_raises_exits_2_naming_the_line(tmp_path):
     path = model_file(tmp_path, "raises.py", """
         import torch
@@ -129,6 +135,7 @@ def test_model_that_raises_exits_2_naming_the_line(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_missing_file_exits_2_listing_samples(tmp_path):
     result = cli("explore", str(tmp_path / "nowhere.py"))
     assert result.returncode == 2
@@ -139,6 +146,7 @@ def test_missing_file_exits_2_listing_samples(tmp_path):
     assert all(name in result.stderr for name in sample_names())
 
 
+@pytest.mark.slow
 def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
     path = model_file(tmp_path, "no_model.py", """
         import torch
@@ -153,6 +161,7 @@ def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
 # --- compiler errors: exit 1, the root error in one paragraph ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_compiler_failure_exits_1_with_the_root_error(tmp_path):
     # The model file breaks the compiler it is loaded into: its lower stage raises. The graph falls back to
     # eager (Note [Internal failure falls back to eager]), the record says why, and the CLI reports our failure
@@ -192,6 +201,7 @@ def test_compiler_failure_exits_1_with_the_root_error(tmp_path):
 # --- bench ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_report_without_inductor():
     before = dict(os.environ)
     report = bench(load_model_file(SMALL), with_inductor=False, min_run_time=0.05)
@@ -206,6 +216,7 @@ def test_bench_report_without_inductor():
     assert dict(os.environ) == before  # the temporary cache directory was set for the compile only
 
 
+@pytest.mark.slow
 def test_bench_cli_json_without_inductor():
     result = cli("bench", SMALL, "--json", "--no-inductor", "--min-time", "0.05", "--threads", "1")
     assert result.returncode == 0, result.stderr
@@ -215,6 +226,7 @@ def test_bench_cli_json_without_inductor():
     assert case["threads"] == 1 and case["inductor_ms"] is None
 
 
+@pytest.mark.slow
 def test_bench_with_inductor_one_tiny_case():
     # The one test that runs Inductor: its cold compile takes ~20 s on a small CPU.
     result = cli("bench", SMALL, "--json", "--min-time", "0.05", timeout=600)
@@ -250,6 +262,7 @@ def test_bench_table_has_every_case_and_the_geomean():
     assert "b: glassbox output differs" in table and "c: Glassbox failed" in table
 
 
+@pytest.mark.slow
 def test_explore_with_inductor_adds_its_code_and_kernels():
     result = cli("explore", "scale_bias_relu", "--json", "--inductor")
     assert result.returncode == 0, result.stderr

@@ -60,6 +60,7 @@ def test_column_splits_match_eager(backend, case):
         assert "column tiles" in stage.tiling.reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_full_store_rides_along_in_stage_1(backend):
     kernels, _ = _explore(_bn_relu_and_mean, (_channels_last(4, 32, 64, 64), torch.randn(1, 32, 1, 1),
@@ -69,6 +70,7 @@ def test_full_store_rides_along_in_stage_1(backend):
         assert len(first.writes) == 2, first.writes  # the partial sums and the full-size output
 
 
+@pytest.mark.slow
 def test_no_split_when_a_full_store_does_not_divide():
     """H*W = 2053 (a prime): no number of parts divides it, so the full-size store cannot ride along; the
     kernel stays one column kernel and says why."""
@@ -79,6 +81,7 @@ def test_no_split_when_a_full_store_does_not_divide():
     assert "Triton: not split (it stores a full-size value" in reduction.tiling.reason, reduction.tiling
 
 
+@pytest.mark.slow
 def test_column_split_stages_compile_for_sm90_without_a_gpu():
     from engine.tools import assembly
     if not assembly.ptxas_available():

@@ -183,6 +183,7 @@ def test_a_training_steps_check_from_data():
 
 # --- "random" said as random (issue 33, item 2) ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_random_is_said_as_random_by_explores_exit_code_and_words(tmp_path):
     path = tmp_path / "dice.py"
     path.write_text("import torch\ndef model(x):\n    return x + torch.rand(x.shape)\n"

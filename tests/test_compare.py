@@ -85,6 +85,7 @@ def cli(*args):
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_cli_compare_json_and_errors():
     result = cli("compare", "scale_bias_relu", "--a", "backend=cpp", "--b", "fusion=off", "--json")
     assert result.returncode == 0, result.stderr

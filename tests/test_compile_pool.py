@@ -41,6 +41,7 @@ def test_warm_spec_names_the_module_file_and_passes_tensors_as_dtypes(tmp_path, 
     assert args == [torch.bfloat16, torch.float32, 8] and kwargs == {"XBLOCK": 64, "num_warps": 4}
 
 
+@pytest.mark.slow
 def test_failed_workers_are_counted_not_raised(tmp_path, monkeypatch, fresh_pool):
     """Without a GPU a worker's warmup fails: the counts say so and nothing is raised (the configs compile where
     they are timed, as before)."""

@@ -62,6 +62,7 @@ def test_llama_decoder_sample_in_half_matches_eager(dtype):
         torch.testing.assert_close(a, e, **HALF_TOLERANCE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_qwen3_decoder_in_half_matches_eager(dtype):
     pytest.importorskip("transformers")

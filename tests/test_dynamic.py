@@ -175,6 +175,7 @@ def _avg_pool(x):
     return torch.nn.functional.avg_pool2d(x, 3, stride=2, padding=1)
 
 
+@pytest.mark.slow
 def test_avg_pool2d_dynamic_matches_eager_at_several_sizes():
     # output sizes (h - 1) // 2 + 1 square into the strides: (s + 1)**2 once printed as s + 1*s + 1
     sizes = [(9, 13), (12, 7), (17, 17), (6, 10)]

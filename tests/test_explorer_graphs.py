@@ -114,6 +114,7 @@ def wrapped() -> Exploration:
     return Exploration.from_json(engine.explore(model, inputs, name="wrapped").to_json())
 
 
+@pytest.mark.slow
 def test_a_wrapped_model_folds_by_module_path_with_its_weights(wrapped):
     graph = wrapped.graphs[0]
     for which in ("fx", "aten"):

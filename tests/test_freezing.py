@@ -79,6 +79,7 @@ def test_conv_output_read_elsewhere_is_not_folded():
     assert refusals and "would change what the others read" in refusals[0].reason
 
 
+@pytest.mark.slow
 def test_freezing_is_for_inference():
     with pytest.raises(ValueError, match="inference"):
         engine.explore(nn.Linear(4, 4), (torch.randn(2, 4),), train=True, freezing=True)

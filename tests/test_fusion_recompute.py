@@ -118,6 +118,7 @@ def test_layer_norm_backward_stores_neither_the_cast_nor_xhat(backend, dtype):
         assert [nodes[w].size for w in columns.writes] == [[str(shape[-1])]] * 2, columns.writes
 
 
+@pytest.mark.slow
 def test_split_column_kernel_recomputes_in_its_first_stage():
     """On Triton a long column reduction splits (Note [Column splits]); the recomputed nodes are the first
     stage's prologue, and it reads dy and x instead of the row kernel's stores."""

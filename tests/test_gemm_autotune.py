@@ -65,6 +65,7 @@ def test_library_alone_writes_the_output_of_every_gemm_op(op, monkeypatch, tmp_p
     assert tuning.winner == "library", tuning
 
 
+@pytest.mark.slow
 def test_default_pick_is_kept_unless_a_challenger_is_clearly_faster(monkeypatch, tmp_path):
     """4 rows on the CPU: default mode runs the template with its first tile config; a library path 1% faster is
     timing noise, one 10% faster wins."""

@@ -68,6 +68,7 @@ def test_timing_notes_name_the_widest_spread(bench):
     assert "2.00 (a M=1, gb_autotune)" in text and "0.30 to 0.80" in text, text
 
 
+@pytest.mark.slow
 def test_dry_run_writes_its_report(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp_path), "GLASSBOX_CACHE_DIR": str(tmp_path / "cache")}
     result = subprocess.run([sys.executable, "-m", "engine", "bench", "gemm", "--device", "cuda", "--dry-run",

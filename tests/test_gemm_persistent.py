@@ -41,6 +41,7 @@ def test_max_autotune_times_persistent_forms_of_the_leading_tile():
     assert persistent and all((c.BLOCK_M, c.BLOCK_N) == (configs[0].BLOCK_M, configs[0].BLOCK_N) for c in persistent)
 
 
+@pytest.mark.slow
 def test_register_capped_config_runs_and_matches_eager(monkeypatch):
     """Note [Two programs per SM]: the cap is a compile option (the interpreter ignores it); the candidate
     launches like any other and computes the same."""

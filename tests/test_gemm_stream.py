@@ -128,6 +128,7 @@ def test_swiglu_gemms_all_stream_in_default_mode():
     assert [k.kind for k in exploration.kernels] == ["template"] * 3, [k.kind for k in exploration.kernels]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("march", ["haswell", "x86-64"], ids=["avx2", "no_simd_isa"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_stream_form_without_avx512(march, dtype, monkeypatch, tmp_path):

@@ -87,6 +87,7 @@ def test_datasheet_roofs_by_device_name_and_the_roof_a_kernel_is_under():
     assert math.isclose(copy.pct, 100.0) and copy.bound == "memory"
 
 
+@pytest.mark.slow
 def test_a_library_models_heat_lands_on_its_modeling_file(tmp_path):
     pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel

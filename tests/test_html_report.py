@@ -79,6 +79,7 @@ def test_a_2000_node_graph_stays_a_usable_file():
     assert "drawn folded to module depth" in folded and len(folded) < len(page)
 
 
+@pytest.mark.slow
 def test_cli_report_writes_a_file_and_reports_a_broken_model(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "r.html"

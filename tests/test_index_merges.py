@@ -40,6 +40,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_merged_index_has_the_same_values(case):
     expr, extent, most = CASES[case]

@@ -133,6 +133,7 @@ class Net(nn.Module):
         return self.last(F.interpolate(y, scale_factor=2, mode=self.mode, **kwargs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_conv_pool_upsample_net_trains_like_eager(backend, mode):

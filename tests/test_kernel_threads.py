@@ -55,12 +55,14 @@ def _run(asked: int, environment_threads: int, foreign: bool = False) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_kernels_take_torchs_thread_count_not_the_environments():
     result = _run(asked=1, environment_threads=4)
     assert result["ok"], result
     assert result["extra"] == 0, f"a kernel started {result['extra']} OpenMP threads with torch set to 1"
 
 
+@pytest.mark.slow
 def test_kernels_take_torchs_count_beside_another_openmp_runtime():
     """Where torch's count and our OpenMP runtime's ICV differ, the kernels follow torch's (the wrapper hands
     it over each call); OpenMP's default would have started 3 more threads here."""
@@ -69,6 +71,7 @@ def test_kernels_take_torchs_count_beside_another_openmp_runtime():
     assert result["extra"] == 0, f"a kernel started {result['extra']} OpenMP threads with torch at 1"
 
 
+@pytest.mark.slow
 def test_kernels_use_the_threads_torch_is_set_to():
     """The count the test reads does see OpenMP's workers: set to 3, the kernels' parallel regions add 2."""
     result = _run(asked=3, environment_threads=1)

@@ -300,6 +300,7 @@ def test_mode_is_a_cli_option_of_explore_and_bench():
         parser.parse_args(["explore", "softmax", "--mode", "fastest"])
 
 
+@pytest.mark.slow
 def test_bench_runs_each_mode_beside_inductors_same_mode():
     from engine.tools.bench import bench, load_cases
 

@@ -24,6 +24,7 @@ def traced():
     return x, make_fx(_chain)(x)  # traced once for both backends
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_2000_op_chain_is_one_kernel_and_matches_eager(backend, traced):
     x, graph = traced

@@ -138,6 +138,7 @@ def test_a_cpu_constant_read_by_gpu_kernels_compiles():
     assert all(g.fallback is None for g in exploration.graphs)
 
 
+@pytest.mark.slow
 def test_bench_marks_a_row_that_fell_back(monkeypatch, tmp_path):
     def broken(artifact, options):
         raise RuntimeError("injected failure")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import engine
@@ -74,6 +75,7 @@ def test_machine_roofs_are_measured_once():
     assert machine_roofs("cpu") is machine_roofs("cpu")
 
 
+@pytest.mark.slow
 def test_cli_explore_profile_json():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-m", "engine", "explore", "scale_bias_relu", "--profile", "--json"],

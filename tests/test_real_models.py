@@ -17,6 +17,7 @@ def _model(dtype):
     return copy.deepcopy(SAMPLE.model).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_llama_sample_prefill_then_decode_matches_eager_in_float32(backend):
     torch.manual_seed(0)
@@ -27,6 +28,7 @@ def test_llama_sample_prefill_then_decode_matches_eager_in_float32(backend):
     assert record.runs and record.runs[0].verify.ok, record.runs  # the decode step, a graph of its own
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_llama_sample_decode_matches_eager_in_bfloat16(backend):
     torch.manual_seed(0)

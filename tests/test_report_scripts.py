@@ -38,6 +38,7 @@ def _report(tmp_path: Path, record_text: str, out: Path) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists() or not shutil.which("dot"), reason="needs Chromium and dot")
 def test_a_record_full_of_markup_runs_no_script_in_chromium(tmp_path):
     playwright_api = pytest.importorskip("playwright.sync_api")
@@ -73,6 +74,7 @@ def test_a_record_full_of_markup_runs_no_script_in_chromium(tmp_path):
             browser.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", json.dumps({"graphs": "x"}),
                                   json.dumps({"graphs": [1]}), json.dumps({"graphs": [{"kernels": 5}]})])
 def test_a_record_report_cannot_read_is_a_clear_error(tmp_path, text):
@@ -81,6 +83,7 @@ def test_a_record_report_cannot_read_is_a_clear_error(tmp_path, text):
     assert "Traceback" not in finished.stderr and "record" in finished.stderr
 
 
+@pytest.mark.slow
 def test_report_into_a_directory_writes_a_file_there(tmp_path):
     (tmp_path / "out").mkdir()
     record = {"model": PAYLOAD, "graphs": [{"index": 0}], "errors": []}

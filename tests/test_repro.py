@@ -29,6 +29,7 @@ def run_file(path: Path, *args: str, timeout: float = 600) -> subprocess.Complet
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample,backend", [("softmax", "cpp"), ("layernorm", "triton"), ("gelu_chain", "cpp")])
 def test_a_written_reproducer_runs_standalone_and_matches(tmp_path, sample, backend):
     record = explored(sample, backend)
@@ -41,6 +42,7 @@ def test_a_written_reproducer_runs_standalone_and_matches(tmp_path, sample, back
     assert "ms per launch" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_graph_reproducer_has_every_generated_kernel(tmp_path):
     record = explored("layernorm", "cpp")
     generated = [k["name"] for g in record["graphs"] for k in g["kernels"] if k["kind"] in ("pointwise", "reduction")]
@@ -51,6 +53,7 @@ def test_a_graph_reproducer_has_every_generated_kernel(tmp_path):
     assert all(f" {name} (cpp" in result.stdout for name in generated)
 
 
+@pytest.mark.slow
 def test_a_wrong_reference_is_a_mismatch(tmp_path):
     # the check can fail: the same kernel against a reference that computes something else
     record = explored("softmax", "cpp")
@@ -73,6 +76,7 @@ def test_library_calls_and_unknown_kernels_say_why():
         repro_text(record, None, "nope")
 
 
+@pytest.mark.slow
 def test_the_cli_writes_it_from_a_sample_and_from_a_record(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "r.py"

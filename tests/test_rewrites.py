@@ -212,6 +212,7 @@ def test_compile_trains_through_the_rewrite():
 
 # --- the command line -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_rewrites_flag_and_compare_key(tmp_path):
     model = tmp_path / "attn.py"
     model.write_text("import torch\n"

@@ -29,6 +29,7 @@ def _ids(shape=(2, 16)):
     return torch.randint(0, 128, shape)
 
 
+@pytest.mark.slow
 def test_bert_eager_attention_with_padding_mask():
     config = transformers.BertConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=64, attn_implementation="eager")
@@ -39,6 +40,7 @@ def test_bert_eager_attention_with_padding_mask():
     _check(engine.explore(lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, (_ids(), mask)), 2)
 
 
+@pytest.mark.slow
 def test_gpt2_eager_attention():
     config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                                      attn_implementation="eager", bos_token_id=0, eos_token_id=0)
@@ -55,12 +57,14 @@ def _llama(dtype=torch.float32):
     return transformers.LlamaForCausalLM(config).to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_llama_eager_grouped_query_attention(dtype):
     model = _llama(dtype).eval()
     _check(engine.explore(lambda i: model(input_ids=i, use_cache=False).logits, (_ids(),)), 2)
 
 
+@pytest.mark.slow
 def test_llama_trains_through_sdpa_backward():
     model = _llama().train()
     record = engine.explore(lambda i: model(input_ids=i, use_cache=False).logits, (_ids(),), train=True)

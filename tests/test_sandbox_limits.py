@@ -87,6 +87,7 @@ def test_two_gigabytes_of_sysv_shared_memory_are_stopped_at_the_limit():
     assert "held 2 GB" not in result.stdout
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_job_reads_none_of_the_server_users_private_files(tmp_path):
     # Note [Private files]: the server user's home, the app's secrets and the system's password hashes

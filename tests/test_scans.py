@@ -89,6 +89,7 @@ def test_non_contiguous_inputs(backend):
     _check(lambda t: torch.cummax(t.t()[2:], 0)[1], (x,), backend)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_long_scans_stay_exact(backend):
     """Longer than a tile (Triton's looped form) and long enough that a float32 running sum of ones stops
@@ -116,6 +117,7 @@ def test_dtypes(backend, dtype):
             _check(lambda t: t.cumprod(0), (x,), backend)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dynamic_sizes(backend):
     fn = lambda t: (t * 2).cumsum(1) + 1

@@ -232,6 +232,7 @@ def test_scale_grad_by_freq_stays_a_library_call():
     assert any(k.kind == "extern" and "aten::embedding_dense_backward" in k.ops for k in backward.kernels)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_decoder_training_generates_the_embedding_gradient(backend):
     """A LLaMA-style decoder (gpt_decoder sample) trains like eager with its embedding's weight gradient a

@@ -54,6 +54,7 @@ def test_kernels_that_cannot_split_say_why(backend, fn, why):
         assert f"Triton: not split ({why}" in kernel.tiling.reason, kernel.tiling.reason
 
 
+@pytest.mark.slow
 def test_split_stages_compile_for_sm90_without_a_gpu():
     """Both stages (a looped stage 1 with clamped, masked lanes; a persistent stage 2) compile for an H200."""
     from engine.tools import assembly

@@ -82,6 +82,7 @@ def test_cross_entropy_over_long_rows(backend):
     explored_kernels(lambda a, b: torch.nn.functional.cross_entropy(a, b), (logits, target), backend)
 
 
+@pytest.mark.slow
 def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
     """The GPU configs of the new forms (2D tiles, column tiles, long looped rows, online softmax, half types)
     compile for an H200's target here, so `bench gpu`'s tiling cases will not fail on the generated source."""

@@ -122,6 +122,7 @@ def test_a_slow_sizing_call_does_not_make_every_block_one_call():
     assert len(calls) > 3 * rounds, (len(calls), rounds)
 
 
+@pytest.mark.slow
 def test_the_quick_bench_gives_inductor_the_isa_its_probe_picks(tmp_path, monkeypatch):
     """Note [Quick bench] in engine/tools/bench.py: without the probe, Inductor takes the vector ISA the probe
     (a test library built and loaded per ISA) would have picked, so what it generates and times is the same."""

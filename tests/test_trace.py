@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import engine
@@ -51,6 +52,7 @@ def test_the_trace_has_a_span_per_stage_and_the_run_kernels():
     assert cost.builds and cost.builds[0].graph == 0 and cost.passes["fusion"] > 0
 
 
+@pytest.mark.slow
 def test_cold_then_warm_cache_says_what_it_saved(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GLASSBOX_CACHE_DIR": str(tmp_path / "cache")}
     builds = []

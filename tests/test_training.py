@@ -115,6 +115,7 @@ def test_matmul_outputs_are_saved_not_recomputed():
     assert partition.saved_bytes == 8 * 4 * 4  # tanh's output (its backward is 1 - tanh^2), kept once
 
 
+@pytest.mark.slow
 def test_saving_the_backward_library_operands(monkeypatch):
     """Note [Operands the backward stores]: with GLASSBOX_PARTITION=save-library-operands a value that a
     library call of the backward reads (the matmul's operand cos(sin(x)), read again for w's gradient) is saved
@@ -241,6 +242,7 @@ def test_partition_draws_the_joint_graph_with_saved_values_and_the_cut():
     assert [r["tensor"] for r in rows] == ["loss", "input[0]", "input[1]"] and all(r["ok"] for r in rows)
 
 
+@pytest.mark.slow
 def test_app_training_toggle_shows_partition_and_gradients():
     from pathlib import Path
     from streamlit.testing.v1 import AppTest

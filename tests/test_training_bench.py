@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from engine.tools.model_file import ModelSpec
@@ -17,6 +18,7 @@ from engine.tools.train_bench import bench_train
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_bench_train_cli_times_a_step_and_measures_saved_activations(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), GLASSBOX_CACHE_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-m", "engine", "bench", "mlp", "--train", "--json", "--no-inductor",
@@ -55,6 +57,7 @@ def test_a_function_without_parameters_differentiates_its_inputs():
     assert report["ratio_vs_inductor"] is None
 
 
+@pytest.mark.slow
 def test_dumped_code_carries_each_forward_partition(tmp_path):
     """`bench train --dump-code` writes beside every graph's code the forward's partition: what this
     device's cut saves and recomputes, with bytes and reasons (the H200 block's saved set, read offline)."""

@@ -57,6 +57,7 @@ def test_a_contiguous_forward_changes_nothing():
     assert forward.partition.eager_layout == []
 
 
+@pytest.mark.slow
 def test_hugging_face_llama_with_grouped_query_attention_trains_like_eager():
     transformers = pytest.importorskip("transformers")
     from engine.tools.zoo import LogitsOnly

@@ -55,6 +55,7 @@ def _explore_sandboxed(path: Path) -> tuple[subprocess.CompletedProcess, dict]:
     return finished, json.loads(finished.stdout) if finished.stdout.strip() else {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("patch", list(PATCHES))
 def test_a_model_that_forges_its_verdict_gets_an_honest_one_sandboxed(tmp_path, patch):
     path = tmp_path / "forger.py"
@@ -69,6 +70,7 @@ def test_a_model_that_forges_its_verdict_gets_an_honest_one_sandboxed(tmp_path, 
         assert verify["max_abs_err"] == pytest.approx(1000.0), verify
 
 
+@pytest.mark.slow
 def test_an_honest_model_passes_sandboxed_judged_outside(tmp_path):
     path = tmp_path / "honest.py"
     path.write_text(textwrap.dedent("""
@@ -105,6 +107,7 @@ def test_evidence_is_loaded_as_data_only(tmp_path):
         verdict.load_evidence(path)
 
 
+@pytest.mark.slow
 def test_a_training_step_that_forges_its_verdict_gets_an_honest_one_sandboxed(tmp_path):
     # Note [Training verdict from data]: the step's tensors are judged outside the job too
     path = tmp_path / "trainer.py"
@@ -119,6 +122,7 @@ def test_a_training_step_that_forges_its_verdict_gets_an_honest_one_sandboxed(tm
     assert verify["loss"]["ok"] is False and all(g["ok"] for g in verify["gradients"]), verify
 
 
+@pytest.mark.slow
 def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
     # the is_compiling() branch makes Inductor's program wrong as well: its column must say so, whatever the
     # job's patched verifier says, from explore --sandbox --inductor and from the app's Inductor job
@@ -138,6 +142,7 @@ def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
     assert outcome.document["verify"]["judged_in"] == judged.OUTSIDE
 
 
+@pytest.mark.slow
 def test_a_shared_link_of_a_forger_says_the_same(tmp_path, monkeypatch):
     # Note [Shareable URL]: a link carries the code's hash and the view, never a verdict; opening it explores
     # the code again in the app's worker, whose verdict is judged outside the job

@@ -112,6 +112,7 @@ def test_a_training_step_gets_the_fp64_opinion():
 
 # --- healthy half-precision models pass (issue 33: they were reported as mismatches) ------------------------
 
+@pytest.mark.slow
 def test_hugging_face_gpt2_in_float16_passes_judged_by_fp64():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=8191, n_positions=256)
@@ -125,6 +126,7 @@ def test_hugging_face_gpt2_in_float16_passes_judged_by_fp64():
     assert next(model.parameters()).dtype == torch.float16  # given back as it was
 
 
+@pytest.mark.slow
 def test_a_transformers_llama_decoder_in_bfloat16_passes():
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=2,

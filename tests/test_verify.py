@@ -1,4 +1,5 @@
 """A verify verdict you can believe (Note [Tolerance policy], Note [Verdicts] in engine/run.py)."""
+import pytest
 import torch
 
 import engine
@@ -27,6 +28,7 @@ def test_an_error_like_eagers_own_is_not_a_mismatch():
     assert judged["ok"] and judged["failing_elements"] == 0
 
 
+@pytest.mark.slow
 def test_verify_with_one_element_75_percent_off_in_a_half_precision_output():
     x = torch.randn(1 << 22, generator=torch.Generator().manual_seed(0)).half()
     model = lambda t: t * 1.1 + 0.3  # noqa: E731 - every op rounds to float16 in eager
@@ -73,6 +75,7 @@ def test_inputs_keep_the_users_layout():
         assert torch.equal(copy, x) and copy.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
 
 
+@pytest.mark.slow
 def test_strided_expanded_and_offset_inputs_are_explored_as_given():
     def model(t):
         return torch.relu(t) * 2 + t.sum(-1, keepdim=True)

@@ -104,11 +104,45 @@ def cases(device: str, small: bool) -> list[ModelSpec]:
     if small:  # the GPU cases' code at tiny sizes, in float32 (the CPU backend's bf16 is not the point here)
         return [_spec("transformer_block (tiny)", block_class(64, 4), (torch.randn(2, 16, 64),), torch.float32),
                 _spec("llama_small (tiny)", LlamaStack(256, 64, 4, 2, 64), (torch.randint(0, 256, (2, 16)),),
-                      torch.float32)]
+                      torch.float32)] + _library_cases(small)
     return [_spec("transformer_block B=8 T=1024 D=1024 bf16", block_class(1024, 16), (torch.randn(8, 1024, 1024),),
                   torch.bfloat16),
             _spec("llama_small (4 layers, D=1024, vocab 8192, B=4 T=1024) bf16", LlamaStack(8192, 1024, 16, 4, 1024),
-                  (torch.randint(0, 8192, (4, 1024)),), torch.bfloat16)]
+                  (torch.randint(0, 8192, (4, 1024)),), torch.bfloat16)] + _library_cases(small)
+
+
+def _library_cases(small: bool) -> list[ModelSpec]:
+    """Issue 27's training steps from their libraries' own code, random weights: torchvision's ResNet-50 (batch 32
+    at 224, bf16) and a Qwen2 decoder from transformers (2 layers of 1024, batch 4 x 512, bf16); at tiny sizes in
+    float32 when `small`. A library that does not import here leaves its case out, and says so."""
+    specs = []
+    try:
+        import torchvision
+    except Exception as error:  # noqa: BLE001 - e.g. a torchvision built for another torch: not our failure
+        print(f"[train bench] resnet50 left out: torchvision does not import here ({type(error).__name__})",
+              file=sys.stderr)
+    else:
+        batch, image = (2, 64) if small else (32, 224)
+        torch.manual_seed(0)
+        specs.append(_spec(f"resnet50 (torchvision, B={batch} at {image})" + ("" if small else " bf16"),
+                           torchvision.models.resnet50(), (torch.randn(batch, 3, image, image),),
+                           torch.float32 if small else torch.bfloat16))
+    try:
+        import transformers
+    except ImportError:
+        print("[train bench] qwen2 left out: transformers is not installed", file=sys.stderr)
+        return specs
+    from engine.tools.zoo import LogitsOnly
+
+    width, heads, vocab, batch, tokens = (64, 4, 256, 2, 16) if small else (1024, 16, 32000, 4, 512)
+    config = transformers.Qwen2Config(vocab_size=vocab, hidden_size=width, intermediate_size=width * 11 // 4,
+                                      num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 4,
+                                      max_position_embeddings=1024)
+    torch.manual_seed(0)
+    specs.append(_spec(f"qwen2 (transformers, 2 layers, D={width}, B={batch} T={tokens})" +
+                       ("" if small else " bf16"), LogitsOnly(transformers.Qwen2ForCausalLM(config)),
+                       (torch.randint(0, vocab, (batch, tokens)),), torch.float32 if small else torch.bfloat16))
+    return specs
 
 
 def _hf_llama(batch: int, tokens: int) -> tuple:

@@ -43,6 +43,32 @@ def test_decisions_name_ops_and_their_sides_are_drawn_in_two_colours(layernorm):
     assert graphs.OTHER_SIDE in dot and graphs.HIGHLIGHT in dot and graphs.FADED in dot
 
 
+def test_table_filters_keep_kinds_rules_refusals_and_a_module_with_its_children():
+    kernels = [{"kind": "pointwise", "module": "layers.3.mlp"}, {"kind": "reduction", "module": "layers.3"},
+               {"kind": "reduction", "module": "layers.30"}, {"kind": "extern", "module": ""},
+               {"kind": "pointwise", "module": None}]
+    assert tables.filtered(kernels) == [0, 1, 2, 3, 4]  # no filter: every row
+    assert tables.filtered(kernels, kinds=["reduction"]) == [1, 2]
+    assert tables.filtered(kernels, kinds=["reduction", "extern"]) == [1, 2, 3]
+    # a module keeps itself and what is inside it, not a sibling whose name merely starts the same
+    assert tables.filtered(kernels, module="layers.3") == [0, 1]
+    assert tables.filtered(kernels, module="layers.30") == [2]
+    assert tables.filtered(kernels, module="layers.3.mlp") == [0]
+    assert tables.filtered(kernels, module="layers") == [0, 1, 2]
+    assert tables.filtered(kernels, module="layers.3.") == [] and tables.filtered(kernels, module="layer") == []
+    assert tables.filtered(kernels, kinds=["reduction"], module="layers.3") == [1]  # both filters at once
+
+    decisions = [{"rule": "library call", "fused": False, "module": "layers.3.attn"},
+                 {"rule": "pointwise chain", "fused": True, "module": "layers.3"},
+                 {"rule": "cycle", "fused": False, "module": "layers.31"},
+                 {"rule": "", "fused": True, "module": ""}]
+    assert tables.filtered(decisions, rules=["library call"]) == [0]
+    assert tables.filtered(decisions, rules=["library call", "cycle"]) == [0, 2]
+    assert tables.filtered(decisions, only_refused=True) == [0, 2]
+    assert tables.filtered(decisions, only_refused=True, module="layers.3") == [0]
+    assert tables.filtered(decisions, rules=["pointwise chain"], only_refused=True) == []
+
+
 def _chain(blocks: int, per_block: int) -> GraphRecord:
     fx = [{"name": "x", "op": "placeholder", "target": "x", "args": [], "shape": ["8"], "dtype": "float32"}]
     for i in range(blocks * per_block):

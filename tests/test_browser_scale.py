@@ -123,7 +123,20 @@ def test_kernels_table_filters_by_kind(browser, server, llama_key):  # noqa: F81
     heading = page.get_by_text(re.compile(r"^Kernels \(\d+ of \d+\)")).first
     filtered, same_total = map(int, re.search(r"\((\d+) of (\d+)\)", heading.inner_text()).groups())
     assert 0 < filtered < total and same_total == total
-    assert page.get_by_text("tiling: why").count() or page.locator("[data-testid=stDataFrame]").count()
+    # the filtered table itself (the grid's accessible table): reductions only, each with its tiling and why
+    grid = page.locator("[data-testid=stDataFrame]").filter(has_text="tiling: why").first
+    grid.wait_for(timeout=60_000)
+    rows = []
+    for _ in range(30):  # the grid draws its accessible rows after the rerun settles
+        rows = grid.evaluate("""(el) => [...el.querySelectorAll('[role=row]')].map(r =>
+            [...r.querySelectorAll('[role=columnheader], [role=gridcell], th, td')].map(c => c.innerText.trim()))""")
+        if len(rows) > 1 and all(len(row) == len(rows[0]) for row in rows):
+            break
+        page.wait_for_timeout(1000)
+    header, body = rows[0], [row for row in rows[1:] if any(row)]
+    kind, tiling, why = header.index("kind"), header.index("tiling"), header.index("tiling: why")
+    assert body and all(row[kind] == "reduction" for row in body), rows
+    assert all(row[tiling] and row[why] for row in body), rows
     shot(page, "scale_llama_kernels_filtered")
     page.close()
 

@@ -1,12 +1,20 @@
 """Tiling chosen from strides (Note [Tiling from strides]) and recorded with its reason; every tiled shape
-matches eager through both backends (Triton under the interpreter, so sizes stay small)."""
+matches eager through both backends (Triton under the interpreter, so sizes stay small). The CLI's summary and the
+offline report show each kernel's tiling with its reason."""
 import itertools
+import re
+from html.parser import HTMLParser
 
 import pytest
 import torch
 
 import engine
+from engine.tools.cli_format import explore_summary
+from engine.tools.model_file import load_model_file
 from explored_kernels import explored_kernels
+from samples import sample_path
+from visualizers.html_report import kernels_table
+from visualizers.teaching import plain_words
 
 BACKENDS = ["cpp", "triton"]
 
@@ -80,6 +88,61 @@ def test_long_rows_softmax_and_log_softmax(backend, row):
 def test_cross_entropy_over_long_rows(backend):
     logits, target = torch.randn(4, 8193), torch.randint(0, 8193, (4,))
     explored_kernels(lambda a, b: torch.nn.functional.cross_entropy(a, b), (logits, target), backend)
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as rows of cell texts (header row first)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None and self.tables and self.tables[-1]:
+            self.tables[-1][-1].append("".join(self.cell).strip())
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def test_each_kernels_tiling_and_its_reason_show_in_the_cli_and_the_report():
+    spec = load_model_file(str(sample_path("transformer_block")))  # row reductions (layer norms) and pointwise
+    record = engine.explore(spec.model, spec.example_inputs, name=spec.name,
+                            source={"filename": spec.filename, "text": spec.source})
+    tiled = [k for k in record.graphs[0].kernels if k.kind in ("pointwise", "reduction")]
+    assert {k.kind for k in tiled} == {"pointwise", "reduction"}
+    assert all(k.tiling is not None and k.tiling.choice and plain_words(k.tiling.reason) for k in tiled)
+
+    # the CLI: under each kernel's line, "tiling: <choice> ... - <its reason>"
+    lines = explore_summary(record).splitlines()
+    for kernel in tiled:
+        at = next(i for i, line in enumerate(lines) if line.split()[:1] == [kernel.name])
+        choice, _, why = lines[at + 1].strip().removeprefix("tiling: ").partition(" - ")
+        assert lines[at + 1].strip().startswith("tiling: ") and choice.split(" (")[0] == kernel.tiling.choice
+        assert why and why == plain_words(kernel.tiling.reason), (kernel.name, lines[at + 1])
+
+    # the report: its kernels table (each graph's section has one) has a tiling cell per kernel, the choice and
+    # the reason
+    parser = _Tables()
+    parser.feed(kernels_table(record.graphs[0]))
+    table = next(t for t in parser.tables if t and "tiling" in t[0] and "kernel" in t[0])
+    column, name = table[0].index("tiling"), table[0].index("kernel")
+    cells = {row[name]: row[column] for row in table[1:]}
+    for kernel in tiled:
+        choice, _, why = cells[kernel.name].partition(" - ")
+        assert choice.split(" (")[0] == kernel.tiling.choice and why == plain_words(kernel.tiling.reason)
+        assert "Note [" not in why and not re.search(r"\bbuf\d+\b", why)
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ import torch
 
 import engine
 from app import share
-from engine.record import Exploration, MemoryBuffer
+from engine.tools import cli_format
+from engine.record import AtenNode, Exploration, GraphRecord, IRNode, IRRecord, MemoryBuffer, MemoryRecord
 from engine.tools.model_file import load_model_file
 from visualizers import memory, teaching
 
@@ -23,6 +24,53 @@ def softmax_record():
 def mlp_record():
     spec = load_model_file("mlp")
     return Exploration.from_json(engine.explore(spec.model, spec.example_inputs, name=spec.name).to_json())
+
+
+BUFFER = re.compile(r"\bbuf\d+\b")
+
+
+def _two_op_graph() -> GraphRecord:
+    """buf0 = mm (FX node `linear`), buf1 = relu of it (FX node `act`), buf2 = topk run eagerly (FX `top`)."""
+    aten = [AtenNode(name="mm", op="call_function", target="aten::mm", fx_origins=["linear"]),
+            AtenNode(name="relu", op="call_function", target="aten::relu", fx_origins=["act"]),
+            AtenNode(name="topk", op="call_function", target="aten::topk", fx_origins=["top"])]
+    ir = IRRecord(nodes=[IRNode(name="buf0", kind="extern", size=["4"], dtype="float32", aten_origins=["mm"]),
+                         IRNode(name="buf1", kind="pointwise", size=["4"], dtype="float32", aten_origins=["relu"]),
+                         IRNode(name="buf2", kind="fallback", size=["4"], dtype="float32", aten_origins=["topk"],
+                                reason="sorting runs eagerly (Note [Sorting runs eagerly] in engine/lowering.py)")])
+    memory = MemoryRecord(buffers=[MemoryBuffer(name="buf1", bytes=16, first=1, last=1, reuses="buf0")])
+    return GraphRecord(index=0, aten=aten, ir=ir, memory=memory)
+
+
+@pytest.mark.parametrize("words", [teaching.plain_words, cli_format.plain_words])
+def test_plain_words_drop_note_references_and_say_buffers_as_ops(words):
+    # the engine's references to its Notes go, in each form they take; the sentence around them stays
+    assert words("rows per program (Note [Row tiles])") == "rows per program"
+    assert words("rows per program (see Note [Row tiles] in engine/schedule.py).") == "rows per program."
+    assert words("two passes (cheaper; see Note [Online softmax])") == "two passes"
+    assert words("Note [Row tiles] rows per program") == "rows per program"
+    assert "Note [" not in words("a (Note [A]) and b (see Note [B] in x/y.py), then Note [C]")
+    assert words(None) == "" and words("nothing to drop") == "nothing to drop"
+    # given the graph, a buffer is said as the op that computes it; a library call by its op
+    graph = _two_op_graph()
+    said = words("buf1 is contiguous along the outputs", graph)
+    assert said.startswith("relu") and "result" in said and not BUFFER.search(said)
+    said = words("producer buf0 is a library call (mm): not fused (Note [Library calls])", graph)
+    assert "mm is a library call" in said and not BUFFER.search(said) and "Note [" not in said
+    assert words("buf9 is unknown", graph) == "buf9 is unknown"  # no such node: left as it is, not guessed
+    assert BUFFER.search(words("buf1 is contiguous")), "without the graph there is nothing to say it as"
+
+
+def test_teaching_says_fallbacks_and_reused_memory_as_ops_not_buffers():
+    graph = _two_op_graph()
+    record = Exploration(model="m", backend="cpp", device="cpu", graphs=[graph])
+    for stage in ("loop IR", "code"):
+        text = " ".join(teaching.stage_text(record, graph, stage))
+        assert not BUFFER.search(text) and "Note [" not in text, text
+    ir = " ".join(teaching.stage_text(record, graph, "loop IR"))
+    assert "topk" in ir and "top" in ir and "falls back to eager" in ir and "sorting runs eagerly" in ir
+    code = " ".join(teaching.stage_text(record, graph, "code"))
+    assert "reuses memory" in code and "relu" in code and "mm" in code  # the ops whose results share storage
 
 
 def test_teaching_text_names_this_models_ops_and_kernels(mlp_record):

@@ -1,12 +1,17 @@
-"""Every sample, compiled through Glassbox, matches eager; fusion does what each sample teaches."""
+"""Every sample, compiled through Glassbox, matches eager and is told in users' words (no Note references, no
+buffer ids); fusion does what each sample teaches."""
+import re
+
 import pytest
 import torch
 
 import engine
 from engine.pipeline import compile_reference
+from engine.tools.cli_format import explore_summary
 from engine.tools.model_file import load_model_file, run_eager
 from engine.run import verify
 from samples import sample_names
+from visualizers import tables, teaching
 
 ONE_KERNEL = ["scale_bias_relu", "softmax", "layernorm", "rmsnorm", "gelu_chain"]
 
@@ -24,6 +29,22 @@ def test_sample_matches_eager_through_cpp(name):
     for run in exploration.runs:
         assert run.verify.ok, run
     assert exploration.graphs, "Dynamo captured no graph"
+    _in_users_words(exploration)
+
+
+INTERNAL = re.compile(r"Note \[|\bbuf\d+\b")  # the engine's Notes and the scheduler's buffer ids
+
+
+def _in_users_words(exploration):
+    """The app's teaching text for each stage, its kernels table's reasons and the CLI's summary name no Note
+    and no buffer id (the same sample's record; one explore serves both checks)."""
+    said = explore_summary(exploration).splitlines()
+    for graph in exploration.graphs:
+        for stage in ("capture", "ATen", "loop IR", "fusion", "code", "run", "bench"):
+            said += teaching.stage_text(exploration, graph, stage)
+        said += [row[column] for row in tables.kernel_rows(graph) for column in ("tiling: why", "note")]
+    leaks = [line for line in said if INTERNAL.search(str(line or ""))]
+    assert not leaks, leaks[:5]
 
 
 @pytest.mark.parametrize("name", sample_names())

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 
 from engine.record import ErrorRecord, Exploration, GraphRecord, SourceFile, VerifyRecord
-from visualizers import anchors, compile_cost, graphs, heat, overlay, roofline, tables, timeline
+from visualizers import anchors, compile_cost, graphs, heat, overlay, roofline, tables, teaching, timeline
 from visualizers import rewrites as rewrite_views
 from visualizers.code import highlight_html, ir_listing
 
@@ -150,6 +150,7 @@ def markdown_html(text) -> str:
 def kernels_table(graph: GraphRecord) -> str:
     index = _graph_index(graph)
     code_lines = _kernel_code_lines(graph)
+    nodes = teaching.node_index(graph)  # the graph's nodes by name, to say buffers as the ops that compute them
     rows = []
     for kernel in graph.kernels:
         name = kernel.name
@@ -159,11 +160,12 @@ def kernels_table(graph: GraphRecord) -> str:
                      "ops": esc(", ".join(str(o).replace("aten.", "") for o in kernel.ops)),
                      "from FX": esc(", ".join(kernel.fx_origins)),
                      "bytes": esc(kernel.bytes),
-                     "tiling": esc(" - ".join(part for part in tables.tiling_text(kernel.tiling) if part)),
+                     "tiling": esc(" - ".join(part for part in tables.tiling_text(kernel.tiling, graph, nodes)
+                                              if part)),
                      "time ms": _number(kernel.time_ms),
                      "share": f"{kernel.share:.0%}" if kernel.share is not None else "-",
                      "GB/s": _number(kernel.gbps, 2), "GFLOP/s": _number(kernel.gflops, 2),
-                     "note": esc(tables.user_text(kernel.reason))})
+                     "note": esc(tables.user_text(kernel.reason, graph, nodes))})
     return table(rows)
 
 

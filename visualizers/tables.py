@@ -8,9 +8,10 @@ from engine.record import Exploration, FusionDecision, GraphRecord, TilingRecord
 from visualizers import graphs, teaching
 
 
-def user_text(text: str | None) -> str:
-    """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out."""
-    return teaching.plain_words(text)
+def user_text(text: str | None, graph: GraphRecord | None = None, index: tuple | None = None) -> str:
+    """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out and,
+    given the graph, its buffer names said as the ops that compute them."""
+    return teaching.plain_words(text, graph, index)
 
 
 def tiling_details(tiling: TilingRecord) -> list[str]:
@@ -22,15 +23,17 @@ def tiling_details(tiling: TilingRecord) -> list[str]:
     return details
 
 
-def tiling_text(tiling: TilingRecord | None) -> tuple[str, str]:
-    """A kernel's tiling as (choice, why): "2d tiles 32x32", "row, split in 4"; with the pieces of a cut."""
+def tiling_text(tiling: TilingRecord | None, graph: GraphRecord | None = None,
+                index: tuple | None = None) -> tuple[str, str]:
+    """A kernel's tiling as (choice, why): "2d tiles 32x32", "row, split in 4"; with the pieces of a cut. Given
+    the graph, the why names the ops whose results it reads, not their buffers ("buf18")."""
     if tiling is None:
         return "", ""
     choice = tiling.choice
     details = tiling_details(tiling)
-    why = [user_text(tiling.reason)]
+    why = [user_text(tiling.reason, graph, index)]
     if tiling.pieces is not None and tiling.pieces.pieces:
-        why.append(user_text(tiling.pieces.reason))
+        why.append(user_text(tiling.pieces.reason, graph, index))
     return (choice + (f" ({', '.join(details)})" if details else "")), "; ".join(w for w in why if w)
 
 
@@ -45,18 +48,19 @@ def kernel_rows(graph: GraphRecord) -> list[dict]:
     and its time when profiled."""
     rows = []
     paths = graphs.module_paths(graph, "aten")
+    index = teaching.node_index(graph)
     for kernel in graph.kernels:
         ops = [teaching.short_op(op) for op in kernel.ops]
-        tiling, why = tiling_text(kernel.tiling)
+        tiling, why = tiling_text(kernel.tiling, graph, index)
         template = kernel.template
         if template is not None and not tiling:
             tiling = ", ".join(f"{k}={v}" for k, v in template.config.items())
-            why = user_text(template.reason)
+            why = user_text(template.reason, graph, index)
         rows.append({
             "kernel": kernel.name, "kind": kernel.kind, "fused ops": len(ops), "ops": " + ".join(ops),
             "bytes moved": kernel.bytes, "tiling": tiling, "tiling: why": why,
             "module": kernel_module(graph, kernel, paths), "ms": kernel.time_ms, "± ms": kernel.time_iqr_ms,
-            "from FX": ", ".join(kernel.fx_origins), "note": user_text(kernel.reason),
+            "from FX": ", ".join(kernel.fx_origins), "note": user_text(kernel.reason, graph, index),
         })
     return rows
 

@@ -118,9 +118,13 @@ def ir_text(graph: GraphRecord) -> list[str]:
     if views:
         lines.append(f"{_plural(len(views), 'ATen op')} ({', '.join(sorted({short_op(v.target) for v in views})[:5])}) "
                      "became no node at all: views and reshapes are index arithmetic inside the loops that read them.")
+    index = node_index(graph)
     for node in nodes:
-        if node.kind == "fallback":
-            lines.append(f"`{node.name}` falls back to eager PyTorch: {node.reason or 'no lowering for it'}.")
+        if node.kind == "fallback":  # said as its op and FX node, as the graphs draw it, not as its buffer
+            what = describe_group(graph, node.name, index)
+            what = what if what != node.name else "An op"
+            lines.append(f"{what} falls back to eager PyTorch: "
+                         f"{plain_words(node.reason, graph, index).rstrip('.') or 'no lowering for it'}.")
     return lines
 
 
@@ -211,8 +215,13 @@ def code_text(graph: GraphRecord) -> list[str]:
              f"{_plural(len(library), 'library or eager call')}, run in order by the Python wrapper."]
     reused = [b for b in graph.memory.buffers if b.reuses] if graph.memory else []
     if reused:
-        lines.append(f"The wrapper reuses memory {_plural(len(reused), 'time')} "
-                     f"(e.g. `{reused[0].name}` takes `{reused[0].reuses}`'s storage once it is dead).")
+        index = node_index(graph)
+        # the example said as the ops (and FX nodes) whose results share the storage, not as the code's buffers
+        pair = [decision_ops(graph, name, index) for name in (reused[0].name, reused[0].reuses)]
+        said = [" + ".join(side["ops"]) + (f" (FX `{', '.join(side['fx'])}`)" if side["fx"] else "") for side in pair]
+        example = (f": e.g. the result of {said[0]} takes over the storage of {said[1]} once that is dead"
+                   if all(side["ops"] for side in pair) else "")
+        lines.append(f"The wrapper reuses memory {_plural(len(reused), 'time')}{example}.")
     return lines
 
 

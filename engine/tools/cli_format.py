@@ -83,7 +83,7 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     for kernel in kernels:
         lines.append(f"  {kernel.name:<{width}}  {kernel.kind:<9}  {fused_ops(kernel)}  [{human_bytes(kernel.bytes)}]"
                      f"{kernel_profile(kernel)}")
-        choice = tiling_line(kernel)
+        choice = tiling_line(kernel, graph)
         if choice:
             lines.append(f"  {'':<{width}}  tiling: {choice}")
     lines += profile_lines(graph.profile)
@@ -91,7 +91,7 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     if fallbacks:
         lines.append(f"  Fallbacks to eager: {len(fallbacks)}")
         for kernel in fallbacks:
-            lines.append(f"    {kernel.name}: {kernel.reason or 'no reason recorded'}")
+            lines.append(f"    {kernel.name}: {plain_words(kernel.reason, graph) or 'no reason recorded'}")
     else:
         lines.append("  Fallbacks to eager: none")
     for rewrite in graph.rewrites:  # Note [Rewrite stage]: every match and near-miss, with its user line
@@ -140,19 +140,21 @@ def plain_words(text, graph: GraphRecord | None = None) -> str:
     return re.sub(r"\b(buf\d+)\b( is a library call(?: \(([^)]*)\))?)?", named, text)
 
 
-def tiling_line(kernel: KernelRecord) -> str:
-    """A kernel's loop tiling (or a template's tile config) and why, in words."""
+def tiling_line(kernel: KernelRecord, graph: GraphRecord | None = None) -> str:
+    """A kernel's loop tiling (or a template's tile config) and why, in words (given the graph, its buffers said
+    as the ops that compute them)."""
     tiling, template = kernel.tiling, kernel.template
     if tiling is not None and tiling.choice:
         details = ([f"run {tiling.run}"] if tiling.run else []) + (["columns True"] if tiling.columns else [])
         pieces = tiling.pieces if tiling.pieces is not None and tiling.pieces.pieces else None
         if pieces is not None:
             details.append(f"{len(pieces.pieces)} pieces along dim {pieces.dim}")
-        reason = "; ".join(w for w in (plain_words(tiling.reason), plain_words(pieces.reason if pieces else "")) if w)
+        reason = "; ".join(w for w in (plain_words(tiling.reason, graph),
+                                       plain_words(pieces.reason if pieces else "", graph)) if w)
         return tiling.choice + (f" ({', '.join(details)})" if details else "") + (f" - {reason}" if reason else "")
     if template is not None and template.config:
         config = ", ".join(f"{k}={v}" for k, v in template.config.items())
-        return f"{template.name} {config}" + (f" - {plain_words(template.reason)}" if template.reason else "")
+        return f"{template.name} {config}" + (f" - {plain_words(template.reason, graph)}" if template.reason else "")
     return ""
 
 

@@ -1,6 +1,11 @@
 """Recompile what-if (Note [Recompile what-if] in engine/tools/whatif.py): Dynamo's guards, asked before the
 inputs run, predict the recompile that then happens, and predict none when none happens."""
+import json
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +27,19 @@ def test_a_new_batch_size_is_predicted_to_recompile_and_does():
     assert "size mismatch" in result["prediction"]["checked"][0]["failed"][0]
     assert result["outcome"]["recompiled"] is True and result["predicted_right"]
     assert "dynamic=True" in result["prediction"]["dynamic"]
+
+
+@pytest.mark.slow  # the CLI in a subprocess (Note [Two lanes], tests/conftest.py)
+def test_the_cli_says_in_json_whether_other_inputs_recompile():
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "engine", "whatif", "mlp", "--inputs", "float32[16, 128]", "--json"],
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # --json: the JSON on stdout and nothing else
+    prediction = result["prediction"]
+    assert prediction["known"] and prediction["recompile"] is True and prediction["failed_kinds"] == ["shape"]
+    assert result["outcome"]["recompiled"] is True and result["predicted_right"] is True
 
 
 def test_the_same_shapes_are_predicted_not_to_recompile_and_do_not():

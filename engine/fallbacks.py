@@ -94,13 +94,13 @@ def collected() -> Iterator[list[EagerRun]]:
     """Collects the fallbacks warned inside the block (every one, not once per call site) instead of showing
     them: for a caller that reports them itself, as bench's rows do."""
     found: list[EagerRun] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FallbackWarning)
-        try:
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FallbackWarning)
             yield found
-        finally:
-            for warning in caught:
-                if isinstance(warning.message, FallbackWarning) and warning.message.eager_run is not None:
-                    found.append(warning.message.eager_run)
-                else:  # anything else is shown as it would have been
-                    warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    finally:  # outside the recording: there, showwarning would append to `caught` while we walk it
+        for warning in caught:
+            if isinstance(warning.message, FallbackWarning) and warning.message.eager_run is not None:
+                found.append(warning.message.eager_run)
+            else:  # anything else is shown as it would have been
+                warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)

@@ -35,7 +35,7 @@ def test_bench_train_has_a_decoder_from_its_library_that_trains_like_eager(tmp_p
                    "0.05", "--threads", "1", "--json", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     (report,) = json.loads(result.stdout)
-    assert report["name"].startswith("qwen2 (transformers") and report["glassbox_ms"] > 0
+    assert report["name"].startswith("qwen2 (Hugging Face") and report["glassbox_ms"] > 0
     assert all(check["ok"] for check in report["verify"].values()), report["verify"]
 
 

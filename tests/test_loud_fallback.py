@@ -1,7 +1,11 @@
 """Nothing runs eagerly in silence (Note [A fallback is loud] in engine/fallbacks.py), and our compile makes real
 tensors, never fake ones (Note [Compiling outside the fake mode] in engine/pipeline.py)."""
 import dataclasses
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,3 +164,27 @@ def test_the_warning_rebuilds_from_its_text():
     # pytest-xdist sends a worker's warnings to the controller as class and text and rebuilds them there
     rebuilt = engine.FallbackWarning("Glassbox: the whole graph ran eagerly")
     assert str(rebuilt) == "Glassbox: the whole graph ran eagerly" and rebuilt.eager_run is None
+
+
+@pytest.mark.slow
+def test_collected_keeps_fallbacks_and_shows_every_other_warning_once(tmp_path):
+    """fallbacks.collected() once showed other warnings from inside its own recording, where showing one
+    appends it to the list being walked: a model that warned (transformers' Wav2Vec2 under Dynamo) grew that
+    list until the sweep's child was killed. In a child process with capped memory and time."""
+    script = tmp_path / "collect.py"
+    script.write_text(
+        "import resource, warnings\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from engine import fallbacks\n"
+        "run = fallbacks.EagerRun('graph', 'run', 'a reason', 'model.py:3')\n"
+        "with warnings.catch_warnings(record=True) as outer:\n"
+        "    warnings.simplefilter('always')\n"
+        "    with fallbacks.collected() as found:\n"
+        "        warnings.warn('plain', UserWarning)\n"
+        "        fallbacks.warn(run)\n"
+        "print(len(found), found[0].reason, [str(w.message) for w in outer])\n")
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(script)], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "1 a reason ['plain']"

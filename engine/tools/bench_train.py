@@ -139,7 +139,7 @@ def _library_cases(small: bool) -> list[ModelSpec]:
                                       num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 4,
                                       max_position_embeddings=1024)
     torch.manual_seed(0)
-    specs.append(_spec(f"qwen2 (transformers, 2 layers, D={width}, B={batch} T={tokens})" +
+    specs.append(_spec(f"qwen2 (Hugging Face Qwen2ForCausalLM, 2 layers, D={width}, B={batch} T={tokens})" +
                        ("" if small else " bf16"), LogitsOnly(transformers.Qwen2ForCausalLM(config)),
                        (torch.randint(0, vocab, (batch, tokens)),), torch.float32 if small else torch.bfloat16))
     return specs

@@ -40,6 +40,7 @@ def test_the_cli_says_in_json_whether_other_inputs_recompile():
     prediction = result["prediction"]
     assert prediction["known"] and prediction["recompile"] is True and prediction["failed_kinds"] == ["shape"]
     assert result["outcome"]["recompiled"] is True and result["predicted_right"] is True
+    assert "`whatif` runs the model in this process, unsandboxed" in done.stderr  # said, never silent
 
 
 def test_the_same_shapes_are_predicted_not_to_recompile_and_do_not():

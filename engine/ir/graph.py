@@ -28,6 +28,11 @@ class LoweredGraph:
         the sizes, and the host scalars read by .item() (Note [CPU scalars on the GPU])."""
         return list(self.size_vars.values()) + [(p, None) for p in derived.input_items(self.derived_sizes)]
 
+    def host_nodes(self) -> list[str]:
+        """The nodes of a GPU graph computed on the CPU, as eager does (Note [Host tensors of a GPU graph] in
+        lowering/graph.py)."""
+        return [n.name for n in self.nodes if n.device == "cpu" and self.device != "cpu"]
+
     def size_symbols(self) -> list[sympy.Symbol]:
         """Every symbol a kernel may take as a size argument: the inputs' sizes, then the derived ones."""
         return list(self.size_vars) + list(self.derived_sizes)

@@ -10,7 +10,7 @@ import torch.fx
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import Expr
-from engine.ir.nodes import Buffer, Constant, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
+from engine.ir.nodes import Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import allocation, pointwise_node, realize, sympify_size
 from engine.lowering.declined import unlowered_reason
@@ -39,6 +39,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.size_vars: dict[sympy.Symbol, tuple[int, int | None]] = {}
         self.derived_sizes: dict[sympy.Symbol, Expr] = {}  # Note [Derived sizes]
         self.current_node: torch.fx.Node | None = None
+        self.host = host_nodes(gm, device)  # Note [Host tensors of a GPU graph]
 
     # -- used by lowerings -------------------------------------------------------------------------------
     @property
@@ -122,6 +123,8 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(val, (torch.Tensor, tuple, list)):
             # arithmetic on sizes (sym_size, operator.mul on SymInts): the value is a sympy expression
             return sympify_size(val)
+        if self.current_node in self.host:  # Note [Host tensors of a GPU graph]
+            return self.fallback(target, args, kwargs, reason="", node_class=Extern, device="cpu")
         if _statically_empty(val) and not _is_view_op(target):
             return self.empty_result(target, val)
         unsupported = _without_kernel_dtype(args, kwargs, val)
@@ -158,7 +161,20 @@ class GraphLowering(torch.fx.Interpreter):
         outputs = list(args[0]) if isinstance(args[0], (tuple, list)) else [args[0]]
         # an output handed back to torch must be a strided tensor: a view whose index map is not affine
         # (a reshape of a window view, say) is copied into a buffer of its own first
-        return [realize(v) if isinstance(v, TensorValue) and v.strided_layout() is None else v for v in outputs]
+        outputs = [realize(v) if isinstance(v, TensorValue) and v.strided_layout() is None else v for v in outputs]
+        fx_outputs = self.current_node.args[0]
+        fx_outputs = list(fx_outputs) if isinstance(fx_outputs, (tuple, list)) else [fx_outputs]
+        return [self._to_host(v, n.meta.get("val")) if isinstance(n, torch.fx.Node) else v
+                for v, n in zip(outputs, fx_outputs)]
+
+    def _to_host(self, value, val):
+        """An output eager returns on the CPU, computed here on the graph's device, copied back to the CPU
+        (Note [Host tensors of a GPU graph])."""
+        if not (isinstance(value, TensorValue) and isinstance(val, torch.Tensor) and val.device.type == "cpu"
+                and value.node.device != "cpu"):
+            return value
+        return self.fallback(torch.ops.aten._to_copy.default, (value,), {"device": torch.device("cpu")},
+                             reason="", node_class=Extern, device="cpu", val=val)
 
     def empty_result(self, target, val):
         """Note [Empty tensors]: an output with no elements computes nothing, so it gets no kernel (a loop of
@@ -181,20 +197,23 @@ class GraphLowering(torch.fx.Interpreter):
         stride, offset = layout
         return TensorArg(value.node.name, tuple(value.size), stride, offset)
 
-    def fallback(self, target, args, kwargs, reason: str, node_class=Fallback):
-        """Call `target` eagerly on our buffers (node_class=Extern for library calls we chose to make)."""
+    def fallback(self, target, args, kwargs, reason: str, node_class=Fallback, device: str | None = None,
+                 val=None):
+        """Call `target` eagerly on our buffers (node_class=Extern for library calls we chose to make), on
+        `device` (the graph's unless told) with the result `val` (the current node's unless told)."""
         target, args, kwargs = BoundCall.bind(target, tuple(args), dict(kwargs))
         args, kwargs = torch.utils._pytree.tree_map(
             lambda a: self.as_tensor_arg(a) if isinstance(a, TensorValue) else a, (args, kwargs))
         extra = {"reason": reason} if node_class is Fallback else {}
-        val = self.out_meta
+        val = self.out_meta if val is None else val
+        device = device or self.device
         if isinstance(val, torch.Tensor):
-            node = node_class(name=self.new_name(), size=_meta_sizes(val), dtype=val.dtype, device=self.device,
+            node = node_class(name=self.new_name(), size=_meta_sizes(val), dtype=val.dtype, device=device,
                               origins=self.origins(), target=target, args=tuple(args), kwargs=dict(kwargs),
                               out_stride=_meta_strides(val), **extra)
             self.register(node)
             return TensorValue(node, node.size)
-        parent = node_class(name=self.new_name(), size=(), dtype=torch.float32, device=self.device,
+        parent = node_class(name=self.new_name(), size=(), dtype=torch.float32, device=device,
                             origins=self.origins(), target=target, args=tuple(args), kwargs=dict(kwargs),
                             out_stride=(), **extra)
         self.register(parent)
@@ -203,7 +222,7 @@ class GraphLowering(torch.fx.Interpreter):
             if not isinstance(item, torch.Tensor):
                 results.append(None)
                 continue
-            out = MultiOutput(name=self.new_name(), size=_meta_sizes(item), dtype=item.dtype, device=self.device,
+            out = MultiOutput(name=self.new_name(), size=_meta_sizes(item), dtype=item.dtype, device=device,
                               origins=self.origins(), parent=parent.name, index=i, out_stride=_meta_strides(item))
             self.register(out)
             results.append(TensorValue(out, out.size))
@@ -264,6 +283,31 @@ def _without_kernel_dtype(args, kwargs, val) -> str | None:
                 f"scalars; complex arithmetic would be a pair of real ops per element over view_as_real's "
                 f"trailing pair, not built, and an FFT (FNet) is a library call in eager and Inductor alike")
     return f"generated kernels have no {', '.join(other)} type: runs eagerly" if other else None
+
+
+# Note [Host tensors of a GPU graph]
+# Model code builds small CPU tensors inside a GPU graph (DeBERTa's `torch.tensor(min(q_len, span))`, a
+# `.cpu()` of a result) and hands them back to Python, which reads them with .item() or slices by them. Lowered
+# on the graph's device, such an output came back on the GPU: a device that differs from eager's, and a
+# device-to-host wait at every later .item() (DeBERTa ran slower than eager). So a CPU tensor that reaches an
+# output only through CPU tensors is computed on the CPU, eagerly, as eager does (one tiny op, no kernel); a
+# CPU output that GPU kernels also read is computed on the GPU and copied back at the end. Inductor keeps such
+# nodes on the CPU too, and leaves a graph that has them out of CUDA-graph replay, as build does here.
+def host_nodes(gm: torch.fx.GraphModule, device: str) -> set[torch.fx.Node]:
+    """The nodes of a `device` graph that eager computes on the CPU and that only CPU work and the outputs use."""
+    if torch.device(device).type == "cpu":
+        return set()
+
+    def on_host(node) -> bool:
+        vals = torch.utils._pytree.tree_leaves(node.meta.get("val"))
+        return node.op == "call_function" and bool(vals) and all(
+            isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in vals)
+
+    host: set[torch.fx.Node] = set()
+    for node in reversed(gm.graph.nodes):
+        if on_host(node) and node.users and all(u.op == "output" or u in host for u in node.users):
+            host.add(node)
+    return host
 
 
 def _statically_empty(val) -> bool:

@@ -45,13 +45,41 @@ def test_split_reductions_match_eager(backend, case):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn,why", [(lambda t: (t - t.mean()).abs().amax(), "2 passes over each output"),
-                                    (lambda t: t.argmax(), "an argmax")], ids=["two_passes", "argmax"])
+@pytest.mark.parametrize("fn,why", [(lambda t: t.argmax(), "an argmax")], ids=["argmax"])
 def test_kernels_that_cannot_split_say_why(backend, fn, why):
     (kernel,) = _explore(fn, (torch.randn(LONG),), backend)
     assert kernel.tiling.choice == "split"
     if backend == "triton":
         assert f"Triton: not split ({why}" in kernel.tiling.reason, kernel.tiling.reason
+
+
+def _two_passes(t):
+    return (t - t.mean()).abs().amax()
+
+
+def _group_norm(x):  # a per-image norm over 64K elements, then elementwise work over all of them
+    return torch.nn.functional.group_norm(x, 1) * 2 + x
+
+
+@pytest.mark.parametrize("fn,make", [(_two_passes, lambda: torch.randn(LONG)),
+                                     (_group_norm, lambda: torch.randn(4, 16, 64, 64))],
+                         ids=["two_passes", "group_norm"])
+def test_few_rows_stay_splittable_on_triton(fn, make):
+    # Note [Few rows stay splittable]: a reduction reading another, and elementwise work over every element
+    # after one, are not fused into a few-rows reduction on Triton: each pass splits in two stages
+    torch._dynamo.reset()
+    exploration = engine.explore(fn, (make(),), backend="triton", name="split")
+    assert exploration.verify.ok, exploration.verify
+    reductions = [k for k in exploration.kernels if k.kind == "reduction"]
+    assert len(reductions) == 4 and all(k.tiling.choice == "split" for k in reductions)
+    assert sum(k.name.endswith("_partials") for k in reductions) == 2
+    refused = [d for g in exploration.graphs for d in g.fusion.decisions if d.rule == "few_rows_stay_splittable"]
+    assert refused and not any(d.fused for d in refused)
+    # C++ splits inside one kernel over its threads: there the chain stays fused
+    torch._dynamo.reset()
+    cpp = engine.explore(fn, (make(),), backend="cpp", name="split")
+    assert cpp.verify.ok and not [d for g in cpp.graphs for d in g.fusion.decisions
+                                  if d.rule == "few_rows_stay_splittable"]
 
 
 @pytest.mark.slow

@@ -369,7 +369,8 @@ class Scheduler:
         window, cross = self._window_reads(a, b) if kind == "vertical" else (1, 0)
         persistent = self._persistent_row(a, b) if passes > policy.MAX_REDUCTION_PASSES else None
         verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible,
-                                                 window=window, persistent_row=persistent))
+                                                 window=window, persistent_row=persistent,
+                                                 splits_few_rows=self.template_options.backend == "triton"))
         if kind == "horizontal" and (not verdict.fuse or self._path_through_others(a, b)
                                      or b in a.consumers or a in b.consumers):
             return False  # siblings are only candidates when the policy would fuse them and neither reads the other

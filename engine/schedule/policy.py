@@ -18,6 +18,15 @@ from engine.schedule.kernel_plan import describe_size
 from engine.schedule.templates import epilogue_verdict
 
 MAX_REDUCTION_PASSES = 4  # more passes over a row than this re-read it too often to pay off
+SPLIT_MAX_OUTPUTS = 16  # Note [Split reductions on the GPU] in split.py: this few outputs of a reduction ...
+SPLIT_MIN_REDUCTION = 1 << 16  # ... this long are split over the GPU's SMs
+
+
+def wants_split(rows, red) -> bool:
+    """Few outputs, each a long reduction: split in two kernels on Triton (Note [Split reductions on the GPU])."""
+    rows, red = sympy.sympify(rows), sympy.sympify(red)
+    return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS
+                and int(red) >= SPLIT_MIN_REDUCTION)
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class Candidate:
     # over MAX_REDUCTION_PASSES only: why the merged kernel's rows are held whole (Note [Persistent chains]),
     # or None when they are looped
     persistent_row: str | None = None
+    splits_few_rows: bool = False  # the backend splits a few-rows reduction (Triton: Note [Few rows stay splittable])
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,33 @@ def too_many_passes(c: Candidate) -> Verdict | None:
     if c.passes > MAX_REDUCTION_PASSES and c.persistent_row is None:
         return Verdict(False, f"would need {c.passes} passes over each row (limit {MAX_REDUCTION_PASSES}: each "
                               f"pass re-reads a looped row)", "too_many_passes")
+    return None
+
+
+# Note [Few rows stay splittable]
+# Triton splits a reduction with few outputs and long rows over the GPU's SMs (Note [Split reductions on the
+# GPU]), but only a kernel of one pass whose epilogue works per output: a second reduction reading the first
+# (var after mean) or an elementwise epilogue over the whole input (group norm's normalize) keeps it one
+# program per output. A timm PoolFormer's GroupNorm(1, C) over 16 images of 64 x 56 x 56 fused that way ran
+# on 16 of 132 SMs at ~55 GB/s, 0.25-0.46 ms a kernel (3.7 ms of device time a call against Inductor's 1.0).
+# So on Triton such a reduction takes neither: each pass is a kernel that splits, and the normalize is an
+# elementwise kernel over every element, at the price of reading the input once per kernel.
+def few_rows_stay_splittable(c: Candidate) -> Verdict | None:
+    if not c.splits_few_rows:
+        return None
+    reduction = c.first if c.first.has_reduction else c.second if c.second.has_reduction else None
+    if reduction is None or not wants_split(*reduction.shape):
+        return None
+    rows, red = reduction.shape
+    few = f"{rows} outputs each reducing {red} elements are split over the GPU's SMs"
+    if c.first.has_reduction and c.second.has_reduction and c.passes > 1:
+        return Verdict(False, f"{few}; a second reduction reading the first in the same kernel would leave one "
+                              f"program per output (Note [Few rows stay splittable])", "few_rows_stay_splittable")
+    found = _fit_around_reduction(c, reduction_first=True) if c.kind == "vertical" else None
+    if found is not None and found[0] == "full":
+        return Verdict(False, f"{few}; elementwise work over all {found[1]} elements after the reduction would "
+                              f"leave one program per output (Note [Few rows stay splittable])",
+                       "few_rows_stay_splittable")
     return None
 
 
@@ -476,7 +513,7 @@ def recompute_in_reader(r: Recomputation) -> Verdict | None:
 
 RULES: list[Callable[[Candidate], Verdict | None]] = [
     fusion_knobs, accumulating_store, template_epilogue, library_call, scan_kernel, window_read, too_many_passes,
-    two_reductions, elementwise, horizontal_siblings, stored_prologue_of_column, reduction_prologue,
+    few_rows_stay_splittable, two_reductions, elementwise, horizontal_siblings, stored_prologue_of_column, reduction_prologue,
     column_reduction_prologue, reduction_epilogue, inline_producer, different_iteration_space,
 ]
 

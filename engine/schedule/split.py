@@ -70,10 +70,9 @@ from engine.ir.indexing import unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
 from engine.ir.ops import compute_dtype, ops, reduction_identity
 from engine.schedule.fusion import Kernel, Schedule
+from engine.schedule.policy import wants_split
 from engine.schedule.strides import column_access, kernel_accesses
 
-SPLIT_MAX_OUTPUTS = 16
-SPLIT_MIN_REDUCTION = 1 << 16
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
 MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
 COLUMN_ROW_BYTES = 8192 * 4  # Note [Column splits by bytes]: a row of the measured-good 8192-column float32 sum
@@ -81,12 +80,6 @@ COLUMN_MIN_CHUNK = 256  # a part of a column split reduces at least this many ro
 COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
 COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction
-
-
-def wants_split(rows, red) -> bool:
-    rows, red = sympy.sympify(rows), sympy.sympify(red)
-    return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS
-                and int(red) >= SPLIT_MIN_REDUCTION)
 
 
 @dataclass(eq=False)

@@ -39,7 +39,8 @@ from engine.ir.indexing import FloorDiv, ModIndex, contiguous_strides, product, 
 from engine.ir.nodes import Buffer, Reduction, Scan, Scatter
 from engine.record import TileShape, TilingRecord
 from engine.schedule.kernel_plan import KernelPlan
-from engine.schedule.split import SplitCombine, SplitPartials, wants_split
+from engine.schedule.policy import wants_split
+from engine.schedule.split import SplitCombine, SplitPartials
 from engine.schedule.strides import Access, column_access, kernel_accesses, probe_stride
 
 TILE_MIN = 16  # a side shorter than this does not pay for a second tile axis

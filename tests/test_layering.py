@@ -1,14 +1,15 @@
 """The layers import only downward, and no module imports itself back through others (imports inside functions
 included: a cycle hidden in a function is still a cycle).
 
-    record                       the record's data types (standard library only)
+    record, words                the record's data types, and its text in a user's words (standard library only)
     ir < lowering < schedule < runtime < codegen < run, capture, decompose, rewrite < report < pipeline < reference
                                  the compiler core; the runtime (engine/runtime: build, load, launch, tune,
                                  replay, measure what codegen printed) imports only ir/, the record and itself,
                                  and codegen (which prints text and never runs it) nothing of the runtime: the
                                  two meet only in the data of engine/ir/artifacts.py
     tools                        engine/tools/*: may use the core, never the reverse
-    visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record
+    visualizers                  record -> DOT / HTML / figures: from the engine, only engine.record and
+                                 engine.words (the record's text as the CLI says it to a user)
     app, engine/__main__.py      the entry points, above everything: the Streamlit UI, and the command line
                                  (whose `report` command renders the record with visualizers/html_report.py)
     tests                        import the engine, never scripts/ (one-off diagnostics, Note [Tool verbs])
@@ -21,12 +22,14 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "visualizers", "app")
 
 # (prefix, rank): a module may import modules of its own rank or lower. Longest prefix wins.
 RANKS = [
-    ("engine.record", 0), ("engine.options", 0),
+    ("engine.record", 0), ("engine.options", 0), ("engine.words", 0),
     ("engine.ir", 1),
     ("engine.lowering", 2),
     ("engine.schedule", 3),
@@ -185,20 +188,28 @@ def test_codegen_holds_no_cuda_graph_launch_or_timing_code():
     assert not found, "running code in codegen/:\n" + "\n".join(found)
 
 
+# the record, and its text said as the CLI says it (so the app and the CLI word a reason alike)
+VISUALIZERS_MAY_IMPORT = ("engine.record", "engine.words")
+
+
 def test_visualizers_read_only_the_record():
     wrong = [f"{source} imports {target}" for source, targets in import_graph().items()
              if source.startswith("visualizers") for target in targets
-             if target.startswith("engine") and target != "engine.record"]
+             if target.startswith("engine") and target not in VISUALIZERS_MAY_IMPORT]
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_record_needs_only_the_standard_library():
-    tree = ast.parse((ROOT / "engine" / "record.py").read_text(encoding="utf-8"))
+@pytest.mark.parametrize("name, allowed", [
+    ("record.py", {"__future__", "dataclasses", "json", "math", "types", "typing"}),
+    ("words.py", {"__future__", "re", "typing"}),
+])
+def test_the_record_and_its_words_need_only_the_standard_library(name, allowed):
+    tree = ast.parse((ROOT / "engine" / name).read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                  and node.module}
-    assert imported <= {"__future__", "dataclasses", "json", "math", "types", "typing"}, imported
+    assert imported <= allowed, imported
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):

@@ -7,9 +7,9 @@ ATen ops and FX nodes a reader sees on the graphs.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 
+from engine import words
 from engine.record import Exploration, GraphRecord, IRNode
 from visualizers import graphs
 
@@ -177,25 +177,10 @@ def fusion_text(graph: GraphRecord) -> list[str]:
 
 
 def plain_words(text: str | None, graph: GraphRecord | None = None, index: tuple | None = None) -> str:
-    """Record text for a user: the engine's references to its own Notes ("(Note [Cat pieces])") left out and,
-    given the graph, its buffer names ("buf238") said as the ops that compute them ("mm's result")."""
-    text = _without_notes(text)
-    if graph is None:
-        return text
-
-    def named(match) -> str:
-        ops = " + ".join(decision_ops(graph, match.group(1), index)["ops"])
-        if not ops:
-            return match.group(0)
-        if match.group(2) and match.group(3) in (None, ops):  # "buf7 is a library call (mm)": "mm is a library call"
-            return f"{ops} is a library call"
-        return f"{ops}'s result" + (match.group(2) or "")
-    return re.sub(r"\b(buf\d+)\b( is a library call(?: \(([^)]*)\))?)?", named, text)
-
-
-def _without_notes(text: str | None) -> str:
-    return re.sub(r"\s*\((?:[^()]*?[;,:]\s*)?(?:see )?Note \[[^\]]+\](?: in [\w/.]+)?\)|\s*Note \[[^\]]+\]", "",
-                  str(text or "")).strip()
+    """Record text for a user (engine/words.py): the engine's references to its own Notes ("(Note [Cat pieces])")
+    left out and, given the graph, its buffer names ("buf238") said as the ops that compute them ("mm's result")."""
+    return words.plain_words(text, None if graph is None else
+                             lambda buffer: " + ".join(decision_ops(graph, buffer, index)["ops"]))
 
 
 def _bytes(count: int) -> str:

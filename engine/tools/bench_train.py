@@ -128,20 +128,21 @@ def _library_cases(small: bool) -> list[ModelSpec]:
                            torchvision.models.resnet50(), (torch.randn(batch, 3, image, image),),
                            torch.float32 if small else torch.bfloat16))
     try:
-        import transformers
+        import transformers  # noqa: F401 - the catalogue's builder uses it; here only whether it imports
     except ImportError:
         print("[train bench] qwen2 left out: transformers is not installed", file=sys.stderr)
         return specs
-    from engine.tools.zoo import LogitsOnly
+    from engine.tools.model_catalog import GQA, LLAMA_KEYS, REAL, TINY, decoder
 
-    width, heads, vocab, batch, tokens = (64, 4, 256, 2, 16) if small else (1024, 16, 32000, 4, 512)
-    config = transformers.Qwen2Config(vocab_size=vocab, hidden_size=width, intermediate_size=width * 11 // 4,
-                                      num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 4,
-                                      max_position_embeddings=1024)
+    # the catalogue's hf_qwen2 at 2 layers (D=1024, B=4 T=512 real; D=64, B=2 T=16 tiny), with Qwen2Config's own
+    # special token ids (none): the catalogue's pad id 0 would make token 0's embedding row a frozen zero
+    build = decoder("qwen2", LLAMA_KEYS, dict(GQA, pad_token_id=None, bos_token_id=None, eos_token_id=None),
+                    layers=2)
     torch.manual_seed(0)
+    model, inputs = build(TINY if small else REAL)
+    width, (batch, tokens) = model.model.config.hidden_size, inputs[0].shape
     specs.append(_spec(f"qwen2 (Hugging Face Qwen2ForCausalLM, 2 layers, D={width}, B={batch} T={tokens})" +
-                       ("" if small else " bf16"), LogitsOnly(transformers.Qwen2ForCausalLM(config)),
-                       (torch.randint(0, vocab, (batch, tokens)),), torch.float32 if small else torch.bfloat16))
+                       ("" if small else " bf16"), model, inputs, torch.float32 if small else torch.bfloat16))
     return specs
 
 

@@ -6,9 +6,9 @@ visualizers: what the CLI prints is exactly what the record holds, so a user can
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
+from engine import words
 from engine.record import (STAGE_NAMES, Exploration, GraphBreakRecord, GraphRecord, KernelRecord, MachineRecord,
                            ProfileRecord, RunRecord, VerifyRecord)
 from engine.runtime.timing import TOO_NOISY
@@ -120,24 +120,10 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     return lines + train_format.partition_lines(graph, verbose)
 
 
-_NOTE = re.compile(r"\s*\((?:[^()]*?[;,:]\s*)?(?:see )?Note \[[^\]]+\](?: in [\w/.]+)?\)|\s*Note \[[^\]]+\]")
-
-
 def plain_words(text, graph: GraphRecord | None = None) -> str:
-    """Record text for a user: the engine's references to its own Notes left out and, given the graph, its
-    buffer names ("buf238") said as the ops that compute them ("mm's result")."""
-    text = _NOTE.sub("", str(text or "")).strip()
-    if graph is None:
-        return text
-
-    def named(match) -> str:
-        ops = group_ops(graph, match.group(1))
-        if ops == match.group(1):
-            return match.group(0)
-        if match.group(2) and match.group(3) in (None, ops):  # "buf7 is a library call (mm)": "mm is a library call"
-            return f"{ops} is a library call"
-        return f"{ops}'s result" + (match.group(2) or "")
-    return re.sub(r"\b(buf\d+)\b( is a library call(?: \(([^)]*)\))?)?", named, text)
+    """Record text for a user (engine/words.py): Note references left out and, given the graph, its buffer names
+    ("buf238") said as the ops that compute them ("mm's result")."""
+    return words.plain_words(text, None if graph is None else lambda buffer: " + ".join(op_names(graph, buffer)))
 
 
 def tiling_line(kernel: KernelRecord, graph: GraphRecord | None = None) -> str:
@@ -160,6 +146,11 @@ def tiling_line(kernel: KernelRecord, graph: GraphRecord | None = None) -> str:
 
 def group_ops(graph: GraphRecord, label: str) -> str:
     """A fusion group as its ops ("mul + add"), not the scheduler's buffer names ("buf3+buf4")."""
+    return " + ".join(op_names(graph, label)) or str(label)
+
+
+def op_names(graph: GraphRecord, label: str) -> list[str]:
+    """The ops a fusion group's buffers compute, in order; empty when the graph does not know them."""
     names = [part.strip() for part in str(label).split(" (")[0].split("+")]
     if "..." in names:  # a long group, elided: the kernel (or IR) run between its first and last buffers
         for order in [k.ir_nodes for k in graph.kernels] + [[n.name for n in (graph.ir.nodes if graph.ir else [])]]:
@@ -168,9 +159,8 @@ def group_ops(graph: GraphRecord, label: str) -> str:
                 break
     ir = {n.name: n for n in (graph.ir.nodes if graph.ir else [])}
     aten = {n.name: n for n in graph.aten}
-    ops = list(dict.fromkeys(short_op(aten[a].target) for n in names if n in ir for a in ir[n].aten_origins
-                             if a in aten))
-    return " + ".join(ops) if ops else str(label)
+    return list(dict.fromkeys(short_op(aten[a].target) for n in names if n in ir for a in ir[n].aten_origins
+                              if a in aten))
 
 
 def kernel_profile(kernel: KernelRecord) -> str:

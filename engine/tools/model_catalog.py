@@ -72,19 +72,21 @@ def _width(size: str, real: int) -> int:
     return real if size == REAL else 64
 
 
-def _decoder(model_type: str, keys: dict, extra: dict | None = None, tokens: int | None = None):
+def decoder(model_type: str, keys: dict, extra: dict | None = None, tokens: int | None = None,
+            layers: int | None = None):
     """A causal LM from its config class; `keys` maps our names (width, layers, heads, ffn, vocab, positions) to
-    the config's own keyword names."""
+    the config's own keyword names. `layers` replaces the depth at both sizes (else 4 real, 2 tiny); `extra` is
+    applied last, so it may also replace the special token ids."""
 
     def build(size: str):
         import transformers
 
-        width, layers, heads = (1024, 4, 16) if size == REAL else (64, 2, 4)
-        values = dict(width=width, layers=layers, heads=heads, ffn=width * 11 // 4, vocab=32000 if size == REAL else 256,
-                      positions=1024)
+        width, depth, heads = (1024, 4, 16) if size == REAL else (64, 2, 4)
+        values = dict(width=width, layers=layers or depth, heads=heads, ffn=width * 11 // 4,
+                      vocab=32000 if size == REAL else 256, positions=1024)
         kwargs = {name: values[ours] for ours, name in keys.items()}
-        kwargs.update(extra or {})
         kwargs.update(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # inside any vocabulary
+        kwargs.update(extra or {})
         for key, value in list(kwargs.items()):
             if callable(value):
                 kwargs[key] = value(heads, width)
@@ -236,7 +238,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 
 
 def catalog() -> list[CatalogEntry]:
-    d, e, v = _decoder, _encoder, _hf_vision
+    d, e, v = decoder, _encoder, _hf_vision
     entries = [
         # decoders: bf16, 4 x 512 tokens, 4 layers of 1024
         CatalogEntry("hf_mistral", "transformers", "GQA, sliding window", BF16, d("mistral", LLAMA_KEYS, GQA)),

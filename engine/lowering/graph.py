@@ -40,6 +40,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.derived_sizes: dict[sympy.Symbol, Expr] = {}  # Note [Derived sizes]
         self.current_node: torch.fx.Node | None = None
         self.host = host_nodes(gm, device)  # Note [Host tensors of a GPU graph]
+        self.returns_host = torch.device(device).type != "cpu" and traced_on(gm, device)
 
     # -- used by lowerings -------------------------------------------------------------------------------
     @property
@@ -170,8 +171,8 @@ class GraphLowering(torch.fx.Interpreter):
     def _to_host(self, value, val):
         """An output eager returns on the CPU, computed here on the graph's device, copied back to the CPU
         (Note [Host tensors of a GPU graph])."""
-        if not (isinstance(value, TensorValue) and isinstance(val, torch.Tensor) and val.device.type == "cpu"
-                and value.node.device != "cpu"):
+        if not (self.returns_host and isinstance(value, TensorValue) and isinstance(val, torch.Tensor)
+                and val.device.type == "cpu" and value.node.device != "cpu"):
             return value
         return self.fallback(torch.ops.aten._to_copy.default, (value,), {"device": torch.device("cpu")},
                              reason="", node_class=Extern, device="cpu", val=val)
@@ -293,9 +294,17 @@ def _without_kernel_dtype(args, kwargs, val) -> str | None:
 # output only through CPU tensors is computed on the CPU, eagerly, as eager does (one tiny op, no kernel); a
 # CPU output that GPU kernels also read is computed on the GPU and copied back at the end. Inductor keeps such
 # nodes on the CPU too, and leaves a graph that has them out of CUDA-graph replay, as build does here.
+def traced_on(gm: torch.fx.GraphModule, device: str) -> bool:
+    """Whether some value of the graph lives on `device`'s type. A graph traced on the CPU and lowered for
+    another device (a test's stand-in) is not: its fake values say nothing about where eager computes."""
+    kind = torch.device(device).type
+    return any(isinstance(v, torch.Tensor) and v.device.type == kind
+               for n in gm.graph.nodes for v in torch.utils._pytree.tree_leaves(n.meta.get("val")))
+
+
 def host_nodes(gm: torch.fx.GraphModule, device: str) -> set[torch.fx.Node]:
     """The nodes of a `device` graph that eager computes on the CPU and that only CPU work and the outputs use."""
-    if torch.device(device).type == "cpu":
+    if torch.device(device).type == "cpu" or not traced_on(gm, device):
         return set()
 
     def on_host(node) -> bool:

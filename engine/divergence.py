@@ -3,8 +3,8 @@
 Note [Numerics bisect]
 When an exploration's outputs are not exactly eager's, each graph is run once more on the arguments of its first
 call, twice: eager, the ATen graph op by op (torch.fx.Interpreter, every node's value kept), and ours, the
-unchanged wrapper with each kernel's namespace entry swapped for a proxy (as the profiler does, Note [Timing
-kernels inside the real wrapper]) that copies what the kernel wrote: a generated kernel's stored buffers read
+unchanged wrapper with each kernel's namespace entry swapped for a proxy (Note [Stand-ins in the wrapper's
+namespace]) that copies what the kernel wrote: a generated kernel's stored buffers read
 from the wrapper's frame after it returns, a library or eager call's result. Every output buffer that is the
 whole value of an ATen node (engine/reproducer.py's rule) is compared with that node's eager value under the
 project's tolerance (engine/run.py's compare_tensor, with the node's value from a float64 run of the graph
@@ -27,6 +27,7 @@ import torch.fx
 from engine.record import BisectCulprit, BisectKernel, BisectOutput, BisectRecord, VerifyRecord
 from engine.reproducer import _value_node
 from engine.run import compare_tensor
+from engine.runtime.stand_ins import kernel_entries, swapped, wrapper_function
 
 EXACT, WITHIN, DIVERGING = "exact", "within tolerance", "diverging"
 _ORDER = {EXACT: 0, WITHIN: 1, DIVERGING: 2}
@@ -34,14 +35,9 @@ _ORDER = {EXACT: 0, WITHIN: 1, DIVERGING: 2}
 
 def _entries(compiled) -> dict[str, tuple[str, list[str], bool]]:
     """Namespace key -> (kernel name, the buffers it writes, whether they come back as its result)."""
-    entries = {}
-    for kernel in compiled.schedule.kernels:
-        if kernel.kind in ("pointwise", "reduction", "template"):
-            entries[kernel.name] = (kernel.name, list(kernel.stored), False)
-        else:
-            for node in kernel.nodes:
-                entries[f"op_{node.name}"] = (kernel.name, [node.name], True)
-    return entries
+    kernels = {kernel.name: kernel for kernel in compiled.schedule.kernels}
+    return {key: (name, list(kernels[name].stored), False) if key == name else (name, [key[len("op_"):]], True)
+            for key, name in kernel_entries(compiled.schedule.kernels).items()}
 
 
 class _Copying:
@@ -73,18 +69,15 @@ class _Copying:
 
 
 def _our_values(compiled, args: list) -> tuple[dict, list[str]]:
-    function = getattr(compiled.call, "call", compiled.call)
-    namespace = function.__globals__
-    entries = {key: value for key, value in _entries(compiled).items() if key in namespace}
-    originals = {key: namespace[key] for key in entries}
+    function = wrapper_function(compiled.call)
+    entries = _entries(compiled)
     values: dict = {}
     order: list = []
-    namespace.update({key: _Copying(originals[key], *entries[key], values, order) for key in entries})
-    try:
-        with torch.no_grad():
-            function(list(args))
-    finally:
-        namespace.update(originals)
+    def copying(key, original):
+        return _Copying(original, *entries[key], values, order)
+
+    with swapped(function.__globals__, entries, copying), torch.no_grad():
+        function(list(args))
     return values, order
 
 

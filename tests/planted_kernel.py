@@ -1,6 +1,7 @@
 """Test-only hook: a kernel planted wrong (Note [Numerics bisect] in engine/divergence.py), for the tests that check
 the bisect names it. tests/test_divergence.py plants it in its own process; the browser test pastes this file's
 text above a model's code, since the app's worker compiles in the process that runs the model file."""
+import functools
 import sys
 
 from engine import pipeline
@@ -16,10 +17,12 @@ def plant_wrong_kernel(name: str, patch=setattr) -> None:
         namespace = getattr(compiled.call, "call", compiled.call).__globals__
         kernel = next((k for k in compiled.schedule.kernels if k.name == name), None)
         if kernel is not None and name in namespace:
-            original = namespace[name]
+            launch = [namespace[name]]
+            if getattr(launch[0], "install", None) is not None:  # a Triton launch: once bound, it stays planted
+                launch[0].install = functools.partial(launch.__setitem__, 0)
 
             def wrong(*args):
-                original(*args)
+                launch[0](*args)
                 frame = sys._getframe(1)
                 while kernel.stored[0] not in frame.f_locals:  # up to the wrapper: its buffers by name
                     frame = frame.f_back

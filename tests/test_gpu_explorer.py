@@ -1,5 +1,5 @@
 """The explorer's answers on the GPU (issue 31): heat from profiled Triton kernels lands on the graph and the
-user's lines under the device's roofs."""
+user's lines under the device's roofs, and the numerics bisect names a planted wrong Triton kernel."""
 import math
 
 import pytest
@@ -7,6 +7,7 @@ import torch
 
 import engine
 from engine.tools.model_file import load_model_file
+from planted_kernel import plant_wrong_kernel
 from samples import sample_path
 from visualizers import heat
 
@@ -36,3 +37,16 @@ def test_heat_of_triton_kernels_lands_on_the_graph_and_the_lines():
     lines = heat.line_heat(record)
     on_lines = sum(k.time_ms for k in graph.kernels if heat.kernel_lines(graph, k, spec.filename))
     assert lines and math.isclose(sum(e["ms"] for e in lines.values()), on_lines, rel_tol=1e-9)
+
+
+def test_the_bisect_names_a_planted_wrong_triton_kernel(monkeypatch):
+    _, clean = _explore_on_gpu("transformer_block")
+    generated = [k.name for k in clean.graphs[0].kernels if k.kind in ("pointwise", "reduction")]
+    torch._dynamo.reset()
+    plant_wrong_kernel(generated[0], monkeypatch.setattr)
+    _, record = _explore_on_gpu("transformer_block")
+    assert not record.verify.ok
+    bisect = record.graphs[0].bisect
+    assert bisect.status == "diverges" and bisect.culprit.kernel == generated[0], (generated, bisect.to_json())
+    assert bisect.culprit.user_line and bisect.culprit.user_line.lineno > 0
+    assert "diverging" in set(bisect.nodes.values())

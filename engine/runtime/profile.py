@@ -39,6 +39,7 @@ from engine.ir.nodes import Extern, Pointwise, Reduction, Scan
 from engine.ir.ops import BINARY, UNARY, use_handler
 from engine.record import MachineRecord, PeaksRecord, ProfileRecord, TimelineEntry
 from engine.runtime import peaks
+from engine.runtime.stand_ins import kernel_entries, swapped, wrapper_function
 
 MIN_TIME_S = 0.2  # seconds of repeated calls per graph, at least
 MIN_REPEATS, MAX_REPEATS = 5, 2000
@@ -165,23 +166,6 @@ class _Timed:
         return self._timed(self.function.run, args, kwargs)
 
 
-def _raw_wrapper(call: Callable) -> Callable:
-    """The generated `call` function itself (a CUDA-graph replay keeps it as `.call`)."""
-    return getattr(call, "call", call)
-
-
-def _namespace_entries(compiled) -> dict[str, str]:
-    """Namespace key -> kernel name, for every kernel the wrapper launches or calls."""
-    entries = {}
-    for kernel in compiled.schedule.kernels:
-        if kernel.kind in ("pointwise", "reduction", "template"):
-            entries[kernel.name] = kernel.name
-        else:
-            for node in kernel.nodes:
-                entries[f"op_{node.name}"] = kernel.name
-    return entries
-
-
 def _quartiles(values: list[float]) -> tuple[float, float]:
     """(median, interquartile range)."""
     if len(values) < 4:
@@ -203,13 +187,11 @@ def time_graph(compiled, args: list, device: str, min_time: float = MIN_TIME_S) 
     """Time one compiled graph on `args` (Note [Timing kernels inside the real wrapper]). Plain and instrumented
     calls alternate, so both see the same load of the machine; a kernel's share is of the instrumented call it
     ran in. {"call_ms", "call_iqr_ms", "timed_call_ms", "repeats", "kernels": {name: {"time_ms", "iqr_ms"}}}."""
-    function = _raw_wrapper(compiled.call)
+    function = wrapper_function(compiled.call)
     namespace = function.__globals__
     clock = _Clock(device)
-    entries = {key: name for key, name in _namespace_entries(compiled).items() if key in namespace}
-    originals = {key: namespace[key] for key in entries}
+    entries = {key: name for key, name in kernel_entries(compiled.schedule.kernels).items() if key in namespace}
     per_call: list[dict] = []  # one {kernel name: [marks]} per instrumented call
-    proxies = {key: _Timed(originals[key], name, clock, per_call) for key, name in entries.items()}
     plain, instrumented = [], []
 
     def timed(into: list) -> None:
@@ -220,11 +202,8 @@ def time_graph(compiled, args: list, device: str, min_time: float = MIN_TIME_S) 
     def one_round() -> None:
         timed(plain)
         per_call.append({})
-        namespace.update(proxies)
-        try:
+        with swapped(namespace, entries, lambda key, original: _Timed(original, entries[key], clock, per_call)):
             timed(instrumented)
-        finally:
-            namespace.update(originals)
 
     with torch.no_grad():
         function(list(args))  # warm-up: first-launch work (autotuning, lazy loading) is not a kernel's time
@@ -253,22 +232,18 @@ def kernel_timeline(compiled, args: list, device: str, calls: int = 5) -> list[d
     """One call of the graph with each launch's start and end (ms since the call began): the run's part of
     the trace (Note [Compile trace] in engine/runtime/spans.py). Of `calls` instrumented calls, the one whose length is
     the median (one call alone is at the mercy of a busy machine). CPU: perf_counter; GPU: CUDA events."""
-    function = _raw_wrapper(compiled.call)
+    function = wrapper_function(compiled.call)
     namespace = function.__globals__
     clock = _Clock(device)
-    entries = {key: name for key, name in _namespace_entries(compiled).items() if key in namespace}
-    originals = {key: namespace[key] for key in entries}
+    entries = {key: name for key, name in kernel_entries(compiled.schedule.kernels).items() if key in namespace}
     recorded = []  # per call: (begin, end, marks)
-    try:
-        with torch.no_grad():
-            for _ in range(calls):
-                marks: list = []
-                namespace.update({key: _Marked(originals[key], name, clock, marks) for key, name in entries.items()})
+    with torch.no_grad():
+        for _ in range(calls):
+            marks: list = []
+            with swapped(namespace, entries, lambda key, original: _Marked(original, entries[key], clock, marks)):
                 begin = clock.start()
                 function(list(args))
                 recorded.append((begin, clock.start(), marks))
-    finally:
-        namespace.update(originals)
     clock.sync()
 
     def ms(begin, mark) -> float:

@@ -16,6 +16,7 @@ import torch
 
 from engine.ir.artifacts import Allocator, LibraryOp
 from engine.ir.indexing import contiguous_strides
+from engine.runtime.stand_ins import swapped, wrapper_function
 
 # Note [Library calls through torch's bindings]
 # Calling an ATen overload object (torch.ops.aten.mm.default) costs about a microsecond more per call than
@@ -165,6 +166,23 @@ class FirstRunGuard:
         return outputs
 
 
+class WriteBack:
+    """`call`, whose last outputs are new values of some of its inputs: it writes them into those inputs, in one
+    torch._foreach_copy_, and returns the outputs before them (Note [Input writes after the graph] in
+    engine/decompose.py)."""
+
+    def __init__(self, call: Callable, positions: list[int]):
+        self.call, self.positions = call, positions
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        targets = [args[i] for i in self.positions]  # the call clears `args` (the boxed convention)
+        outputs = self.call(args)
+        kept = len(outputs) - len(self.positions)
+        torch._foreach_copy_(targets, list(outputs[kept:]))
+        return outputs[:kept]
+
+
 def wrapper_namespace(wrapper) -> dict[str, Any]:
     """The names the wrapper's source refers to, other than kernels: what codegen left as data (library calls,
     allocators: engine/ir/artifacts.py) bound to the runtime's objects."""
@@ -229,19 +247,17 @@ def measure_overhead(call, kernel_names: list[str], args: list) -> dict:
     sync()
     result["call_us"], result["calls"] = _median_us(call, copies, MEASURE_BUDGET_S)
     sync()
-    wrapper = getattr(call, "call", call)  # a CUDA graph replay wraps the wrapper
+    wrapper = wrapper_function(call)
     namespace = getattr(wrapper, "__globals__", None)
     if namespace is None:
         result["wrapper_overhead_error"] = "the call is not a generated wrapper"
         return result
-    saved = {name: namespace[name] for name in kernel_names if name in namespace}
     try:
-        namespace.update(dict.fromkeys(saved, _no_op))
-        result["wrapper_overhead_us"], _ = _median_us(wrapper, copies, MEASURE_BUDGET_S)
+        with swapped(namespace, kernel_names, lambda key, original: _no_op):
+            result["wrapper_overhead_us"], _ = _median_us(wrapper, copies, MEASURE_BUDGET_S)
     except Exception as error:  # noqa: BLE001 - Note [Wrapper overhead]: the reason instead of a figure
         result["wrapper_overhead_error"] = f"{type(error).__name__}: {str(error)[:200]}"
     finally:
-        namespace.update(saved)
         sync()
     return result
 

@@ -10,6 +10,7 @@ All AOTAutograd private API use lives here.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from typing import Callable
 
@@ -109,7 +110,45 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs, fw_compiler: Callable,
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                      inference_compiler=inference_compiler,
                                      decompositions=_training_table(tuple(whole)) if training
-                                     else decomposition_table(), **extra)
+                                     else decomposition_table(), keep_inference_input_mutations=True, **extra)
+
+
+# Note [Input writes after the graph]
+# A model that changes a buffer in place (batch norm's running statistics in training: three a layer) leaves
+# AOTAutograd two ways to do it: return each new value and copy it into its input after the graph, one
+# aten::copy_ launch each (161 in a ResNet-50 training step, a tenth of its launches), or, with
+# keep_inference_input_mutations (Inductor's choice), end the graph with `copy_(input, value)` nodes. We take
+# the second and lift those nodes off before our stages (`lift_input_writes`): each value becomes an extra
+# output of the graph, and the graph's call is followed by one torch._foreach_copy_ into the inputs (a launch or
+# two for all of them on a GPU; engine/runtime/wrapper.py's WriteBack), also when the graph runs eagerly after a
+# fallback. It runs after every kernel, so no kernel reads an input it already changed; and an input written so
+# is never saved for the backward (partition.mutated_primals), which must see its old value.
+
+
+def input_writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The `copy_(input, value)` nodes that write a graph input in place (Note [Input writes after the graph])."""
+    return [n for n in graph.find_nodes(op="call_function", target=aten.copy_.default)
+            if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder" and not n.users]
+
+
+def lift_input_writes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:
+    """`gm` without its input writes, their values appended to its outputs, and the positions of the inputs they
+    write, in that order (Note [Input writes after the graph]). `gm` itself is left as it is."""
+    if not input_writes(gm.graph):
+        return gm, []
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    writes = input_writes(gm.graph)
+    positions = {node: i for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))}
+    output = next(iter(gm.graph.find_nodes(op="output")))
+    outputs = output.args[0]
+    output.args = ((*outputs, *(n.args[1] for n in writes)),)
+    if isinstance(output.meta.get("val"), (list, tuple)):
+        output.meta["val"] = (*output.meta["val"], *(n.args[1].meta.get("val") for n in writes))
+    targets = [positions[n.args[0]] for n in writes]
+    for node in writes:
+        gm.graph.erase_node(node)
+    gm.recompile()
+    return gm, targets
 
 
 def _symbolic_sizes(example_inputs) -> bool:

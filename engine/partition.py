@@ -69,7 +69,7 @@ from typing import Callable
 import networkx
 import torch
 
-from engine.decompose import split_joint
+from engine.decompose import input_writes, split_joint
 from engine.options import PARTITIONS  # Note [Operands the backward stores]
 from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
 
@@ -230,12 +230,13 @@ def annotate_backward_provenance(graph: torch.fx.Graph) -> None:
 
 
 def mutated_primals(graph: torch.fx.Graph) -> set:
-    """Inputs the model changes in place. AOTAutograd returns their new value as a forward output and copies it
-    into the input after the forward, so the input's old value is gone by the backward: it cannot be saved."""
+    """Inputs the model changes in place: their new value is copied into the input after the forward (by
+    AOTAutograd, from a forward output, or by us, Note [Input writes after the graph] in decompose.py), so the
+    input's old value is gone by the backward: it cannot be saved."""
     output = next(iter(graph.find_nodes(op="output")))
     mutated = [getattr(d, "mutated_input", None) for d in output.meta.get("desc") or ()]
     return {n for n in graph.find_nodes(op="placeholder") if n.meta.get("desc") is not None
-            and any(m == n.meta["desc"] for m in mutated if m is not None)}
+            and any(m == n.meta["desc"] for m in mutated if m is not None)} | {n.args[0] for n in input_writes(graph)}
 
 
 def choose_saved(graph: torch.fx.Graph, num_fwd_outputs: int, policy: str = "min-memory") -> dict:

@@ -40,7 +40,7 @@ from engine import call_time, capture, codegen, fallbacks, report, rewrite
 from engine.runtime import spans
 from engine import run as run_module
 from engine.codegen.wrapper import WrapperSource, generate_wrapper
-from engine.decompose import aot_compile, static_inputs, trace_forward, will_train
+from engine.decompose import aot_compile, lift_input_writes, static_inputs, trace_forward, will_train
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
@@ -53,7 +53,7 @@ from engine.record import (STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord
                            SourceFile)
 from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
 from engine.runtime.load import load_kernels
-from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, eager_call, load_wrapper, wrapper_namespace
+from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, WriteBack, eager_call, load_wrapper, wrapper_namespace
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs
@@ -404,6 +404,12 @@ class Compilation:
             self._graph = outer
 
     def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str,
+                       real_inputs=None) -> Callable:
+        aten_gm, written = lift_input_writes(aten_gm)  # Note [Input writes after the graph]
+        call = self._compile_graph(fx_gm, aten_gm, aten_inputs, graph, phase, real_inputs)
+        return WriteBack(call, written) if written else call
+
+    def _compile_graph(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str,
                        real_inputs=None) -> Callable:
         artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase),
                                   frozenset(n.name for n in fx_gm.graph.nodes),

@@ -234,9 +234,16 @@ def _partition_text(partition) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_words(check: dict) -> str:
+    """A step check in a word: mismatch, ok, or ok (fp64) where some tensor passed by float64 alone."""
+    if not check.get("ok"):
+        return "MISMATCH"
+    return "ok (fp64)" if check.get("judged_by_fp64") else "ok"
+
+
 def table(reports: list[dict]) -> str:
     lines = [f"{'case':<62} {'mode':<16} {'eager ms':>9} {'ours ms':>9} {'ind. ms':>9} {'ours/ind':>8} "
-             f"{'saved ours':>11} {'saved ind.':>11} {'saved eager':>11} {'grad err':>9}"]
+             f"{'saved ours':>11} {'saved ind.':>11} {'saved eager':>11} {'grad err':>9} {'check':>10}"]
     for r in reports:
         if "error" in r:
             lines.append(f"{r['name']:<62} {r.get('mode', ''):<16} ERROR {r['error']}")
@@ -246,13 +253,16 @@ def table(reports: list[dict]) -> str:
             f"{r['name']:<62} {r['mode']:<16} {r['eager_ms']:>9.3f} {r['glassbox_ms']:>9.3f} "
             f"{r.get('inductor_ms') or nan:>9.3f} {r.get('ratio_vs_inductor') or nan:>8.2f} "
             f"{saved.get('glassbox', 0) / 2**20:>9.2f}MB {saved.get('inductor', 0) / 2**20:>9.2f}MB "
-            f"{saved.get('eager', 0) / 2**20:>9.2f}MB {r['verify']['glassbox']['max_rel_err']:>9.1e}")
+            f"{saved.get('eager', 0) / 2**20:>9.2f}MB {r['verify']['glassbox']['max_rel_err']:>9.1e} "
+            f"{_check_words(r['verify']['glassbox']):>10}")
         if r.get("inductor_error"):
             lines.append(f"  Inductor failed: {r['inductor_error']}")
     if any(r.get("mode") == "reduce-overhead" for r in reports):
         lines.append("reduce-overhead: saved bytes include the forward's static copy of its activation input "
                      "(ours and Inductor's alike; see the docstring)")
     loads = sorted({round(r["load_avg_1m"], 2) for r in reports if "load_avg_1m" in r})
+    lines.append("grad err: the largest error of our loss or a gradient relative to eager's largest value; "
+                 "ok (fp64): where over the limit, as close to float64 as eager's (judge_step)")
     lines.append(f"our partition: {os.environ.get('GLASSBOX_PARTITION') or 'min-memory'}")
     lines.append(f"load average (1 min) while measuring: {', '.join(map(str, loads))}; "
                  f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; ours/ind below 1: Glassbox is faster")

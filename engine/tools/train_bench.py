@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from engine import shadow64
 from engine.pipeline import compile as glassbox_compile
 from engine.run import evidence_collectors
 from engine.runtime.timing import load_summary, timed_in_rounds
@@ -113,9 +114,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {}, "saved_bytes": {},
     }
     say("eager step")
-    reference, ref_inputs = _own_copy(model, inputs)
-    ref_loss = step(reference, reference, ref_inputs, spec.loss_fn)
-    expected = ([t.grad for t in _trained(reference, ref_inputs)], ref_loss)
+    expected = _eager_step(model, inputs, spec)
     compilers = {"eager": lambda m: m,
                  "glassbox": lambda m: glassbox_compile(m, backend=backend, device=device, mode=mode,
                                                         templates=templates)}
@@ -156,6 +155,30 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     return report
 
 
+def _eager_step(model, inputs: tuple, spec: ModelSpec) -> tuple[list, torch.Tensor, list]:
+    """An eager step on a copy, under the float64 shadow (Note [Float64 shadow] in engine/shadow64.py): its
+    gradients, its loss, and their float64 values [(name, tensor)] for judge_step (none where the shadow
+    failed: the check is then against eager alone)."""
+    mode = shadow64.Float64Shadow()
+    reference, ref_inputs = _own_copy(model, inputs)
+    try:
+        with mode:
+            loss = step(reference, reference, ref_inputs, spec.loss_fn)
+    except Exception:  # noqa: BLE001 - the model raised only under the shadow: eager alone
+        mode = None
+        reference, ref_inputs = _own_copy(model, inputs)
+        loss = step(reference, reference, ref_inputs, spec.loss_fn)
+    gradients = [t.grad for t in _trained(reference, ref_inputs)]
+    fp64 = [] if mode is None else [(name, mode.shadow_of(t)) for name, t in _step_tensors(gradients, loss)
+                                    if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return gradients, loss, fp64
+
+
+def _step_tensors(gradients: list, loss) -> list:
+    """A step's loss and gradients by the names its check gives them."""
+    return [("loss", loss)] + [(f"gradient[{n}]", g) for n, g in enumerate(gradients)]
+
+
 def _own_copy(model, inputs: tuple) -> tuple[Any, tuple]:
     own = copy.deepcopy(model) if isinstance(model, nn.Module) else model
     return own, tuple(x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
@@ -176,9 +199,9 @@ def _compiled_step(who: str, make: Callable, model, inputs: tuple, spec: ModelSp
         step(fn, own, own_inputs, spec.loss_fn)  # a second step: CUDA graphs record on a later call
         loss = step(fn, own, own_inputs, spec.loss_fn)
         # the check as data too, for a judge outside a sandboxed job (Note [Bench and compare judged outside the job])
-        evidence = StepEvidence([("loss", expected[1])] + [(f"gradient[{n}]", g) for n, g in enumerate(expected[0])],
-                                [("loss", loss)] + [(f"gradient[{n}]", t.grad)
-                                                    for n, t in enumerate(_trained(own, own_inputs))], who)
+        gradients, eager_loss, fp64 = expected
+        evidence = StepEvidence(_step_tensors(gradients, eager_loss),
+                                _step_tensors([t.grad for t in _trained(own, own_inputs)], loss), who, fp64)
         for collector in evidence_collectors():
             collector.append(evidence)
         report["verify"][who] = judge_step(evidence)

@@ -2,9 +2,14 @@
 
 Note [Result cache in bytes]
 The cache is bounded by count and by bytes: a count alone let 32 large records (one 100 MB record held 589 MB
-resident) take the server's memory. Each value's size is estimated once, when it is put, as RESIDENT_FACTOR
-times the length of its JSON (Python objects take several times their JSON text); a value larger than the
-whole budget is not kept (the session that asked for it still gets it).
+resident) take the server's memory. Each value's size is estimated once, when it is put, from its JSON: what
+each character, string, element, object and array of it takes at most as Python objects (estimated_bytes).
+A fixed factor of the JSON's length (6, measured on a typical record) was not a bound: a bench document is the
+job's own JSON, and one of empty lists or dicts takes 16 to 18 times its text (a job's 40 MB of `[],` would
+have held 640 MB against an estimate of 240 MB). The estimate is above the measured size for every shape
+(tests/test_app.py; the hostile suite's row "a job's document of tiny containers in the result cache"), about
+2.5 times a typical record's. A value larger than the whole budget is not kept (the session that asked for it
+still gets it).
 """
 from __future__ import annotations
 
@@ -24,20 +29,28 @@ def content_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-RESIDENT_FACTOR = 6  # resident bytes of a record's Python objects per byte of its JSON (measured: 589 MB / 100 MB)
+# what one JSON character or token of a value takes at most as Python objects, in bytes (Note [Result cache in
+# bytes]): a character (long strings, digits), a string (its object and its slot), an element (a slot, and the
+# int or float it may be), an object (a dict, or a record's dataclass instance) and an array (a list)
+PER_CHARACTER, PER_QUOTE, PER_ELEMENT, PER_OBJECT, PER_ARRAY = 2, 64, 48, 240, 88
 MAX_BYTES = settings.CACHE_MB << 20
 
 
 def estimated_bytes(value: Any) -> int:
-    """What a value holds in memory, estimated from its JSON (Note [Result cache in bytes])."""
+    """What a value holds in memory, at most, estimated from its JSON (Note [Result cache in bytes])."""
     def plain(item):
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
             return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
         return getattr(item, "__dict__", None) or str(item)
     try:
-        return RESIDENT_FACTOR * len(json.dumps(value, default=plain))
-    except (TypeError, ValueError, RecursionError):
-        return RESIDENT_FACTOR * len(repr(value))
+        try:
+            text = json.dumps(value, default=plain)
+        except (TypeError, ValueError):
+            text = repr(value)
+    except RecursionError:
+        return 1 << 62  # too deep to measure: never kept
+    return (PER_CHARACTER * len(text) + PER_QUOTE * text.count('"') + PER_ELEMENT * text.count(",")
+            + PER_OBJECT * text.count("{") + PER_ARRAY * text.count("[") + 64)
 
 
 class ResultCache:

@@ -468,7 +468,43 @@ def test_result_cache_is_bounded_in_bytes():
     cache.put("big", "x" * 20_000)  # larger than the whole budget: not kept
     assert "big" not in cache
     for name in "abcdef":
-        cache.put(name, "y" * 300)  # ~1.8 kB each, estimated as resident bytes
+        cache.put(name, "y" * 1500)  # ~3 kB each, estimated as resident bytes: three fit
     assert cache.bytes <= 10_000 and "a" not in cache and "f" in cache
     cache.discard("f")
     assert "f" not in cache and cache.bytes <= 10_000
+
+
+def _explored_record() -> dict:
+    import torch
+
+    import engine
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+    return engine.explore(model, (torch.randn(4, 16),)).to_json()
+
+
+@pytest.mark.parametrize("shape", ["empty lists", "empty dicts", "short strings", "numbers", "a record"])
+def test_the_result_caches_estimate_is_above_what_a_value_holds(shape):
+    # Note [Result cache in bytes]: a bench document is the job's own JSON, and one of tiny containers held
+    # three times what a fixed factor of its text allowed
+    import tracemalloc
+
+    from app.results import estimated_bytes
+    text = {"empty lists": json.dumps({"rows": [[] for _ in range(200_000)]}),
+            "empty dicts": json.dumps({"rows": [{} for _ in range(200_000)]}),
+            "short strings": json.dumps({"rows": [f"a{i % 10}" for i in range(200_000)]}),
+            "numbers": json.dumps({"rows": [i + 1000.5 for i in range(200_000)]}),
+            "a record": "" if shape != "a record" else json.dumps(_explored_record())}[shape]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        value = json.loads(text)
+        if shape == "a record":
+            value = Exploration.from_json(value)  # what the app caches: the typed record
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert estimated_bytes(value) >= held, (shape, estimated_bytes(value), held)
+    cache = ResultCache(max_entries=32, max_bytes=held * 3 // 2)
+    for key in "abc":
+        cache.put(key, value)
+    assert cache.bytes <= held * 3 // 2 and len(cache) <= 1  # two of them never fit in 1.5 times one

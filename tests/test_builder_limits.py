@@ -1,7 +1,10 @@
 """The builder inside the job's limits (issue 33; Note [Builds inside the job's limits] in
-engine/tools/builder.py): sources that include device, proc or any absolute file are refused; g++ gets the
-job's memory and time and dies with the job; a job's bytes in the shared cache are capped, and the cache is
-cut back to its size by evicting what was used longest ago."""
+engine/tools/builder.py): sources that include device, proc or any absolute file, or hand the assembler a file
+to read, are refused, in time linear in their size; what the filter misses meets g++ with the job's memory and
+time and none of the server's environment; g++ dies with the job, also when the app stops it; a job's bytes in
+the shared cache are capped, however large one library is, and the cache is cut back to its size by evicting
+what was used longest ago."""
+import json
 import os
 import socket
 import sys
@@ -14,7 +17,35 @@ import pytest
 from engine.runtime import build
 from engine.tools import builder as builder_module
 from engine.tools.builder import TrustedBuilder, evict, refused_source
-from engine.tools.procfs import all_processes
+from engine.tools.procfs import all_processes, descendants
+
+# a source g++ takes minutes over (each H<K> is a separate constexpr evaluation of 260,000 iterations, under
+# g++'s per-evaluation limits), so that a compile is still running when its job ends
+SLOW_SOURCE = ("constexpr long g(long n) { long s = 0; for (long i = 0; i < n; ++i) s += i % 13; return s; }\n"
+               "template<int K> struct H { static constexpr long v = g(260000 + K); };\n"
+               "template<int N> struct S { static constexpr long v = H<N>::v + S<N - 1>::v; };\n"
+               "template<> struct S<0> { static constexpr long v = 0; };\n"
+               "extern \"C\" long get() { return S<800>::v + SALT; }\n")
+
+
+def command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+def compilers_below(pid: int) -> list[int]:
+    """The compiler's processes (g++, cc1plus, as, ld) below `pid`, wherever their PID namespace."""
+    return [child for child in descendants(pid)
+            if command_name(child) in ("g++", "cc1plus", "as", "ld", "collect2", "c++")]
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those of pids still running (not gone, not a zombie)."""
+    running = {pid: fields[0] for pid, fields in all_processes()}
+    return [pid for pid in pids if pid in running and running[pid] != b"Z"]
 
 
 def _ask(builder: TrustedBuilder, source: str) -> dict:
@@ -26,16 +57,41 @@ def _ask(builder: TrustedBuilder, source: str) -> dict:
 @pytest.mark.parametrize("source", [
     '#include "/dev/zero"\n', "#  include </proc/self/environ>\n", '#/**/include "/dev/zero"\n',
     "#define F </dev/zero>\n#include F\n", '#include "../../../etc/shadow"\n', '#include_next "/dev/urandom"\n',
-    '#embed "/dev/zero"\n', 'asm(".incbin \\"/dev/zero\\"");\n', '#inc\\\nlude "/dev/zero"\n'])
-def test_a_source_that_includes_a_file_by_path_is_refused_before_gcc(source):
+    '#embed "/dev/zero"\n', 'asm(".incbin \\"/dev/zero\\"");\n', '#inc\\\nlude "/dev/zero"\n',
+    # spellings the first filter let through (issue 33, round three's audit)
+    '%:include "/dev/zero"\n',  # the digraph of #
+    '#\finclude "/dev/zero"\n',  # a form feed is a space in a directive
+    '#inc\\ \nlude "/dev/zero"\n',  # g++ splices a backslash followed by spaces, too
+    '// /*\n#/**/include "/dev/zero"\n// */\n',  # a line comment's /* is no comment
+    '"/*"\n#include "/dev/zero"\n"*/"\n',  # nor is a string's
+    "int x = 1'2'/*\n#include </dev/zero>\n*/;\n",  # a digit separator, then a character literal to g++
+    'asm(".\\x69ncbin \\"/dev/zero\\"");\n',  # .incbin spelled with an escape
+    'asm(".include \\"/proc/self/environ\\"");\n',  # the assembler's own include
+    '__attribute__((section(".data;.incbin \\"/dev/zero\\";#"))) char x = 1;\n',  # a section name goes to as
+    '__attribute__((__section__(".data;.inc" "bin \\"/dev/zero\\";#"))) char x = 1;\n',
+    '#define P(a, b) a##b\n__attribute__((P(sec, tion)(".data;.inc" "bin \\"/dev/zero\\";#"))) char x = 1;\n',
+    '#\\u0069nclude "/dev/zero"\n'])
+def test_a_source_that_can_read_a_file_is_refused_before_gcc(source):
     assert refused_source(source)
     builder = TrustedBuilder(memory_bytes=500 << 20, timeout_s=30)
     try:
         start = time.monotonic()
-        answer = _ask(builder, source + f"// {uuid.uuid4().hex}\n")
+        source += f"// {uuid.uuid4().hex}\n"
+        answer = _ask(builder, source)
     finally:
         builder.close()
-    assert "trusted builder does not compile it" in answer["error"] and time.monotonic() - start < 10
+    assert "error" in answer and "path" not in answer and time.monotonic() - start < 10, answer
+    assert not (build.cache_dir() / "cpp" / build.library_key(source)).exists()  # g++ never ran on it
+
+
+def test_the_filter_takes_time_linear_in_the_source():
+    # it runs in the server's process: a regex that took quadratic time on `/* ` repeated (4 s for 60 kB)
+    # would have held the app for hours on one 64 MB request
+    for source in ["/* " * 700_000, "#include <" + "x include " * 200_000, "\\" + " " * 2_000_000 + "x",
+                   "'" * 2_000_000, 'R"x(' * 500_000]:
+        start = time.monotonic()
+        refused_source(source)
+        assert time.monotonic() - start < 5, source[:20]
 
 
 def test_generated_code_includes_still_build():
@@ -68,38 +124,118 @@ def test_a_failed_build_leaves_nothing_in_the_shared_cache():
 
 
 @pytest.mark.slow
+def test_what_the_filter_misses_is_stopped_at_the_jobs_memory(monkeypatch):
+    # the filter is a first line only: with it out of the way, cc1plus reading /dev/zero meets the job's memory
+    monkeypatch.setattr(builder_module, "refused_source", lambda source: "")
+    builder = TrustedBuilder(memory_bytes=500 << 20, timeout_s=120)
+    try:
+        start = time.monotonic()
+        answer = _ask(builder, f'#include "/dev/zero"\n// {uuid.uuid4().hex}\n')
+    finally:
+        builder.close()
+    assert "error" in answer and "path" not in answer, answer
+    assert time.monotonic() - start < 60  # stopped by its address-space limit, long before the time limit
+
+
+@pytest.mark.slow
+def test_what_the_filter_misses_sees_none_of_the_servers_environment(monkeypatch):
+    # the assembler read /proc/self/environ, the server's whole environment, into errors the job reads back
+    monkeypatch.setattr(builder_module, "refused_source", lambda source: "")
+    secret = f"hunter2-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GLASSBOX_SERVER_SECRET", f"x\n{secret} on a line of its own\n")  # gas prints that line
+    builder = TrustedBuilder(memory_bytes=500 << 20, timeout_s=60)
+    try:
+        answer = _ask(builder, f'asm(".include \\"/proc/self/environ\\"");\n// {uuid.uuid4().hex}\n')
+    finally:
+        builder.close()
+    assert secret not in json.dumps(answer), answer
+
+
+@pytest.mark.slow
 def test_a_build_dies_when_its_job_ends():
-    source = ("template<int N> struct F { static constexpr long v = F<N - 1>::v + F<N - 2>::v % 7; };\n"
-              "template<> struct F<0> { static constexpr long v = 0; };\n"
-              "template<> struct F<1> { static constexpr long v = 1; };\n"
-              "constexpr long f(long n) { long s = 0; for (long i = 0; i < n; ++i) s += i % 13; return s; }\n"
-              f"extern \"C\" long get() {{ constexpr long x = f(1L << 40); return x + {uuid.uuid4().int % 1000}; }}\n")
+    source = SLOW_SOURCE.replace("SALT", str(uuid.uuid4().int % 100000))
     builder = TrustedBuilder(memory_bytes=1000 << 20, timeout_s=300)
-    answers = []
-    asking = threading.Thread(target=lambda: answers.append(_ask(builder, source)), daemon=True)
+    asking = threading.Thread(target=lambda: _ask(builder, source), daemon=True)
     asking.start()
-    deadline = time.monotonic() + 60
-    while builder._running is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    deadline, compilers = time.monotonic() + 60, []
+    while not compilers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        compilers = [pid for pid in compilers_below(os.getpid()) if command_name(pid) == "cc1plus"]
     process = builder._running
-    assert process is not None
+    assert compilers and process is not None
     time.sleep(1.0)
+    assert alive(compilers), "the compile ended by itself: nothing to kill"
     builder.close()  # the job ended
     process.wait(timeout=10)
-    time.sleep(0.5)
-    group = [pid for pid, fields in all_processes() if len(fields) > 3 and int(fields[3]) == process.pid]
-    assert group == [], group  # nothing of the compile's process group is left
+    assert process.returncode == -9  # killed, not finished
+    deadline = time.monotonic() + 5
+    while alive(compilers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive(compilers) == [] and compilers_below(os.getpid()) == []  # nothing of the compile is left
+
+
+@pytest.mark.slow
+def test_a_build_outlives_no_job_the_app_stops():
+    # the app stops a job by raising out of on_tick (Streamlit's Stop, or a rerun): the worker is killed and
+    # so is the compile it asked the trusted builder for (app/worker.py run_job, Note [Builds inside the job's
+    # limits])
+    from app import worker
+    from engine.options import Options
+
+    source = ("import torch\nfrom engine.runtime import build\n"
+              f"build.build_library({SLOW_SOURCE.replace('SALT', str(uuid.uuid4().int % 100000))!r})\n"
+              "model = torch.nn.ReLU()\nexample_inputs = (torch.randn(3),)\n")
+    seen: list[int] = []
+
+    def stop_once_compiling(seconds: float) -> None:
+        seen.extend(pid for pid in compilers_below(os.getpid()) if pid not in seen)
+        if any(command_name(pid) == "cc1plus" for pid in alive(seen)) and seconds > 2:
+            raise KeyboardInterrupt  # what the app's Stop looks like from inside on_tick
+        if seconds > 120:
+            raise TimeoutError("no compile started")
+
+    enabled, worker.STANDBY.enabled = worker.STANDBY.enabled, False  # no standby left behind by this test
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.explore(source, "slow_build", Options(), timeout=300, on_tick=stop_once_compiling)
+    finally:
+        worker.STANDBY.enabled = enabled
+    assert seen
+    deadline = time.monotonic() + 5
+    while alive(seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive(seen) == [] and compilers_below(os.getpid()) == []
 
 
 def test_a_jobs_bytes_in_the_shared_cache_are_capped(monkeypatch):
-    monkeypatch.setattr(builder_module, "JOB_CACHE_BYTES", 1)  # any stored library exhausts it
     builder = TrustedBuilder()
     try:
         first = _ask(builder, f'extern "C" int a() {{ return {uuid.uuid4().int % 100000}; }}\n')
-        second = _ask(builder, f'extern "C" int b() {{ return {uuid.uuid4().int % 100000}; }}\n')
+        monkeypatch.setattr(builder_module, "JOB_CACHE_BYTES", builder.stored_bytes + 1)  # one byte left
+        source = f'extern "C" int b() {{ return {uuid.uuid4().int % 100000}; }}\n'
+        second = _ask(builder, source)
+        third = _ask(builder, f'extern "C" int c() {{ return {uuid.uuid4().int % 100000}; }}\n')
     finally:
         builder.close()
-    assert "path" in first and "quota" in second["error"], (first, second)
+    assert "path" in first and "error" in second and "error" in third, (first, second, third)
+    assert not (build.cache_dir() / "cpp" / build.library_key(source)).exists()
+    assert builder.stored_bytes <= builder_module.JOB_CACHE_BYTES
+
+
+def test_one_large_library_cannot_take_a_job_past_its_quota(monkeypatch, tmp_path):
+    # the quota was checked before each build only: one 32 MB array made a library 8 times a 4 MB quota
+    monkeypatch.setattr(builder_module, "JOB_CACHE_BYTES", 4 << 20)
+    monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path))  # a cache of its own: nobody else's builds in it
+    builder = TrustedBuilder()
+    try:
+        source = f'extern "C" {{ char hoard[32 << 20] = {{1}}; }}\n// {uuid.uuid4().hex}\n'
+        answer = _ask(builder, source)
+    finally:
+        builder.close()
+    assert "error" in answer and "path" not in answer, answer
+    assert not (build.cache_dir() / "cpp" / build.library_key(source)).exists()
+    assert builder.stored_bytes <= 4 << 20
+    assert builder_module.cache_bytes(tmp_path) < 4 << 20
 
 
 def test_the_cache_is_cut_back_by_evicting_what_was_used_longest_ago(tmp_path):

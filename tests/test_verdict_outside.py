@@ -142,19 +142,36 @@ def test_inductors_check_is_judged_outside_the_job_too(tmp_path):
     assert outcome.document["verify"]["judged_in"] == judged.OUTSIDE
 
 
+STEERS_ITS_FLOAT64_RUN = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_compiling() or x.dtype == torch.float64:
+            return x * 2 + 1  # 1.0 off when compiled, and in a float64 run of the model
+        return x * 2
+
+model = Model()
+example_inputs = (torch.randn(64, 64),)
+"""
+
+
 @pytest.mark.slow
-def test_a_shared_link_of_a_forger_says_the_same(tmp_path, monkeypatch):
+@pytest.mark.parametrize("forger", ["verifier", "allclose", "record writer", "steers its float64 run"])
+def test_a_shared_link_of_a_forger_says_the_same(tmp_path, monkeypatch, forger):
     # Note [Shareable URL]: a link carries the code's hash and the view, never a verdict; opening it explores
     # the code again in the app's worker, whose verdict is judged outside the job
     from app import share, worker
 
     monkeypatch.setenv("GLASSBOX_SHARE_DIR", str(tmp_path / "shared"))
-    source = WRONG_WHEN_COMPILED.replace("PATCH", PATCHES["record writer"])
+    source = (STEERS_ITS_FLOAT64_RUN if forger == "steers its float64 run"
+              else WRONG_WHEN_COMPILED.replace("PATCH", PATCHES[forger]))
     link = share.url_from_session({"sample": "", "backend": "cpp"}, code=share.store_code(source))
     forged = {**link, "verdict": "ok", "verify": json.dumps({"ok": True})}  # what a forged link would add
     opened = share.session_from_url(forged, [], [])
     assert opened["code"] == source and not {"verdict", "verify"} & set(opened)
     outcome = worker.explore(opened["code"], "shared", Options())
     verify = outcome.record.verify
-    assert verify.ok is False and verify.verdict == "mismatch" and verify.judged_in == judged.OUTSIDE
+    assert verify.ok is False and verify.verdict == "mismatch" and verify.judged_in == judged.OUTSIDE, verify
+    assert verify.max_abs_err >= 0.99  # the wrong output is seen as wrong: +1000, or 1.0 off
     assert outcome.problem is not None

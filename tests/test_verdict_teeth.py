@@ -144,7 +144,7 @@ def test_a_transformers_llama_decoder_in_bfloat16_passes():
 
     record = engine.explore(Logits(), (torch.randint(0, 4096, (2, 64)),))
     assert record.verify.ok and record.verify.verdict == "ok", record.verify
-    assert record.verify.outputs[0].judged_by == "fp64"
+    assert record.verify.outputs[0].judged_by == "fp64" and "float64" in record.verify.reference  # the rule named
 
 
 def test_a_discontinuity_eager_crossed_is_explained_and_still_fails():

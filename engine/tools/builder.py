@@ -12,10 +12,23 @@ A build is the job's work, so it gets the job's limits, not the server's: g++ ru
 and an address-space limit of the job's memory backstop (prlimit; cc1plus reading `#include "/dev/zero"`
 grew without bound), in a process group of its own that the builder kills when the job ends (close(), called
 when the worker is closed: a constexpr-heavy source kept g++ running for minutes after its job was stopped).
-A source that includes anything but a header by name (an absolute path, '..', a macro, #embed, an .incbin in
-asm) is refused before g++ sees it. What a job stores in the shared cache is counted: past JOB_CACHE_BYTES
-(successful libraries; a failed build's entry is removed), its builds are refused, and after each new entry
-the cache is cut back to CACHE_MAX_BYTES by evicting the entries used longest ago (a hit touches its entry).
+It runs with a clean environment (compile_environment): the assembler read the server's environment back
+into its error messages from `asm(".include \"/proc/self/environ\"")`, and the job reads the build's error.
+A source that could make the compiler or the assembler read a file is refused before g++ sees it
+(refused_source): every `include`, `include_next`, `import` or `embed` word must name a header by name (no
+absolute path, no '..', no macro), and words that put text of the source into the assembler's input (asm,
+section, alias, symver, weakref, ifunc, ident, sccs), `.incbin`, token pasting (which can spell them) and
+universal character names are refused wherever they stand. Generated code has none of them. The check is
+context-free, so no comment, string or raw string can hide a directive from it (a lexer can be led astray:
+`1'2'/*` is a comment to one and a character literal to g++), and it takes time linear in the source (the
+comment-stripping regex it replaced took quadratic time, in the server's process, on a source of `/* `).
+The filter is a first line only: what it misses reads no more than the job could itself (g++'s sandbox
+hides what the job's does) and meets the job's memory and time.
+What a job stores in the shared cache is counted, and capped at JOB_CACHE_BYTES: each compile may write no
+file larger than what is left of it (RLIMIT_FSIZE), and a library that would take the job past it is removed
+and refused (one 32 MB initialized array passed a quota checked only before each build); a failed
+build's entry is removed too. After each new entry the cache is cut back to CACHE_MAX_BYTES by evicting the
+entries used longest ago (a hit touches its entry).
 """
 from __future__ import annotations
 
@@ -26,6 +39,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -39,23 +53,47 @@ JOB_CACHE_BYTES = int(os.environ.get("GLASSBOX_JOB_CACHE_MB", "256")) << 20
 CACHE_MAX_BYTES = int(os.environ.get("GLASSBOX_CACHE_MAX_MB", "2048")) << 20
 COMPILER_MEMORY_FLOOR = 1 << 30  # g++ on a large generated file needs this much address space at least
 
-_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M)
-_HEADER = re.compile(r'^(<[^<>"]+>|"[^<>"]+")')
+_SPLICE = re.compile(r"\\[ \t\f\v]*\n")  # g++ joins a line ending in a backslash, spaces after it or not
+_NOT_IN_WORD = "A-Za-z0-9_$"
+_INCLUDING = re.compile(rf"(?<![{_NOT_IN_WORD}])(include_next|include|import|embed)(?![{_NOT_IN_WORD}])")
+_HEADER = re.compile(r'[ \t\f\v]*(?:<([^<>"\n\\]+)>|"([^<>"\n\\]+)")')
+_TO_ASSEMBLER = re.compile(rf"(?<![{_NOT_IN_WORD}])_*(asm|section|alias|symver|weakref|ifunc|ident|sccs|"
+                           rf"pch_preprocess)_*(?![{_NOT_IN_WORD}])")
+_SPELLS = re.compile(r"##|%:%:|incbin|\\[uU]", re.I)
 
 
 def refused_source(source: str) -> str:
-    """Why a job's source may not be compiled ("" when it may): Note [Builds inside the job's limits]."""
-    text = re.sub(r"/\*.*?\*/", " ", source.replace("\\\n", ""), flags=re.S)
-    for match in _DIRECTIVE.finditer(text):
-        kind, operand = match.group(1), match.group(2).strip()
-        header = _HEADER.match(operand)
-        name = header.group(1)[1:-1] if header else ""
-        if kind == "embed" or not header or name.startswith("/") or ".." in name.split("/"):
-            return (f"the source asks for `#{kind} {operand[:80]}`: generated code includes headers by name only "
-                    "(no absolute path, no '..', no macro, no #embed), so the trusted builder does not compile it")
-    if re.search(r"\.incbin\b", text):
-        return "the source has an `.incbin` (assembler file inclusion): the trusted builder does not compile it"
+    """Why a job's source may not be compiled ("" when it may): Note [Builds inside the job's limits]. Linear in
+    the source's length; context-free, so nothing in a comment or a string hides a directive from it."""
+    text = _SPLICE.sub("", source.replace("\r\n", "\n").replace("\r", "\n"))
+    for match in _INCLUDING.finditer(text):
+        header = _HEADER.match(text, match.end())
+        name = (header.group(1) or header.group(2)).strip() if header else ""
+        if match.group(1) == "embed" or not name or name.startswith("/") or ".." in name.split("/"):
+            operand = text[match.end():match.end() + 80].split("\n", 1)[0].strip()
+            return (f"the source asks for `{match.group(1)} {operand}`: generated code includes headers by name "
+                    "only (no absolute path, no '..', no macro, no #embed), so the trusted builder does not "
+                    "compile it")
+    found = _TO_ASSEMBLER.search(text) or _SPELLS.search(text)
+    if found:
+        return (f"the source has `{found.group(0)}`, which can make the assembler read a file (inline assembly, "
+                "a section or symbol name, token pasting): generated code has none, so the trusted builder does "
+                "not compile it")
     return ""
+
+
+# what g++ may see of the server's environment: where its tools are, nothing else (Note [Builds inside the job's
+# limits]); the toolchain's own variables are configuration, kept so that a build here is the build elsewhere
+_COMPILER_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "COMPILER_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "CPATH",
+                       "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")
+
+
+def compile_environment(isolated: bool) -> dict[str, str]:
+    """The compiler's whole environment: none of the server's secrets (the source is a job's)."""
+    env = {key: os.environ[key] for key in _COMPILER_VARIABLES if key in os.environ}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env.update({"LANG": "C", "LC_ALL": "C", "TMPDIR": "/tmp" if isolated else tempfile.gettempdir()})
+    return env
 
 
 def cache_bytes(path: Path) -> int:
@@ -116,6 +154,10 @@ class TrustedBuilder:
         self.memory_bytes = max(COMPILER_MEMORY_FLOOR, int(memory_bytes))
         self.timeout_s = min(COMPILE_TIMEOUT_S, max(1.0, float(timeout_s)))
 
+    def quota_left(self) -> int:
+        """What this job may still store in the shared cache, in bytes (Note [Builds inside the job's limits])."""
+        return JOB_CACHE_BYTES - self.stored_bytes
+
     def worker_fd(self) -> int:
         """The descriptor to pass to the worker (pass_fds), as GLASSBOX_BUILDER_FD."""
         return self._theirs.fileno()
@@ -142,16 +184,18 @@ class TrustedBuilder:
         with the job's memory and time, in its own process group (Note [Builds inside the job's limits])."""
         output = command[command.index("-o") + 1]
         entry = output.rsplit("/", 1)[0]
-        if not isolation.bwrap_problem():
+        isolated = not isolation.bwrap_problem()
+        if isolated:
             command = isolation.bwrap_argv(Path(entry), isolation.readable_paths(command), 1 << 30) + command
         limit = shutil.which("prlimit")
-        if limit:
-            command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0", "--"] + command
+        if limit:  # no file it writes (the library, the assembler's object) may be larger than the job's quota left
+            command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0",
+                       f"--fsize={max(1, self.quota_left())}", "--"] + command
         with self._lock:
             if self._closed:
                 return subprocess.CompletedProcess(command, 1, "", "the job ended before its build")
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True)
+                                       start_new_session=True, env=compile_environment(isolated))
             self._running = process
         try:
             stdout, stderr = process.communicate(timeout=self.timeout_s)
@@ -177,7 +221,7 @@ class TrustedBuilder:
             if self.builds > BUILDS_PER_JOB:
                 answer = {"error": f"this job asked for more than {BUILDS_PER_JOB} builds; the trusted builder "
                                    "stops here"}
-            elif self.stored_bytes > JOB_CACHE_BYTES:
+            elif self.quota_left() <= 0:
                 answer = {"error": f"this job stored {self.stored_bytes >> 20} MB in the shared compile cache, "
                                    f"past its quota of {JOB_CACHE_BYTES >> 20} MB; the trusted builder stops here"}
             else:
@@ -213,9 +257,25 @@ class TrustedBuilder:
             except OSError:
                 pass
         elif path.parent == entry:
-            self.stored_bytes += cache_bytes(entry)
+            size = cache_bytes(entry)
+            if size > self.quota_left():  # the job's quota holds after the build too, however large its library
+                _remove_entry(entry)
+                return {"error": f"this build's library ({size >> 20} MB) would take the job past its quota of "
+                                 f"{JOB_CACHE_BYTES >> 20} MB in the shared compile cache; the trusted builder "
+                                 "removed it"}
+            self.stored_bytes += size
             evict(entry.parent)
         return {"path": str(path), "cache_hit": hit}
+
+
+def _remove_entry(entry: Path) -> None:
+    """Remove a cache entry this job just stored, under its builders' lock."""
+    try:
+        with open(entry / "kernels.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            shutil.rmtree(entry, ignore_errors=True)
+    except OSError:
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

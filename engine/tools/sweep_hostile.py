@@ -13,7 +13,12 @@ Each case is (name, model-file source, expected outcome, options). Outcomes:
 A case runs `explore` unless it names another command (`verb`: bench or compare, whose checks are judged
 outside the job as explore's verdict is). After each case nothing of its process group may be left running;
 after each group of cases a good exploration runs, and its time is the group's "time to recover".
-tests/test_hostile.py reuses CASES and run_case.
+An attack that is not one model file explored is a check (CHECKS, run one after another once the cases are
+done): a job that fills the shared compile cache, the commands that run a model in the caller's process. The
+attacks on the app's own machinery (its result cache's byte bound, a build when the app stops its job) are
+app/hostile_checks.py's, run as `python -m app.hostile_checks --json` (the engine's tools never import the
+app: tests/test_layering.py); their rows are the suite's too.
+tests/test_hostile.py reuses CASES, CHECKS and run_suite.
 --json prints the outcomes as one JSON document on stdout (the report is written all the same).
 """
 from __future__ import annotations
@@ -22,13 +27,16 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from engine.tools import isolation, procfs
 from engine.tools.isolation import WorkDirectory
@@ -449,12 +457,12 @@ CASES: list[Case] = [
 
 @dataclass
 class Outcome:
-    case: Case
+    case: Case | Check
     outcome: str
     message: str
     seconds: float
     leftovers: list[int]
-    result: SandboxResult
+    result: SandboxResult | None  # None for a check
     recovery_s: float | None = None
 
     @property
@@ -469,6 +477,8 @@ class Outcome:
             found.append(f"processes left running: {self.leftovers}")
         if self.case.message and not re.search(self.case.message, self.message):
             found.append(f"message does not match {self.case.message!r}: {self.message[:300]}")
+        if self.result is None:
+            return found
         if self.outcome in ("user-error", "clear-failure") and (
                 "Traceback" in self.result.stderr or not self.message):
             found.append(f"no clear message, or a raw traceback: {self.result.stderr[-600:]}")
@@ -594,8 +604,159 @@ def runnable_cases(cases: list[Case] = CASES) -> list[Case]:
     return [case for case in cases if ISOLATED or not case.needs_isolation]
 
 
-def run_suite(workdir: Path, jobs: int = 2, group_size: int = 6, cases: list[Case] = CASES) -> list[Outcome]:
-    """Run every case; after each group, one good exploration (its wall time is the group's recovery)."""
+# --- checks: attacks that are not one model file explored (Note in the module docstring) ----------------------
+
+@dataclass
+class Check:
+    """An attack run by a function of its own: `run(workdir)` returns (outcome, message, processes it left)."""
+    name: str
+    run: Callable[[Path], tuple[str, str, list[int]]] | None
+    expected: str
+    note: str = ""
+    needs_isolation: bool = False
+    message: str | None = None  # a regex the message must match
+
+    @property
+    def outcome_expected(self) -> str:
+        return self.expected
+
+
+def _stored_by(marker: str) -> list[Path]:
+    """The shared cache's C++ entries whose source carries `marker` (a job's own, whoever else builds meanwhile)."""
+    from engine.runtime.build import cache_dir
+    found = []
+    for entry in (cache_dir() / "cpp").glob("*"):
+        try:
+            if marker in (entry / "kernels.cpp").read_text(errors="replace"):
+                found.append(entry)
+        except OSError:
+            continue
+    return found
+
+
+CACHE_QUOTA_CHECK_MB = 16  # the job's quota while it tries to fill the cache (the default is 256 MB)
+
+
+def fills_the_shared_cache(workdir: Path) -> tuple[str, str, list[int]]:
+    """A job asks the trusted builder for ten libraries of 6 MB each (a 6 MB initialized array) under a 16 MB
+    quota: what it leaves in the shared cache must stay under the quota (Note [Builds inside the job's limits]).
+    Its entries are removed afterwards: the suite's shared cache is the user's."""
+    from engine.tools import builder
+
+    marker = f"hostile-fill-{uuid.uuid4().hex}"
+    path = workdir / "fills_the_shared_cache.py"
+    path.write_text(_src(f"""
+        import torch
+        from engine.runtime import build
+        stored = refused = 0
+        for number in range(10):
+            try:
+                build.build_library('extern "C" {{ char hoard[6 << 20] = {{1}}; }}\\n// {marker} %d\\n' % number)
+                stored += 1
+            except build.BuildError:
+                refused += 1
+        raise RuntimeError(f"libraries stored: {{stored}}, refused: {{refused}}")
+        """))
+    quota, builder.JOB_CACHE_BYTES = builder.JOB_CACHE_BYTES, CACHE_QUOTA_CHECK_MB << 20
+    try:
+        result = run_sandboxed(explore_command(str(path), []), Limits(timeout_s=300, memory_mb=3000))
+    finally:
+        builder.JOB_CACHE_BYTES = quota
+    left = leftovers(result.session, result.pid_namespace)
+    entries = _stored_by(marker)
+    stored = sum(builder.cache_bytes(entry) for entry in entries)
+    for entry in entries:
+        builder._remove_entry(entry)
+    message = f"{final_message(result.stderr)} The job left {stored / 2 ** 20:.1f} MB in the shared cache."
+    if result.limit_hit or "refused: 0" in result.stderr or "refused" not in result.stderr:
+        return f"unexpected ({result.explain() if result.limit_hit else 'no build refused'})", message, left
+    return ("under-quota" if stored <= CACHE_QUOTA_CHECK_MB << 20 else "over-quota"), message, left
+
+
+# the commands that run a model in the caller's process, and the arguments each needs to get that far
+UNSANDBOXED_COMMANDS: dict[str, list[str]] = {
+    "report": ["--out", "{dir}/report.html"], "bench": ["--no-inductor", "--quick"],
+    "compare": ["--a", "fusion=on", "--b", "fusion=off"], "repro": ["--out", "{dir}/repro.py"],
+    "whatif": ["--inputs", "x:1"], "fix": ["--out", "{dir}/fixed.py"], "asm": ["--kernel", "kernel_0"],
+    "provenance": ["--line", "1"]}
+RAN_MARK = "the model ran in the caller's process and saw its secret"
+WARNING = re.compile(r"(?i)warning\b[^\n]*unsandboxed")
+
+
+def unsandboxed_commands_say_so(workdir: Path) -> tuple[str, str, list[int]]:
+    """Each command of UNSANDBOXED_COMMANDS, without --sandbox, on a model that looks for the caller's secret
+    environment variable as it is loaded (then ends its process): where it found it, the command must have said
+    on stderr, before the model ran, that it runs the model unsandboxed (README, Security)."""
+    path = workdir / "sees_the_callers_secret.py"
+    path.write_text(_src(f"""
+        import os, sys
+        if os.environ.get({SECRET_NAME!r}) == {SECRET_VALUE!r}:
+            print({RAN_MARK!r}, file=sys.stderr, flush=True)
+        os._exit(0)
+        """))
+    env = {**os.environ, SECRET_NAME: SECRET_VALUE, "PYTHONPATH": str(ROOT)}
+    env.pop("GLASSBOX_BUILDER_FD", None)
+    silent, not_run = [], []
+    for command, arguments in UNSANDBOXED_COMMANDS.items():
+        argv = [sys.executable, "-m", "engine", command, str(path),
+                *[a.replace("{dir}", str(workdir)) for a in arguments]]
+        try:
+            done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            not_run.append(command)
+            continue
+        ran = done.stderr.find(RAN_MARK)
+        if ran < 0:
+            not_run.append(f"{command} ({final_message(done.stderr)[:80]})")
+        elif not WARNING.search(done.stderr[:ran]):
+            silent.append(command)
+    said = [c for c in UNSANDBOXED_COMMANDS if c not in silent and not any(n.startswith(c) for n in not_run)]
+    message = (f"said so before the model ran: {', '.join(said) or 'none'}"
+               + (f"; silent: {', '.join(silent)}" if silent else "")
+               + (f"; the model did not run: {', '.join(not_run)}" if not_run else ""))
+    return ("said-so" if not silent and not not_run else "silent" if silent else "unexpected"), message, []
+
+
+CHECKS: list[Check] = [
+    Check("fills the shared cache through the builder", fills_the_shared_cache, "under-quota",
+          note=f"a {CACHE_QUOTA_CHECK_MB} MB quota held however large a library is (Note [Builds inside the "
+               "job's limits])", needs_isolation=True, message=r"refused: [1-9]"),
+    Check("commands that run the model in the caller's process", unsandboxed_commands_say_so, "said-so",
+          note="each warns on stderr before the model runs, and names --sandbox where it has one (README, "
+               "Security)"),
+]
+
+
+def run_check(check: Check, workdir: Path) -> Outcome:
+    os.environ[SECRET_NAME] = SECRET_VALUE
+    start = time.monotonic()
+    outcome, message, left = check.run(workdir)
+    return Outcome(check, outcome, message, time.monotonic() - start, left, None)
+
+
+def app_check_outcomes(timeout_s: float = 900.0) -> list[Outcome]:
+    """The app's attacks (app/hostile_checks.py), run in a process of their own: the engine never imports the
+    app. A run that gives no rows is one failing row."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLASSBOX_APP_STANDBY": "0"}
+    start = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "app.hostile_checks", "--json"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+        rows = json.loads(done.stdout)["outcomes"]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError) as error:
+        stderr = getattr(error, "stderr", None) or (locals().get("done").stderr if "done" in locals() else "")
+        check = Check("the app's checks (app/hostile_checks.py)", None, "ran")
+        return [Outcome(check, "did-not-run", f"{type(error).__name__}: {str(stderr)[-300:]}",
+                        time.monotonic() - start, [], None)]
+    return [Outcome(Check(row["case"], None, row["expected"], note=row.get("note", "")), row["outcome"],
+                    row["message"], row["seconds"], row.get("leftovers") or [], None) for row in rows]
+
+
+
+def run_suite(workdir: Path, jobs: int = 2, group_size: int = 6, cases: list[Case] = CASES,
+              checks: list[Check] | None = CHECKS, app_checks: bool = True) -> list[Outcome]:
+    """Run every case; after each group, one good exploration (its wall time is the group's recovery); then the
+    checks, one after another (one of them changes the builder's quota while it runs), and the app's."""
     cases = runnable_cases(cases)
     groups = [cases[i:i + group_size] for i in range(0, len(cases), group_size)]
 
@@ -609,7 +770,9 @@ def run_suite(workdir: Path, jobs: int = 2, group_size: int = 6, cases: list[Cas
         return outcomes
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [outcome for outcomes in pool.map(run_group, groups) for outcome in outcomes]
+        outcomes = [outcome for outcomes in pool.map(run_group, groups) for outcome in outcomes]
+    outcomes += [run_check(check, workdir) for check in checks or [] if ISOLATED or not check.needs_isolation]
+    return outcomes + (app_check_outcomes() if app_checks else [])
 
 
 def report(outcomes: list[Outcome]) -> str:
@@ -618,10 +781,14 @@ def report(outcomes: list[Outcome]) -> str:
              "Generated by `python -m engine sweep hostile --jobs 2` (also run by tests/test_hostile.py). Every case",
              "runs through the sandbox (engine/tools/sandbox.py); after each case no process of its session or PID",
              "namespace is left, and after each group a good exploration runs: its wall time is the group's time to",
-             "recover.", "", f"Protection in force on this machine: {'; '.join(have)}.",
+             "recover. The rows after the model files are checks: attacks that are not one model file explored",
+             "(a job filling the shared compile cache, the commands that run a model in the caller's process) and",
+             "the app's (app/hostile_checks.py: its result cache's byte bound, a build when the app stops its job).",
+             "", f"Protection in force on this machine: {'; '.join(have)}.",
              f"Missing: {'; '.join(missing) or 'nothing'}." + (
                  f" Left out here (they need namespaces to be safe): "
-                 f"{', '.join(c.name for c in CASES if c.needs_isolation)}." if not ISOLATED else ""), "",
+                 f"{', '.join(c.name for c in [*CASES, *CHECKS] if c.needs_isolation)}." if not ISOLATED else ""),
+             "",
              "| case | outcome | message (first 120 chars) | seconds | recovery seconds | pass |",
              "|---|---|---|---|---|---|"]
     for o in outcomes:
@@ -633,21 +800,30 @@ def report(outcomes: list[Outcome]) -> str:
     return "\n".join(lines + ["", *ELSEWHERE]) + "\n"
 
 
-# the classes of attack (issue 33) this suite does not run, and the tests that run them
+# the classes of attack (issue 33) this suite does not run, or runs in part, and the tests that run them
 ELSEWHERE = [
-    "Attacks that are not a model file explored here, each a test that must fail the attack:", "",
+    "Attacks that are not a model file explored here, or are in part, each a test that must fail the attack:", "",
     "| class | test |", "|---|---|",
-    "| a training step that patches its judge; Inductor's check of a forger | tests/test_verdict_outside.py |",
+    "| a model that patches the verifier, torch.allclose/equal or the record writer, sandboxed; a training step "
+    "that patches its judge; Inductor's check of a forger; a shared link of a forger or of a model steering its "
+    "float64 run | tests/test_verdict_outside.py |",
     "| a forger's `bench --sandbox` (inference and training step), `compare --sandbox`, `report --sandbox`, the "
     "app's bench and compare | tests/test_commands_judged.py |",
     "| one element 75% off at 65 and 20,200 elements; a Python number 75% off; atol=inf; strides; random "
     "| tests/test_verdict_teeth.py |",
-    "| healthy fp16 GPT-2 and bf16 Llama pass judged by fp64; a model steering its float64 run "
+    "| healthy fp16 GPT-2 and bf16 Llama pass judged by fp64, the rule named; a model steering its float64 run "
     "| tests/test_verdict_teeth.py, tests/test_fp64_shadow.py |",
     "| nested user namespace; cgroup files; /dev, /run; 2 GB SysV shm; private files | tests/test_sandbox_limits.py |",
-    "| `#include \"/dev/zero\"`; builds killed with their job; the shared cache's byte quota and eviction "
+    "| `#include \"/dev/zero\"` and every other spelling that reads a file (digraphs, splices, comments, "
+    "strings, `.incbin`/`.include`, section names, token pasting), refused in linear time; what the filter "
+    "misses stopped at the job's memory, with none of the server's environment; builds killed with their job "
+    "and when the app stops it; the shared cache's byte quota, one large library included, and eviction "
     "| tests/test_builder_limits.py |",
     "| a record with markup in every field in `report`, in Chromium | tests/test_report_scripts.py |",
+    "| the app's result cache counts at least what a value holds, whatever its shape | tests/test_app.py "
+    "(test_result_cache_is_bounded_in_bytes, test_the_result_caches_estimate_is_above_what_a_value_holds) |",
+    "| the commands that run a model in the caller's process say so | tests/test_commands_judged.py, "
+    "tests/test_whatif.py |",
 ]
 
 

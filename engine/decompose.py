@@ -131,11 +131,11 @@ def input_writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder" and not n.users]
 
 
-def lift_input_writes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:
-    """`gm` without its input writes, their values appended to its outputs, and the positions of the inputs they
-    write, in that order (Note [Input writes after the graph]). `gm` itself is left as it is."""
+def lift_input_writes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int], list[str]]:
+    """`gm` without its input writes, their values appended to its outputs, and the positions and names of the
+    inputs they write, in that order (Note [Input writes after the graph]). `gm` itself is left as it is."""
     if not input_writes(gm.graph):
-        return gm, []
+        return gm, [], []
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     writes = input_writes(gm.graph)
     positions = {node: i for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))}
@@ -145,10 +145,11 @@ def lift_input_writes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, l
     if isinstance(output.meta.get("val"), (list, tuple)):
         output.meta["val"] = (*output.meta["val"], *(n.args[1].meta.get("val") for n in writes))
     targets = [positions[n.args[0]] for n in writes]
+    names = [n.args[0].name for n in writes]
     for node in writes:
         gm.graph.erase_node(node)
     gm.recompile()
-    return gm, targets
+    return gm, targets, names
 
 
 def _symbolic_sizes(example_inputs) -> bool:

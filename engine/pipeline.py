@@ -405,7 +405,9 @@ class Compilation:
 
     def _compile_phase(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str,
                        real_inputs=None) -> Callable:
-        aten_gm, written = lift_input_writes(aten_gm)  # Note [Input writes after the graph]
+        aten_gm, written, names = lift_input_writes(aten_gm)  # Note [Input writes after the graph]
+        if graph is not None:
+            graph.input_writes = names
         call = self._compile_graph(fx_gm, aten_gm, aten_inputs, graph, phase, real_inputs)
         return WriteBack(call, written) if written else call
 

@@ -576,6 +576,9 @@ class GraphRecord(Record):
     rewrites: list[RewriteRecord] = field(default_factory=list)  # every pass's matches and refusals, in order
     # the ATen graph before the rewrites, when one applied (graphs[].aten is the graph after, the one lowered)
     aten_before: list[AtenNode] = field(default_factory=list)
+    # the graph's inputs it changes in place (batch norm's running statistics in training), by ATen input name:
+    # written back after the graph in one call (Note [Input writes after the graph] in engine/decompose.py)
+    input_writes: list[str] = field(default_factory=list)
 
 
 # --- the model's run --------------------------------------------------------------------------------------------

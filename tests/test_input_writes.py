@@ -97,3 +97,15 @@ def test_running_statistics_on_the_gpu_replayed_or_not(mode):
         torch.testing.assert_close(ours, eager, msg=name)
     for ours, eager in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(ours.grad, eager.grad, rtol=1e-3, atol=1e-3)
+
+
+def test_the_record_names_the_inputs_a_training_graph_writes():
+    record = engine.explore(_net(), (torch.randn(2, 3, 12, 12),), train=True)
+    assert record.verify.ok
+    forward = next(g for g in record.graphs if g.phase == "forward")
+    assert len(forward.input_writes) == 6  # two batch norms: running mean, running variance, batches tracked
+    aten_inputs = {n.name for n in forward.aten if n.op == "placeholder"}
+    assert set(forward.input_writes) <= aten_inputs
+    assert all(not g.input_writes for g in record.graphs if g.phase == "backward")
+    from engine.tools.cli_format import graph_summary
+    assert any("in place after the graph" in line for line in graph_summary(forward, verbose=False))

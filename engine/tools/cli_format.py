@@ -117,6 +117,9 @@ def graph_summary(graph: GraphRecord, verbose: bool) -> list[str]:
     if graph.memory is not None:
         lines.append(f"  Memory: peak {human_bytes(graph.memory.peak_bytes)} "
                      f"(unfused {human_bytes(graph.memory.unfused_peak_bytes)})")
+    if graph.input_writes:  # Note [Input writes after the graph]
+        lines.append(f"  Writes {plural(len(graph.input_writes), 'input')} in place after the graph, in one copy: "
+                     f"{', '.join(graph.input_writes[:6])}" + (", ..." if len(graph.input_writes) > 6 else ""))
     return lines + train_format.partition_lines(graph, verbose)
 
 

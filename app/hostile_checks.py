@@ -65,29 +65,13 @@ def result_cache_bound() -> tuple[str, str, list[int]]:
     return ("within-bound" if held <= bound and cache.bytes >= held else "over-bound"), message, []
 
 
+# a source g++ takes minutes over (each H<K> is a separate constexpr evaluation of 260,000 iterations, under
+# g++'s per-evaluation limits), so that a compile is still running when its job ends
 SLOW_SOURCE = ("constexpr long g(long n) { long s = 0; for (long i = 0; i < n; ++i) s += i % 13; return s; }\n"
                "template<int K> struct H { static constexpr long v = g(260000 + K); };\n"
                "template<int N> struct S { static constexpr long v = H<N>::v + S<N - 1>::v; };\n"
                "template<> struct S<0> { static constexpr long v = 0; };\n"
                "extern \"C\" long get() { return S<800>::v + SALT; }\n")
-
-
-def _command_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as comm:
-            return comm.read().strip()
-    except OSError:
-        return ""
-
-
-def _compilers_below(pid: int) -> list[int]:
-    return [child for child in procfs.descendants(pid)
-            if _command_name(child) in ("g++", "cc1plus", "as", "ld", "collect2", "c++")]
-
-
-def _alive(pids: list[int]) -> list[int]:
-    running = {pid: fields[0] for pid, fields in procfs.all_processes()}
-    return [pid for pid in pids if pid in running and running[pid] != b"Z"]
 
 
 class _Stop(Exception):
@@ -102,8 +86,8 @@ def build_when_the_app_stops() -> tuple[str, str, list[int]]:
     seen: list[int] = []
 
     def stop_while_compiling(seconds: float) -> None:
-        seen.extend(pid for pid in _compilers_below(os.getpid()) if pid not in seen)
-        if seconds > 2 and any(_command_name(pid) == "cc1plus" for pid in _alive(seen)):
+        seen.extend(pid for pid in procfs.compilers_below(os.getpid()) if pid not in seen)
+        if seconds > 2 and any(procfs.command_name(pid) == "cc1plus" for pid in procfs.alive(seen)):
             raise _Stop
         if seconds > 180:
             raise TimeoutError
@@ -116,9 +100,9 @@ def build_when_the_app_stops() -> tuple[str, str, list[int]]:
     except _Stop:
         pass
     deadline = time.monotonic() + 5
-    while _alive(seen) and time.monotonic() < deadline:
+    while procfs.alive(seen) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = _alive(seen) + [pid for pid in _compilers_below(os.getpid()) if pid not in seen]
+    left = procfs.alive(seen) + [pid for pid in procfs.compilers_below(os.getpid()) if pid not in seen]
     isolation.kill_processes(left)  # the suite leaves nothing running, whatever the outcome
     words = "the builder's" if not isolation.bwrap_problem() else "the job's own"
     return (("compile-killed" if not left else "compile-left-running"),

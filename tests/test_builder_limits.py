@@ -17,36 +17,8 @@ import pytest
 from engine.runtime import build
 from engine.tools import builder as builder_module
 from engine.tools.builder import TrustedBuilder, evict, refused_source
-from engine.tools.procfs import all_processes, descendants
-
-# a source g++ takes minutes over (each H<K> is a separate constexpr evaluation of 260,000 iterations, under
-# g++'s per-evaluation limits), so that a compile is still running when its job ends
-SLOW_SOURCE = ("constexpr long g(long n) { long s = 0; for (long i = 0; i < n; ++i) s += i % 13; return s; }\n"
-               "template<int K> struct H { static constexpr long v = g(260000 + K); };\n"
-               "template<int N> struct S { static constexpr long v = H<N>::v + S<N - 1>::v; };\n"
-               "template<> struct S<0> { static constexpr long v = 0; };\n"
-               "extern \"C\" long get() { return S<800>::v + SALT; }\n")
-
-
-def command_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as comm:
-            return comm.read().strip()
-    except OSError:
-        return ""
-
-
-def compilers_below(pid: int) -> list[int]:
-    """The compiler's processes (g++, cc1plus, as, ld) below `pid`, wherever their PID namespace."""
-    return [child for child in descendants(pid)
-            if command_name(child) in ("g++", "cc1plus", "as", "ld", "collect2", "c++")]
-
-
-def alive(pids: list[int]) -> list[int]:
-    """Those of pids still running (not gone, not a zombie)."""
-    running = {pid: fields[0] for pid, fields in all_processes()}
-    return [pid for pid in pids if pid in running and running[pid] != b"Z"]
-
+from app.hostile_checks import SLOW_SOURCE
+from engine.tools.procfs import alive, command_name, compilers_below
 
 def _ask(builder: TrustedBuilder, source: str) -> dict:
     with socket.socket(fileno=os.dup(builder.worker_fd())) as channel:

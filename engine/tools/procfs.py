@@ -114,3 +114,24 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14 and 15)
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def command_name(pid: int) -> str:
+    """The process's command name (/proc/PID/comm), or "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+def compilers_below(pid: int) -> list[int]:
+    """The compiler's processes (g++, cc1plus, as, ld) below `pid`, wherever their PID namespace."""
+    return [child for child in descendants(pid)
+            if command_name(child) in ("g++", "cc1plus", "as", "ld", "collect2", "c++")]
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those of pids still running (not gone, not a zombie)."""
+    running = {pid: fields[0] for pid, fields in all_processes()}
+    return [pid for pid in pids if pid in running and running[pid] != b"Z"]

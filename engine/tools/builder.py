@@ -5,7 +5,9 @@ One `TrustedBuilder` serves one worker over a socket pair (the worker's end is i
 from a thread of the process that started the worker. A request carries only the generated source; the flags,
 the compiler and the cache key are the builder's (engine.runtime.build), and g++ itself runs in a sandbox of its own
 (bubblewrap where it works: no network, no processes to see, only the cache entry writable), since the source
-comes from a job and could `#include` a file to read it back in an error message.
+comes from a job and could `#include` a file to read it back in an error message. The prelude a job's source
+starts with is read precompiled when it is the builder's own (Note [Precompiled prelude] in build.py): its
+directory, the one g++ is told to search (-I), is bound read-only into the sandbox.
 
 Note [Builds inside the job's limits]
 A build is the job's work, so it gets the job's limits, not the server's: g++ runs with the job's time limit
@@ -39,6 +41,10 @@ JOB_CACHE_BYTES = int(os.environ.get("GLASSBOX_JOB_CACHE_MB", "256")) << 20
 CACHE_MAX_BYTES = int(os.environ.get("GLASSBOX_CACHE_MAX_MB", "2048")) << 20
 COMPILER_MEMORY_FLOOR = 1 << 30  # g++ on a large generated file needs this much address space at least
 
+# the prelude that generated C++ starts with (engine/codegen/cpp/module.py reads the same file): read, not
+# imported, since importing codegen would import torch into the app's server
+PRELUDE_FILE = Path(__file__).resolve().parents[1] / "codegen" / "cpp" / "prelude.h"
+
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M)
 _HEADER = re.compile(r'^(<[^<>"]+>|"[^<>"]+")')
 
@@ -56,6 +62,22 @@ def refused_source(source: str) -> str:
     if re.search(r"\.incbin\b", text):
         return "the source has an `.incbin` (assembler file inclusion): the trusted builder does not compile it"
     return ""
+
+
+def builder_prelude() -> str:
+    """The prelude the builder reads precompiled (Note [Precompiled prelude] in engine/runtime/build.py): its own,
+    never one a job names; "" where it cannot be read (then every build is plain)."""
+    try:
+        return PRELUDE_FILE.read_text()
+    except OSError:
+        return ""
+
+
+def include_directories(command: list[str]) -> list[tuple[str, str]]:
+    """(real path, path) of the directories g++ is told to search (-Idir: the builder's own precompiled prelude,
+    Note [Precompiled prelude] in engine/runtime/build.py), bound read-only into its sandbox."""
+    found = [arg[2:] for arg in command if arg.startswith("-I") and os.path.isabs(arg[2:]) and os.path.isdir(arg[2:])]
+    return [(os.path.realpath(path), path) for path in found]
 
 
 def cache_bytes(path: Path) -> int:
@@ -143,13 +165,14 @@ class TrustedBuilder:
         output = command[command.index("-o") + 1]
         entry = output.rsplit("/", 1)[0]
         if not isolation.bwrap_problem():
-            command = isolation.bwrap_argv(Path(entry), isolation.readable_paths(command), 1 << 30) + command
+            readable = isolation.readable_paths(command) + include_directories(command)
+            command = isolation.bwrap_argv(Path(entry), readable, 1 << 30) + command
         limit = shutil.which("prlimit")
         if limit:
             command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0", "--"] + command
         with self._lock:
             if self._closed:
-                return subprocess.CompletedProcess(command, 1, "", "the job ended before its build")
+                return subprocess.CompletedProcess(command, -signal.SIGKILL, "", "the job ended before its build")
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        start_new_session=True)
             self._running = process
@@ -158,7 +181,8 @@ class TrustedBuilder:
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()
-            return subprocess.CompletedProcess(command, 1, "", f"the compiler ran past the job's {self.timeout_s:g} s")
+            return subprocess.CompletedProcess(command, -signal.SIGKILL, "",
+                                               f"the compiler ran past the job's {self.timeout_s:g} s")
         finally:
             with self._lock:
                 self._running = None
@@ -200,7 +224,7 @@ class TrustedBuilder:
         except (OSError, build.BuildError) as error:
             return {"error": f"the trusted builder could not build: {error}"}
         try:
-            path, hit = build.build_library(source, run=self.compile)
+            path, hit = build.build_library(source, run=self.compile, prelude=builder_prelude())
         except build.BuildError as error:
             if not existed:  # a failed build leaves nothing in the shared cache
                 shutil.rmtree(entry, ignore_errors=True)

@@ -15,7 +15,10 @@ if str(ROOT) not in sys.path:
 #   Sharing is safe because every cache write is atomic and builders of one key take a lock (Note [Compile
 #   cache] in engine/runtime/build.py). The tests that look at the whole cache (tests/test_cache_trust.py
 #   lists its libraries before and after a job and rewrites the toolchain record) give their module a cache
-#   of its own, so the other worker's builds landing meanwhile are not noise there.
+#   of its own, so the other worker's builds landing meanwhile are not noise there. The precompiled prelude
+#   (Note [Precompiled prelude] in engine/runtime/build.py) is shared even with the tests that make a cache of
+#   their own (GLASSBOX_PCH_DIR, set below for this process and every one it starts): precompiling it takes
+#   longer than building two libraries, which is all many of those tests build.
 # - Tests of a module that uses a module-scoped fixture (a Streamlit server and a browser, the hostile suite's
 #   outcomes, a traced 2000-op graph) stay on one worker, so the fixture is made once, as in a serial run; every
 #   other test is sent on its own, to whichever worker is free. xdist 3.8 does that by renaming the tests, which
@@ -31,6 +34,10 @@ if str(ROOT) not in sys.path:
 # interpreter). Each compiler stage keeps its own fast tests in the other lane, and a sweep over the samples or
 # over op variants stays fast as a whole: the lane must still catch a wrong kernel in any stage.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
+
+from engine.runtime import build as _build  # noqa: E402 (after the repository is on sys.path)
+
+os.environ.setdefault("GLASSBOX_PCH_DIR", str(_build.pch_root()))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks

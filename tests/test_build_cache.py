@@ -1,8 +1,11 @@
 """The compile cache survives corruption, concurrency and an unusable directory (Note [Compile cache])."""
 import ctypes
+import logging
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import warnings
 
 import pytest
@@ -116,3 +119,175 @@ def test_the_toolchain_probe_is_remembered_and_a_bad_record_is_probed_again(tmp_
     build._toolchain.cache_clear()
     assert first == second and "-O3" in first
     assert len(probes) == (1 if damage == "none" else 2)
+
+
+# --- Note [Precompiled prelude] -------------------------------------------------------------------------------
+
+SMALL_PRELUDE = ('#include <cstdint>\nstatic int32_t gb_base = 21;\n'
+                 'static inline int32_t gb_twice(int32_t x) { return 2 * x; }\n'
+                 'extern "C" int32_t gb_base_value() { return gb_base; }\n')
+SMALL_SOURCE = SMALL_PRELUDE + '\nextern "C" int answer() { return gb_twice(gb_base); }\n'
+
+
+@pytest.fixture
+def pch(tmp_path, monkeypatch):
+    """A pch directory of the test's own (the suite's is shared, Note [Parallel test workers])."""
+    monkeypatch.setenv("GLASSBOX_PCH_DIR", str(tmp_path / "pch"))
+    monkeypatch.setattr(build, "_PCH_VERIFIED", {})
+    monkeypatch.setattr(build, "_PCH_FAILED", {})
+    return tmp_path / "pch"
+
+
+@pytest.fixture
+def debug_log():
+    """The build's debug messages (pytest's logging plugin is off: pyproject.toml)."""
+    messages = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("engine.runtime.build")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+class Recorder:
+    """The `run` of build_library with -H added: g++ then names each header it reads, and a precompiled one it
+    takes as `! path.gch` (`x path.gch` where it refuses one)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, command, **options):
+        result = subprocess.run(command + ["-H"], **options)
+        self.calls.append((command, result))
+        return result
+
+    def library_builds(self):
+        return [(c, r) for c, r in self.calls if "-x" not in c and "probe.cpp" not in " ".join(c)]
+
+
+def _plain_library(source, cache_root, monkeypatch) -> bytes:
+    monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(cache_root))
+    path, hit = build.build_library(source)
+    assert not hit
+    return path.read_bytes()
+
+
+def test_a_library_built_with_the_precompiled_prelude_is_the_plain_builds(cache, tmp_path, monkeypatch):
+    """The real prelude (the suite's shared pch, built here if no test did before): g++ takes the .gch, and the
+    library is the plain build's, byte for byte."""
+    from engine.codegen.cpp.module import PRELUDE
+
+    source = PRELUDE + textwrap.dedent("""
+        #include <algorithm>
+
+        extern "C" void kernel0(const uint16_t* in, float* out, int64_t n) {
+            #pragma omp parallel for num_threads(gb_thread_count())
+            for (int64_t i = 0; i < n; ++i)
+                out[i] = std::max(gb_half_to_float(in[i]), 0.0f) + expf(gb_round_bf16(1.5f));
+        }
+    """)
+    recorder = Recorder()
+    path, hit = build.build_library(source, run=recorder, prelude=PRELUDE)
+    assert not hit and path == cache / "cpp" / build.library_key(source) / "kernels.so"  # the key is unchanged
+    root = build.precompiled_prelude(PRELUDE)
+    [(command, result)] = recorder.library_builds()
+    assert f"-I{root}" in command and result.returncode == 0
+    assert f"! {root / 'gb_prelude.h.gch'}" in result.stderr.splitlines(), result.stderr[-2000:]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["kernels.cpp", "kernels.lock", "kernels.so",
+                                                              "kernels.so.sha256"]  # no wrapper left
+    assert (path.parent / "kernels.cpp").read_text() == source
+    with_pch = path.read_bytes()
+    assert _plain_library(source, tmp_path / "plain", monkeypatch) == with_pch
+    halves = (ctypes.c_uint16 * 4)(0x3c00, 0xc000, 0x7bff, 0)  # 1, -2, 65504, 0
+    out = (ctypes.c_float * 4)()
+    ctypes.CDLL(str(path)).kernel0(halves, out, ctypes.c_int64(4))
+    e = 4.4816890703380645  # exp(1.5)
+    assert list(out) == pytest.approx([1 + e, e, 65504 + e, e], rel=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["garble", "truncate", "truncate_and_checksum", "delete_header"])
+def test_a_damaged_precompiled_prelude_is_rebuilt_or_passed_by(cache, pch, tmp_path, monkeypatch, debug_log, damage):
+    """A .gch that does not match its checksum is built again; one that matches but g++ cannot read (written
+    behind our back) costs a plain build; either way the library is the plain build's."""
+    root = build.precompiled_prelude(SMALL_PRELUDE)
+    gch = root / "gb_prelude.h.gch"
+    data = bytearray(gch.read_bytes())
+    if damage.startswith("garble"):
+        data[len(data) // 2] ^= 0xFF
+        gch.write_bytes(bytes(data))
+    elif damage.startswith("truncate"):
+        gch.write_bytes(bytes(data[:1000]))
+    else:
+        (root / "gb_prelude.h").write_text("#error not the prelude\n")
+    if damage.endswith("_and_checksum"):
+        (root / "gb_prelude.h.gch.sha256").write_text(build._checksum(gch))
+    recorder = Recorder()
+    path, hit = build.build_library(SMALL_SOURCE, run=recorder, prelude=SMALL_PRELUDE)
+    assert not hit and _answer(path) == 42
+    if damage.endswith("_and_checksum"):  # taken as it is: g++ fails on it, and the plain build runs
+        assert any("building without it" in m for m in debug_log) and len(recorder.library_builds()) == 2
+    else:  # built again, and used
+        assert any("c++-header" in c for c, _ in recorder.calls)
+        assert build._pch_intact(root, SMALL_PRELUDE)
+        [(_, result)] = recorder.library_builds()
+        assert f"! {gch}" in result.stderr.splitlines()
+    assert _plain_library(SMALL_SOURCE, tmp_path / "plain", monkeypatch) == path.read_bytes()
+
+
+def test_without_a_usable_pch_directory_the_plain_build_runs(cache, tmp_path, monkeypatch, debug_log):
+    (tmp_path / "a_file").write_text("not a directory")
+    monkeypatch.setenv("GLASSBOX_PCH_DIR", str(tmp_path / "a_file" / "pch"))  # mkdir fails, even as root
+    recorder = Recorder()
+    path, hit = build.build_library(SMALL_SOURCE, run=recorder, prelude=SMALL_PRELUDE)
+    assert not hit and _answer(path) == 42
+    assert [c[c.index("-o") - 1] for c, _ in recorder.calls] == [str(path.parent / "kernels.cpp")]  # plain
+    assert any("no precompiled prelude" in m for m in debug_log)
+
+
+@pytest.mark.parametrize("outcome", ["failed", "refused"])
+def test_a_pch_that_gcc_cannot_make_or_does_not_take_is_not_tried_again(cache, pch, monkeypatch, debug_log, outcome):
+    """A precompile that fails is not tried again in this process; a .gch that g++ made but does not take in the
+    probe compile is not tried again at all (pch.refused); the libraries are built the plain way meanwhile."""
+    def unwilling(command, **options):
+        if "c++-header" in command and outcome == "failed":
+            return subprocess.CompletedProcess(command, 1, "", "cc1plus: error: no precompiled headers here")
+        result = subprocess.run(command, **options)
+        if "-H" in command:  # the probe: as if g++ had passed the .gch by
+            result.stderr = "x " + result.stderr
+        return result
+
+    assert build.precompiled_prelude(SMALL_PRELUDE, unwilling) is None
+    assert any(("no precompiled headers here" if outcome == "failed" else "did not take it") in m for m in debug_log)
+    calls = []
+    path, _ = build.build_library(SMALL_SOURCE, run=lambda c, **o: calls.append(c) or subprocess.run(c, **o),
+                                  prelude=SMALL_PRELUDE)
+    assert _answer(path) == 42 and len(calls) == 1 and "c++-header" not in calls[0]  # plain, and nothing tried
+    build._PCH_FAILED.clear()  # as a new process would start
+    root = build.precompiled_prelude(SMALL_PRELUDE)
+    assert (root is None) == (outcome == "refused")
+
+
+def test_the_pch_is_built_once_under_a_lock(cache, pch, monkeypatch):
+    real_build = build._build_pch
+    builds = []
+
+    def slow_build(*args):
+        builds.append(1)
+        time.sleep(0.5)  # the other thread is waiting on the lock meanwhile
+        return real_build(*args)
+
+    monkeypatch.setattr(build, "_build_pch", slow_build)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(build.precompiled_prelude(SMALL_PRELUDE)))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(set(found)) == 1 and found[0] is not None
+    assert sorted(p.name for p in found[0].iterdir()) == ["gb_prelude.h", "gb_prelude.h.gch",
+                                                         "gb_prelude.h.gch.sha256", "pch.lock"]  # no temporaries

@@ -4,21 +4,26 @@ to read, are refused, in time linear in their size; what the filter misses meets
 time and none of the server's environment; g++ dies with the job, also when the app stops it; a job's bytes in
 the shared cache are capped, however large one library is, and the cache is cut back to its size by evicting
 what was used longest ago."""
+import ctypes
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from engine.runtime import build
 from engine.tools import builder as builder_module
-from engine.tools.builder import TrustedBuilder, evict, refused_source
+from engine.tools import isolation
 from app.hostile_checks import SLOW_SOURCE
+from engine.tools.builder import TrustedBuilder, evict, refused_source
 from engine.tools.procfs import alive, command_name, compilers_below
+
 
 def _ask(builder: TrustedBuilder, source: str) -> dict:
     with socket.socket(fileno=os.dup(builder.worker_fd())) as channel:
@@ -221,3 +226,57 @@ def test_the_cache_is_cut_back_by_evicting_what_was_used_longest_ago(tmp_path):
     assert sorted(p.name for p in removed) == [f"entry{n}" for n in range(5)]  # down to 3/4 of 4000 bytes
     assert sorted(p.name for p in root.iterdir()) == ["entry5", "entry6", "entry7"]
     assert evict(root, max_bytes=4000) == []
+
+
+@pytest.mark.parametrize("pch_dir", ["shared", pytest.param("fresh", marks=pytest.mark.slow)])
+def test_the_sandboxed_builder_reads_its_prelude_precompiled(tmp_path, monkeypatch, pch_dir):
+    """Note [Precompiled prelude] in engine/runtime/build.py: the builder's g++ (in its sandbox, where bubblewrap
+    runs) takes the builder's own precompiled prelude, bound read-only. `fresh`: the prelude is precompiled (and
+    probed) in the sandbox too, and the library stored is the plain build's, byte for byte."""
+    from engine.codegen.cpp.module import PRELUDE
+
+    assert builder_module.builder_prelude() == PRELUDE  # the builder's own, read without importing codegen
+    if pch_dir == "fresh":
+        monkeypatch.setenv("GLASSBOX_PCH_DIR", str(tmp_path / "pch"))
+    calls = []
+    real_compile = TrustedBuilder.compile
+
+    def compile_with_headers_named(self, command, **options):  # -H: g++ names the .gch it takes
+        result = real_compile(self, command + ["-H"], **options)
+        calls.append((command, result))
+        return result
+
+    monkeypatch.setattr(TrustedBuilder, "compile", compile_with_headers_named)
+    value = uuid.uuid4().int % 100000
+    source = PRELUDE + f'\nextern "C" int64_t answer() {{ return gb_max_i({value}, 7); }}\n'
+    builder = TrustedBuilder()
+    try:
+        answer = _ask(builder, source)
+    finally:
+        builder.close()
+    assert "path" in answer, answer
+    root = build.precompiled_prelude(PRELUDE)
+    library = [(c, r) for c, r in calls if f"-I{root}" in c and "probe.cpp" not in " ".join(c)]
+    assert len(library) == 1 and library[0][1].returncode == 0
+    assert f"! {root / 'gb_prelude.h.gch'}" in library[0][1].stderr.splitlines(), library[0][1].stderr[-2000:]
+    sandboxed = not isolation.bwrap_problem()
+    assert all(any(a.endswith("bwrap") for a in result.args) == sandboxed for _, result in calls)
+    if pch_dir == "fresh":
+        assert any("c++-header" in command for command, _ in calls)  # precompiled by the builder's own g++
+    path = Path(answer["path"])
+    function = ctypes.CDLL(str(path)).answer
+    function.restype = ctypes.c_int64
+    assert function() == value
+    if pch_dir == "fresh":
+        monkeypatch.setenv("GLASSBOX_CACHE_DIR", str(tmp_path / "plain"))
+        plain, hit = build.build_library(source)
+        assert not hit and plain.read_bytes() == path.read_bytes()
+
+
+def test_the_builder_reads_its_prelude_without_importing_torch():
+    # the app's server makes builders (engine/tools/sandbox.py) and must not import torch (engine/__init__.py)
+    code = ("import sys, engine.tools.sandbox, engine.tools.builder as b; b.builder_prelude(); "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(build.__file__).parents[2])
+    assert done.stdout.strip() == "False", done.stderr[-2000:]

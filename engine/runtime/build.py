@@ -17,6 +17,21 @@ started it (engine/tools/builder.py). The builder chooses the flags and the comp
 probe runs there), computes the key from source, flags and compiler version, compiles (g++ itself in a
 sandbox of its own), stores, and answers with the library's path in the shared cache. So a job can only ever
 store the correct binary of the source it sent, under that source's key; nothing a job writes reaches the next.
+
+Note [Precompiled prelude]
+Every generated C++ unit starts with the same prelude (engine/codegen/cpp/prelude.h), and parsing it was most
+of g++'s time on a small graph (about 1 s of 1.3 s). The caller names it (`prelude=`; the builder names its own,
+never a job's) and it is precompiled once per compiler (binary and version), compile flags and prelude text, into
+pch/<key>/gb_prelude.h.gch: under a lock (pch.lock), by the library's own `run` (so in the builder's sandbox),
+renamed into place with a checksum (checked once per process), and kept only if a probe compile with -H shows
+that g++ takes it. g++ takes a .gch only through the unit's first #include and with the same flags, so the
+library is compiled, with the plain build's flags, from a wrapper: `#include "gb_prelude.h"`, a #line back to the
+source's own line, the rest of the source; it is named kernels.cpp too, the name the library keeps as its FILE
+symbol. The library is then the plain build's byte for byte (reports/precompiled_prelude.md) and its key is
+unchanged: the pch is an accelerator, not part of correctness. Where there is none (a read-only cache, g++
+refusing it: remembered in pch.refused) or a build with it fails, the plain build runs, and the reason is logged
+at debug level (logger engine.runtime.build). The entries (45 MB each, the 3 used last kept) are outside the
+builder's quota; GLASSBOX_PCH_DIR puts them elsewhere (the test suite shares one).
 """
 from __future__ import annotations
 
@@ -25,6 +40,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -35,6 +51,8 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 BASE_FLAGS = ["-O3", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
               "-w"]
@@ -162,10 +180,11 @@ def library_key(source: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def build_library(source: str, run=subprocess.run) -> tuple[Path, bool]:
+def build_library(source: str, run=subprocess.run, prelude: str = "") -> tuple[Path, bool]:
     """Compile `source` to a shared library; returns (path, cache_hit). See Note [Compile cache]. In a sandboxed
     worker the trusted builder does it (Note [Trusted builder]); `run` runs the compiler (the builder's runs it
-    in a sandbox)."""
+    in a sandbox). `prelude`: the text the source starts with, read from a precompiled header where one can be
+    had (Note [Precompiled prelude])."""
     if _builder_fd() is not None:
         return _ask_builder(source)
     key = library_key(source)
@@ -175,18 +194,18 @@ def build_library(source: str, run=subprocess.run) -> tuple[Path, bool]:
         lock = open(entry / "kernels.lock", "a")
     except OSError as error:
         warnings.warn(f"Glassbox's compile cache is not usable ({error}); building without it.", stacklevel=2)
-        return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-"))), False
+        return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-")), run, prelude), False
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         target = entry / "kernels.so"
         if _intact(target):
             return target, True
         try:
-            return _compile(source, entry, run), False
+            return _compile(source, entry, run, prelude), False
         except OSError as error:  # e.g. the disk filled up while writing the entry
             warnings.warn(f"Glassbox could not write to its compile cache ({error}); building without it.",
                           stacklevel=2)
-            return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-")), run), False
+            return _compile(source, Path(tempfile.mkdtemp(prefix="glassbox-build-")), run, prelude), False
 
 
 _BUILDER_LOCK = threading.Lock()  # one request at a time on the worker's one socket
@@ -262,20 +281,210 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp_path, path)
 
 
-def _compile(source: str, directory: Path, run=subprocess.run) -> Path:
+def _compile_flags() -> list[str]:
+    return [f for f in flags() if not f.startswith("-l")]
+
+
+def _link_flags() -> list[str]:
+    return [f for f in flags() if f.startswith("-l")]
+
+
+def _compile(source: str, directory: Path, run=subprocess.run, prelude: str = "") -> Path:
     target = directory / "kernels.so"
     atomic_write(directory / "kernels.cpp", source)
     fd, tmp_path = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
-    command = [compiler(), *[f for f in flags() if not f.startswith("-l")], str(directory / "kernels.cpp"),
-               "-o", tmp_path, *[f for f in flags() if f.startswith("-l")]]
-    result = run(command, capture_output=True, text=True)
+    result = None
+    if prelude:
+        try:
+            result = _compile_with_prelude(source, prelude, directory, tmp_path, run)
+        except OSError as error:
+            log.debug("no precompiled prelude: %s", error)
+    if result is None:
+        command = [compiler(), *_compile_flags(), str(directory / "kernels.cpp"), "-o", tmp_path, *_link_flags()]
+        result = run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(tmp_path)
         raise BuildError(f"g++ failed on generated code:\n{result.stderr[-4000:]}")
     os.replace(tmp_path, target)
     atomic_write(directory / "kernels.so.sha256", _checksum(target))
     return target
+
+
+# --- the precompiled prelude (Note [Precompiled prelude]) ---------------------------------------------------
+
+PCH_HEADER = "gb_prelude.h"
+NEWLINE = "\n"
+PCH_KEEP = 3  # pch entries kept (those used last): one per prelude text, compiler and flags seen lately
+_PCH_VERIFIED: dict[str, tuple] = {}  # gch path -> its (device, inode, size, mtime) when its checksum matched
+_PCH_FAILED: dict[str, str] = {}  # pch directory -> why it could not be built (in this process)
+
+
+def pch_root() -> Path:
+    return Path(os.environ.get("GLASSBOX_PCH_DIR") or cache_dir() / "pch")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_binary() -> str:
+    binary = shutil.which(compiler())
+    if not binary:
+        return compiler()
+    info = os.stat(binary)
+    return f"{os.path.realpath(binary)}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def pch_key(prelude: str) -> str:
+    digest = hashlib.sha256(b"pch 1\0")
+    for part in (_compiler_binary(), compiler_version(), " ".join(_compile_flags()), prelude):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:24]
+
+
+def _compile_with_prelude(source: str, prelude: str, directory: Path, output: str, run):
+    """The library compiled with the precompiled prelude into `output`: the CompletedProcess of g++, or None
+    where the plain build must do it (no pch, or the build with it failed: the reason is logged)."""
+    presumed = str(directory / "kernels.cpp")  # the name the plain build's g++ gives the unit
+    if not (prelude.endswith("\n") and source.startswith(prelude)):
+        log.debug("no precompiled prelude: the source does not start with the prelude")
+        return None
+    if any(c in presumed for c in '"\\') or not presumed.isprintable():
+        log.debug("no precompiled prelude: the entry's path %r does not fit a #line directive", presumed)
+        return None
+    pch = precompiled_prelude(prelude, run)
+    if pch is None:
+        return None
+    wrapper = Path(tempfile.mkdtemp(prefix="with-pch-", dir=directory))
+    try:
+        unit = wrapper / "kernels.cpp"  # the library's FILE symbol is the unit's name: the plain build's
+        unit.write_text(f'#include "{PCH_HEADER}"\n#line {prelude.count(NEWLINE) + 1} "{presumed}"\n'
+                        + source[len(prelude):])
+        command = [compiler(), *_compile_flags(), f"-I{pch}", str(unit), "-o", output, *_link_flags()]
+        result = run(command, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(wrapper, ignore_errors=True)
+    if result.returncode > 0:  # < 0: killed from outside (a job's time limit), as a plain build would be
+        log.debug("the build with the precompiled prelude failed; building without it:\n%s", result.stderr[-2000:])
+        return None
+    return result
+
+
+def precompiled_prelude(prelude: str, run=subprocess.run) -> Path | None:
+    """The directory of the prelude's precompiled header (gb_prelude.h and its .gch), built if need be; None
+    where there is none to be had (the reason is logged)."""
+    try:
+        root = pch_root() / pch_key(prelude)
+    except (OSError, BuildError) as error:
+        log.debug("no precompiled prelude: %s", error)
+        return None
+    if _pch_intact(root, prelude):
+        return _used(root)
+    refused = root / "pch.refused"
+    if str(root) in _PCH_FAILED or refused.exists():
+        log.debug("no precompiled prelude: it failed before (%s)", _PCH_FAILED.get(str(root)) or refused)
+        return None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / "pch.lock", "a")
+    except OSError as error:
+        log.debug("no precompiled prelude: its directory is not writable (%s)", error)
+        return None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _pch_intact(root, prelude):  # built while we waited
+            return _used(root)
+        try:
+            reason, outcome = _build_pch(root, prelude, run)
+        except OSError as error:
+            reason, outcome = f"it could not be stored ({error})", "failed"
+        if reason:
+            log.debug("no precompiled prelude: %s", reason)
+            if outcome != "stopped":  # a compile stopped from outside (the job's time limit) is no verdict
+                _PCH_FAILED[str(root)] = reason[:200]  # not tried again in this process
+            if outcome == "refused":  # g++ compiled it and does not take it: not tried again anywhere
+                try:
+                    atomic_write(refused, reason)
+                except OSError:
+                    pass
+            return None
+    _prune(root)
+    return root
+
+
+def _build_pch(root: Path, prelude: str, run) -> tuple[str, str]:
+    """Precompile the prelude into root (Note [Precompiled prelude]): ("", "stored"), or why not and whether the
+    compile "failed", was "stopped" from outside, or g++ "refused" the .gch it made."""
+    header, gch = root / PCH_HEADER, root / (PCH_HEADER + ".gch")
+    for stale in (gch, root / (gch.name + ".sha256")):
+        stale.unlink(missing_ok=True)
+    atomic_write(header, prelude)
+    fd, tmp_gch = tempfile.mkstemp(dir=root, prefix=gch.name + ".")
+    os.close(fd)
+    probe_dir = Path(tempfile.mkdtemp(prefix="probe-", dir=root))
+    try:
+        made = run([compiler(), *_compile_flags(), "-x", "c++-header", str(header), "-o", tmp_gch],
+                   capture_output=True, text=True)
+        if made.returncode != 0:
+            return (f"g++ could not precompile it (exit {made.returncode}): {made.stderr[-1000:]}",
+                    "stopped" if made.returncode < 0 else "failed")
+        os.replace(tmp_gch, gch)
+        probe = probe_dir / "probe.cpp"
+        probe.write_text(f'#include "{PCH_HEADER}"\n')
+        checked = run([compiler(), *_compile_flags(), f"-I{root}", "-H", str(probe), "-o", str(probe_dir / "probe.so"),
+                       *_link_flags()], capture_output=True, text=True)
+        if checked.returncode != 0 or f"! {gch}" not in checked.stderr.splitlines():
+            gch.unlink(missing_ok=True)
+            outcome = "refused" if checked.returncode == 0 else "stopped" if checked.returncode < 0 else "failed"
+            return f"g++ did not take it in a probe (exit {checked.returncode}): {checked.stderr[-1000:]}", outcome
+        atomic_write(root / (gch.name + ".sha256"), _checksum(gch))
+        return "", "stored"
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+        if os.path.exists(tmp_gch):
+            os.unlink(tmp_gch)
+
+
+def _pch_intact(root: Path, prelude: str) -> bool:
+    """Whether root holds this prelude's header and a .gch that matches its checksum (checked once per process
+    for each version of the file)."""
+    gch = root / (PCH_HEADER + ".gch")
+    try:
+        if (root / PCH_HEADER).read_bytes() != prelude.encode():
+            return False
+        info = gch.stat()
+        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if _PCH_VERIFIED.get(str(gch)) == stamp:
+            return True
+        if _checksum(gch) != (root / (gch.name + ".sha256")).read_text().strip():
+            return False
+    except OSError:
+        return False
+    _PCH_VERIFIED[str(gch)] = stamp
+    return True
+
+
+def _used(root: Path) -> Path:
+    try:
+        os.utime(root)  # used now: pruned last
+    except OSError:
+        pass  # a read-only cache
+    return root
+
+
+def _prune(keep: Path) -> None:
+    """Remove the pch entries used longest ago beyond PCH_KEEP (one being built, its lock held, stays)."""
+    try:
+        entries = sorted((e for e in keep.parent.iterdir() if e.is_dir() and e != keep),
+                         key=lambda e: e.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for entry in entries[PCH_KEEP - 1:]:
+        try:
+            with open(entry / "pch.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def load_library(path: Path) -> ctypes.CDLL:

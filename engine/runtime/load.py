@@ -2,8 +2,9 @@
 
 A backend's module (engine/codegen: cpp/module.CppModule, triton/module.TritonModule) is data here: its `language`,
 `source`, `kernels` (each with `name`, `args`, `size_args`; a GEMM template also with `template` and the launch
-data of runtime/gemm_launch.TemplateKernel) and `autotune`; a Triton module also has `launches`, the
-KernelLaunch of each generated kernel. Nothing here asks codegen or the scheduler a question.
+data of runtime/gemm_launch.TemplateKernel) and `autotune`; a C++ module also has its `prelude` (Note
+[Precompiled prelude] in build.py), a Triton module its `launches`, the KernelLaunch of each generated kernel.
+Nothing here asks codegen or the scheduler a question.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class ThreadCount:
 
 def _load_cpp(module, namespace: dict, device: str) -> bool:
     """Compile the module (or take it from the cache) and put one ctypes function per kernel in namespace."""
-    path, cache_hit = build_library(module.source)
+    path, cache_hit = build_library(module.source, prelude=module.prelude)
     library = load_library(path)
     namespace["_library"] = library  # keeps the shared library loaded as long as the wrapper lives
     namespace["gb_threads"] = ThreadCount(library.gb_set_threads)

@@ -5,7 +5,9 @@ One `TrustedBuilder` serves one worker over a socket pair (the worker's end is i
 from a thread of the process that started the worker. A request carries only the generated source; the flags,
 the compiler and the cache key are the builder's (engine.runtime.build), and g++ itself runs in a sandbox of its own
 (bubblewrap where it works: no network, no processes to see, only the cache entry writable), since the source
-comes from a job and could `#include` a file to read it back in an error message.
+comes from a job and could `#include` a file to read it back in an error message. The prelude a job's source
+starts with is read precompiled when it is the builder's own (Note [Precompiled prelude] in build.py): its
+directory, the one g++ is told to search (-I), is bound read-only into the sandbox.
 
 Note [Builds inside the job's limits]
 A build is the job's work, so it gets the job's limits, not the server's: g++ runs with the job's time limit
@@ -60,6 +62,9 @@ _HEADER = re.compile(r'[ \t\f\v]*(?:<([^<>"\n\\]+)>|"([^<>"\n\\]+)")')
 _TO_ASSEMBLER = re.compile(rf"(?<![{_NOT_IN_WORD}])_*(asm|section|alias|symver|weakref|ifunc|ident|sccs|"
                            rf"pch_preprocess)_*(?![{_NOT_IN_WORD}])")
 _SPELLS = re.compile(r"##|%:%:|incbin|\\[uU]", re.I)
+# the prelude that generated C++ starts with (engine/codegen/cpp/module.py reads the same file): read, not
+# imported, since importing codegen would import torch into the app's server
+PRELUDE_FILE = Path(__file__).resolve().parents[1] / "codegen" / "cpp" / "prelude.h"
 
 
 def refused_source(source: str) -> str:
@@ -94,6 +99,22 @@ def compile_environment(isolated: bool) -> dict[str, str]:
     env.setdefault("PATH", "/usr/bin:/bin")
     env.update({"LANG": "C", "LC_ALL": "C", "TMPDIR": "/tmp" if isolated else tempfile.gettempdir()})
     return env
+
+
+def builder_prelude() -> str:
+    """The prelude the builder reads precompiled (Note [Precompiled prelude] in engine/runtime/build.py): its own,
+    never one a job names; "" where it cannot be read (then every build is plain)."""
+    try:
+        return PRELUDE_FILE.read_text()
+    except OSError:
+        return ""
+
+
+def include_directories(command: list[str]) -> list[tuple[str, str]]:
+    """(real path, path) of the directories g++ is told to search (-Idir: the builder's own precompiled prelude,
+    Note [Precompiled prelude] in engine/runtime/build.py), bound read-only into its sandbox."""
+    found = [arg[2:] for arg in command if arg.startswith("-I") and os.path.isabs(arg[2:]) and os.path.isdir(arg[2:])]
+    return [(os.path.realpath(path), path) for path in found]
 
 
 def cache_bytes(path: Path) -> int:
@@ -186,14 +207,15 @@ class TrustedBuilder:
         entry = output.rsplit("/", 1)[0]
         isolated = not isolation.bwrap_problem()
         if isolated:
-            command = isolation.bwrap_argv(Path(entry), isolation.readable_paths(command), 1 << 30) + command
+            readable = isolation.readable_paths(command) + include_directories(command)
+            command = isolation.bwrap_argv(Path(entry), readable, 1 << 30) + command
         limit = shutil.which("prlimit")
         if limit:  # no file it writes (the library, the assembler's object) may be larger than the job's quota left
             command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0",
                        f"--fsize={max(1, self.quota_left())}", "--"] + command
         with self._lock:
             if self._closed:
-                return subprocess.CompletedProcess(command, 1, "", "the job ended before its build")
+                return subprocess.CompletedProcess(command, -signal.SIGKILL, "", "the job ended before its build")
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        start_new_session=True, env=compile_environment(isolated))
             self._running = process
@@ -202,7 +224,8 @@ class TrustedBuilder:
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()
-            return subprocess.CompletedProcess(command, 1, "", f"the compiler ran past the job's {self.timeout_s:g} s")
+            return subprocess.CompletedProcess(command, -signal.SIGKILL, "",
+                                               f"the compiler ran past the job's {self.timeout_s:g} s")
         finally:
             with self._lock:
                 self._running = None
@@ -244,7 +267,7 @@ class TrustedBuilder:
         except (OSError, build.BuildError) as error:
             return {"error": f"the trusted builder could not build: {error}"}
         try:
-            path, hit = build.build_library(source, run=self.compile)
+            path, hit = build.build_library(source, run=self.compile, prelude=builder_prelude())
         except build.BuildError as error:
             if not existed:  # a failed build leaves nothing in the shared cache
                 shutil.rmtree(entry, ignore_errors=True)

@@ -326,6 +326,7 @@ class CppModule:
     kernels: list[CppKernel]
     line_kernel: list  # per source line: (kernel name, LineTag) or None
     autotune: bool = False  # mode="max-autotune": GEMM templates time their tile configs at the first launch
+    prelude: str = PRELUDE  # the text the source starts with, precompiled once (Note [Precompiled prelude])
     language = "cpp"
     # once per call, before the kernels: torch's thread count for every parallel region (Note [Kernel threads])
     call_prologue = ("gb_threads()  # kernels run on torch.get_num_threads() threads (Note [Kernel threads])",)

@@ -36,8 +36,8 @@ EXTRA_DECOMPOSITIONS = [
     aten.addmv, aten.ldexp, aten.as_strided_copy,
     aten.grid_sampler_2d, aten.i0, aten._native_batch_norm_legit_functional,
 ]
-# Not decomposed: aten.max_pool2d_with_indices and its backward, lowered whole (Note [Max pooling as our
-# kernel] and Note [Max pooling backward as a gather] in lowering/pooling.py).
+# Not decomposed: aten.max_pool2d_with_indices, aten.max_pool3d_with_indices and their backwards, lowered whole
+# (Note [Max pooling as our kernel] and Note [Max pooling backward as a gather] in lowering/pooling.py).
 # Not decomposed: aten.native_dropout. Its decomposition draws the mask with rand_like, eager's kernel with
 # bernoulli_: kept whole (a visible Fallback) it draws the very mask eager draws from the same RNG state, so a
 # training step with dropout can be checked against eager (engine/train_verify.py).
@@ -54,7 +54,8 @@ if hasattr(aten, "_scaled_dot_product_cudnn_attention"):
 # Kept whole and lowered as one node: its decomposition is an index_put over the whole weight (zeros, then the
 # tokens' gradients added), with the padding tokens' gradients zeroed by a where() first; whole, the Scatter
 # node of Note [Embedding backward as an atomic add] (lowering/backward.py) masks them off instead.
-LOWERED_WHOLE = [aten.embedding_dense_backward.default, aten.max_pool2d_with_indices_backward.default]
+LOWERED_WHOLE = [aten.embedding_dense_backward.default, aten.max_pool2d_with_indices_backward.default,
+                 aten.max_pool3d_with_indices_backward.default]
 # Note [Interpolation kept whole]
 # An inference graph keeps interpolation whole: one gather per output element computing its own source
 # positions (Note [Interpolation as one gather] in lowering/interpolation.py), where torch's decompositions

@@ -1,14 +1,15 @@
-"""Max pooling's gradient as our kernel (Note [Max pooling backward as a gather] in
-engine/lowering/pooling.py): a training step through max_pool2d gives eager's input gradient over 3x3 pools
-of stride 1 and 2, padding, ceil mode, dilation, unbatched, size-1, non-contiguous and channels-last inputs,
-ties that send many windows' gradients to one element, and symbolic sizes; the backward graph keeps
-max_pool2d_with_indices_backward whole (no scatter_add) and runs nothing eagerly. Through the Triton
-interpreter and the C++ backend."""
+"""Max pooling's gradient as our kernel (Note [Max pooling backward as a gather] and Note [Max pooling backward
+on the CPU] in engine/lowering/pooling.py): a training step through max_pool2d gives eager's input gradient over
+3x3 pools of stride 1 and 2, padding, ceil mode, dilation, unbatched, size-1, non-contiguous and channels-last
+inputs, ties that send many windows' gradients to one element, and symbolic sizes; the backward graph keeps
+max_pool2d_with_indices_backward whole (no scatter_add) and runs nothing eagerly. Through the C++ backend in
+the CPU's form (a Scatter at each window's argmax) and the Triton interpreter in a GPU's (the gather)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import engine
+from engine.lowering import pooling
 from gradient_checks import backward_ops, train_checked, weighted_sum
 
 CASES = {  # name: (input, kernel, stride, padding, dilation, ceil_mode)
@@ -23,10 +24,20 @@ CASES = {  # name: (input, kernel, stride, padding, dilation, ceil_mode)
 }
 
 
+@pytest.fixture(autouse=True)
+def _gpu_form_under_triton(request, monkeypatch):
+    """The Triton backend's gradient is a GPU's gather, run here under the interpreter; the C++ backend's the
+    CPU's Scatter."""
+    if getattr(request.node, "callspec", None) and request.node.callspec.params.get("backend") == "triton":
+        monkeypatch.setattr(pooling, "gathers_on", lambda device: True)
+
+
 def _train(fn, x, backend, **kwargs):
     exploration = train_checked(fn, x, backend, **kwargs)
     backward = backward_ops(exploration)
     assert "max_pool2d_with_indices_backward" in backward and "scatter" not in backward, backward
+    nodes = [n.kind for g in exploration.graphs if g.phase == "backward" for n in g.ir.nodes]
+    assert ("scatter" in nodes) == (backend == "cpp"), nodes
     return exploration
 
 

@@ -28,6 +28,7 @@ from engine.ir.artifacts import Allocator, LibraryOp
 from engine.ir.indexing import contiguous_strides, py_index
 from engine.ir.nodes import Extern, Fallback, MultiOutput, Scatter, TensorArg, TensorValue
 from engine.ir.graph import LoweredGraph
+from engine.lowering.layout import channels_last_strides
 from engine.schedule.fusion import Kernel
 from engine.schedule.memory import MemoryPlan
 from engine.schedule.templates import MATMULS
@@ -92,8 +93,8 @@ def held_layouts(graph: LoweredGraph) -> dict:
     holds them])."""
     held = {name: (tuple(node.size), tuple(node.stride)) for name, node in graph.buffers.items()}
     for name in (graph.layout or {}).get("buffers", ()):
-        n, h, w, c = graph.buffers[name].size
-        held[name] = ((n, c, h, w), (h * w * c, sympy.Integer(1), w * c, c))
+        n, *spatial, c = graph.buffers[name].size  # N, (D,) H, W, C
+        held[name] = ((n, c, *spatial), channels_last_strides((n, c, *spatial)))
     return held
 
 

@@ -1,4 +1,5 @@
-"""The memory layout of a graph's 4D tensors: NCHW as eager has them, or channels-last around convolutions.
+"""The memory layout of a graph's 4D tensors: NCHW as eager has them, or channels-last around convolutions (and
+of its 5D outputs: eager's, channels_last_3d where eager returns that).
 
 Note [Channels-last convolutions]
 cuDNN's fast convolution kernels (depthwise ones especially) are NHWC kernels: handed NCHW tensors, ATen picks
@@ -18,7 +19,8 @@ dimension), as Inductor's layout optimization does:
   parameter is unchanged (ChannelsLastWeight), so cuDNN sees NHWC arguments and needs no transform kernels;
 - the graph's outputs keep eager's strides where nothing else reads them (their values are stored
   channels-last when eager returns them so: `eager_returns_channels_last`, in any graph, as eager's elementwise
-  ops follow a channels-last input; stored NCHW instead, x * x.mean((2, 3)) over a channels-last x came back
+  ops and max pools follow a channels-last input; a 5D output likewise, channels_last_3d (N, D, H, W, C);
+  stored NCHW instead, x * x.mean((2, 3)) over a channels-last x came back
   with other strides than eager's, through a transposing store that made it 1.2x Inductor's time on the H200
   and 1.3-1.5x on the CPU). An output that another kernel also reads keeps NCHW: the column reduction that reads it
   (y and y.mean((2, 3)), a squeeze-excitation's input) fuses it as a stored prologue by the order of its
@@ -163,20 +165,24 @@ def preferred_nodes(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> fro
 
 
 def channels_last_strides(size) -> tuple:
-    n, c, h, w = size
-    return (h * w * c, sympy.Integer(1), w * c, c)
+    """The strides of channels_last (4D) or channels_last_3d (5D): C innermost, then the spatial dims."""
+    _, c, *spatial = size
+    strides = [c]
+    for s in reversed(spatial[1:]):
+        strides.insert(0, strides[0] * s)
+    return (strides[0] * spatial[0], sympy.Integer(1), *strides)
 
 
 def _trivial(size) -> bool:
-    """Channels-last is the contiguous layout when C or H*W is 1."""
-    _, c, h, w = (sympy.sympify(s) for s in size)
-    return c == 1 or h * w == 1
+    """Channels-last is the contiguous layout when C or the spatial dims' product (H*W, D*H*W) is 1."""
+    _, c, *spatial = (sympy.sympify(s) for s in size)
+    return c == 1 or math.prod(spatial) == 1
 
 
 def eager_returns_channels_last(node: torch.fx.Node, val) -> bool:
     """Whether `node` is a graph output, read by nothing else of the graph, that eager returns in channels-last
-    strides (and not also contiguous: a trivial C or H*W has both)."""
-    if not isinstance(val, torch.Tensor) or val.dim() != 4 or not node.users or \
+    strides (channels_last_3d for a 5D one; and not also contiguous: a trivial C or H*W has both)."""
+    if not isinstance(val, torch.Tensor) or val.dim() not in (4, 5) or not node.users or \
             any(u.op != "output" for u in node.users):
         return False
     size, stride = tuple(sympy.sympify(s) for s in val.shape), tuple(sympy.sympify(s) for s in val.stride())
@@ -198,22 +204,25 @@ def store_preferred(node: torch.fx.Node, result, first_new: int, nodes: list[Buf
 
 
 def store_channels_last(value, first_new: int, nodes: list[Buffer]):
-    """The lowering's result as a node whose loop runs over N, H, W, C, seen through a permutation; unchanged
-    when it is no new node of ours (a view, an input, a library call) or channels-last is NCHW for its shape."""
-    if not isinstance(value, TensorValue) or value.index_map is not None or value.ndim != 4:
+    """The lowering's result as a node whose loop runs over N, H, W, C (N, D, H, W, C in 5D), seen through a
+    permutation; unchanged when it is no new node of ours (a view, an input, a library call) or channels-last is
+    NCHW for its shape."""
+    if not isinstance(value, TensorValue) or value.index_map is not None or value.ndim not in (4, 5):
         return value
     node = value.node
     if not isinstance(node, (Pointwise, Reduction)) or node not in nodes[first_new:] or \
             tuple(value.size) != tuple(node.size) or _trivial(node.size):
         return value
-    n, c, h, w = node.size
-    body = node.inner_fn
-    node.size = (n, h, w, c)
+    size, body = tuple(node.size), node.inner_fn
+    node.size = (size[0], *size[2:], size[1])
+
+    def logical(index):  # N, (D,) H, W, C -> N, C, (D,) H, W
+        return [index[0], index[-1], *index[1:-1]]
     if isinstance(node, Pointwise):
-        node.inner_fn = lambda index: body([index[0], index[3], index[1], index[2]])
+        node.inner_fn = lambda index: body(logical(index))
     else:
-        node.inner_fn = lambda index, rindex: body([index[0], index[3], index[1], index[2]], rindex)
-    return TensorValue(node, (n, c, h, w), lambda index: [index[0], index[2], index[3], index[1]])
+        node.inner_fn = lambda index, rindex: body(logical(index), rindex)
+    return TensorValue(node, size, lambda index: [index[0], *index[2:], index[1]])
 
 
 class ChannelsLastWeight:

@@ -1,6 +1,7 @@
 """Pooling: average pooling as a Reduction over the kernel window, then a division by the window's size, and
-its gradient as a gather over the windows covering each input position; max pooling (with its indices) as an
-elementwise max over the unrolled window.
+its gradient as a gather over the windows covering each input position; max pooling (2d and 3d, with its
+indices) as an elementwise max over the unrolled window, and its gradient as the same gather on a GPU and
+as eager's scatter on the CPU.
 
 Note [Average pooling window]
 For output position o along a spatial dim of input size H (kernel k, stride s, padding p), torch's CPU kernel
@@ -18,10 +19,13 @@ import sympy
 import torch
 
 from engine.ir.indexing import Bounded, FloorDiv, product
+from engine.ir.nodes import TensorValue
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import (check_dtype, load_as, out_dtype, out_size, pointwise_node, reduction_node,
                                     sympify_size)
+from engine.lowering.layout import channels_last_strides
 from engine.lowering.registry import Unsupported, current, register_lowering
+from engine.lowering.scatters import scatter_node
 
 aten = torch.ops.aten
 
@@ -138,7 +142,10 @@ def _avg_pool(x: TensorValue, spatial: int, kernel_size, stride, padding, count_
 # stride-1 pools (fp16, batch 16 at 299, channels-last) were such reductions, kernels of 0.3-1.9 ms in a model
 # whose convolutions take 0.9 ms in all. An elementwise node also fuses: the ReLU or cat after it, the batch
 # norm before it (Note [Window reads] decides whether that producer is recomputed at 9 positions). Longer
-# windows (a global average pool written as avg_pool2d) stay a Reduction over the window.
+# windows (a global average pool written as avg_pool2d) stay a Reduction over the window. A 3x3x3 window (27
+# positions) is unrolled too: on 2 CPU cores, avg_pool3d over fp32 2x16x32x64x64 took 130 ms as a Reduction
+# and 17 ms unrolled at stride 2 (eager: 24 ms), 1224 ms and 102 ms at stride 1 (eager: 173 ms), and its
+# stride-1 gradient (27 windows per element) 1002 ms and 123 ms (eager: 220 ms).
 
 
 @register_lowering(aten.avg_pool2d.default)
@@ -301,18 +308,30 @@ def adaptive_avg_pool3d_backward(grad_output, x):
 
 
 # Note [Max pooling as our kernel]
-# max_pool2d_with_indices is lowered whole, not through torch's decomposition (a gather of every window, then
-# a max over a flattened axis, and only in recent torch: older ones run the op eagerly): each output is the
-# max over its window unrolled into a chain of loads and compares, an elementwise node like any other, so
-# the batch norm and ReLU that feed it are recomputed inside it instead of stored, and it is stored in the
-# graph's layout (channels-last between convolutions: Note [Channels-last convolutions]), where an eager call
-# returned whatever layout the library chose and the convolutions after it converted it back. The indices are
-# a second node over the same window; nobody reads them in inference, so no kernel computes them there (Note
-# [Unused nodes]). Both follow eager's CUDA and CPU kernels exactly: the window visits positions in order,
-# a position replaces the best when its value is greater or NaN, the best starts at -inf on the first
-# in-bounds position (so an all -inf window names that position). Windows of more than MAX_UNROLLED_WINDOW
-# positions (a global max pool) run eagerly: an unrolled chain that long is no kernel to read.
-MAX_UNROLLED_WINDOW = 25
+# max_pool2d_with_indices and max_pool3d_with_indices are lowered whole, not through torch's decomposition (a
+# gather of every window, then a max over a flattened axis, and only in recent torch: older ones run the op
+# eagerly): each output is the max over its window unrolled into a chain of loads and compares, an
+# elementwise node like any other, so the batch norm and ReLU that feed it are recomputed inside it instead
+# of stored, and it is stored in the graph's layout (channels-last between convolutions: Note [Channels-last
+# convolutions]), where an eager call returned whatever layout the library chose and the convolutions after
+# it converted it back. The indices are a second node over the same window; nobody reads them in inference,
+# so no kernel computes them there (Note [Unused nodes]). Both follow eager's CUDA and CPU kernels exactly:
+# the window visits positions in order (the first spatial dim outermost), a position replaces the best when
+# its value is greater or NaN (so of several NaNs the last wins), the best starts at -inf on the first
+# in-bounds position (so an all -inf window names that position), and an index is the flat position in the
+# input's plane (d*H*W + h*W + w in 3d). Padding is no -inf: a position outside the input is skipped (or read
+# clamped onto one the window holds: Note [Max pooling reads clamped positions]). Windows of more than
+# MAX_UNROLLED_WINDOW positions (a global max pool) run eagerly: an unrolled chain that long is no kernel to
+# read. 27 is a 3x3x3 window, the common 3d pool (a 5x5 one is 25).
+MAX_UNROLLED_WINDOW = 27
+
+
+def _flat(positions, sizes):
+    """The flat position of `positions` (one per spatial dim) in a plane of `sizes`, row-major."""
+    flat = positions[0]
+    for position, size in zip(positions[1:], sizes[1:]):
+        flat = flat * size + position
+    return flat
 
 
 def _first_inside(start, step: int):
@@ -322,43 +341,76 @@ def _first_inside(start, step: int):
     return start + step * FloorDiv(sympy.Max(0, -start) + step - 1, step)
 
 
+# Note [Max pooling reads clamped positions]
+# A window position outside the input (in the padding, or past the end in ceil mode) is skipped by eager. Along
+# a dim without dilation the window's positions inside the input are a run that the position outside borders,
+# so clamped into [0, size) it lands on one of them: read there, it adds a value the window already holds, at
+# the index it holds it (an earlier or later visit of that same position), which changes neither the max nor
+# its index: a value replaces the best only when greater or NaN, and a NaN read again names the same position.
+# Every window holds a position inside (eager's shape check limits padding to half the kernel, and ceil mode
+# drops a window that would start in the padding), so no window reads only clamped positions. A clamped read
+# is a plain load, where a masked one is a load and a select on a bool of the outer loop: in a C++ kernel gcc
+# 12 vectorizes no inner loop with more than four such selects inside an OpenMP loop ("relevant stmt not
+# supported" for the select), so a padded pool's kernel ran scalar even where its loads are contiguous along
+# the channels. Measured on 2 shared cores, k=3 s=2 p=1, fp32, masked and then clamped: max_pool2d over
+# 2x16x256x256 took 13.6 ms and 1.9 ms (eager 17 ms, Inductor 4.1 ms); max_pool3d over a channels-last-3d
+# 2x64x16x32x64, 27 ms and 2.4 ms (eager 3.1 ms, Inductor 2.3 ms). Dilated dims keep the masks: there the
+# clamped position may fall between the window's positions.
+
+
+def _clamped(position, offset, out_extent, stride: int, pad: int, size):
+    """`position` clamped into [0, size), each side only where the sizes do not decide it lies inside (Note
+    [Window bounds the sizes decide])."""
+    if sympy.Ge(offset - pad, 0) is not sympy.true:
+        position = sympy.Max(position, 0)
+    if sympy.Lt((out_extent - 1) * stride - pad + offset, size) is not sympy.true:
+        position = sympy.Min(position, size - 1)
+    return position
+
+
 def _max_over_window(x, index, lead: int, kernel, stride, padding, dilation, out_sizes, acc):
     """(max value, flat input position of its first occurrence) of the window of output `index` (Note [Max
-    pooling as our kernel]); positions tested only where the sizes do not decide it (Note [Window bounds the
-    sizes decide])."""
+    pooling as our kernel]); positions clamped (Note [Max pooling reads clamped positions]), or tested along a
+    dilated dim, only where the sizes do not decide they lie inside (Note [Window bounds the sizes decide])."""
     in_sizes = x.size[lead:]
-    starts = [index[lead + d] * stride[d] - padding[d] for d in range(2)]
-    first = [_first_inside(s, dilation[d]) for d, s in enumerate(starts)]
+    spatial = len(kernel)
+    starts = [index[lead + d] * stride[d] - padding[d] for d in range(spatial)]
     best = ops.constant(float("-inf"), acc)
-    where = ops.index_expr(first[0] * in_sizes[1] + first[1], torch.int64)
-    for kh in range(kernel[0]):
-        for kw in range(kernel[1]):
-            offsets = [kh * dilation[0], kw * dilation[1]]
-            position = [starts[d] + offsets[d] for d in range(2)]
-            tests = [_inside_test(position[d], offsets[d], out_sizes[d], stride[d], padding[d], in_sizes[d])
-                     for d in range(2)]
-            inside, value = _window_read(x, lead, index, position, tests, acc)
-            better = ops.logical_or(ops.gt(value, best), ops.isnan(value))
-            better = better if inside is None else ops.logical_and(inside, better)
-            best = ops.where(better, value, best)
-            where = ops.where(better, ops.index_expr(position[0] * in_sizes[1] + position[1], torch.int64), where)
+    where = ops.index_expr(_flat([_first_inside(s, dilation[d]) for d, s in enumerate(starts)], in_sizes),
+                           torch.int64)
+    for taps in itertools.product(*[range(k) for k in kernel]):
+        offsets = [t * dilation[d] for d, t in enumerate(taps)]
+        position, tests = [], []
+        for d in range(spatial):
+            bounds = (starts[d] + offsets[d], offsets[d], out_sizes[d], stride[d], padding[d], in_sizes[d])
+            clamps = dilation[d] == 1  # Note [Max pooling reads clamped positions]
+            position.append(_clamped(*bounds) if clamps else bounds[0])
+            tests.append(None if clamps else _inside_test(*bounds))
+        inside, value = _window_read(x, lead, index, position, tests, acc)
+        better = ops.logical_or(ops.gt(value, best), ops.isnan(value))
+        better = better if inside is None else ops.logical_and(inside, better)
+        best = ops.where(better, value, best)
+        where = ops.where(better, ops.index_expr(_flat(position, in_sizes), torch.int64), where)
     return best, where
 
 
-@register_lowering(aten.max_pool2d_with_indices.default)
-def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    kernel, stride, padding = _window(kernel_size, stride, padding, 2)
-    dilation = [int(d) for d in _per_dim(dilation, 2, [1])]
+def _max_window(kernel_size, stride, padding, dilation, spatial: int):
+    """A max pool's kernel, stride, padding and dilation (default 1), one int per spatial dim."""
+    return (*_window(kernel_size, stride, padding, spatial), [int(d) for d in _per_dim(dilation, spatial, [1])])
+
+
+def _max_pool(x, spatial: int, kernel_size, stride, padding, dilation):
+    kernel, stride, padding, dilation = _max_window(kernel_size, stride, padding, dilation, spatial)
     if not x.dtype.is_floating_point:
         raise Unsupported(f"max pooling of {x.dtype} runs eagerly (generated only for floating types)")
-    if kernel[0] * kernel[1] > MAX_UNROLLED_WINDOW:
-        raise Unsupported(f"a max pool window of {kernel[0]}x{kernel[1]} positions runs eagerly (more than "
+    if product(kernel) > MAX_UNROLLED_WINDOW:
+        raise Unsupported(f"a max pool window of {'x'.join(map(str, kernel))} positions runs eagerly (more than "
                           f"{MAX_UNROLLED_WINDOW} to unroll: Note [Max pooling as our kernel])")
     check_dtype(x.dtype)
     values_meta, _ = current().out_meta
-    size = tuple(sympify_size(s) for s in values_meta.shape)
+    size = tuple(sympify_size(s) for s in values_meta.shape)  # ceil mode's dropped windows: eager's shape
     acc = compute_dtype(x.dtype)
-    lead = x.ndim - 2
+    lead = x.ndim - spatial
 
     def window(index):
         return _max_over_window(x, index, lead, kernel, stride, padding, dilation, size[lead:], acc)
@@ -368,31 +420,99 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return values, indices
 
 
+@register_lowering(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 2, kernel_size, stride, padding, dilation)
+
+
+@register_lowering(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 3, kernel_size, stride, padding, dilation)
+
+
 # Note [Max pooling backward as a gather]
 # torch decomposes max_pool2d_with_indices_backward into a scatter_add of each output gradient at its
-# window's argmax: overlapping windows (3x3 stride 1 or 2) add into one element, atomics on a GPU. Lowered
-# whole, each input-gradient element visits the windows that cover it, the same run of outputs as an
-# average pool's gradient (Note [Average pooling backward as a gather]; a dilated window spans
-# (k - 1)*dilation + 1 positions), and adds the output gradient of each whose saved index names it: the
-# flat position h*W + w in its plane, as the forward wrote it (Note [Max pooling as our kernel]). The visits
-# go in increasing output order, the order in which eager's CPU kernel adds into an element, so a float32
-# gradient is eager's to the bit. A dilated window covers only every dilation-th position of its span: the
-# index test drops the others. No atomics, and the gradient is an elementwise node that fuses with the
-# ReLU's mask before it.
+# window's argmax (and has no decomposition of max_pool3d_with_indices_backward): overlapping windows (3x3
+# stride 1 or 2) add into one element, atomics on a GPU. Lowered whole, on a GPU each input-gradient element
+# visits the windows that cover it, the same run of outputs as an average pool's gradient (Note [Average
+# pooling backward as a gather]; a dilated window spans (k - 1)*dilation + 1 positions), and adds the output
+# gradient of each whose saved index names it: its flat position in its plane, as the forward wrote it (Note
+# [Max pooling as our kernel]). The visits go in increasing output order, the order in which eager's kernels
+# add into an element, so a float32 gradient is eager's to the bit. A dilated window covers only every
+# dilation-th position of its span: the index test drops the others. No atomics, and the gradient is an
+# elementwise node that fuses with the ReLU's mask before it.
+#
+# Note [Max pooling backward on the CPU]
+# On the CPU the gather costs more than the adds it replaces: every input element loads an index and a
+# gradient for each window that may cover it (2^3 = 8 for a 3x3x3 stride-2 pool, 27 for stride 1) and
+# compares, where eager adds each output's gradient once, at its argmax (there are 8 times fewer outputs than
+# inputs at stride 2). The loads along the innermost dim are at w/2, gathers that gcc vectorizes slowly or not
+# at all. So on the CPU the gradient is eager's own algorithm: a Scatter node (Note [Accumulating stores])
+# that adds each output gradient at the position its index names, in the source's order, which within a plane
+# is increasing output order, as eager's loop adds: the same float32 sums to the bit. Measured on 2 shared
+# cores (k=3 s=2 p=1, fp32, medians of 15 interleaved calls): over 2x16x32x64x64 the gather took 58 ms, the
+# Scatter 7.0 ms, eager's kernel 13 ms; over 2x16x512x512 (2d) 221 ms, 52 ms and 48 ms. It runs on one
+# thread, as every Scatter kernel in C++ does (Note [Scatter kernels in C++]; the adds of one plane stay in
+# it, so the planes could go to threads, which the kernel does not do yet: on many cores eager's kernel, which
+# spreads them, will pull ahead), and the ReLU's mask after it is a kernel of its own. `gathers_on` decides;
+# the tests switch it to try the GPU's gather under both backends on the CPU.
+
+
+def gathers_on(device: str) -> bool:
+    """Whether a max pool's gradient is a gather on `device` (a GPU) rather than a Scatter (the CPU: Note [Max
+    pooling backward on the CPU])."""
+    return torch.device(device).type != "cpu"
+
+
+def _eager_returns_channels_last() -> bool:
+    """Whether eager's gradient is channels-last (that of a channels-last input), at static sizes."""
+    meta = current().out_meta
+    return meta.dim() in (4, 5) and all(isinstance(s, int) for s in (*meta.shape, *meta.stride())) and \
+        tuple(meta.stride()) == channels_last_strides(meta.shape)
+
+
+def _added_at_argmax(grad_output, indices, size, lead: int) -> TensorValue:
+    """Each output gradient added at the flat position its index names in its plane (Note [Max pooling
+    backward on the CPU]), as a Scatter into the planes flattened, seen in the input's shape: (N, C, D*H*W),
+    or (N, D*H*W, C) where eager returns the gradient channels-last, so that it comes back in eager's layout."""
+    result_dtype = out_dtype()
+    check_dtype(grad_output.dtype)
+    check_dtype(result_dtype)
+    acc = compute_dtype(result_dtype)
+    plane = product(size[lead:])
+    last = lead == 2 and _eager_returns_channels_last()
+
+    def body(index):
+        at = ops.indirect(indices.load(index), plane)
+        return [index[0], at, index[1]] if last else [*index[:lead], at], load_as(grad_output, index, acc), None
+
+    added = scatter_node((size[0], plane, size[1]) if last else (*size[:lead], plane), acc, grad_output.size, body)
+    whole = TensorValue(added.node, tuple(size), (lambda index: [index[0], _flat(index[2:], size[2:]), index[1]])
+                        if last else (lambda index: [*index[:lead], _flat(index[lead:], size[lead:])]))
+    return whole if acc == result_dtype else pointwise_node(whole.load)  # rounded to a half gradient's dtype
+
+
+def _max_pool_backward(grad_output, x, spatial: int, kernel_size, stride, padding, dilation, indices):
+    lead = x.ndim - spatial
+    if not gathers_on(current().device):
+        return _added_at_argmax(grad_output, indices, x.size, lead)
+    kernel, stride, padding, dilation = _max_window(kernel_size, stride, padding, dilation, spatial)
+    in_sizes = x.size[lead:]
+    runs = [_covering_run(kernel[d], stride[d], padding[d], dilation[d], in_sizes[d], grad_output.size[lead + d])
+            for d in range(spatial)]
+
+    def share(index, source, outputs, acc):
+        chosen = ops.eq(indices.load(source), ops.index_expr(_flat(index[lead:], in_sizes), torch.int64))
+        return ops.where(chosen, load_as(grad_output, source, acc), ops.constant(0, acc))
+
+    return gather_windows(grad_output, lead, runs, share)
 
 
 @register_lowering(aten.max_pool2d_with_indices_backward.default)
 def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    kernel, stride, padding = _window(kernel_size, stride, padding, 2)
-    dilation = [int(d) for d in _per_dim(dilation, 2, [1])]
-    lead = x.ndim - 2
-    in_sizes = x.size[lead:]
-    runs = [_covering_run(kernel[d], stride[d], padding[d], dilation[d], in_sizes[d], grad_output.size[lead + d])
-            for d in range(2)]
+    return _max_pool_backward(grad_output, x, 2, kernel_size, stride, padding, dilation, indices)
 
-    def share(index, source, outputs, acc):
-        flat = ops.index_expr(index[lead] * in_sizes[1] + index[lead + 1], torch.int64)
-        chosen = ops.eq(indices.load(source), flat)
-        return ops.where(chosen, load_as(grad_output, source, acc), ops.constant(0, acc))
 
-    return gather_windows(grad_output, lead, runs, share)
+@register_lowering(aten.max_pool3d_with_indices_backward.default)
+def max_pool3d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _max_pool_backward(grad_output, x, 3, kernel_size, stride, padding, dilation, indices)

@@ -73,6 +73,7 @@ def _our_values(compiled, args: list) -> tuple[dict, list[str]]:
     entries = _entries(compiled)
     values: dict = {}
     order: list = []
+
     def copying(key, original):
         return _Copying(original, *entries[key], values, order)
 

@@ -53,7 +53,8 @@ from engine.record import (STAGE_NAMES, ErrorRecord, Exploration, FallbackRecord
                            SourceFile)
 from engine.runtime.cuda_graphs import CudaGraphCall, replay_policy, replays_cuda_graphs
 from engine.runtime.load import load_kernels
-from engine.runtime.wrapper import FirstRunGuard, MeasuredFirstCall, WriteBack, eager_call, load_wrapper, wrapper_namespace
+from engine.runtime.wrapper import (FirstRunGuard, MeasuredFirstCall, WriteBack, eager_call, load_wrapper,
+                                    wrapper_namespace)
 from engine.schedule.fusion import Schedule, schedule
 from engine.schedule.memory import MemoryPlan, plan_memory
 from engine.schedule.policy import FusionKnobs

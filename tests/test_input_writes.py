@@ -9,6 +9,7 @@ import torch
 
 import engine
 from engine import pipeline
+from engine.tools.cli_format import graph_summary
 
 
 def _forward_ops(step) -> dict[str, int]:
@@ -107,5 +108,4 @@ def test_the_record_names_the_inputs_a_training_graph_writes():
     aten_inputs = {n.name for n in forward.aten if n.op == "placeholder"}
     assert set(forward.input_writes) <= aten_inputs
     assert all(not g.input_writes for g in record.graphs if g.phase == "backward")
-    from engine.tools.cli_format import graph_summary
     assert any("in place after the graph" in line for line in graph_summary(forward, verbose=False))

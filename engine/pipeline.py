@@ -248,10 +248,12 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     built["args"].update(spans.build_cost(module.language, module.source, cache_hit, built.get("dur_s", 0.0)))
     with spans.span("load wrapper"):
         call = load_wrapper(generated.wrapper, namespace)
-    host = scheduled.lowered.graph.host_nodes()
-    if replays_cuda_graphs(options.mode, options.backend, options.device) and host:
-        # a replay would not rerun the CPU work (Note [Host tensors of a GPU graph]): launched plainly
-        built["args"]["no replay"] = f"computes {', '.join(host)} on the CPU, which a CUDA graph does not replay"
+    lowered = scheduled.lowered.graph
+    host = lowered.host_nodes()
+    if replays_cuda_graphs(options.mode, options.backend, options.device) and host and lowered.host_reads_inputs:
+        # a replay would not rerun the CPU work (Note [Host work under CUDA graphs]): launched plainly
+        built["args"]["no replay"] = (f"computes {', '.join(host)} on the CPU from the inputs, which a CUDA graph "
+                                      "does not replay")
     elif replays_cuda_graphs(options.mode, options.backend, options.device):  # Note [CUDA graph replay]
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, scheduled.lowered.graph.key_positions(),

@@ -54,3 +54,35 @@ def test_compiled_outputs_are_on_eagers_devices(mode):
     assert [t.device for t in got] == [t.device for t in want]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+def _span_only(x):
+    # host work from sizes and constants alone: the same value at every call of these sizes
+    span = torch.tensor(min(x.size(-2), 16))
+    return x.relu() * 2, span * 2
+
+
+def test_host_work_from_sizes_and_constants_does_not_read_the_inputs():
+    # Note [Host work under CUDA graphs]: only such a graph is replayed; a `.cpu()` of a result reads the GPU
+    x = torch.randn(4, 8)
+    assert not _lowered_for_cuda(_span_only, x).host_reads_inputs
+    assert _lowered_for_cuda(_span_and_scores, x).host_reads_inputs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_constant_host_work_is_replayed_and_handed_out_as_copies():
+    from engine.runtime import cuda_graphs
+    before = {id(r) for r in cuda_graphs._recorders}
+    compiled = engine.compile(_span_only, backend="triton", device="cuda", mode="reduce-overhead")
+    x = torch.randn(4, 32, device="cuda")
+    for _ in range(4):
+        got = compiled(x)
+    recorders = [r for r in cuda_graphs._recorders if id(r) not in before]
+    entries = [e for r in recorders for e in r.graphs.values()]
+    assert entries and all(e.host == [1] for e in entries)  # recorded, its host output among the outputs
+    got[1].add_(100)  # a caller that writes into its copy changes no later call
+    for _ in range(2):
+        again = compiled(x)
+        assert again[1].device.type == "cpu" and int(again[1]) == 8
+        torch.testing.assert_close(again[0], x.relu() * 2)

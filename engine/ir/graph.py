@@ -22,6 +22,7 @@ class LoweredGraph:
     device: str
     layout: dict = field(default_factory=dict)  # the 4D tensors' layout and why (lowering/layout.py)
     derived_sizes: dict[sympy.Symbol, Any] = field(default_factory=dict)  # symbol -> expr (Note [Derived sizes])
+    host_reads_inputs: bool = False  # Note [Host work under CUDA graphs] in lowering/graph.py
 
     def key_positions(self) -> list[tuple[int, int | None]]:
         """(input position, dim or None) of every value a call's code depends on beyond its tensors' contents:

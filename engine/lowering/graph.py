@@ -40,6 +40,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.derived_sizes: dict[sympy.Symbol, Expr] = {}  # Note [Derived sizes]
         self.current_node: torch.fx.Node | None = None
         self.host = host_nodes(gm, device)  # Note [Host tensors of a GPU graph]
+        self.host_reads_inputs = host_reads_inputs(gm, self.host)  # Note [Host work under CUDA graphs]
         self.returns_host = torch.device(device).type != "cpu" and traced_on(gm, device)
 
     # -- used by lowerings -------------------------------------------------------------------------------
@@ -293,7 +294,15 @@ def _without_kernel_dtype(args, kwargs, val) -> str | None:
 # device-to-host wait at every later .item() (DeBERTa ran slower than eager). So a CPU tensor that reaches an
 # output only through CPU tensors is computed on the CPU, eagerly, as eager does (one tiny op, no kernel); a
 # CPU output that GPU kernels also read is computed on the GPU and copied back at the end. Inductor keeps such
-# nodes on the CPU too, and leaves a graph that has them out of CUDA-graph replay, as build does here.
+# nodes on the CPU too.
+#
+# Note [Host work under CUDA graphs]
+# A replay reruns the GPU work only, so a graph with host nodes replays only when their values cannot change
+# between calls: when every host node is computed from constants and sizes alone (DeBERTa's span is
+# `torch.tensor(min(q_len, max_span))`), never from a tensor input or a GPU value (a copy to the host would
+# also be illegal while recording). Recordings are keyed by the sizes (Note [Cheap replay checks]), so the
+# recording's host outputs are this call's; each replay hands out copies of them (a few bytes) so that a
+# caller who writes into one changes no later call. Where host work reads an input, the graph is launched.
 def traced_on(gm: torch.fx.GraphModule, device: str) -> bool:
     """Whether some value of the graph lives on `device`'s type. A graph traced on the CPU and lowered for
     another device (a test's stand-in) is not: its fake values say nothing about where eager computes."""
@@ -317,6 +326,23 @@ def host_nodes(gm: torch.fx.GraphModule, device: str) -> set[torch.fx.Node]:
         if on_host(node) and node.users and all(u.op == "output" or u in host for u in node.users):
             host.add(node)
     return host
+
+
+def host_reads_inputs(gm: torch.fx.GraphModule, host: set[torch.fx.Node]) -> bool:
+    """Whether a host node's value depends on a tensor input or on a value computed on the device (Note [Host
+    work under CUDA graphs]); sizes and constants do not count."""
+    aten = torch.ops.aten
+    sizes = (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default)
+    fixed: set[torch.fx.Node] = set()  # nodes whose value is the same at every call of the same sizes
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        tensors = any(isinstance(v, torch.Tensor) for v in torch.utils._pytree.tree_leaves(val))
+        if node.op == "get_attr" or (node.op == "placeholder" and not tensors) or node.target in sizes:
+            fixed.add(node)
+        elif node.op == "call_function" and (node in host or not tensors) and all(
+                a in fixed for a in node.all_input_nodes):
+            fixed.add(node)
+    return not host <= fixed
 
 
 def _statically_empty(val) -> bool:
@@ -349,4 +375,4 @@ def lower(gm: torch.fx.GraphModule, device: str, layout: str = "auto", phase: st
     return LoweredGraph(inputs=graph.inputs, constants=graph.constants, nodes=graph.nodes,
                         buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars,
                         derived_sizes=graph.derived_sizes, device=device,
-                        layout=decision.record(graph.channels_last))
+                        layout=decision.record(graph.channels_last), host_reads_inputs=graph.host_reads_inputs)

@@ -225,6 +225,7 @@ class Recording:
     storages: list  # the handed-over outputs' storages, held so their use counts hold still
     aliased: list  # (storage handle, use count right after recording)
     guessed: bool  # reads an input in place that AOTAutograd did not mark static (Note [Inputs that come back])
+    host: list[int]  # outputs on the CPU, copied for each caller (Note [Host work under CUDA graphs])
 
 
 class CudaGraphCall:
@@ -282,7 +283,7 @@ class CudaGraphCall:
                 return self.call(list(args))
             refill(entry, args)
             entry.graph.replay()
-            return list(entry.outputs)
+            return handed_out(entry)
         pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
         history = self.seen.setdefault(key, [])
         history.append(pointers)
@@ -325,9 +326,10 @@ class CudaGraphCall:
             small=([statics[n] for n in small], [copied[n] for n in small]),
             outputs=outputs, inputs=static_args, guarded=guarded, handed_over=handed_over, storages=storages,
             aliased=aliased, guessed=self.guess_in_place and self.static_inputs is not None
-            and not set(fixed) <= self.static_inputs)
+            and not set(fixed) <= self.static_inputs,
+            host=[n for n, t in enumerate(outputs) if isinstance(t, torch.Tensor) and t.device.type == "cpu"])
         graph.replay()  # capturing does not run the work: run it once for this call's results
-        return list(outputs)
+        return handed_out(self.graphs[key])
 
     def _choose(self, entry: Recording, args: list) -> list:
         """Note [Replay or launch, timed]: time replays against plain calls once, keep the faster, and answer
@@ -343,7 +345,7 @@ class CudaGraphCall:
                        "replays": replay_ms < plain_ms * (1 - margin)}
         if self.choice["replays"]:
             replay()
-            return list(entry.outputs)
+            return handed_out(entry)
         self.launch_plainly = True
         self.graphs.clear()  # the recordings' memory goes back to the allocator
         return self.call(list(args))
@@ -362,6 +364,15 @@ class CudaGraphCall:
         _uncache({id(t): self.cached.pop(id(t)) for t in entry.handed_over})
         self.seen[key] = []
         self.hand_over_outputs = False
+
+
+def handed_out(entry: Recording) -> list:
+    """A replay's outputs: the recording's own, copies of those on the CPU (Note [Host work under CUDA graphs]
+    in lowering/graph.py)."""
+    outputs = list(entry.outputs)
+    for n in entry.host:
+        outputs[n] = outputs[n].clone()
+    return outputs
 
 
 def _output_pointers(outputs) -> set[int]:

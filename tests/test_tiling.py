@@ -172,3 +172,21 @@ def test_tiled_column_and_looped_forms_compile_for_sm90_without_a_gpu():
             asm = kernel.asm
             if asm is not None:
                 assert not asm.error and ".target sm_90" in asm.ptx, asm.error
+
+
+def test_channels_last_pool_of_few_channels_reads_rows_without_gathers(monkeypatch):
+    # Note [Inner loops without gathers]: 16 channels-last channels, stride 2 along w; values equal eager's
+    from engine.codegen.cpp import module as cpp_module
+    x = torch.randn(2, 16, 20, 20).to(memory_format=torch.channels_last)
+    seen = []
+    real = cpp_module._whole_loops
+
+    def spy(*args, **kwargs):
+        body, printer = real(*args, **kwargs)
+        seen.append(printer.inner_gathers)
+        return body, printer
+
+    monkeypatch.setattr(cpp_module, "_whole_loops", spy)
+    got = engine.compile(lambda t: torch.nn.functional.max_pool2d(t, 3, 2, 1), backend="cpp")(x)
+    assert torch.equal(got, torch.nn.functional.max_pool2d(x, 3, 2, 1))
+    assert seen and seen[0] and not seen[-1]  # the merged row gathered; the kernel kept reads without

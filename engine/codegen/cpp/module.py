@@ -46,12 +46,13 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symb
     return _pointwise_kernel(kernel, plan, buffers, size_symbols, tiling)
 
 
-def _pointwise_split(sizes, total) -> tuple[sympy.Expr, sympy.Expr]:
+def _pointwise_split(sizes, total, most_dims: int | None = None) -> tuple[sympy.Expr, sympy.Expr]:
     """(outer, inner) trip counts of `total` elements over `sizes`: the inner loop walks the last dim(s) so
-    that it vectorizes."""
+    that it vectorizes, at most `most_dims` of them (Note [Inner loops without gathers])."""
     inner = sympy.Integer(1)
-    for size in reversed(sizes):
-        if inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer):
+    for n, size in enumerate(reversed(sizes)):
+        if (inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer)
+                or most_dims is not None and n >= most_dims):
             if inner == 1:
                 inner = size
             break
@@ -79,10 +80,15 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     sizes = _loop_sizes(kernel)
     scatter = kernel.accumulates  # Note [Scatter kernels in C++]: no threads, no simd pragma
     nodes = kernel.stored_nodes
-    body = Source()
-    with body.block():
-        printer = _pointwise_loops(body, plan, buffers, nodes, sizes, None,
-                                   "" if scatter else parallel_clause(plan.rows), simd=not scatter)
+    body, printer = _whole_loops(plan, buffers, nodes, sizes, scatter)
+    if printer.inner_gathers and not scatter:  # Note [Inner loops without gathers]
+        for most_dims in range(_merged_dims(sizes, plan.rows) - 1, 0, -1):
+            if product(sizes[len(sizes) - most_dims:]) < MIN_UNMERGED_INNER:
+                break
+            fewer = _whole_loops(plan, buffers, nodes, sizes, scatter, most_dims)
+            if not fewer[1].inner_gathers:
+                body, printer = fewer
+                break
     cuts = None if scatter else cat_cuts(printer.index_tests, plan, sizes)
     if cuts is None:
         return finish_kernel(kernel, buffers, body, printer, size_symbols, tiling)
@@ -101,6 +107,36 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
                                   f"its index tests change (a cat's inputs, a pad's edges): one loop nest per piece, "
                                   f"each with those tests decided (Note [Cat pieces])")
     return cpp
+
+
+# Note [Inner loops without gathers]
+# The inner loop walks the output's last dims merged until a row is long (_pointwise_split), which is right
+# when every read moves with it. A read that strides differently across the merged dims (a channels-last pool
+# of 16 channels: the output walks (w, c) as one row of 16 * W, the input moves 2 * 16 along w) then needs a
+# division and a remainder of the loop variable, and gcc turns it into a gather. So where some read divides
+# the inner variable, fewer dims are merged, down to the first split where none does, as long as the inner
+# loop keeps at least MIN_UNMERGED_INNER elements (two vectors). That max pool went 2.5x faster (issue 29).
+MIN_UNMERGED_INNER = 16
+
+
+def _whole_loops(plan: KernelPlan, buffers, nodes, sizes, scatter: bool, most_dims: int | None = None) -> tuple:
+    body = Source()
+    with body.block():
+        printer = _pointwise_loops(body, plan, buffers, nodes, sizes, None,
+                                   "" if scatter else parallel_clause(plan.rows), simd=not scatter,
+                                   most_dims=most_dims)
+    return body, printer
+
+
+def _merged_dims(sizes, total) -> int:
+    """How many of the last dims _pointwise_split merges into the inner loop."""
+    inner = _pointwise_split(sizes, total)[1]
+    merged, extent = 0, sympy.Integer(1)
+    for size in reversed(sizes):
+        if extent == inner or not (extent * size).is_Integer and merged:
+            break
+        extent, merged = extent * size, merged + 1
+    return merged
 
 
 # Note [Cat pieces]
@@ -192,14 +228,14 @@ def _loop_sizes(kernel: Kernel) -> tuple:
 
 
 def _pointwise_loops(body: Source, plan: KernelPlan, buffers, nodes, sizes, piece, pragma: str,
-                     simd: bool = True) -> CppPrinter:
+                     simd: bool = True, most_dims: int | None = None) -> CppPrinter:
     """One loop nest over the output of `sizes` (all of it, or with `piece` = (dim, start, end) the slab
     start <= index[dim] < end of it, Note [Cat pieces]) into `body`: outer (threads) x inner (simd). Returns
     its printer (what the body loaded, for the signature)."""
     piece_sizes = list(sizes)
     if piece is not None:
         piece_sizes[piece[0]] = sympy.Integer(piece[2] - piece[1])
-    outer, inner = _pointwise_split(piece_sizes, plan.rows if piece is None else product(piece_sizes))
+    outer, inner = _pointwise_split(piece_sizes, plan.rows if piece is None else product(piece_sizes), most_dims)
     xo, xi = sympy.Symbol("xo", integer=True, nonnegative=True), sympy.Symbol("xi", integer=True, nonnegative=True)
     xc = sympy.Symbol("xc", integer=True, nonnegative=True)
     ranges = {xo: outer, xi: inner, xc: inner}

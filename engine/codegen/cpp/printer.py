@@ -139,6 +139,7 @@ class CppPrinter(KernelPrinter):
         self.half_rows: HalfRows | None = None  # fp16 rows converted whole (Note [Vector half conversions])
         self.index_values: dict[str, sympy.Expr] = {}  # an index_expr's or integer constant's value, by Var name
         self.index_tests: list[sympy.Expr] = []  # a - b of each comparison of two index values (Note [Cat pieces])
+        self.inner_gathers = False  # a read divides the inner variable (Note [Inner loops without gathers])
 
     def _compute(self, node, index):
         if node.name not in self.row_cache or tuple(index) != tuple(self.plan.index(node)):
@@ -255,6 +256,9 @@ class CppPrinter(KernelPrinter):
             row = self.half_rows.load(self, name, stage, self.simplified(offset))
             if row is not None:
                 return self.emit(row, buffer.dtype, True)
+        if not stage and any(self.inner_var in a.free_symbols
+                             for a in self.simplified(offset).atoms(FloorDiv, ModIndex)):
+            self.inner_gathers = True  # Note [Inner loops without gathers] in cpp/module.py
         text, varying = (stage, True) if stage else self.index(offset)
         access = stage or f"{name}[{text}]"
         if buffer.dtype == torch.float16:

@@ -22,6 +22,7 @@ from engine.tools import builder as builder_module
 from engine.tools import isolation
 from app.hostile_checks import SLOW_SOURCE
 from engine.tools.builder import TrustedBuilder, evict, refused_source
+from engine.tools.sandbox import Limits, SandboxedProcess
 from engine.tools.procfs import alive, command_name, compilers_below
 
 
@@ -112,6 +113,38 @@ def test_what_the_filter_misses_is_stopped_at_the_jobs_memory(monkeypatch):
         builder.close()
     assert "error" in answer and "path" not in answer, answer
     assert time.monotonic() - start < 60  # stopped by its address-space limit, long before the time limit
+
+
+# ten macros expand to 10^8 tokens, which cc1plus holds all at once (about 200 MB more every second): every
+# directive in it is one generated code uses, so it passes the filter
+MACRO_BOMB = "".join(f"#define {name} {','.join([inner] * 10)}\n" for name, inner in zip("ABCDEFG", "0ABCDEF")) + \
+    'extern "C" { int hoard[] = { G, G, G, G, G, G, G, G, G, G }; }\n'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(isolation.bwrap_problem()) or not isolation.Cgroup.available(),
+                    reason="needs bubblewrap and writable cgroups (elsewhere: the separate cap above)")
+@pytest.mark.parametrize("source, filtered", [(MACRO_BOMB, True), ('#include "/dev/zero"\n', False)],
+                         ids=["macro-bomb", "dev-zero-unfiltered"])
+def test_a_build_is_stopped_at_its_jobs_memory_and_counted_in_it(monkeypatch, tmp_path, source, filtered):
+    # the compile ran beside the job's cgroup with a cap of its own (at least 1 GB): a job limited to 400 MB
+    # had cc1plus grow to that cap and finished; now the compile is one of the job's processes, and the job is
+    # stopped at its own memory limit
+    if not filtered:
+        monkeypatch.setattr(builder_module, "refused_source", lambda text: "")
+    assert not refused_source(source) or not filtered
+    script = tmp_path / "job.py"
+    source += f"// {uuid.uuid4().hex}\n"
+    script.write_text(f"from engine.runtime import build\nbuild.build_library({source!r})\n")
+    process = SandboxedProcess([sys.executable, str(script)], Limits(timeout_s=120, memory_mb=400))
+    seen: set[str] = set()
+    try:
+        result = process.wait(lambda _: seen.update(command_name(pid) for pid in process.members()), tick_s=0.05)
+    finally:
+        process.close()
+    assert "cc1plus" in seen  # the compile is counted among the job's processes
+    assert result.limit_hit == "memory", (result.summary(), result.stderr[-2000:])
+    assert compilers_below(os.getpid()) == []
 
 
 @pytest.mark.slow

@@ -10,10 +10,16 @@ starts with is read precompiled when it is the builder's own (Note [Precompiled 
 directory, the one g++ is told to search (-I), is bound read-only into the sandbox.
 
 Note [Builds inside the job's limits]
-A build is the job's work, so it gets the job's limits, not the server's: g++ runs with the job's time limit
-and an address-space limit of the job's memory backstop (prlimit; cc1plus reading `#include "/dev/zero"`
-grew without bound), in a process group of its own that the builder kills when the job ends (close(), called
-when the worker is closed: a constexpr-heavy source kept g++ running for minutes after its job was stopped).
+A build is the job's work, so it gets the job's limits, not the server's. Where the job has a cgroup (Note
+[Isolation]), g++ starts at a gate, is put into it (join(), from the sandbox) and only then runs: its memory is
+the job's, counted by the sandbox's polling among the job's processes and held by the kernel at the job's
+backstop, so a compile that grows (cc1plus reading `#include "/dev/zero"`, ten macros that expand to 10^8
+tokens) stops the job at its memory limit, and it dies with the job's other processes. Where there is no
+cgroup, g++ keeps a cap of its own, not counted in the job's memory: an address space of the job's backstop,
+at least COMPILER_MEMORY_FLOOR (prlimit); isolation.protection() and README's Security say so. Either way it
+runs with the job's time limit, in a process group of its own that the builder kills when the job ends
+(close(), from the sandbox's kill(): a constexpr-heavy source kept g++ running for minutes after its job was
+stopped in the app).
 It runs with a clean environment (compile_environment): the assembler read the server's environment back
 into its error messages from `asm(".include \"/proc/self/environ\"")`, and the job reads the build's error.
 A source that could make the compiler or the assembler read a file is refused before g++ sees it
@@ -54,6 +60,8 @@ BUILDS_PER_JOB = 256  # a real exploration builds one library per graph; more is
 JOB_CACHE_BYTES = int(os.environ.get("GLASSBOX_JOB_CACHE_MB", "256")) << 20
 CACHE_MAX_BYTES = int(os.environ.get("GLASSBOX_CACHE_MAX_MB", "2048")) << 20
 COMPILER_MEMORY_FLOOR = 1 << 30  # g++ on a large generated file needs this much address space at least
+# a compile in the job's cgroup starts here and becomes g++ once the builder has put it in (as the job's gate does)
+BUILD_GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "glassbox-build-gate"]
 
 _SPLICE = re.compile(r"\\[ \t\f\v]*\n")  # g++ joins a line ending in a backslash, spaces after it or not
 _NOT_IN_WORD = "A-Za-z0-9_$"
@@ -164,6 +172,7 @@ class TrustedBuilder:
         self.stored_bytes = 0
         self.set_limits(memory_bytes, timeout_s)
         self._running: subprocess.Popen | None = None
+        self.cgroup: isolation.Cgroup | None = None  # the job's, once it has one (join)
         self._closed = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="glassbox-builder")
@@ -174,6 +183,11 @@ class TrustedBuilder:
         handed over)."""
         self.memory_bytes = max(COMPILER_MEMORY_FLOOR, int(memory_bytes))
         self.timeout_s = min(COMPILE_TIMEOUT_S, max(1.0, float(timeout_s)))
+
+    def join(self, cgroup: isolation.Cgroup | None) -> None:
+        """Run every later compile in the job's cgroup: its memory counts as the job's, under the job's limit
+        (Note [Builds inside the job's limits])."""
+        self.cgroup = cgroup
 
     def quota_left(self) -> int:
         """What this job may still store in the shared cache, in bytes (Note [Builds inside the job's limits])."""
@@ -209,18 +223,30 @@ class TrustedBuilder:
         if isolated:
             readable = isolation.readable_paths(command) + include_directories(command)
             command = isolation.bwrap_argv(Path(entry), readable, 1 << 30) + command
-        limit = shutil.which("prlimit")
+        cgroup, limit = self.cgroup, shutil.which("prlimit")
         if limit:  # no file it writes (the library, the assembler's object) may be larger than the job's quota left
-            command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0",
+            memory = [] if cgroup else [f"--as={self.memory_bytes}"]  # in the job's cgroup, the job's limit holds
+            command = [limit, *memory, f"--cpu={int(self.timeout_s) + 1}", "--core=0",
                        f"--fsize={max(1, self.quota_left())}", "--"] + command
         with self._lock:
             if self._closed:
                 return subprocess.CompletedProcess(command, -signal.SIGKILL, "", "the job ended before its build")
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True, env=compile_environment(isolated))
+            # in the job's cgroup, g++ waits at a gate until it is in there, so all it starts is counted
+            process = subprocess.Popen((BUILD_GATE if cgroup else []) + command, text=True,
+                                       stdin=subprocess.PIPE if cgroup else subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                       env=compile_environment(isolated))
             self._running = process
         try:
-            stdout, stderr = process.communicate(timeout=self.timeout_s)
+            if cgroup is not None:
+                try:
+                    cgroup.add(process.pid)
+                except OSError as error:  # the job's cgroup is gone: the job ended
+                    _kill_group(process)
+                    process.communicate()
+                    return subprocess.CompletedProcess(command, -signal.SIGKILL, "",
+                                                       f"the job's cgroup could not take its build ({error})")
+            stdout, stderr = process.communicate("go\n" if cgroup else None, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()

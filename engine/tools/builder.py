@@ -23,13 +23,20 @@ stopped in the app).
 It runs with a clean environment (compile_environment): the assembler read the server's environment back
 into its error messages from `asm(".include \"/proc/self/environ\"")`, and the job reads the build's error.
 A source that could make the compiler or the assembler read a file is refused before g++ sees it
-(refused_source): every `include`, `include_next`, `import` or `embed` word must name a header by name (no
-absolute path, no '..', no macro), and words that put text of the source into the assembler's input (asm,
-section, alias, symver, weakref, ifunc, ident, sccs), `.incbin`, token pasting (which can spell them) and
-universal character names are refused wherever they stand. Generated code has none of them. The check is
-context-free, so no comment, string or raw string can hide a directive from it (a lexer can be led astray:
-`1'2'/*` is a comment to one and a character literal to g++), and it takes time linear in the source (the
-comment-stripping regex it replaced took quadratic time, in the server's process, on a source of `/* `).
+(refused_source). Its preprocessor is held to an allowlist of what generated code uses: each `#` (or `%:`)
+must begin one of the directives #define, #undef, #if, #ifdef, #ifndef, #elif, #else, #endif, `#pragma omp`,
+`#pragma GCC unroll` or `#include <header>` of one of ALLOWED_HEADERS, the code generator's own (no quoted
+name, no path, no macro); anything else is refused with what it was: #line and line markers (the diagnostic
+printer reads the file they name), #include_next, #import, #embed, `#pragma GCC dependency` (opens a file),
+`_Pragma` (spells any pragma), `__has_include` (opens the file it names), and a `#` that begins no directive.
+The words `include`, `include_next`, `import` and `embed` stand nowhere else. Below the preprocessor no
+allowlist is sound (identifiers are the model's names), so a blocklist remains: words that put text of the
+source into the assembler's input (asm, section, alias, symver, weakref, ifunc, ident, sccs), `.incbin`, token
+pasting (which can spell them) and universal character names are refused wherever they stand. Generated code
+has none of them. The check is context-free, so no comment, string or raw string can hide a directive from it
+(a lexer can be led astray: `1'2'/*` is a comment to one and a character literal to g++), and it takes time
+linear in the source (the comment-stripping regex it replaced took quadratic time, in the server's process, on
+a source of `/* `).
 The filter is a first line only: what it misses reads no more than the job could itself (g++'s sandbox
 hides what the job's does) and meets the job's memory and time.
 What a job stores in the shared cache is counted, and capped at JOB_CACHE_BYTES: each compile may write no
@@ -65,28 +72,57 @@ BUILD_GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "glassbox-build-gate"]
 
 _SPLICE = re.compile(r"\\[ \t\f\v]*\n")  # g++ joins a line ending in a backslash, spaces after it or not
 _NOT_IN_WORD = "A-Za-z0-9_$"
+# the headers generated code includes (engine/codegen/cpp: prelude.h, gemm.py), and no other: Note [Builds inside
+# the job's limits]; tests/test_builder_limits.py checks the code generator against it
+ALLOWED_HEADERS = frozenset({"algorithm", "cmath", "cstdint", "cstring", "immintrin.h", "limits", "omp.h", "vector"})
+ALLOWED_DIRECTIVES = frozenset({"define", "undef", "if", "ifdef", "ifndef", "elif", "else", "endif", "include",
+                                "pragma"})
+_DIRECTIVE = re.compile(r"(?:#|%:)[ \t\f\v]*([A-Za-z_][A-Za-z0-9_]*)?")
+_ALLOWED_INCLUDE = re.compile(r"[ \t\f\v]*<([A-Za-z0-9_.]+)>")
+_ALLOWED_PRAGMA = re.compile(rf"[ \t\f\v]+(?:omp|GCC[ \t\f\v]+unroll)(?![{_NOT_IN_WORD}])")
 _INCLUDING = re.compile(rf"(?<![{_NOT_IN_WORD}])(include_next|include|import|embed)(?![{_NOT_IN_WORD}])")
-_HEADER = re.compile(r'[ \t\f\v]*(?:<([^<>"\n\\]+)>|"([^<>"\n\\]+)")')
+_OPENING = re.compile(r"has_include|has_embed|_Pragma|\?\?[=/'()!<>-]")  # trigraphs: ??= is a #
 _TO_ASSEMBLER = re.compile(rf"(?<![{_NOT_IN_WORD}])_*(asm|section|alias|symver|weakref|ifunc|ident|sccs|"
                            rf"pch_preprocess)_*(?![{_NOT_IN_WORD}])")
 _SPELLS = re.compile(r"##|%:%:|incbin|\\[uU]", re.I)
+_DIRECTIVES_WORDS = ("#include <header> of the code generator's own headers, #define, #undef, #if, #ifdef, "
+                     "#ifndef, #elif, #else, #endif, #pragma omp and #pragma GCC unroll")
 # the prelude that generated C++ starts with (engine/codegen/cpp/module.py reads the same file): read, not
 # imported, since importing codegen would import torch into the app's server
 PRELUDE_FILE = Path(__file__).resolve().parents[1] / "codegen" / "cpp" / "prelude.h"
+
+
+def _allowed_directive(text: str, match: re.Match) -> bool:
+    name = match.group(1)
+    if name not in ALLOWED_DIRECTIVES:
+        return False
+    if name == "include":
+        header = _ALLOWED_INCLUDE.match(text, match.end())
+        return header is not None and header.group(1) in ALLOWED_HEADERS
+    return name != "pragma" or _ALLOWED_PRAGMA.match(text, match.end()) is not None
 
 
 def refused_source(source: str) -> str:
     """Why a job's source may not be compiled ("" when it may): Note [Builds inside the job's limits]. Linear in
     the source's length; context-free, so nothing in a comment or a string hides a directive from it."""
     text = _SPLICE.sub("", source.replace("\r\n", "\n").replace("\r", "\n"))
+    for match in _DIRECTIVE.finditer(text):
+        if not _allowed_directive(text, match):
+            line = text[match.start():match.start() + 80].split("\n", 1)[0].strip()
+            return (f"the source has `{line}`: generated code uses only the preprocessor's {_DIRECTIVES_WORDS} "
+                    "(no other header, no quoted or macro name, no #line, #include_next, #embed or other "
+                    "pragma), so the trusted builder does not compile it")
     for match in _INCLUDING.finditer(text):
-        header = _HEADER.match(text, match.end())
-        name = (header.group(1) or header.group(2)).strip() if header else ""
-        if match.group(1) == "embed" or not name or name.startswith("/") or ".." in name.split("/"):
+        header = _ALLOWED_INCLUDE.match(text, match.end())
+        if match.group(1) != "include" or header is None or header.group(1) not in ALLOWED_HEADERS:
             operand = text[match.end():match.end() + 80].split("\n", 1)[0].strip()
-            return (f"the source asks for `{match.group(1)} {operand}`: generated code includes headers by name "
-                    "only (no absolute path, no '..', no macro, no #embed), so the trusted builder does not "
-                    "compile it")
+            return (f"the source has `{match.group(1)} {operand}`: generated code includes only its own headers "
+                    f"({', '.join(sorted(ALLOWED_HEADERS))}), by name, so the trusted builder does not compile it")
+    found = _OPENING.search(text)
+    if found:
+        return (f"the source has `{found.group(0)}`, which can make the preprocessor open a file or spell a "
+                "directive (__has_include, __has_embed, _Pragma, a trigraph): generated code has none, so the "
+                "trusted builder does not compile it")
     found = _TO_ASSEMBLER.search(text) or _SPELLS.search(text)
     if found:
         return (f"the source has `{found.group(0)}`, which can make the assembler read a file (inline assembly, "

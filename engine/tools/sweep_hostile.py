@@ -48,6 +48,10 @@ from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_san
 ROOT = Path(__file__).resolve().parents[2]
 
 ISOLATED = not isolation.bwrap_problem()  # bubblewrap runs here (Note [Isolation])
+CGROUPS = ISOLATED and isolation.Cgroup.available()  # a build then runs in its job's cgroup
+# ten macros that expand to 10^8 tokens, which cc1plus holds at once (tests/test_builder_limits.py)
+MACRO_BOMB = "".join(f"#define {name} {','.join([inner] * 10)}\n" for name, inner in zip("ABCDEFG", "0ABCDEF")) + \
+    'extern "C" { int hoard[] = { G, G, G, G, G, G, G, G, G, G }; }\n'
 
 SECRET_NAME, SECRET_VALUE = "GLASSBOX_HOSTILE_SECRET", "hunter2-" + uuid.uuid4().hex[:8]
 OUTSIDE_FILE = Path("/tmp") / f"glassbox-hostile-outside-{uuid.uuid4().hex[:8]}.txt"
@@ -412,6 +416,20 @@ CASES: list[Case] = [
         build.build_library('#include "/dev/zero"\\n')
         """), "user-error", message=r"does not compile it", needs_isolation=True,
          note="refused before g++ runs; g++ has the job's memory and time (Note [Builds inside the job's limits])"),
+    Case("sends the builder a source that grows past the job's memory", _src(f"""
+        import torch
+        from engine.runtime import build
+        build.build_library({MACRO_BOMB!r})
+        """), "limit:memory" if CGROUPS else "user-error", limits=Limits(timeout_s=90, memory_mb=1200),
+         needs_isolation=True,
+         note="g++ runs in the job's cgroup, its memory the job's" if CGROUPS else
+              "no writable cgroups here: g++ meets a cap of its own, not the job's memory"),
+    Case("reads a file into a build error through #line", _src("""
+        import torch
+        from engine.runtime import build
+        build.build_library('#line 1 "/etc/passwd"\\nint x = ;\\n')
+        """), "user-error", message=r"does not compile it", needs_isolation=True,
+         note="a directive generated code never uses: refused before g++ prints the file's line"),
     Case("patches the verifier; compiled +1000", _src(FORGER.replace("PATCH", (
         "engine.run.compare_tensor = engine.verdict.compare_tensor = engine.verdict.judge = _ok"))),
          "clear-failure", message=r"differs from eager",

@@ -833,10 +833,11 @@ ELSEWHERE = [
     "| tests/test_verdict_teeth.py, tests/test_fp64_shadow.py |",
     "| nested user namespace; cgroup files; /dev, /run; 2 GB SysV shm; private files | tests/test_sandbox_limits.py |",
     "| `#include \"/dev/zero\"` and every other spelling that reads a file (digraphs, splices, comments, "
-    "strings, `.incbin`/`.include`, section names, token pasting), refused in linear time; what the filter "
-    "misses stopped at the job's memory, with none of the server's environment; builds killed with their job "
-    "and when the app stops it; the shared cache's byte quota, one large library included, and eviction "
-    "| tests/test_builder_limits.py |",
+    "strings, `.incbin`/`.include`, section names, token pasting; `#line`, `__has_include`, `_Pragma`, a "
+    "self-include, outside the allowlist of directives and headers), refused in linear time; a build that "
+    "grows stops its job at the job's memory (its cgroup), with none of the server's environment; builds "
+    "killed with their job and when the app stops it (in Chromium too); the shared cache's byte quota, one "
+    "large library included, and eviction | tests/test_builder_limits.py, tests/test_browser_stop.py |",
     "| a record with markup in every field in `report`, in Chromium | tests/test_report_scripts.py |",
     "| the app's result cache counts at least what a value holds, whatever its shape | tests/test_app.py "
     "(test_result_cache_is_bounded_in_bytes, test_the_result_caches_estimate_is_above_what_a_value_holds) |",

@@ -13,7 +13,12 @@ import streamlit as st  # noqa: E402
 
 from app import host_check, sidebar, state  # noqa: E402
 
-st.set_page_config(page_title="Glassbox", page_icon="🔬", layout="wide")
+# under the config's toolbarMode "minimal", Streamlit shows its toolbar, and with it the Stop button of a running
+# job, only for a menu item the app defines: the About entry is that item (a job's Stop ends its worker and its
+# build: tests/test_browser_stop.py)
+st.set_page_config(page_title="Glassbox", page_icon="🔬", layout="wide",
+                   menu_items={"About": "Glassbox: a see-through PyTorch compiler. Every stage from your code to "
+                                        "timed kernels."})
 host_check.enforce()  # Note [Host check]: a foreign Host header (DNS rebinding) gets nothing
 state.init()
 # less empty space above the page title than Streamlit's default

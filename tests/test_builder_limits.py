@@ -7,6 +7,7 @@ what was used longest ago."""
 import ctypes
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from engine.tools import builder as builder_module
 from engine.tools import isolation
 from app.hostile_checks import SLOW_SOURCE
 from engine.tools.builder import TrustedBuilder, evict, refused_source
+from engine.tools.sandbox import Limits, SandboxedProcess
+from engine.tools.sweep_hostile import MACRO_BOMB  # passes the filter; cc1plus grows ~200 MB/s
 from engine.tools.procfs import alive, command_name, compilers_below
 
 
@@ -47,7 +50,14 @@ def _ask(builder: TrustedBuilder, source: str) -> dict:
     '__attribute__((section(".data;.incbin \\"/dev/zero\\";#"))) char x = 1;\n',  # a section name goes to as
     '__attribute__((__section__(".data;.inc" "bin \\"/dev/zero\\";#"))) char x = 1;\n',
     '#define P(a, b) a##b\n__attribute__((P(sec, tion)(".data;.inc" "bin \\"/dev/zero\\";#"))) char x = 1;\n',
-    '#\\u0069nclude "/dev/zero"\n'])
+    '#\\u0069nclude "/dev/zero"\n',
+    # what the blocklist let through and the allowlist of directives and headers refuses (issue 33, round four)
+    '#line 1 "/etc/passwd"\nint x = ;\n',  # g++'s diagnostic prints the presumed file's line
+    '# 1 "/etc/passwd"\nint x = ;\n',  # the same as a line marker
+    '#include "kernels.cpp"\n',  # the source includes itself, 200 deep
+    '#pragma GCC dependency "/dev/zero"\n',  # opens the file it names
+    '_Pragma("GCC dependency \\"/dev/zero\\"")\n',  # any pragma, spelled from a string
+    '#if __has_include("/root/.ssh/id_rsa")\n#error found\n#endif\n'])  # opens it: whether it exists
 def test_a_source_that_can_read_a_file_is_refused_before_gcc(source):
     assert refused_source(source)
     builder = TrustedBuilder(memory_bytes=500 << 20, timeout_s=30)
@@ -61,6 +71,17 @@ def test_a_source_that_can_read_a_file_is_refused_before_gcc(source):
     assert not (build.cache_dir() / "cpp" / build.library_key(source)).exists()  # g++ never ran on it
 
 
+def test_a_line_directive_reads_no_file_into_the_build_error():
+    # `#line N "FILE"` passed the blocklist, and g++'s error then printed line N of FILE back to the job
+    secret = Path("/etc/passwd").read_text().splitlines()[0]
+    builder = TrustedBuilder(memory_bytes=500 << 20, timeout_s=60)
+    try:
+        answer = _ask(builder, f'#line 1 "/etc/passwd"\nint x = ;\n// {uuid.uuid4().hex}\n')
+    finally:
+        builder.close()
+    assert "error" in answer and secret not in answer["error"], answer
+
+
 def test_the_filter_takes_time_linear_in_the_source():
     # it runs in the server's process: a regex that took quadratic time on `/* ` repeated (4 s for 60 kB)
     # would have held the app for hours on one 64 MB request
@@ -71,8 +92,31 @@ def test_the_filter_takes_time_linear_in_the_source():
         assert time.monotonic() - start < 5, source[:20]
 
 
-def test_generated_code_includes_still_build():
-    assert not refused_source("#include <cmath>\n#include <immintrin.h>\n#include <vector>\n#include \"x.h\"\n")
+def test_the_allowlist_holds_what_the_code_generator_prints(monkeypatch):
+    # the allowlist must refuse no generated code: every header named anywhere in the C++ code generator, the
+    # prelude and the GEMM helpers as printed, and the modules of a model compiled with and without a template
+    import torch
+
+    import engine
+    from engine.codegen.cpp import gemm
+    from engine.codegen.cpp.module import PRELUDE
+    from engine.runtime import load
+
+    root = Path(build.__file__).parents[1] / "codegen" / "cpp"
+    named = {name for path in root.iterdir() if path.suffix in (".py", ".h")
+             for name in re.findall(r"#\s*include\s*<([^>\n]+)>", path.read_text())}
+    assert named and named <= builder_module.ALLOWED_HEADERS, named - builder_module.ALLOWED_HEADERS
+    sources = [PRELUDE, gemm.STREAM_HELPERS]
+    real_build = load.build_library
+    monkeypatch.setattr(load, "build_library",
+                        lambda source, **kw: (sources.append(source), real_build(source, **kw))[1])
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.LayerNorm(32))
+    inputs = torch.randn(8, 64)
+    for templates in ("on", "off"):
+        torch._dynamo.reset()
+        compiled = engine.compile(model, mode="max-autotune", templates=templates)
+        torch.testing.assert_close(compiled(inputs), model(inputs), rtol=1e-4, atol=1e-4)
+    assert len(sources) >= 4 and [source for source in sources if refused_source(source)] == []
 
 
 @pytest.mark.slow
@@ -112,6 +156,32 @@ def test_what_the_filter_misses_is_stopped_at_the_jobs_memory(monkeypatch):
         builder.close()
     assert "error" in answer and "path" not in answer, answer
     assert time.monotonic() - start < 60  # stopped by its address-space limit, long before the time limit
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(isolation.bwrap_problem()) or not isolation.Cgroup.available(),
+                    reason="needs bubblewrap and writable cgroups (elsewhere: the separate cap above)")
+@pytest.mark.parametrize("source, filtered", [(MACRO_BOMB, True), ('#include "/dev/zero"\n', False)],
+                         ids=["macro-bomb", "dev-zero-unfiltered"])
+def test_a_build_is_stopped_at_its_jobs_memory_and_counted_in_it(monkeypatch, tmp_path, source, filtered):
+    # the compile ran beside the job's cgroup with a cap of its own (at least 1 GB): a job limited to 400 MB
+    # had cc1plus grow to that cap and finished; now the compile is one of the job's processes, and the job is
+    # stopped at its own memory limit
+    if not filtered:
+        monkeypatch.setattr(builder_module, "refused_source", lambda text: "")
+    assert not refused_source(source) or not filtered
+    script = tmp_path / "job.py"
+    source += f"// {uuid.uuid4().hex}\n"
+    script.write_text(f"from engine.runtime import build\nbuild.build_library({source!r})\n")
+    process = SandboxedProcess([sys.executable, str(script)], Limits(timeout_s=120, memory_mb=400))
+    seen: set[str] = set()
+    try:
+        result = process.wait(lambda _: seen.update(command_name(pid) for pid in process.members()), tick_s=0.05)
+    finally:
+        process.close()
+    assert "cc1plus" in seen  # the compile is counted among the job's processes
+    assert result.limit_hit == "memory", (result.summary(), result.stderr[-2000:])
+    assert compilers_below(os.getpid()) == []
 
 
 @pytest.mark.slow

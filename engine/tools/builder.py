@@ -10,20 +10,33 @@ starts with is read precompiled when it is the builder's own (Note [Precompiled 
 directory, the one g++ is told to search (-I), is bound read-only into the sandbox.
 
 Note [Builds inside the job's limits]
-A build is the job's work, so it gets the job's limits, not the server's: g++ runs with the job's time limit
-and an address-space limit of the job's memory backstop (prlimit; cc1plus reading `#include "/dev/zero"`
-grew without bound), in a process group of its own that the builder kills when the job ends (close(), called
-when the worker is closed: a constexpr-heavy source kept g++ running for minutes after its job was stopped).
+A build is the job's work, so it gets the job's limits, not the server's. Where the job has a cgroup (Note
+[Isolation]), g++ starts at a gate, is put into it (join(), from the sandbox) and only then runs: its memory is
+the job's, counted by the sandbox's polling among the job's processes and held by the kernel at the job's
+backstop, so a compile that grows (cc1plus reading `#include "/dev/zero"`, ten macros that expand to 10^8
+tokens) stops the job at its memory limit, and it dies with the job's other processes. Where there is no
+cgroup, g++ keeps a cap of its own, not counted in the job's memory: an address space of the job's backstop,
+at least COMPILER_MEMORY_FLOOR (prlimit); isolation.protection() and README's Security say so. Either way it
+runs with the job's time limit, in a process group of its own that the builder kills when the job ends
+(close(), from the sandbox's kill(): a constexpr-heavy source kept g++ running for minutes after its job was
+stopped in the app).
 It runs with a clean environment (compile_environment): the assembler read the server's environment back
 into its error messages from `asm(".include \"/proc/self/environ\"")`, and the job reads the build's error.
 A source that could make the compiler or the assembler read a file is refused before g++ sees it
-(refused_source): every `include`, `include_next`, `import` or `embed` word must name a header by name (no
-absolute path, no '..', no macro), and words that put text of the source into the assembler's input (asm,
-section, alias, symver, weakref, ifunc, ident, sccs), `.incbin`, token pasting (which can spell them) and
-universal character names are refused wherever they stand. Generated code has none of them. The check is
-context-free, so no comment, string or raw string can hide a directive from it (a lexer can be led astray:
-`1'2'/*` is a comment to one and a character literal to g++), and it takes time linear in the source (the
-comment-stripping regex it replaced took quadratic time, in the server's process, on a source of `/* `).
+(refused_source). Its preprocessor is held to an allowlist of what generated code uses: each `#` (or `%:`)
+must begin one of the directives #define, #undef, #if, #ifdef, #ifndef, #elif, #else, #endif, `#pragma omp`,
+`#pragma GCC unroll` or `#include <header>` of one of ALLOWED_HEADERS, the code generator's own (no quoted
+name, no path, no macro); anything else is refused with what it was: #line and line markers (the diagnostic
+printer reads the file they name), #include_next, #import, #embed, `#pragma GCC dependency` (opens a file),
+`_Pragma` (spells any pragma), `__has_include` (opens the file it names), and a `#` that begins no directive.
+The words `include`, `include_next`, `import` and `embed` stand nowhere else. Below the preprocessor no
+allowlist is sound (identifiers are the model's names), so a blocklist remains: words that put text of the
+source into the assembler's input (asm, section, alias, symver, weakref, ifunc, ident, sccs), `.incbin`, token
+pasting (which can spell them) and universal character names are refused wherever they stand. Generated code
+has none of them. The check is context-free, so no comment, string or raw string can hide a directive from it
+(a lexer can be led astray: `1'2'/*` is a comment to one and a character literal to g++), and it takes time
+linear in the source (the comment-stripping regex it replaced took quadratic time, in the server's process, on
+a source of `/* `).
 The filter is a first line only: what it misses reads no more than the job could itself (g++'s sandbox
 hides what the job's does) and meets the job's memory and time.
 What a job stores in the shared cache is counted, and capped at JOB_CACHE_BYTES: each compile may write no
@@ -54,31 +67,62 @@ BUILDS_PER_JOB = 256  # a real exploration builds one library per graph; more is
 JOB_CACHE_BYTES = int(os.environ.get("GLASSBOX_JOB_CACHE_MB", "256")) << 20
 CACHE_MAX_BYTES = int(os.environ.get("GLASSBOX_CACHE_MAX_MB", "2048")) << 20
 COMPILER_MEMORY_FLOOR = 1 << 30  # g++ on a large generated file needs this much address space at least
+# a compile in the job's cgroup starts here and becomes g++ once the builder has put it in (as the job's gate does)
+BUILD_GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "glassbox-build-gate"]
 
 _SPLICE = re.compile(r"\\[ \t\f\v]*\n")  # g++ joins a line ending in a backslash, spaces after it or not
 _NOT_IN_WORD = "A-Za-z0-9_$"
+# the headers generated code includes (engine/codegen/cpp: prelude.h, gemm.py), and no other: Note [Builds inside
+# the job's limits]; tests/test_builder_limits.py checks the code generator against it
+ALLOWED_HEADERS = frozenset({"algorithm", "cmath", "cstdint", "cstring", "immintrin.h", "limits", "omp.h", "vector"})
+ALLOWED_DIRECTIVES = frozenset({"define", "undef", "if", "ifdef", "ifndef", "elif", "else", "endif", "include",
+                                "pragma"})
+_DIRECTIVE = re.compile(r"(?:#|%:)[ \t\f\v]*([A-Za-z_][A-Za-z0-9_]*)?")
+_ALLOWED_INCLUDE = re.compile(r"[ \t\f\v]*<([A-Za-z0-9_.]+)>")
+_ALLOWED_PRAGMA = re.compile(rf"[ \t\f\v]+(?:omp|GCC[ \t\f\v]+unroll)(?![{_NOT_IN_WORD}])")
 _INCLUDING = re.compile(rf"(?<![{_NOT_IN_WORD}])(include_next|include|import|embed)(?![{_NOT_IN_WORD}])")
-_HEADER = re.compile(r'[ \t\f\v]*(?:<([^<>"\n\\]+)>|"([^<>"\n\\]+)")')
+_OPENING = re.compile(r"has_include|has_embed|_Pragma|\?\?[=/'()!<>-]")  # trigraphs: ??= is a #
 _TO_ASSEMBLER = re.compile(rf"(?<![{_NOT_IN_WORD}])_*(asm|section|alias|symver|weakref|ifunc|ident|sccs|"
                            rf"pch_preprocess)_*(?![{_NOT_IN_WORD}])")
 _SPELLS = re.compile(r"##|%:%:|incbin|\\[uU]", re.I)
+_DIRECTIVES_WORDS = ("#include <header> of the code generator's own headers, #define, #undef, #if, #ifdef, "
+                     "#ifndef, #elif, #else, #endif, #pragma omp and #pragma GCC unroll")
 # the prelude that generated C++ starts with (engine/codegen/cpp/module.py reads the same file): read, not
 # imported, since importing codegen would import torch into the app's server
 PRELUDE_FILE = Path(__file__).resolve().parents[1] / "codegen" / "cpp" / "prelude.h"
+
+
+def _allowed_directive(text: str, match: re.Match) -> bool:
+    name = match.group(1)
+    if name not in ALLOWED_DIRECTIVES:
+        return False
+    if name == "include":
+        header = _ALLOWED_INCLUDE.match(text, match.end())
+        return header is not None and header.group(1) in ALLOWED_HEADERS
+    return name != "pragma" or _ALLOWED_PRAGMA.match(text, match.end()) is not None
 
 
 def refused_source(source: str) -> str:
     """Why a job's source may not be compiled ("" when it may): Note [Builds inside the job's limits]. Linear in
     the source's length; context-free, so nothing in a comment or a string hides a directive from it."""
     text = _SPLICE.sub("", source.replace("\r\n", "\n").replace("\r", "\n"))
+    for match in _DIRECTIVE.finditer(text):
+        if not _allowed_directive(text, match):
+            line = text[match.start():match.start() + 80].split("\n", 1)[0].strip()
+            return (f"the source has `{line}`: generated code uses only the preprocessor's {_DIRECTIVES_WORDS} "
+                    "(no other header, no quoted or macro name, no #line, #include_next, #embed or other "
+                    "pragma), so the trusted builder does not compile it")
     for match in _INCLUDING.finditer(text):
-        header = _HEADER.match(text, match.end())
-        name = (header.group(1) or header.group(2)).strip() if header else ""
-        if match.group(1) == "embed" or not name or name.startswith("/") or ".." in name.split("/"):
+        header = _ALLOWED_INCLUDE.match(text, match.end())
+        if match.group(1) != "include" or header is None or header.group(1) not in ALLOWED_HEADERS:
             operand = text[match.end():match.end() + 80].split("\n", 1)[0].strip()
-            return (f"the source asks for `{match.group(1)} {operand}`: generated code includes headers by name "
-                    "only (no absolute path, no '..', no macro, no #embed), so the trusted builder does not "
-                    "compile it")
+            return (f"the source has `{match.group(1)} {operand}`: generated code includes only its own headers "
+                    f"({', '.join(sorted(ALLOWED_HEADERS))}), by name, so the trusted builder does not compile it")
+    found = _OPENING.search(text)
+    if found:
+        return (f"the source has `{found.group(0)}`, which can make the preprocessor open a file or spell a "
+                "directive (__has_include, __has_embed, _Pragma, a trigraph): generated code has none, so the "
+                "trusted builder does not compile it")
     found = _TO_ASSEMBLER.search(text) or _SPELLS.search(text)
     if found:
         return (f"the source has `{found.group(0)}`, which can make the assembler read a file (inline assembly, "
@@ -164,6 +208,7 @@ class TrustedBuilder:
         self.stored_bytes = 0
         self.set_limits(memory_bytes, timeout_s)
         self._running: subprocess.Popen | None = None
+        self.cgroup: isolation.Cgroup | None = None  # the job's, once it has one (join)
         self._closed = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="glassbox-builder")
@@ -174,6 +219,11 @@ class TrustedBuilder:
         handed over)."""
         self.memory_bytes = max(COMPILER_MEMORY_FLOOR, int(memory_bytes))
         self.timeout_s = min(COMPILE_TIMEOUT_S, max(1.0, float(timeout_s)))
+
+    def join(self, cgroup: isolation.Cgroup | None) -> None:
+        """Run every later compile in the job's cgroup: its memory counts as the job's, under the job's limit
+        (Note [Builds inside the job's limits])."""
+        self.cgroup = cgroup
 
     def quota_left(self) -> int:
         """What this job may still store in the shared cache, in bytes (Note [Builds inside the job's limits])."""
@@ -209,18 +259,30 @@ class TrustedBuilder:
         if isolated:
             readable = isolation.readable_paths(command) + include_directories(command)
             command = isolation.bwrap_argv(Path(entry), readable, 1 << 30) + command
-        limit = shutil.which("prlimit")
+        cgroup, limit = self.cgroup, shutil.which("prlimit")
         if limit:  # no file it writes (the library, the assembler's object) may be larger than the job's quota left
-            command = [limit, f"--as={self.memory_bytes}", f"--cpu={int(self.timeout_s) + 1}", "--core=0",
+            memory = [] if cgroup else [f"--as={self.memory_bytes}"]  # in the job's cgroup, the job's limit holds
+            command = [limit, *memory, f"--cpu={int(self.timeout_s) + 1}", "--core=0",
                        f"--fsize={max(1, self.quota_left())}", "--"] + command
         with self._lock:
             if self._closed:
                 return subprocess.CompletedProcess(command, -signal.SIGKILL, "", "the job ended before its build")
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True, env=compile_environment(isolated))
+            # in the job's cgroup, g++ waits at a gate until it is in there, so all it starts is counted
+            process = subprocess.Popen((BUILD_GATE if cgroup else []) + command, text=True,
+                                       stdin=subprocess.PIPE if cgroup else subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                       env=compile_environment(isolated))
             self._running = process
         try:
-            stdout, stderr = process.communicate(timeout=self.timeout_s)
+            if cgroup is not None:
+                try:
+                    cgroup.add(process.pid)
+                except OSError as error:  # the job's cgroup is gone: the job ended
+                    _kill_group(process)
+                    process.communicate()
+                    return subprocess.CompletedProcess(command, -signal.SIGKILL, "",
+                                                       f"the job's cgroup could not take its build ({error})")
+            stdout, stderr = process.communicate("go\n" if cgroup else None, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             process.communicate()

@@ -30,7 +30,8 @@ Memory and processes are limited by a cgroup made for the worker (cgroup v2, or 
 controllers) where the cgroup tree is writable: the memory limit counts the page cache, so files on the
 private /tmp and /dev/shm and memfds count against it, and the kernel's OOM killer ends the job at its limit;
 pids.max stops a fork bomb before it can fork. The gate shell blocks until the worker's cgroup is joined,
-so everything the job starts is inside it from the first instruction.
+so everything the job starts is inside it from the first instruction; so does each compile the trusted builder
+runs for the job, which joins the same cgroup (Note [Builds inside the job's limits]).
 Where the cgroup tree is read-only, sandbox.py's /proc polling enforces the memory limit (resident memory,
 plus the private tmpfs and memfds), and where bubblewrap cannot run at all (not installed, or user namespaces
 disallowed), the worker runs only in its own session: `protection()` then says in words what is missing,
@@ -194,7 +195,9 @@ def protection() -> tuple[list[str], list[str]]:
         have.append("cgroup memory and process limits (shared memory counted)")
     else:
         missing.append("no writable cgroups: memory is watched by polling /proc (resident memory, private "
-                       "tmpfs and memfds), which a fast allocation can overshoot between two polls")
+                       "tmpfs and memfds), which a fast allocation can overshoot between two polls; a C++ build "
+                       "the job asks for is not counted in its memory, only capped on its own (an address space "
+                       "of the job's memory, at least 1 GB)")
     return have, missing
 
 

@@ -289,6 +289,8 @@ class SandboxedProcess:
             except OSError:
                 self.cgroup.remove()
                 self.cgroup = None
+        if self.builder is not None:  # its builds run in its cgroup (Note [Builds inside the job's limits])
+            self.builder.join(self.cgroup)
         try:
             self.process.stdin.write(b"go\n")
             self.process.stdin.flush()
@@ -470,6 +472,8 @@ class SandboxedProcess:
         except (ProcessLookupError, PermissionError):
             pass
         isolation.kill_processes(stragglers)
+        if self.builder is not None:  # the job ended: so does the build it asked for
+            self.builder.close()
         if self.cgroup is not None:
             self.cgroup.kill_all()
         try:

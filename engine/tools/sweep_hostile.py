@@ -48,6 +48,10 @@ from engine.tools.sandbox import Limits, SandboxResult, explore_command, run_san
 ROOT = Path(__file__).resolve().parents[2]
 
 ISOLATED = not isolation.bwrap_problem()  # bubblewrap runs here (Note [Isolation])
+CGROUPS = ISOLATED and isolation.Cgroup.available()  # a build then runs in its job's cgroup
+# ten macros that expand to 10^8 tokens, which cc1plus holds at once (tests/test_builder_limits.py)
+MACRO_BOMB = "".join(f"#define {name} {','.join([inner] * 10)}\n" for name, inner in zip("ABCDEFG", "0ABCDEF")) + \
+    'extern "C" { int hoard[] = { G, G, G, G, G, G, G, G, G, G }; }\n'
 
 SECRET_NAME, SECRET_VALUE = "GLASSBOX_HOSTILE_SECRET", "hunter2-" + uuid.uuid4().hex[:8]
 OUTSIDE_FILE = Path("/tmp") / f"glassbox-hostile-outside-{uuid.uuid4().hex[:8]}.txt"
@@ -412,6 +416,20 @@ CASES: list[Case] = [
         build.build_library('#include "/dev/zero"\\n')
         """), "user-error", message=r"does not compile it", needs_isolation=True,
          note="refused before g++ runs; g++ has the job's memory and time (Note [Builds inside the job's limits])"),
+    Case("sends the builder a source that grows past the job's memory", _src(f"""
+        import torch
+        from engine.runtime import build
+        build.build_library({MACRO_BOMB!r})
+        """), "limit:memory" if CGROUPS else "user-error", limits=Limits(timeout_s=90, memory_mb=1200),
+         needs_isolation=True,
+         note="g++ runs in the job's cgroup, its memory the job's" if CGROUPS else
+              "no writable cgroups here: g++ meets a cap of its own, not the job's memory"),
+    Case("reads a file into a build error through #line", _src("""
+        import torch
+        from engine.runtime import build
+        build.build_library('#line 1 "/etc/passwd"\\nint x = ;\\n')
+        """), "user-error", message=r"does not compile it", needs_isolation=True,
+         note="a directive generated code never uses: refused before g++ prints the file's line"),
     Case("patches the verifier; compiled +1000", _src(FORGER.replace("PATCH", (
         "engine.run.compare_tensor = engine.verdict.compare_tensor = engine.verdict.judge = _ok"))),
          "clear-failure", message=r"differs from eager",
@@ -815,10 +833,11 @@ ELSEWHERE = [
     "| tests/test_verdict_teeth.py, tests/test_fp64_shadow.py |",
     "| nested user namespace; cgroup files; /dev, /run; 2 GB SysV shm; private files | tests/test_sandbox_limits.py |",
     "| `#include \"/dev/zero\"` and every other spelling that reads a file (digraphs, splices, comments, "
-    "strings, `.incbin`/`.include`, section names, token pasting), refused in linear time; what the filter "
-    "misses stopped at the job's memory, with none of the server's environment; builds killed with their job "
-    "and when the app stops it; the shared cache's byte quota, one large library included, and eviction "
-    "| tests/test_builder_limits.py |",
+    "strings, `.incbin`/`.include`, section names, token pasting; `#line`, `__has_include`, `_Pragma`, a "
+    "self-include, outside the allowlist of directives and headers), refused in linear time; a build that "
+    "grows stops its job at the job's memory (its cgroup), with none of the server's environment; builds "
+    "killed with their job and when the app stops it (in Chromium too); the shared cache's byte quota, one "
+    "large library included, and eviction | tests/test_builder_limits.py, tests/test_browser_stop.py |",
     "| a record with markup in every field in `report`, in Chromium | tests/test_report_scripts.py |",
     "| the app's result cache counts at least what a value holds, whatever its shape | tests/test_app.py "
     "(test_result_cache_is_bounded_in_bytes, test_the_result_caches_estimate_is_above_what_a_value_holds) |",

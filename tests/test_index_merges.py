@@ -87,3 +87,24 @@ def test_dynamic_nchw_sum_dim1_matches_eager():
                                  dynamic_inputs=[(torch.randn(3, 16, 7, 9),), (torch.randn(1, 8, 4, 4),)])
     assert exploration.verify.ok, exploration.verify
     assert all(run.verify.ok for run in exploration.runs), exploration.runs
+
+
+def test_symbolic_divisors_split_off_whole_multiples():
+    # Note [Symbolic divisors]: xo*W + xi over an output of width W = (s0 - 1) // 2 + 1 (a pool under dynamic
+    # sizes) divides back into xo and xi, and by W*W into a division of xo alone
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    xo, xi = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("xo", "xi"))
+    width = FloorDiv(s0 - 1, 2) + 1
+    flat = sympy.expand(xo * width + xi)
+    ranges = {xo: 100 * width, xi: width}
+    assert simplify_index(FloorDiv(flat, width), ranges) == xo
+    assert simplify_index(ModIndex(flat, width), ranges) == xi
+    assert simplify_index(FloorDiv(flat, sympy.expand(width * width)), ranges) == FloorDiv(xo, width)
+    # not provably below the divisor: left alone
+    assert simplify_index(FloorDiv(flat, width), {xo: 100 * width, xi: width + 1}).has(xi)
+    for s, x_o, x_i in [(9, 7, 3), (64, 150, 31), (1, 0, 0)]:  # the identities hold at values too
+        w = (s - 1) // 2 + 1
+        values = {s0: s, xo: x_o, xi: x_i}
+        for expr in (FloorDiv(flat, sympy.expand(width * width)), ModIndex(flat, sympy.expand(width * width))):
+            assert simplify_index(expr, ranges).subs(values) == expr.subs(values) == (
+                (x_o * w + x_i) // (w * w) if isinstance(expr, FloorDiv) else (x_o * w + x_i) % (w * w))

@@ -40,6 +40,7 @@ class Pairing:
     a: list[str]
     b: list[str]
     ops: list[str]
+    how: str = ""  # for a change: how the sides differ (their kinds, their code, the nodes only one computes)
 
 
 @dataclass
@@ -68,8 +69,8 @@ class Comparison:
                    errors={side: [ErrorRecord.from_json(e) for e in (document["errors"] or {}).get(side) or []]
                            for side in ("a", "b")},
                    counts=kernels["count"],
-                   pairings=[Pairing(change, _listed(item, "a"), _listed(item, "b"), list(item["ops"] if "ops" in item
-                                                                                            else []))
+                   pairings=[Pairing(change, _listed(item, "a"), _listed(item, "b"), list(item.get("ops") or []),
+                                     str(item.get("how") or ""))
                              for change in VERBS for item in kernels.get(change) or []],
                    code_diff=document["code_diff"] or "",
                    timing=CompareTiming(**timing, verdict=Ratio(**verdict) if verdict else None))
@@ -101,7 +102,7 @@ def kernel_diff_rows(comparison: Comparison) -> list[dict]:
     for pairing in comparison.pairings:
         in_a = [index_a[n] for n in pairing.a if n in index_a]
         in_b = [index_b[n] for n in pairing.b if n in index_b]
-        rows.append({"change": VERBS[pairing.change],
+        rows.append({"change": VERBS[pairing.change], "what differs": pairing.how,
                      "A": _names(pairing.a), "A ops": " | ".join(_ops(k) for k in in_a),
                      "B": _names(pairing.b), "B ops": " | ".join(_ops(k) for k in in_b),
                      "A ms": _time([k.time_ms for k in in_a]), "A ±": _time([k.time_iqr_ms for k in in_a]),

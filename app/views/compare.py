@@ -99,8 +99,9 @@ else:
             st.error(md_text(f"{side.upper()}'s outputs differ from eager's ({verify.verdict or 'mismatch'}, "
                              f"judged outside the job): {verify.problem or ''}"))
     st.markdown("**Kernels**")
-    st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (they "
-               "share nodes: an op alone in A, with its neighbours in B), only in one side.")
+    st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (the "
+               "same nodes computed another way, as a template in A and a library call in B or in other code; or "
+               "they share nodes: an op alone in A, with its neighbours in B), only in one side.")
     st.dataframe(compare_view.kernel_diff_rows(comparison), hide_index=True, width="stretch")
     st.markdown("**Time per kernel**")
     st.dataframe(compare_view.timing_rows(comparison), hide_index=True, width="stretch")

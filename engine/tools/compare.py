@@ -12,10 +12,12 @@ Note [Matching kernels across two compiles]
 Kernel names (kernel_0, ...) are positions, not identities: switching fusion off renumbers everything. A kernel
 is identified by the ATen nodes it computes (its aten_origins; FX nodes where it has none): the ATen graph is
 the same for both sides when the model is (one FX node, softmax, decomposes into several ATen nodes, so FX
-nodes alone cannot tell its kernels apart). Two kernels are "the same" when they compute the same nodes; a kernel of B that computes what
-several kernels of A computed is a merge of those, the reverse a split; of the rest, a kernel of A and one of
-B that share nodes are "changed" (the same addmm alone in A and with its epilogue in B), paired by the most
-nodes shared; what is left was added or removed. The code diff folds each side's shared helpers (the module's
+nodes alone cannot tell its kernels apart). Two kernels that compute the same nodes are "the same" when they
+are of one kind and their code is the same but for numbered names (buf3, kernel_2); otherwise they are
+"changed", and say how (a GEMM template in A, a library call in B; its code differs, as after an edit). A
+kernel of B that computes what several kernels of A computed is a merge of those, the reverse a split; of the
+rest, a kernel of A and one of B that share nodes are "changed" too (the same addmm alone in A and with its
+epilogue in B), paired by the most nodes shared; what is left was added or removed. The code diff folds each side's shared helpers (the module's
 prelude) into one line, so it opens on the kernels.
 Inductor's kernels carry no FX origins, so against an Inductor side only the counts and names are compared.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,10 +183,14 @@ def kernel_diff(a: dict, b: dict) -> dict:
         return result
     origins = lambda k: frozenset(k.get("aten_origins") or k.get("fx_origins") or [k["name"]])  # noqa: E731
     used_a, used_b = set(), set()
+    result["changed"] = []
     for x in ka:
         for y in kb:
             if origins(x) == origins(y) and y["name"] not in used_b:
-                result["same"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x))})
+                how = _how_it_differs(x, y)  # the same nodes, computed another way: changed, not the same
+                pair = {"a": x["name"], "b": y["name"], "ops": sorted(origins(x))}
+                result["changed" if how else "same"].append({**pair, "only_a": [], "only_b": [], "how": how}
+                                                            if how else pair)
                 used_a.add(x["name"])
                 used_b.add(y["name"])
                 break
@@ -200,21 +207,44 @@ def kernel_diff(a: dict, b: dict) -> dict:
                 used_one.add(big["name"])
                 used_many.update(k["name"] for k in parts)
     # what is left and overlaps pairs up as "changed": the same addmm alone in A, with its epilogue in B
-    result["changed"] = []
     for x in ka:
         if x["name"] in used_a:
             continue
         overlaps = [(len(origins(x) & origins(y)), y) for y in kb if y["name"] not in used_b and origins(x) & origins(y)]
         if overlaps:
             _, y = max(overlaps, key=lambda pair: pair[0])
+            only_a, only_b = sorted(origins(x) - origins(y)), sorted(origins(y) - origins(x))
             result["changed"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x) & origins(y)),
-                                      "only_a": sorted(origins(x) - origins(y)),
-                                      "only_b": sorted(origins(y) - origins(x))})
+                                      "only_a": only_a, "only_b": only_b, "how": _more_nodes(only_a, only_b)})
             used_a.add(x["name"])
             used_b.add(y["name"])
     result["removed"] = [{"a": k["name"], "ops": sorted(origins(k))} for k in ka if k["name"] not in used_a]
     result["added"] = [{"b": k["name"], "ops": sorted(origins(k))} for k in kb if k["name"] not in used_b]
     return result
+
+
+KIND_WORDS = {"extern": "a library call", "template": "a GEMM template", "fallback": "an eager fallback",
+              "pointwise": "a pointwise kernel", "reduction": "a reduction kernel"}
+# the names a kernel's source holds that number things, not say what it computes (renumbered by any change)
+NUMBERED = re.compile(r"\b(buf|kernel_|template_|extern_|fallback_)\d+\b")
+
+
+def _how_it_differs(x: dict, y: dict) -> str:
+    """Why two kernels that compute the same nodes are not the same: their kind, or their code (its numbered
+    names aside); "" when neither differs."""
+    if x.get("kind") != y.get("kind"):
+        return (f"{KIND_WORDS.get(x.get('kind'), x.get('kind'))} in A, "
+                f"{KIND_WORDS.get(y.get('kind'), y.get('kind'))} in B")
+    if NUMBERED.sub(r"\1#", x.get("source") or "") != NUMBERED.sub(r"\1#", y.get("source") or ""):
+        return "its code differs"
+    return ""
+
+
+def _more_nodes(only_a: list[str], only_b: list[str]) -> str:
+    more = lambda nodes: f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""  # noqa: E731
+    parts = [f"{side} also computes {', '.join(nodes[:3])}{more(nodes)}"
+             for side, nodes in (("A", only_a), ("B", only_b)) if nodes]
+    return "; ".join(parts)
 
 
 def code_diff(a: dict, b: dict, label_a: str = "a", label_b: str = "b") -> str:
@@ -319,7 +349,8 @@ def summary(comparison: Comparison) -> str:
             a_side = " + ".join(a_side) if isinstance(a_side, list) else a_side
             b_side = item.get("b", "-")
             b_side = " + ".join(b_side) if isinstance(b_side, list) else b_side
-            lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}")
+            how = f" ({item['how']})" if item.get("how") else ""
+            lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}{how}")
     ms = lambda v: f"{v:.4f} ms" if isinstance(v, (int, float)) else "-"  # noqa: E731
     speedup = t.get("speedup_b_over_a")
     verdict = t.get("verdict") or {}

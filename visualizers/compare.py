@@ -31,6 +31,7 @@ class CompareTiming:
     b_iqr_ms: float | None = None
     speedup_b_over_a: float | None = None  # time of A / time of B
     verdict: Ratio | None = None
+    untimed: str | None = None  # why a side has no time per call
 
 
 @dataclass
@@ -127,7 +128,8 @@ def timing_rows(comparison: Comparison) -> list[dict]:
 def speedup_sentence(timing: CompareTiming) -> str:
     a, b, speedup = timing.a_ms, timing.b_ms, timing.speedup_b_over_a
     if speedup is None:
-        return "No time for one of the sides."
+        return f"No time per call for one side: {timing.untimed}." if timing.untimed else \
+            "No time for one of the sides."
     spread = lambda value: f" ±{value:.4f}" if value is not None else ""  # noqa: E731
     times = f"A {a:.4f}{spread(timing.a_iqr_ms)} ms, B {b:.4f}{spread(timing.b_iqr_ms)} ms per call"
     verdict = timing.verdict

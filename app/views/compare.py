@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, ui
+from app import compare_presets, state, ui
 from app.safe_text import md_text
 from engine import options as engine_options
 from visualizers import compare as compare_view
@@ -32,25 +32,16 @@ def side_settings(column, side: str, backend: str) -> list[str]:
         return settings
 
 
-# Note [Compare presets]: the questions people ask, each a pair of settings on the same backend and device (C++
-# against Triton under the CPU interpreter compares a compiler with an emulator: its times mean nothing)
-PRESETS = {
-    "fusion on vs off": (["fusion=on"], ["fusion=off"]),
-    "GEMM templates on vs off": (["templates=on"], ["templates=off"]),
-    "this code before vs after an edit": ([], []),
-    "Glassbox vs Inductor": (["compiler=glassbox"], ["compiler=inductor"]),
-    "custom": None,
-}
-preset = st.selectbox("What to compare", list(PRESETS), key="cmp_preset")
+preset = st.selectbox("What to compare", list(compare_presets.PRESETS), key="cmp_preset")  # Note [Compare presets]
 edited = None
-if PRESETS[preset] is not None:
-    options = state.current_request().options
-    base = [f"backend={options.backend}", f"device={options.device}"]
-    side_a, side_b = (list(side) + ([] if "compiler=inductor" in side else base) for side in PRESETS[preset])
-    if preset == "this code before vs after an edit":
+options = state.current_request().options
+preset_sides = compare_presets.sides(preset, options.backend, options.device)
+if preset_sides is not None:
+    side_a, side_b = preset_sides
+    if preset == compare_presets.EDIT:
         edited = st.text_area("B's code (edit it)", value=state.user_source(), height=240, key="cmp_edited_code")
-    st.caption(f"A: {' '.join(side_a) or 'the code as it is'} · B: {' '.join(side_b) or 'the edited code'} "
-               "(the sidebar's backend and device)")
+    st.caption(f"A: {' '.join(side_a)} · B: {' '.join(side_b)}"
+               + (" and the edited code" if edited is not None else "") + " (the sidebar's backend and device)")
 else:
     left, right = st.columns(2, gap="medium")
     side_a = side_settings(left, "A", "cpp")

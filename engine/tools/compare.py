@@ -159,8 +159,10 @@ def _inductor_side(spec, model, inputs, profile: bool) -> dict:
                for k in reference.get("kernels") or []]
     graphs = [{"index": i, "kernels": kernels if i == 0 else [], "code": {"language": "inductor", "source": code}}
               for i, code in enumerate(reference.get("code") or [])]
+    # its profile times its own kernels only (Note [Inductor's kernel times]): with library calls, their sum is
+    # no time per call, and compare says so instead of a speedup
     return {"model": spec.name, "backend": "inductor", "graphs": graphs, "verify": reference.get("verify") or {},
-            "errors": [], "inductor": True}
+            "errors": [], "inductor": True, "untimed_calls": list(reference.get("extern_calls") or [])}
 
 
 # --- the differences -----------------------------------------------------------------------------------------
@@ -272,6 +274,8 @@ def total_ms(record: dict) -> float | None:
     calls = [(g.get("profile") or {}).get("call_ms") for g in record.get("graphs") or []]
     if calls and all(isinstance(c, (int, float)) for c in calls):
         return sum(calls)
+    if record.get("untimed_calls"):  # Inductor's library calls are not in its kernel times
+        return None
     times = [k.get("time_ms") for k in _kernels(record)]
     return sum(times) if times and all(isinstance(t, (int, float)) for t in times) else None
 
@@ -311,13 +315,24 @@ def compare_records(a: Side, b: Side, record_a: dict, record_b: dict) -> Compari
     spread_a, spread_b = total_spread_ms(record_a), total_spread_ms(record_b)
     timing = {"a_ms": ms_a, "b_ms": ms_b, "a_iqr_ms": spread_a, "b_iqr_ms": spread_b,
               "speedup_b_over_a": ms_a / ms_b if ms_a and ms_b else None,
-              "convention": "speedup = time of A / time of B: above 1, B is faster"}
+              "convention": "speedup = time of A / time of B: above 1, B is faster",
+              "untimed": _untimed(record_a, "A") or _untimed(record_b, "B")}
     if ms_a and ms_b and spread_a is not None and spread_b is not None:  # Note [Fair timing]: judged or not
         figures = [Timing(ms, max(ms - spread / 2, ms * 1e-3), ms + spread / 2, [])  # a spread wider than the
                    for ms, spread in ((ms_a, spread_a), (ms_b, spread_b))]            # median: noisy, not judged
         timing["verdict"] = ratio(*figures)
     return Comparison(a, b, record_a, record_b, kernel_diff(record_a, record_b),
                       code_diff(record_a, record_b, f"A ({a.label()})", f"B ({b.label()})"), timing)
+
+
+def _untimed(record: dict, side: str) -> str | None:
+    """Why a side has no time per call, in words, when its profile leaves calls out (an Inductor side)."""
+    calls = record.get("untimed_calls")
+    if not calls:
+        return None
+    names = ", ".join(dict.fromkeys(call.split(".")[1] for call in calls))  # extern_kernels.mm, aten.x.default
+    return (f"{side}'s kernel times leave out its library calls ({names}), so their sum is not its time per call; "
+            "the explorer's bench stage times both whole calls")
 
 
 def compare(target: str, a: Side, b: Side, profile: bool = True) -> Comparison:
@@ -357,7 +372,8 @@ def summary(comparison: Comparison) -> str:
     judged = f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""
     if verdict and not verdict.get("judged"):
         judged = f"; B vs A: {verdict['text']}"
-    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}")
+    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}"
+                 + (f" ({t['untimed']})" if t.get("untimed") else ""))
     lines.append("Matches eager: " + ", ".join(f"{side} {_matches(record)}" for side, record in
                                                 (("A", comparison.record_a), ("B", comparison.record_b))))
     for side, record in (("A", comparison.record_a), ("B", comparison.record_b)):

@@ -66,8 +66,10 @@ def test_an_edit_pairs_the_changed_kernel_says_how_and_keeps_the_rest_the_same(t
     before, after = tmp_path / "model.py", tmp_path / "edited.py"
     before.write_text(BEFORE)
     after.write_text(BEFORE.replace("x * 2.0", "x * 3.0"))
-    a, b = (parse_side(side) for side in compare_presets.sides(compare_presets.EDIT, "cpp", "cpu"))
-    comparison = compare(str(before), a, dataclasses.replace(b, file=str(after)), profile=False)
+    side_a, side_b = compare_presets.sides(compare_presets.EDIT, "cpp", "cpu")
+    b = parse_side(side_b + [f"file={after}"])  # as the app's worker hands B the edited code
+    assert b.file == str(after)
+    comparison = compare(str(before), parse_side(side_a), b, profile=False)
     kernels = comparison.kernels
     assert kernels["count"][0] == kernels["count"][1] == 2
     (changed,) = kernels["changed"]

@@ -95,6 +95,8 @@ def parse_side(settings: list[str]) -> Side:
         info = options.infos().get(name)
         if key == "compiler":
             values[key] = _choice(key, value.lower(), COMPILERS)
+        elif key == "file":  # another model file: compare's own key, no option of the compiler
+            values[key] = value
         elif info is not None and info.choices is not None:
             values[key] = _choice(key, value.lower(), info.choices)
         elif name == "dynamic" or isinstance(options.default(name), bool):

@@ -76,6 +76,7 @@ def test_an_edit_pairs_the_changed_kernel_says_how_and_keeps_the_rest_the_same(t
     assert changed["how"] == "its code differs" and "mul" in changed["ops"]
     (same,) = kernels["same"]
     assert "sum" in " ".join(same["ops"]) and not kernels["added"] and not kernels["removed"]
+    assert comparison.code_diff.splitlines()[1] == "+++ B (file=edited.py)"  # named, not the worker's path
     edited = [line for line in comparison.code_diff.splitlines() if line[:1] in "+-" and line[:3] not in "+++---"]
     assert any(line.startswith("-") and "2.0" in line for line in edited), edited
     assert any(line.startswith("+") and "3.0" in line for line in edited), edited

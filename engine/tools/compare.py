@@ -28,6 +28,7 @@ import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine import options
@@ -68,6 +69,8 @@ class Side:
 
 
 def _text(key: str, value) -> str:
+    if key == "file":  # its name: the path is where a worker put it, not what the user wrote
+        return Path(value).name
     if isinstance(value, bool):
         on_off = key in OPTION_KEYS and options.infos()[OPTION_KEYS[key]].on_off
         return ("on" if value else "off") if on_off else ("true" if value else "false")

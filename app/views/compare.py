@@ -10,8 +10,8 @@ from visualizers import compare as compare_view
 
 st.markdown("### Compare two compiles")
 st.caption("What changes when you switch the backend, dynamic shapes, fusion, or edit the model: the kernels "
-           "(same / merged / split / added / removed, matched by the ATen nodes they compute), the code and the "
-           "time (each kernel timed in its wrapper).")
+           "(same / merged / split / changed / added / removed, matched by the ATen nodes they compute), the code "
+           "and the time (each kernel timed in its wrapper).")
 
 
 def side_settings(column, side: str, backend: str) -> list[str]:

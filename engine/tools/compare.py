@@ -17,8 +17,8 @@ are of one kind and their code is the same but for numbered names (buf3, kernel_
 "changed", and say how (a GEMM template in A, a library call in B; its code differs, as after an edit). A
 kernel of B that computes what several kernels of A computed is a merge of those, the reverse a split; of the
 rest, a kernel of A and one of B that share nodes are "changed" too (the same addmm alone in A and with its
-epilogue in B), paired by the most nodes shared; what is left was added or removed. The code diff folds each side's shared helpers (the module's
-prelude) into one line, so it opens on the kernels.
+epilogue in B), paired by the most nodes shared; what is left was added or removed. The code diff folds each
+side's shared helpers (the module's prelude) into one line, so it opens on the kernels.
 Inductor's kernels carry no FX origins, so against an Inductor side only the counts and names are compared.
 """
 from __future__ import annotations

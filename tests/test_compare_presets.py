@@ -98,3 +98,12 @@ def test_an_inductor_side_with_library_calls_claims_no_speedup():
     view = compare_view.Comparison.from_json(comparison.to_json(records=False))
     sentence = compare_view.speedup_sentence(view.timing)
     assert "library calls (addmm, convolution)" in sentence and not re.search(r"\d\s*x\b", sentence), sentence
+
+
+@pytest.mark.parametrize("low, high, range_shown", [(0.0, 4975.2, False), (0.8, 1.3, True)])
+def test_a_noisy_speedup_shows_its_range_only_when_it_says_something(low, high, range_shown):
+    timing = compare_view.CompareTiming(a_ms=0.43, b_ms=0.66, a_iqr_ms=5.75, b_iqr_ms=7.06, speedup_b_over_a=0.65,
+                                        verdict=compare_view.Ratio(0.65, low, high, False, "too noisy"))
+    sentence = compare_view.speedup_sentence(timing)
+    assert "too noisy to judge" in sentence and ("anywhere from" in sentence) == range_shown, sentence
+    assert "4975" not in sentence

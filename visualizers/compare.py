@@ -134,6 +134,9 @@ def speedup_sentence(timing: CompareTiming) -> str:
     times = f"A {a:.4f}{spread(timing.a_iqr_ms)} ms, B {b:.4f}{spread(timing.b_iqr_ms)} ms per call"
     verdict = timing.verdict
     if verdict is not None and not verdict.judged:
+        if verdict.low < 0.1 or verdict.high > 10:  # "anywhere from 0.00x to 4975x" says nothing
+            return (f"{times}: too noisy to judge which is faster (the rounds spread so widely that B could be "
+                    "over ten times faster or slower).")
         return (f"{times}: too noisy to judge which is faster (B/A speedup anywhere from {verdict.low:.2f}x "
                 f"to {verdict.high:.2f}x).")
     faster = "faster" if speedup >= 1 else "slower"

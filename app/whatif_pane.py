@@ -56,18 +56,21 @@ def _dim_toggles(record: Exploration) -> str:
 TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
 
 
-def _guards(prediction: dict) -> None:
-    """The guards of the version compiled for the example, the ones that matter first; the raw dump folded
-    (Note [Guards that matter] in engine/tools/guard_tree.py)."""
+def version_checks(prediction: dict) -> None:
+    """The checks of the version compiled for the example, the ones that matter first; the raw dump folded
+    (Note [Guards that matter] in engine/tools/guard_tree.py). They are checks, not the guards listed below
+    (Note [Guards and checks] in app/guards_pane.py)."""
     guards = prediction.get("guards") or {}
     if not guards:
         return
-    checks = ", ".join(f"{count} {kind}" for kind, count in (guards.get("checks") or {}).items())
-    st.markdown("**The guards that matter** (the version compiled for the example inputs)")
+    raw = guards.get("raw") or []
+    kinds = ", ".join(f"{count} {kind}" for kind, count in (guards.get("checks") or {}).items())
+    tensor = " (one check of an input tensor looks at its shape, dtype, stride, requires_grad and device)" \
+        if guards.get("inputs") else ""
+    st.markdown("**The checks that matter** (the version compiled for the example inputs)")
     st.markdown("\n".join(f"- `{_code_span(line)}`" for line in guards.get("matters") or []))
-    st.caption(f"Checks by kind: {md_text(checks)}.")
-    with st.expander(f"All {len(guards.get('raw') or [])} guards, as Dynamo's guard tree lists them", expanded=False):
-        raw = guards.get("raw") or []
+    st.caption(f"What this version's {len(raw)} checks look at: {md_text(kinds)}{tensor}.")
+    with st.expander(f"All {len(raw)} checks of this version, as Dynamo's guard tree runs them", expanded=False):
         st.code("\n".join(raw[:800]) + (f"\n# ... {len(raw) - 800} more" if len(raw) > 800 else ""),
                 language="python", wrap_lines=True)
 
@@ -117,4 +120,4 @@ def render(record: Exploration) -> None:
     words = (f"recompiled ({happened['new_graphs']} new graph(s))" if happened["recompiled"] else "no recompile")
     (st.success if result["predicted_right"] else st.warning)(
         f"Then ran them: {words}; the prediction was {'right' if result['predicted_right'] else 'wrong'}.")
-    _guards(prediction)
+    version_checks(prediction)

@@ -1,7 +1,8 @@
 """The explorer's jobs in a real browser (Playwright + Debian's Chromium), as a user sees them: the offline HTML
 report opened with the network blocked (graphs, code, the per-kernel profile chart, graph-break hints and
 rewrites, the highlighted line of code that starts with blank lines and CRLF), a 2000-node graph searched in
-the report, and the app's compare page (C++ vs Triton showing a diff). The app server comes from
+the report, and the app's compare page (C++ vs Triton showing a diff; an edit paired with the kernel it changed).
+The app server comes from
 tests/test_browser.py's fixture. With GLASSBOX_SHOTS=DIR, screenshots are saved there."""
 from __future__ import annotations
 
@@ -163,6 +164,50 @@ def test_compare_cpp_with_triton_shows_a_diff(browser, server):  # noqa: F811
     assert "--- A (defaults)" in text and "+++ B (backend=triton)" in text and "@triton.jit" in text
     assert page.get_by_text("Triton's interpreter").count()  # B's times are flagged, not trusted
     shot(page, "compare_cpp_triton")
+    page.close()
+
+
+def grid_rows(page, has_text: str) -> list[list[str]]:
+    """The cells of the st.dataframe that shows `has_text` in a header, row by row (the grid's accessible table)."""
+    grid = page.locator("[data-testid=stDataFrame]").filter(has_text=has_text).first
+    grid.wait_for(timeout=60_000)
+    rows: list[list[str]] = []
+    for _ in range(30):  # the grid fills its accessible rows a moment after it shows
+        rows = grid.evaluate("""(el) => [...el.querySelectorAll('[role=row]')].map(r =>
+            [...r.querySelectorAll('[role=columnheader], [role=gridcell], th, td')].map(c => c.innerText.trim()))""")
+        if len(rows) > 1 and any(rows[1]):
+            break
+        page.wait_for_timeout(1000)
+    return rows
+
+
+def test_compare_before_and_after_an_edit_pairs_the_changed_kernel(browser, server):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1400, "height": 1300})
+    page.goto(f"{server}/compare?sample=scale_bias_relu")
+    page.get_by_role("button", name="Compare A and B").wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    choose(page, "What to compare", "this code before vs after an edit")
+    editor = page.get_by_label("B's code (edit it)")
+    editor.wait_for(timeout=60_000)
+    code = editor.input_value()
+    assert "x * self.scale + self.bias" in code
+    editor.fill(code.replace("x * self.scale + self.bias", "x * self.scale - self.bias"))
+    editor.press("Control+Enter")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Compare A and B").click()
+    page.get_by_text("Code diff").first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
+    paired = page.locator("[data-testid=stMetric]").filter(has_text="kernels paired")
+    assert int(paired.locator("[data-testid=stMetricValue]").inner_text()) == 1
+    rows = grid_rows(page, "what differs")
+    header, body = rows[0], [row for row in rows[1:] if any(row)]
+    change, differs = header.index("change"), header.index("what differs")
+    assert [row[change] for row in body] == ["changed"], rows
+    assert "A also computes add" in body[0][differs] and "B also computes sub" in body[0][differs], rows
+    diff = [re.sub(r"^\s*\d+", "", line)  # the code view numbers its lines
+            for line in page.locator("[data-language=diff]").first.inner_text().splitlines()]
+    assert "+++ B (file=edited.py)" in diff, diff[:3]  # the edited code named, not its path in the worker
+    assert any(line.startswith("-") and " + " in line for line in diff), diff  # the add, then the subtract
+    assert any(line.startswith("+") and " - " in line for line in diff), diff
+    shot(page, "compare_edit")
     page.close()
 
 

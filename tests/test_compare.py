@@ -60,6 +60,23 @@ def test_kernels_that_share_nodes_pair_as_changed():
     assert {r["a"] for r in diff["removed"]} == {"kernel_1", "kernel_2"} and [x["b"] for x in diff["added"]] == ["kernel_1"]
 
 
+def test_the_same_nodes_computed_another_way_pair_as_changed_and_say_how():
+    def kernel(name, kind, source, *ops):
+        return {"name": name, "kind": kind, "source": source, "aten_origins": list(ops)}
+
+    a = {"graphs": [{"kernels": [kernel("template_0", "template", "gemm", "addmm"),
+                                 kernel("kernel_1", "pointwise", "buf3[i] = tmp0 * 2.0f;", "mul"),
+                                 kernel("kernel_2", "pointwise", "void kernel_2() { buf4[i] = buf3[i]; }", "relu")]}]}
+    b = {"graphs": [{"kernels": [kernel("extern_0", "extern", "extern aten.addmm", "addmm"),
+                                 kernel("kernel_1", "pointwise", "buf3[i] = tmp0 * 3.0f;", "mul"),
+                                 kernel("kernel_5", "pointwise", "void kernel_5() { buf9[i] = buf8[i]; }", "relu")]}]}
+    diff = kernel_diff(a, b)
+    how = {(c["a"], c["b"]): c["how"] for c in diff["changed"]}
+    assert how == {("template_0", "extern_0"): "a GEMM template in A, a library call in B",
+                   ("kernel_1", "kernel_1"): "its code differs"}
+    assert [(s["a"], s["b"]) for s in diff["same"]] == [("kernel_2", "kernel_5")]  # renumbered, not changed
+
+
 def test_fusion_off_splits_the_fused_kernel_and_the_code_differs():
     comparison = compare("scale_bias_relu", Side(), Side(fusion=False), profile=False)
     kernels = comparison.kernels

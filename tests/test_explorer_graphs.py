@@ -81,6 +81,24 @@ def _chain(blocks: int, per_block: int) -> GraphRecord:
     return GraphRecord.from_json({"index": 0, "fx": fx, "aten": [], "kernels": kernels})
 
 
+def _residual_blocks(blocks: int) -> GraphRecord:
+    """A ResNet-like chain: each block `blocks.N` runs two children (`conv`, `act`) and adds of its own."""
+    fx = [{"name": "x", "op": "placeholder", "target": "x", "args": [], "shape": ["8"], "dtype": "float32"}]
+    for b in range(blocks):
+        for path in (f"blocks.{b}.conv", f"blocks.{b}.conv", f"blocks.{b}.act", f"blocks.{b}"):
+            fx.append({"name": f"op{len(fx)}", "op": "call_function", "target": "add", "args": [fx[-1]["name"]],
+                       "shape": ["8"], "dtype": "float32", "module_path": path})
+    fx.append({"name": "output", "op": "output", "target": "output", "args": [fx[-1]["name"]]})
+    return GraphRecord.from_json({"index": 0, "fx": fx, "aten": [], "kernels": []})
+
+
+def test_the_first_view_keeps_a_block_whole_rather_than_split_from_its_own_ops():
+    graph = _residual_blocks(16)  # depth 3 would be 48 boxes, each block's add alone beside its two children
+    assert graphs.box_count(graph, "fx", 3) <= graphs.FIRST_VIEW_BOXES
+    depth = graphs.auto_depth(graph, "fx", limit=graphs.FIRST_VIEW_BOXES)
+    assert depth == 2 and set(graphs.module_groups(graph, "fx", depth)) == {f"blocks.{b}" for b in range(16)}
+
+
 def test_folded_modules_name_their_kernels_and_the_selected_node_is_unfolded():
     graph = _chain(200, 10)  # 2000 nodes
     depth = graphs.auto_depth(graph, "fx")

@@ -31,6 +31,7 @@ class CompareTiming:
     b_iqr_ms: float | None = None
     speedup_b_over_a: float | None = None  # time of A / time of B
     verdict: Ratio | None = None
+    untimed: str | None = None  # why a side has no time per call
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Pairing:
     a: list[str]
     b: list[str]
     ops: list[str]
+    how: str = ""  # for a change: how the sides differ (their kinds, their code, the nodes only one computes)
 
 
 @dataclass
@@ -68,8 +70,8 @@ class Comparison:
                    errors={side: [ErrorRecord.from_json(e) for e in (document["errors"] or {}).get(side) or []]
                            for side in ("a", "b")},
                    counts=kernels["count"],
-                   pairings=[Pairing(change, _listed(item, "a"), _listed(item, "b"), list(item["ops"] if "ops" in item
-                                                                                            else []))
+                   pairings=[Pairing(change, _listed(item, "a"), _listed(item, "b"), list(item.get("ops") or []),
+                                     str(item.get("how") or ""))
                              for change in VERBS for item in kernels.get(change) or []],
                    code_diff=document["code_diff"] or "",
                    timing=CompareTiming(**timing, verdict=Ratio(**verdict) if verdict else None))
@@ -101,7 +103,7 @@ def kernel_diff_rows(comparison: Comparison) -> list[dict]:
     for pairing in comparison.pairings:
         in_a = [index_a[n] for n in pairing.a if n in index_a]
         in_b = [index_b[n] for n in pairing.b if n in index_b]
-        rows.append({"change": VERBS[pairing.change],
+        rows.append({"change": VERBS[pairing.change], "what differs": pairing.how,
                      "A": _names(pairing.a), "A ops": " | ".join(_ops(k) for k in in_a),
                      "B": _names(pairing.b), "B ops": " | ".join(_ops(k) for k in in_b),
                      "A ms": _time([k.time_ms for k in in_a]), "A ±": _time([k.time_iqr_ms for k in in_a]),
@@ -126,11 +128,15 @@ def timing_rows(comparison: Comparison) -> list[dict]:
 def speedup_sentence(timing: CompareTiming) -> str:
     a, b, speedup = timing.a_ms, timing.b_ms, timing.speedup_b_over_a
     if speedup is None:
-        return "No time for one of the sides."
+        return f"No time per call for one side: {timing.untimed}." if timing.untimed else \
+            "No time for one of the sides."
     spread = lambda value: f" ±{value:.4f}" if value is not None else ""  # noqa: E731
     times = f"A {a:.4f}{spread(timing.a_iqr_ms)} ms, B {b:.4f}{spread(timing.b_iqr_ms)} ms per call"
     verdict = timing.verdict
     if verdict is not None and not verdict.judged:
+        if verdict.low < 0.1 or verdict.high > 10:  # "anywhere from 0.00x to 4975x" says nothing
+            return (f"{times}: too noisy to judge which is faster (the rounds spread so widely that B could be "
+                    "over ten times faster or slower).")
         return (f"{times}: too noisy to judge which is faster (B/A speedup anywhere from {verdict.low:.2f}x "
                 f"to {verdict.high:.2f}x).")
     faster = "faster" if speedup >= 1 else "slower"

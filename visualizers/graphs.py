@@ -265,12 +265,30 @@ def box_count(graph: GraphRecord, which: str, depth: int, hide_params: bool = Fa
 FIRST_VIEW_BOXES = 60  # the app's first view of a big graph: tens of boxes (a 24-layer model: one per layer)
 
 
+# Note [A depth that splits its modules]
+# A finer depth reads better only if it opens modules into their children. A ResNet block's own op (the residual
+# add) sits beside its children (the convolutions, the activation): one depth finer, each block becomes three
+# boxes, its add alone in a box named by the block, beside boxes for its children. When most of the modules a
+# depth opens keep such a box of their own, the first view stays one depth coarser: one box per block.
+
+
+def _splits_its_modules(graph: GraphRecord, which: str, depth: int) -> bool:
+    """Whether most modules that `depth` opens keep a box of their own ops beside their children's boxes."""
+    if depth <= 1:
+        return False
+    coarse, fine = module_groups(graph, which, depth - 1), module_groups(graph, which, depth)
+    opened = [group for group, count in coarse.items() if fine.get(group) != count]
+    kept = [group for group in opened if group in fine]
+    return len(kept) * 2 > len(opened)
+
+
 def auto_depth(graph: GraphRecord, which: str, limit: int = 30, hide_params: bool = True) -> int:
-    """The finest module depth that keeps the drawing under `limit` boxes (0: draw every node)."""
+    """The finest module depth that keeps the drawing under `limit` boxes (0: draw every node), skipping a depth
+    that splits its modules' own ops from their children (Note [A depth that splits its modules])."""
     if box_count(graph, which, 0, hide_params) <= limit:
         return 0
     for depth in range(max_module_depth(graph, which), 0, -1):
-        if box_count(graph, which, depth, hide_params) <= limit:
+        if box_count(graph, which, depth, hide_params) <= limit and not _splits_its_modules(graph, which, depth):
             return depth
     return 1 if max_module_depth(graph, which) else 0
 

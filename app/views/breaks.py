@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import break_view, fix_pane, ui, whatif_pane
+from app import break_view, fix_pane, guards_pane, ui, whatif_pane
 from app.safe_text import md_text
 from visualizers import graphs, tables
 
@@ -59,16 +59,7 @@ def render() -> None:
             st.dataframe(runs, hide_index=True, width="stretch",
                          column_config={"max abs error": st.column_config.NumberColumn(format="%.2e")})
     whatif_pane.render(record)  # Note [Recompile what-if]
-    guards = record.guards
-    st.markdown(f"**Guards** ({len(guards)}): what Dynamo checks before reusing a compiled graph")
-    if guards:
-        st.caption(f"By kind: {md_text(tables.guard_summary(guards))}. A change to what a guard checks (an input's "
-                   "shape, the grad mode, a module's attribute) makes Dynamo compile again.")
-    for group, items in tables.guard_groups(guards).items():
-        with st.expander(f"{group} ({len(items)})", expanded=False):  # the raw dump, folded; the what-if above
-            # lists the version's guards that matter first (Note [Guards that matter])
-            st.code("\n".join(items[:500]) + (f"\n# ... {len(items) - 500} more" if len(items) > 500 else ""),
-                    language="python", wrap_lines=True)
+    guards_pane.render(record.guards)  # Note [Guards and checks]
     if breaks:
         st.markdown("**The graphs and the breaks between them**")
         ui.show_graph(graphs.record_dot(record, "fx"))

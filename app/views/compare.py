@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import state, ui
+from app import compare_presets, state, ui
 from app.safe_text import md_text
 from engine import options as engine_options
 from visualizers import compare as compare_view
 
 st.markdown("### Compare two compiles")
 st.caption("What changes when you switch the backend, dynamic shapes, fusion, or edit the model: the kernels "
-           "(same / merged / split / added / removed, matched by the ATen nodes they compute), the code and the "
-           "time (each kernel timed in its wrapper).")
+           "(same / merged / split / changed / added / removed, matched by the ATen nodes they compute), the code "
+           "and the time (each kernel timed in its wrapper).")
 
 
 def side_settings(column, side: str, backend: str) -> list[str]:
@@ -32,25 +32,16 @@ def side_settings(column, side: str, backend: str) -> list[str]:
         return settings
 
 
-# Note [Compare presets]: the questions people ask, each a pair of settings on the same backend and device (C++
-# against Triton under the CPU interpreter compares a compiler with an emulator: its times mean nothing)
-PRESETS = {
-    "fusion on vs off": (["fusion=on"], ["fusion=off"]),
-    "GEMM templates on vs off": (["templates=on"], ["templates=off"]),
-    "this code before vs after an edit": ([], []),
-    "Glassbox vs Inductor": (["compiler=glassbox"], ["compiler=inductor"]),
-    "custom": None,
-}
-preset = st.selectbox("What to compare", list(PRESETS), key="cmp_preset")
+preset = st.selectbox("What to compare", list(compare_presets.PRESETS), key="cmp_preset")  # Note [Compare presets]
 edited = None
-if PRESETS[preset] is not None:
-    options = state.current_request().options
-    base = [f"backend={options.backend}", f"device={options.device}"]
-    side_a, side_b = (list(side) + ([] if "compiler=inductor" in side else base) for side in PRESETS[preset])
-    if preset == "this code before vs after an edit":
+options = state.current_request().options
+preset_sides = compare_presets.sides(preset, options.backend, options.device)
+if preset_sides is not None:
+    side_a, side_b = preset_sides
+    if preset == compare_presets.EDIT:
         edited = st.text_area("B's code (edit it)", value=state.user_source(), height=240, key="cmp_edited_code")
-    st.caption(f"A: {' '.join(side_a) or 'the code as it is'} · B: {' '.join(side_b) or 'the edited code'} "
-               "(the sidebar's backend and device)")
+    st.caption(f"A: {' '.join(side_a)} · B: {' '.join(side_b)}"
+               + (" and the edited code" if edited is not None else "") + " (the sidebar's backend and device)")
 else:
     left, right = st.columns(2, gap="medium")
     side_a = side_settings(left, "A", "cpp")
@@ -99,8 +90,9 @@ else:
             st.error(md_text(f"{side.upper()}'s outputs differ from eager's ({verify.verdict or 'mismatch'}, "
                              f"judged outside the job): {verify.problem or ''}"))
     st.markdown("**Kernels**")
-    st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (they "
-               "share nodes: an op alone in A, with its neighbours in B), only in one side.")
+    st.caption("Kernels paired across the sides by the nodes they compute: same, merged, split, changed (the "
+               "same nodes computed another way, as a template in A and a library call in B or in other code; or "
+               "they share nodes: an op alone in A, with its neighbours in B), only in one side.")
     st.dataframe(compare_view.kernel_diff_rows(comparison), hide_index=True, width="stretch")
     st.markdown("**Time per kernel**")
     st.dataframe(compare_view.timing_rows(comparison), hide_index=True, width="stretch")

@@ -12,11 +12,13 @@ Note [Matching kernels across two compiles]
 Kernel names (kernel_0, ...) are positions, not identities: switching fusion off renumbers everything. A kernel
 is identified by the ATen nodes it computes (its aten_origins; FX nodes where it has none): the ATen graph is
 the same for both sides when the model is (one FX node, softmax, decomposes into several ATen nodes, so FX
-nodes alone cannot tell its kernels apart). Two kernels are "the same" when they compute the same nodes; a kernel of B that computes what
-several kernels of A computed is a merge of those, the reverse a split; of the rest, a kernel of A and one of
-B that share nodes are "changed" (the same addmm alone in A and with its epilogue in B), paired by the most
-nodes shared; what is left was added or removed. The code diff folds each side's shared helpers (the module's
-prelude) into one line, so it opens on the kernels.
+nodes alone cannot tell its kernels apart). Two kernels that compute the same nodes are "the same" when they
+are of one kind and their code is the same but for numbered names (buf3, kernel_2); otherwise they are
+"changed", and say how (a GEMM template in A, a library call in B; its code differs, as after an edit). A
+kernel of B that computes what several kernels of A computed is a merge of those, the reverse a split; of the
+rest, a kernel of A and one of B that share nodes are "changed" too (the same addmm alone in A and with its
+epilogue in B), paired by the most nodes shared; what is left was added or removed. The code diff folds each
+side's shared helpers (the module's prelude) into one line, so it opens on the kernels.
 Inductor's kernels carry no FX origins, so against an Inductor side only the counts and names are compared.
 """
 from __future__ import annotations
@@ -24,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine import options
@@ -65,6 +69,8 @@ class Side:
 
 
 def _text(key: str, value) -> str:
+    if key == "file":  # its name: the path is where a worker put it, not what the user wrote
+        return Path(value).name
     if isinstance(value, bool):
         on_off = key in OPTION_KEYS and options.infos()[OPTION_KEYS[key]].on_off
         return ("on" if value else "off") if on_off else ("true" if value else "false")
@@ -92,6 +98,8 @@ def parse_side(settings: list[str]) -> Side:
         info = options.infos().get(name)
         if key == "compiler":
             values[key] = _choice(key, value.lower(), COMPILERS)
+        elif key == "file":  # another model file: compare's own key, no option of the compiler
+            values[key] = value
         elif info is not None and info.choices is not None:
             values[key] = _choice(key, value.lower(), info.choices)
         elif name == "dynamic" or isinstance(options.default(name), bool):
@@ -156,8 +164,10 @@ def _inductor_side(spec, model, inputs, profile: bool) -> dict:
                for k in reference.get("kernels") or []]
     graphs = [{"index": i, "kernels": kernels if i == 0 else [], "code": {"language": "inductor", "source": code}}
               for i, code in enumerate(reference.get("code") or [])]
+    # its profile times its own kernels only (Note [Inductor's kernel times]): with library calls, their sum is
+    # no time per call, and compare says so instead of a speedup
     return {"model": spec.name, "backend": "inductor", "graphs": graphs, "verify": reference.get("verify") or {},
-            "errors": [], "inductor": True}
+            "errors": [], "inductor": True, "untimed_calls": list(reference.get("extern_calls") or [])}
 
 
 # --- the differences -----------------------------------------------------------------------------------------
@@ -180,10 +190,14 @@ def kernel_diff(a: dict, b: dict) -> dict:
         return result
     origins = lambda k: frozenset(k.get("aten_origins") or k.get("fx_origins") or [k["name"]])  # noqa: E731
     used_a, used_b = set(), set()
+    result["changed"] = []
     for x in ka:
         for y in kb:
             if origins(x) == origins(y) and y["name"] not in used_b:
-                result["same"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x))})
+                how = _how_it_differs(x, y)  # the same nodes, computed another way: changed, not the same
+                pair = {"a": x["name"], "b": y["name"], "ops": sorted(origins(x))}
+                result["changed" if how else "same"].append({**pair, "only_a": [], "only_b": [], "how": how}
+                                                            if how else pair)
                 used_a.add(x["name"])
                 used_b.add(y["name"])
                 break
@@ -200,21 +214,44 @@ def kernel_diff(a: dict, b: dict) -> dict:
                 used_one.add(big["name"])
                 used_many.update(k["name"] for k in parts)
     # what is left and overlaps pairs up as "changed": the same addmm alone in A, with its epilogue in B
-    result["changed"] = []
     for x in ka:
         if x["name"] in used_a:
             continue
         overlaps = [(len(origins(x) & origins(y)), y) for y in kb if y["name"] not in used_b and origins(x) & origins(y)]
         if overlaps:
             _, y = max(overlaps, key=lambda pair: pair[0])
+            only_a, only_b = sorted(origins(x) - origins(y)), sorted(origins(y) - origins(x))
             result["changed"].append({"a": x["name"], "b": y["name"], "ops": sorted(origins(x) & origins(y)),
-                                      "only_a": sorted(origins(x) - origins(y)),
-                                      "only_b": sorted(origins(y) - origins(x))})
+                                      "only_a": only_a, "only_b": only_b, "how": _more_nodes(only_a, only_b)})
             used_a.add(x["name"])
             used_b.add(y["name"])
     result["removed"] = [{"a": k["name"], "ops": sorted(origins(k))} for k in ka if k["name"] not in used_a]
     result["added"] = [{"b": k["name"], "ops": sorted(origins(k))} for k in kb if k["name"] not in used_b]
     return result
+
+
+KIND_WORDS = {"extern": "a library call", "template": "a GEMM template", "fallback": "an eager fallback",
+              "pointwise": "a pointwise kernel", "reduction": "a reduction kernel"}
+# the names a kernel's source holds that number things, not say what it computes (renumbered by any change)
+NUMBERED = re.compile(r"\b(buf|kernel_|template_|extern_|fallback_)\d+\b")
+
+
+def _how_it_differs(x: dict, y: dict) -> str:
+    """Why two kernels that compute the same nodes are not the same: their kind, or their code (its numbered
+    names aside); "" when neither differs."""
+    if x.get("kind") != y.get("kind"):
+        return (f"{KIND_WORDS.get(x.get('kind'), x.get('kind'))} in A, "
+                f"{KIND_WORDS.get(y.get('kind'), y.get('kind'))} in B")
+    if NUMBERED.sub(r"\1#", x.get("source") or "") != NUMBERED.sub(r"\1#", y.get("source") or ""):
+        return "its code differs"
+    return ""
+
+
+def _more_nodes(only_a: list[str], only_b: list[str]) -> str:
+    more = lambda nodes: f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""  # noqa: E731
+    parts = [f"{side} also computes {', '.join(nodes[:3])}{more(nodes)}"
+             for side, nodes in (("A", only_a), ("B", only_b)) if nodes]
+    return "; ".join(parts)
 
 
 def code_diff(a: dict, b: dict, label_a: str = "a", label_b: str = "b") -> str:
@@ -242,6 +279,8 @@ def total_ms(record: dict) -> float | None:
     calls = [(g.get("profile") or {}).get("call_ms") for g in record.get("graphs") or []]
     if calls and all(isinstance(c, (int, float)) for c in calls):
         return sum(calls)
+    if record.get("untimed_calls"):  # Inductor's library calls are not in its kernel times
+        return None
     times = [k.get("time_ms") for k in _kernels(record)]
     return sum(times) if times and all(isinstance(t, (int, float)) for t in times) else None
 
@@ -281,13 +320,24 @@ def compare_records(a: Side, b: Side, record_a: dict, record_b: dict) -> Compari
     spread_a, spread_b = total_spread_ms(record_a), total_spread_ms(record_b)
     timing = {"a_ms": ms_a, "b_ms": ms_b, "a_iqr_ms": spread_a, "b_iqr_ms": spread_b,
               "speedup_b_over_a": ms_a / ms_b if ms_a and ms_b else None,
-              "convention": "speedup = time of A / time of B: above 1, B is faster"}
+              "convention": "speedup = time of A / time of B: above 1, B is faster",
+              "untimed": _untimed(record_a, "A") or _untimed(record_b, "B")}
     if ms_a and ms_b and spread_a is not None and spread_b is not None:  # Note [Fair timing]: judged or not
         figures = [Timing(ms, max(ms - spread / 2, ms * 1e-3), ms + spread / 2, [])  # a spread wider than the
                    for ms, spread in ((ms_a, spread_a), (ms_b, spread_b))]            # median: noisy, not judged
         timing["verdict"] = ratio(*figures)
     return Comparison(a, b, record_a, record_b, kernel_diff(record_a, record_b),
                       code_diff(record_a, record_b, f"A ({a.label()})", f"B ({b.label()})"), timing)
+
+
+def _untimed(record: dict, side: str) -> str | None:
+    """Why a side has no time per call, in words, when its profile leaves calls out (an Inductor side)."""
+    calls = record.get("untimed_calls")
+    if not calls:
+        return None
+    names = ", ".join(dict.fromkeys(call.split(".")[1] for call in calls))  # extern_kernels.mm, aten.x.default
+    return (f"{side}'s kernel times leave out its library calls ({names}), so their sum is not its time per call; "
+            "the explorer's bench stage times both whole calls")
 
 
 def compare(target: str, a: Side, b: Side, profile: bool = True) -> Comparison:
@@ -319,14 +369,16 @@ def summary(comparison: Comparison) -> str:
             a_side = " + ".join(a_side) if isinstance(a_side, list) else a_side
             b_side = item.get("b", "-")
             b_side = " + ".join(b_side) if isinstance(b_side, list) else b_side
-            lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}")
+            how = f" ({item['how']})" if item.get("how") else ""
+            lines.append(f"  {verb:<8} A {a_side} -> B {b_side}{ops}{how}")
     ms = lambda v: f"{v:.4f} ms" if isinstance(v, (int, float)) else "-"  # noqa: E731
     speedup = t.get("speedup_b_over_a")
     verdict = t.get("verdict") or {}
     judged = f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""
     if verdict and not verdict.get("judged"):
         judged = f"; B vs A: {verdict['text']}"
-    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}")
+    lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}"
+                 + (f" ({t['untimed']})" if t.get("untimed") else ""))
     lines.append("Matches eager: " + ", ".join(f"{side} {_matches(record)}" for side, record in
                                                 (("A", comparison.record_a), ("B", comparison.record_b))))
     for side, record in (("A", comparison.record_a), ("B", comparison.record_b)):

@@ -328,7 +328,8 @@ def what_if_lines(result: dict) -> list[str]:
     checks = (prediction.get("guards") or {}).get("checks")
     if checks:  # the asked version's own guard tree (Note [Guards that matter])
         kinds = ", ".join(f"{count} {kind}" for kind, count in checks.items())
-        lines.append(f"  guards: {sum(checks.values())} checks ({kinds}), the ones that matter:")
+        raw = (prediction.get("guards") or {}).get("raw") or []  # one check per line of the guard tree
+        lines.append(f"  guards: {len(raw)} checks ({kinds}), the ones that matter:")
     else:
         lines.append(f"  guards: {result['guards']['count']} ({kinds or 'none'})")
     if result.get("dynamic_dims"):

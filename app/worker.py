@@ -384,6 +384,9 @@ def diagnose(finished: Finished, record: Exploration | dict | None = None, model
                      "Explore again: if nothing in the model kills its own process, this was a one-off."]
         return Problem(title, message, lineno, hints=hints, log=tail)
     if not finished.completed:
+        raised = uncaught_exception(stderr, tail, model_name)
+        if raised is not None:
+            return raised
         return Problem(
             "The model's process ended early",
             f"The model's process exited (exit code {result.returncode}) before Glassbox could finish or "
@@ -422,6 +425,27 @@ def diagnose(finished: Finished, record: Exploration | dict | None = None, model
 # ("line N, in f", most recent call last)
 STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.MULTILINE)
 TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
+
+
+def uncaught_exception(stderr: str, log: str, model_name: str) -> Problem | None:
+    """The Problem for a worker that an uncaught Python exception ended (its traceback is the last thing it
+    printed): the model's own error where the innermost frame is in the model's file, else a crash of Glassbox's
+    own code, said as ours rather than blamed on the model; None when no traceback ends the output."""
+    start = stderr.rfind("Traceback (most recent call last)")
+    frames = TRACEBACK_FRAME.findall(stderr[start:]) if start >= 0 else []
+    lines = [line for line in stderr[start:].splitlines() if line.strip()] if start >= 0 else []
+    if not frames or not lines or lines[-1].startswith((" ", "\t")):
+        return None
+    error = lines[-1].strip()
+    filename, lineno, function = frames[-1]
+    if model_name and Path(filename).name == model_name:
+        return Problem("There is a problem in the model code", f"{error} (line {lineno} of {model_name}, in "
+                       f"{function})", int(lineno), hints=["Fix the line shown and explore again."], log=log)
+    return Problem("Glassbox's worker crashed",
+                   f"Glassbox's own code raised `{error}` (in {Path(filename).name}, line {lineno}, {function}) "
+                   "and ended the worker before it could report. This is a bug in Glassbox, not in your model.",
+                   None, hints=["Explore again; if it happens again, try the other backend.",
+                                "The log below has the whole traceback: please report it with the model."], log=log)
 
 
 def stopped_at(stderr: str, model_name: str) -> tuple[int, str] | None:

@@ -257,7 +257,8 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
     elif replays_cuda_graphs(options.mode, options.backend, options.device):  # Note [CUDA graph replay]
         aten = scheduled.lowered.aten
         call = CudaGraphCall(call, scheduled.lowered.graph.key_positions(),
-                             replay_policy(aten.phase, options.mode), static_inputs=aten.static_inputs)
+                             replay_policy(aten.phase, options.mode), static_inputs=aten.static_inputs,
+                             host_outputs=bool(host))
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,
                          generated.wrapper, call, cache_hit)
 

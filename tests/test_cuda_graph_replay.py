@@ -339,3 +339,24 @@ def test_one_replay_policy_per_phase():
     assert replay_policy("forward", "max-autotune") == ReplayPolicy(keep_live_outputs=True)
     assert replay_policy("backward", "reduce-overhead") == ReplayPolicy(keep_live_outputs=True,
                                                                         hand_over_outputs=True)
+
+
+def test_a_graph_run_at_two_call_sites_keeps_a_recording_for_each(fake_cuda, monkeypatch):
+    """Note [Call sites]: one compiled graph run for two layers reads each layer's input from another recording's
+    output, at two addresses; it records once per layer and then replays, where it used to record every call."""
+    recordings = []
+    record = CudaGraphCall._record
+    monkeypatch.setattr(CudaGraphCall, "_record", lambda self, *a: recordings.append(self) or record(self, *a))
+    x = torch.randn(8)
+    weights = [(torch.randn(8), torch.randn(8)) for _ in range(4)]
+    first = [CudaGraphCall(affine), CudaGraphCall(affine)]  # each layer's first graph
+    # the graph after the break, the same code in both layers, recorded after the first graphs were
+    second = CudaGraphCall(affine, warmup_calls=4)
+    for step in range(6):
+        for layer in range(2):
+            (hidden,) = first[layer]([x, *weights[layer]])
+            (out,) = second([hidden, *weights[2]])
+            torch.testing.assert_close(out, (x * weights[layer][0] + weights[layer][1]) * weights[2][0]
+                                       + weights[2][1])
+    assert recordings.count(second) == 2 and len(second.graphs) == 2 and second.plain_calls == 0
+    assert all(entry.graph.replays >= 3 for entry in second.graphs.values())

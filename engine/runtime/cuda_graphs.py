@@ -158,6 +158,17 @@ pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None) 
 storage_use_count = torch._C._storage_Use_Count  # holders of a storage: any tensor or view over it
 
 
+# Note [Call sites]
+# One compiled graph can run at several places of a model: Dynamo compiles the code between two graph breaks of
+# a layer once and calls it for each of the model's layers (DeBERTa's attention, cut by `.item()`). Where its
+# recording reads another recording's output in place (the hidden state that the graph before it left in its
+# own memory), that output lives at another address for each layer, so one recording per graph matched one
+# layer and every other call recorded again: DeBERTa recorded 8 graphs a call and ran at twice eager's time.
+# So once a recording reads such inputs (`chained`), recordings are kept per call site, keyed by the addresses
+# of those inputs as well as the sizes, up to MAX_CALL_SITES of them; a further site launches plainly.
+MAX_CALL_SITES = 64
+
+
 # Note [Refilling inputs]
 # Before each replay the copied inputs (Note [Which inputs a CUDA graph reads in place]) are written into the
 # recording's buffers. One torch._foreach_copy_ does that in one launch, which suits many small inputs; but its
@@ -233,8 +244,9 @@ class CudaGraphCall:
     (input position, dim or None), which key the recordings (Note [Cheap replay checks])."""
 
     def __init__(self, call: Callable, sizes: list[tuple[int, int | None]] = (), policy: ReplayPolicy = ReplayPolicy(),
-                 static_inputs: frozenset[int] | None = None, warmup_calls: int = 1):
+                 static_inputs: frozenset[int] | None = None, warmup_calls: int = 1, host_outputs: bool = False):
         self.call = call
+        self.host_outputs = host_outputs  # the graph returns CPU tensors (Note [Host work under CUDA graphs])
         self.policy = policy
         self.guess_in_place = policy.guess_in_place  # Note [Inputs that come back]: off once the guess fails
         self.choice: dict | None = None  # once timed: replay_ms, plain_ms, replays (Note [Replay or launch, timed])
@@ -247,6 +259,8 @@ class CudaGraphCall:
         self.warmup_calls = warmup_calls
         self.graphs: dict[tuple, Recording] = {}
         self.seen: dict[tuple, list] = {}  # key -> data pointers of the warm-up calls
+        self.chained: dict[tuple, list[int]] = {}  # sizes -> inputs that are a recording's outputs (Note [Call sites])
+        self.sites: dict[tuple, int] = {}  # sizes -> recordings made per call site
         self.plain_calls = 0  # calls run without the graph because the last replay's outputs were still in use
         self._boxed_call = True
         _recorders.add(self)
@@ -267,7 +281,13 @@ class CudaGraphCall:
             return self.call(boxed)
         args = list(boxed)
         boxed.clear()  # the boxed calling convention: the caller's list no longer holds the inputs
-        key = self._key(args) if self.sizes else ()
+        sizes = key = self._key(args) if self.sizes else ()
+        chained = self.chained.get(sizes)
+        if chained:  # Note [Call sites]: the recording of the place the chained inputs come from
+            key = (sizes, tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None for i in chained))
+            if key not in self.graphs and self.sites.get(sizes, 0) >= MAX_CALL_SITES:
+                self.plain_calls += 1
+                return self.call(list(args))
         entry = self.graphs.get(key)
         same = entry is not None and pointers_equal(args, entry.pointers, entry.fixed)
         if entry is not None and not same and entry.guessed:
@@ -287,14 +307,22 @@ class CudaGraphCall:
         pointers = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
         history = self.seen.setdefault(key, [])
         history.append(pointers)
-        if len(history) <= self.warmup_calls:
+        if len(history) <= (0 if key != sizes and self.graphs else self.warmup_calls):  # a new site: warm already
             return self.call(list(args))
-        return self._record(key, args, history)
+        return self._record(key, args, history, sizes)
 
-    def _record(self, key, args, history):
+    def _record(self, key, args, history, sizes=()):
         static = None if self.guess_in_place else self.static_inputs  # Note [Inputs that come back]
         fixed = [i for i, p in enumerate(history[-1]) if p is not None and (_is_graph_output(p) or (
                  all(h[i] == p for h in history) and (static is None or i in static)))]
+        chained = [] if self.policy.keep_live_outputs else [  # training reads its saved outputs: one site
+            i for i in fixed if _is_graph_output(history[-1][i])
+            and not (self.static_inputs is not None and i in self.static_inputs)]
+        if chained and sizes not in self.chained:  # Note [Call sites]: from now on, a recording per call site
+            self.chained[sizes] = chained
+            key = (sizes, tuple(args[i].data_ptr() for i in chained))
+        if key != sizes:
+            self.sites[sizes] = self.sites.get(sizes, 0) + 1
         copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]
         statics = [args[i].clone() for i in copied]
         large = [n for n, i in enumerate(copied) if statics[n].nbytes >= LARGE_COPY_BYTES]  # Note [Refilling inputs]
@@ -327,7 +355,8 @@ class CudaGraphCall:
             outputs=outputs, inputs=static_args, guarded=guarded, handed_over=handed_over, storages=storages,
             aliased=aliased, guessed=self.guess_in_place and self.static_inputs is not None
             and not set(fixed) <= self.static_inputs,
-            host=[n for n, t in enumerate(outputs) if isinstance(t, torch.Tensor) and t.device.type == "cpu"])
+            host=[n for n, t in enumerate(outputs) if self.host_outputs and isinstance(t, torch.Tensor)
+                  and t.device.type == "cpu"])
         graph.replay()  # capturing does not run the work: run it once for this call's results
         return handed_out(self.graphs[key])
 

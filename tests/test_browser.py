@@ -6,6 +6,7 @@ The server is started here (headless, a free port, waited for on /_stcore/health
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -52,11 +53,12 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 90) -> No
     raise TimeoutError(f"{url}/_stcore/health did not answer in {timeout} s")
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def running_app(extra_env: dict | None = None, log_prefix: str = "glassbox-streamlit-"):
+    """(url, process) of a Streamlit server of the app, stopped (its whole session) afterwards."""
     port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix="glassbox-streamlit-", suffix=".log", delete=False)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = tempfile.NamedTemporaryFile(prefix=log_prefix, suffix=".log", delete=False)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(extra_env or {}))
     # a fresh compile cache for the engine: the first view is really cold
     env.setdefault("GLASSBOX_CACHE_DIR", tempfile.mkdtemp(prefix="glassbox-cache-"))
     process = subprocess.Popen(
@@ -66,7 +68,7 @@ def server():
     url = f"http://localhost:{port}"
     try:
         wait_healthy(url, process)
-        yield url
+        yield url, process
     finally:
         try:
             os.killpg(process.pid, signal.SIGTERM)
@@ -77,6 +79,12 @@ def server():
             except ProcessLookupError:
                 pass
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_app() as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -25,22 +25,28 @@ pytest.importorskip("transformers")
 pytestmark = [pytest.mark.slow,  # a Streamlit server and Chromium (Note [Two lanes], tests/conftest.py)
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")]
 
-LLAMA = textwrap.dedent('''\
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def llama_source(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, tokens: int) -> str:
+    """A pasted model file: a Hugging Face Llama from its config, random weights."""
+    return textwrap.dedent(f'''\
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    net = LlamaForCausalLM(config).eval()
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size={vocab}, hidden_size={hidden}, intermediate_size={2 * hidden},
+                             num_hidden_layers={layers}, num_attention_heads={heads}, num_key_value_heads={kv_heads},
+                             max_position_embeddings={max(16, tokens * 4)})
+        net = LlamaForCausalLM(config).eval()
 
 
-    def model(input_ids):
-        return net(input_ids=input_ids).logits
+        def model(input_ids):
+            return net(input_ids=input_ids).logits
 
 
-    example_inputs = (torch.randint(0, 128, (1, 8)),)
-''')
+        example_inputs = (torch.randint(0, {vocab}, (1, {tokens})),)
+    ''')
+
+
+LLAMA = llama_source(vocab=128, hidden=32, layers=4, heads=4, kv_heads=2, tokens=8)
 VIEWER = "iframe[srcdoc*='search the drawn nodes']"
 
 
@@ -63,12 +69,18 @@ def llama_key():
     return share.store_code(LLAMA)
 
 
-def test_first_aten_view_folds_by_module_path_and_search_reaches_inside(browser, server, llama_key):  # noqa: F811
+def open_aten_view(browser, server: str, key: str) -> tuple:
+    """(page, graph viewer frame) of pasted code's first ATen view, drawn, no control touched."""
     page = browser.new_page(viewport={"width": 1500, "height": 1300})
-    page.goto(f"{server}/?code={llama_key}&stage=ATen&side=code")
+    page.goto(f"{server}/?code={key}&stage=ATen&side=code")
     page.locator(VIEWER).first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
     viewer = page.frame_locator(VIEWER).first
     viewer.locator("svg g.node").first.wait_for(timeout=60_000)
+    return page, viewer
+
+
+def test_first_aten_view_folds_by_module_path_and_search_reaches_inside(browser, server, llama_key):  # noqa: F811
+    page, viewer = open_aten_view(browser, server, llama_key)
     drawn = viewer.locator("svg").first.text_content()
     assert "model.layers.1" in drawn and "model.layers.3" in drawn and "G[" not in drawn
     boxes = viewer.locator("svg g.node").count()

@@ -17,30 +17,16 @@ import pytest
 # the app server (started by the fixture below) and this test share one folder of shared code
 os.environ.setdefault("GLASSBOX_SHARE_DIR", tempfile.mkdtemp(prefix="glassbox-share-"))
 
-from test_browser import FIRST_VIEW_TIMEOUT_MS, server  # noqa: E402,F401 - the app server fixture
+from test_browser import server  # noqa: E402,F401 - the app server fixture
 from test_browser_explorer import browser, shot  # noqa: E402,F401
-from test_browser_scale import VIEWER, pytestmark  # noqa: E402,F401 - slow, and skipped without Chromium
+# pytestmark: slow, and skipped without Chromium
+from test_browser_scale import llama_source, open_aten_view, pytestmark  # noqa: E402,F401
 
 from app import share  # noqa: E402
 
 pytest.importorskip("transformers")
 
-LLAMA_24 = textwrap.dedent('''\
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=24,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16)
-    net = LlamaForCausalLM(config).eval()
-
-
-    def model(input_ids):
-        return net(input_ids=input_ids).logits
-
-
-    example_inputs = (torch.randint(0, 64, (1, 4)),)
-''')
+LLAMA_24 = llama_source(vocab=64, hidden=16, layers=24, heads=2, kv_heads=1, tokens=4)
 
 RESNET_50 = textwrap.dedent('''\
     import torch
@@ -87,11 +73,7 @@ def box_titles(viewer) -> list[str]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_a_real_model_reads_by_module_without_touching_a_control(browser, server, case):  # noqa: F811
-    page = browser.new_page(viewport={"width": 1500, "height": 1300})
-    page.goto(f"{server}/?code={share.store_code(case.code)}&stage=ATen&side=code")
-    page.locator(VIEWER).first.wait_for(timeout=FIRST_VIEW_TIMEOUT_MS)
-    viewer = page.frame_locator(VIEWER).first
-    viewer.locator("svg g.node").first.wait_for(timeout=60_000)
+    page, viewer = open_aten_view(browser, server, share.store_code(case.code))
     titles = box_titles(viewer)
     assert 10 <= len(titles) <= 80, titles  # tens of boxes
     for path in case.boxes:  # each box named by its module path, not Dynamo's G['net']

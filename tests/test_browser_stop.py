@@ -7,19 +7,14 @@ standby worker, so every process below it while the job runs is the job's or its
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from test_browser import (CHROMIUM, FIRST_VIEW_TIMEOUT_MS, choose_sample, free_port, new_page, wait_healthy,
-                          wait_idle, wait_text)
+from test_browser import (CHROMIUM, FIRST_VIEW_TIMEOUT_MS, browser, choose_sample, new_page,  # noqa: F401
+                          running_app, wait_idle, wait_text)
 
 from app.hostile_checks import SLOW_SOURCE
 from engine.tools.procfs import alive, command_name, compilers_below, descendants
@@ -35,37 +30,8 @@ GONE_S = 5.0  # how long the job and its build may take to die after Stop
 @pytest.fixture(scope="module")
 def app_server():
     """(url, server process) of a Streamlit server without a standby worker."""
-    port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix="glassbox-streamlit-stop-", suffix=".log", delete=False)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GLASSBOX_APP_STANDBY="0")
-    env.setdefault("GLASSBOX_CACHE_DIR", tempfile.mkdtemp(prefix="glassbox-cache-"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "localhost", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://localhost:{port}"
-    try:
-        wait_healthy(url, process)
-        yield url, process
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield chromium
-        chromium.close()
+    with running_app({"GLASSBOX_APP_STANDBY": "0"}, "glassbox-streamlit-stop-") as started:
+        yield started
 
 
 def test_stop_ends_the_job_and_its_build_and_the_app_explores_the_next_model(app_server, browser):

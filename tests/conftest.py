@@ -38,8 +38,9 @@ if str(ROOT) not in sys.path:
 # over op variants stays fast as a whole: the lane must still catch a wrong kernel in any stage.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 # Every exploration measures its graphs' call and wrapper overhead (Note [Wrapper overhead]) within a wall-clock
-# budget; under the Triton interpreter one call outlasts it, so each graph cost 0.4 s, a tenth of the fast lane.
-# The tests check that figures exist, not their precision: one call or a few, here and in every process started.
+# budget that one call under the Triton interpreter outlasts: the tests check that the figures exist, not their
+# precision, so one call or a few will do, here and in the processes started with this environment (a sandboxed
+# job keeps only the variables the sandbox passes on) (reports/test_lanes.md).
 os.environ.setdefault("GLASSBOX_MEASURE_BUDGET_MS", "10")
 
 from engine.runtime import build as _build  # noqa: E402 (after the repository is on sys.path)

@@ -221,7 +221,7 @@ def load_wrapper(wrapper, namespace: dict) -> Callable:
 # raises (a library call refusing the garbage a stub left behind, say) records why instead of a figure.
 
 # The budget is a wall-clock bound per loop (at least one call each): GLASSBOX_MEASURE_BUDGET_MS overrides it
-# (the test suite takes 10 ms, where hundreds of explorations under the Triton interpreter each spent 0.4 s).
+# (the test suite takes 10 ms: reports/test_lanes.md).
 
 MEASURE_CALLS = 25
 MEASURE_BUDGET_S = float(os.environ.get("GLASSBOX_MEASURE_BUDGET_MS", "200")) / 1000

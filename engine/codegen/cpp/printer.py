@@ -399,8 +399,8 @@ VECTOR_TRANSPOSES = {"float": [("gb_transpose16_f32", 16), ("gb_transpose8_f32",
 @functools.lru_cache(maxsize=65536)
 def _step(offset: sympy.Expr, symbol: sympy.Symbol) -> sympy.Expr:
     """How far `offset` moves when `symbol` grows by one, simplified. Cached by expression: every body that
-    reads a staged buffer asks again for each load, and simplify is slow on a clamped window's Min/Max (a
-    transposed 3d max pool's kernel: 0.45 s a call)."""
+    reads a staged buffer asks again for each load, and simplify is slow on a clamped window's Min/Max
+    (reports/test_lanes.md)."""
     return sympy.simplify(offset.subs(symbol, symbol + 1) - offset)
 
 

@@ -24,6 +24,9 @@ if str(ROOT) not in sys.path:
 #   other test is sent on its own, to whichever worker is free. xdist 3.8 does that by renaming the tests, which
 #   pytest 9.2 no longer honours: requirements-dev.txt keeps pytest below 9.2, and
 #   pytest_collection_finish below stops the run if the groups are lost.
+# - Modules that hold a slow test are collected first. xdist hands out the groups first (most tests first),
+#   then single tests in collection order, so the long ones (a zoo model, a sandboxed job) start early and the
+#   last tests either worker takes are short: both finish together, not one alone on test_zoo.py at the end.
 #
 # Note [Two lanes]
 # `pytest -m "not slow"` is the developer's loop (under 5 minutes on 2 cores with a warm compile cache);
@@ -34,6 +37,11 @@ if str(ROOT) not in sys.path:
 # interpreter). Each compiler stage keeps its own fast tests in the other lane, and a sweep over the samples or
 # over op variants stays fast as a whole: the lane must still catch a wrong kernel in any stage.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
+# Every exploration measures its graphs' call and wrapper overhead (Note [Wrapper overhead]) within a wall-clock
+# budget that one call under the Triton interpreter outlasts: the tests check that the figures exist, not their
+# precision, so one call or a few will do, here and in the processes started with this environment (a sandboxed
+# job keeps only the variables the sandbox passes on) (reports/test_lanes.md).
+os.environ.setdefault("GLASSBOX_MEASURE_BUDGET_MS", "10")
 
 from engine.runtime import build as _build  # noqa: E402 (after the repository is on sys.path)
 
@@ -49,6 +57,13 @@ def pytest_collection_modifyitems(config, items):
         shared = any(defs[-1].scope in ("class", "module", "package") for defs in info.name2fixturedefs.values())
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    # modules that hold a slow test first (Note [Parallel test workers]), each module's tests together, in order
+    slow: dict[str, bool] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow[path] = slow.get(path, False) or item.get_closest_marker("slow") is not None
+    rank = {path: (not is_slow, index) for index, (path, is_slow) in enumerate(slow.items())}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 def pytest_collection_finish(session):

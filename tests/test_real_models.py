@@ -54,6 +54,7 @@ def _hf_llama(dtype):
     return lambda ids: model(input_ids=ids, use_cache=False).logits
 
 
+@pytest.mark.slow  # a whole Hugging Face model (Note [Two lanes])
 @pytest.mark.parametrize("backend, dtype, shape", [
     ("cpp", torch.bfloat16, (1, 1)),      # decode: the shape that crashed in the library call on the GPU
     ("cpp", torch.float32, (2, 8)),       # prefill
@@ -67,6 +68,7 @@ def test_transformers_llama_matches_eager(backend, dtype, shape):
     assert record.graphs and not record.errors, record.errors
 
 
+@pytest.mark.slow
 def test_transformers_bert_with_attention_mask_matches_eager():
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,

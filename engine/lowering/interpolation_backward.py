@@ -24,6 +24,7 @@ Bicubic's gradient (4 taps a dim, 16 weights) keeps torch's decomposition in tra
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -87,10 +88,17 @@ def _run(i_n: int, o_n: int, mode: str, align_corners: bool, scale_factor):
     end = sympy.Integer(o_n)
 
     def cover(h):
-        offset = h * num + shift * den
-        return FloorDiv(offset if shift >= 0 else sympy.Max(offset, 0), den), end
+        return _first_output(h, num, den, shift), end
 
     return count, cover
+
+
+@functools.lru_cache(maxsize=65536, typed=True)
+def _first_output(h, num: int, den: int, shift: int):
+    """The first output naming input position `h` (_run). Cached by expression: a body reruns at the same index
+    for every handler and fusion candidate, and sympy's Max constructor compares its arguments each time."""
+    offset = h * num + shift * den
+    return FloorDiv(offset if shift >= 0 else sympy.Max(offset, 0), den)
 
 
 def _backward(grad, input_size, mode: str, align_corners: bool, scales, spatial: int):

@@ -13,6 +13,7 @@ decide it, so the common pools divide by a constant (a 2x2 stride-2 pool by 4).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import sympy
@@ -203,8 +204,7 @@ def gather_windows(grad: TensorValue, lead: int, runs, share):
             first, end = runs[d][1](index[lead + d])
             o = first + offsets[d]
             outputs.append(o)
-            within = sympy.Lt(o, end)
-            if within is sympy.true:  # the run's first output, where the sizes show it always exists
+            if _always_less(o, end):  # the run's first output, where the sizes show it always exists
                 continue
             ok = ops.lt(ops.index_expr(o, torch.int64), ops.index_expr(end, torch.int64))
             inside = ok if inside is None else ops.logical_and(inside, ok)
@@ -229,6 +229,11 @@ def gather_windows(grad: TensorValue, lead: int, runs, share):
     return pointwise_node(summed.load, size=size, computed_in=acc)
 
 
+@functools.lru_cache(maxsize=65536, typed=True)  # by expression, like _cover
+def _always_less(a, b) -> bool:
+    return sympy.Lt(a, b) is sympy.true
+
+
 def _covering_run(k: int, s: int, p: int, dilation: int, size, windows):
     """(count, cover) of the outputs whose windows (kernel k, stride s, padding p) cover an input position
     along one dim of input `size` and `windows` outputs (Note [Average pooling backward as a gather]); a
@@ -236,8 +241,16 @@ def _covering_run(k: int, s: int, p: int, dilation: int, size, windows):
     k = (k - 1) * dilation + 1
     # the run of the last input position ends within the outputs unless ceil mode or a ragged end cut it
     clipped = sympy.Le(FloorDiv(size - 1 + p, s) + 1, windows) is not sympy.true
-    return -(-k // s), lambda h: (FloorDiv(sympy.Max(h + p + s - k, 0), s),
-                                  sympy.Min(FloorDiv(h + p, s) + 1, windows) if clipped else FloorDiv(h + p, s) + 1)
+    return -(-k // s), lambda h: _cover(h, k, s, p, windows, clipped)
+
+
+@functools.lru_cache(maxsize=65536, typed=True)
+def _cover(h, k: int, s: int, p: int, windows, clipped: bool):
+    """(first output, end of the run) of the windows covering input position `h` (_covering_run). Cached by
+    expression, as the window helpers below are: a body reruns at the same index for every handler and fusion
+    candidate, and sympy's Min/Max constructors compare their arguments each time."""
+    return (FloorDiv(sympy.Max(h + p + s - k, 0), s),
+            sympy.Min(FloorDiv(h + p, s) + 1, windows) if clipped else FloorDiv(h + p, s) + 1)
 
 
 def _avg_pool_backward(grad, x, spatial: int, kernel_size, stride, padding, count_include_pad, divisor_override):
@@ -334,6 +347,7 @@ def _flat(positions, sizes):
     return flat
 
 
+@functools.lru_cache(maxsize=65536, typed=True)  # by expression, like _cover
 def _first_inside(start, step: int):
     """The first window position at or after `start`, by `step`s, that is not in the left padding."""
     if step == 1:
@@ -358,6 +372,7 @@ def _first_inside(start, step: int):
 # clamped position may fall between the window's positions.
 
 
+@functools.lru_cache(maxsize=65536, typed=True)  # by expression, like _cover
 def _clamped(position, offset, out_extent, stride: int, pad: int, size):
     """`position` clamped into [0, size), each side only where the sizes do not decide it lies inside (Note
     [Window bounds the sizes decide])."""

@@ -3,6 +3,7 @@ assembled from: the provenance-tagged source, stores, the signature (arguments f
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import math
 from dataclasses import dataclass, field
@@ -399,6 +400,14 @@ VECTOR_TRANSPOSES = {"float": [("gb_transpose16_f32", 16), ("gb_transpose8_f32",
                      "uint16_t": [("gb_transpose8_u16", 8)]}
 
 
+@functools.lru_cache(maxsize=65536)
+def _step(offset: sympy.Expr, symbol: sympy.Symbol) -> sympy.Expr:
+    """How far `offset` moves when `symbol` grows by one, simplified. Cached by expression: every body that
+    reads a staged buffer asks again for each load, and simplify is slow on a clamped window's Min/Max
+    (reports/test_lanes.md)."""
+    return sympy.simplify(offset.subs(symbol, symbol + 1) - offset)
+
+
 @dataclass
 class Staging:
     y: sympy.Symbol
@@ -408,7 +417,7 @@ class Staging:
 
     def stage(self, name: str, buffer: Buffer, offset: sympy.Expr) -> str | None:
         """The staged read of buffer `name` at `offset` (an index over y and x), or None to read it directly."""
-        step = sympy.simplify(offset.subs(self.x, self.x + 1) - offset)
+        step = _step(offset, self.x)
         if not (step.is_Integer and abs(int(step)) >= STAGE_MIN_STRIDE) or self.y not in offset.free_symbols:
             return None
         key = (name, offset)
@@ -430,8 +439,8 @@ class Staging:
             body.add(f"alignas(64) {storage} {stage}[{tile * tile}];", tag)
         target = f"[({y} - {y}o) * {tile} + ({x} - {x}o)]"
         for (name, offset), (stage, storage) in self.stages.items():
-            if sympy.simplify(offset.subs(y, y + 1) - offset) == 1:
-                step = int(sympy.simplify(offset.subs(x, x + 1) - offset))
+            if _step(offset, y) == 1:
+                step = int(_step(offset, x))
                 blocks = [(fn, side) for fn, side in VECTOR_TRANSPOSES.get(storage, []) if tile % side == 0]
                 transpose, side = blocks[0] if blocks and step > 0 else (None, 1)
                 if transpose:  # Note [Vector transposes] in cpp/prelude.h: whole tiles in register blocks

@@ -107,3 +107,12 @@ def test_a_noisy_speedup_shows_its_range_only_when_it_says_something(low, high, 
     sentence = compare_view.speedup_sentence(timing)
     assert "too noisy to judge" in sentence and ("anywhere from" in sentence) == range_shown, sentence
     assert "4975" not in sentence
+
+
+@pytest.mark.parametrize("low, high, same", [(0.92, 1.17, True), (1.21, 1.40, False)])
+def test_a_judged_speedup_within_its_spread_says_no_difference(low, high, same):
+    # 0.0066 +-0.0006 against 0.0064 +-0.0005 ms was called "1.04x ... faster"
+    timing = compare_view.CompareTiming(a_ms=0.0066, b_ms=0.0064, a_iqr_ms=0.0006, b_iqr_ms=0.0005,
+                                        speedup_b_over_a=1.04, verdict=compare_view.Ratio(1.04, low, high, True, ""))
+    sentence = compare_view.speedup_sentence(timing)
+    assert ("no difference beyond the spread" in sentence) == same and ("faster" in sentence) != same, sentence

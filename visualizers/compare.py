@@ -139,6 +139,9 @@ def speedup_sentence(timing: CompareTiming) -> str:
                     "over ten times faster or slower).")
         return (f"{times}: too noisy to judge which is faster (B/A speedup anywhere from {verdict.low:.2f}x "
                 f"to {verdict.high:.2f}x).")
+    if verdict is not None and verdict.low <= 1 <= verdict.high:  # the quartiles' range holds "the same"
+        return (f"{times}: no difference beyond the spread (B/A speedup between {verdict.low:.2f}x and "
+                f"{verdict.high:.2f}x).")
     faster = "faster" if speedup >= 1 else "slower"
     return (f"{times}: B is {speedup:.3g}x the speed of A ({faster}; "
             "speedup = time of A / time of B, higher is better for B).")

@@ -377,6 +377,8 @@ def summary(comparison: Comparison) -> str:
     judged = f"; B is {speedup:.2f}x the speed of A (time A / time B)" if speedup else ""
     if verdict and not verdict.get("judged"):
         judged = f"; B vs A: {verdict['text']}"
+    elif verdict and verdict["low"] <= 1 <= verdict["high"]:
+        judged = f"; no difference beyond the spread (B/A {verdict['low']:.2f}x-{verdict['high']:.2f}x)"
     lines.append(f"Time per call: A {ms(t.get('a_ms'))}, B {ms(t.get('b_ms'))}{judged}"
                  + (f" ({t['untimed']})" if t.get("untimed") else ""))
     lines.append("Matches eager: " + ", ".join(f"{side} {_matches(record)}" for side, record in

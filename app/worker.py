@@ -427,6 +427,9 @@ STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.MULTILIN
 TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
 
 
+EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(: |$)")  # what an uncaught exception prints last: "KeyError: 'x'"
+
+
 def uncaught_exception(stderr: str, log: str, model_name: str) -> Problem | None:
     """The Problem for a worker that an uncaught Python exception ended (its traceback is the last thing it
     printed): the model's own error where the innermost frame is in the model's file, else a crash of Glassbox's
@@ -434,8 +437,8 @@ def uncaught_exception(stderr: str, log: str, model_name: str) -> Problem | None
     start = stderr.rfind("Traceback (most recent call last)")
     frames = TRACEBACK_FRAME.findall(stderr[start:]) if start >= 0 else []
     lines = [line for line in stderr[start:].splitlines() if line.strip()] if start >= 0 else []
-    if not frames or not lines or lines[-1].startswith((" ", "\t")):
-        return None
+    if not frames or not lines or not EXCEPTION_LINE.match(lines[-1]):
+        return None  # the output goes on after the traceback: something else ended the process
     error = lines[-1].strip()
     filename, lineno, function = frames[-1]
     if model_name and Path(filename).name == model_name:

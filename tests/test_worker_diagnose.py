@@ -44,3 +44,9 @@ def test_an_exception_in_the_model_names_its_line():
 def test_a_process_that_ends_without_a_traceback_is_still_the_models_exit():
     problem = diagnose(_ended("some output\n"), model_name="pasted.py")
     assert problem.title == "The model's process ended early" and "os._exit()" in problem.message
+
+
+def test_a_traceback_followed_by_other_output_is_not_taken_for_the_end():
+    handled = OURS + "W1207 00:17:06.141000 3394 torch/_dynamo/convert_frame.py:1379] a warning after it\n"
+    problem = diagnose(_ended(handled), model_name="pasted.py")
+    assert problem.title == "The model's process ended early"

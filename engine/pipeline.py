@@ -256,7 +256,7 @@ def build_stage(generated: Generated, options: Options) -> CompiledGraph:
                                       "does not replay")
     elif replays_cuda_graphs(options.mode, options.backend, options.device):  # Note [CUDA graph replay]
         aten = scheduled.lowered.aten
-        call = CudaGraphCall(call, scheduled.lowered.graph.key_positions(),
+        call = CudaGraphCall(call, lowered.key_positions(),
                              replay_policy(aten.phase, options.mode), static_inputs=aten.static_inputs,
                              host_outputs=bool(host))
     return CompiledGraph(scheduled.lowered.graph, scheduled.schedule, scheduled.memory, generated.module,

@@ -371,7 +371,7 @@ def _rewrite_node(e: Expr, range_items: tuple) -> Expr:
         split = _split_by_granule(a, b, ranges) or _split_by_divisor(a, b, ranges)  # Note [Symbolic divisors]
         if split is not None:
             g, large, small = split
-            rest = b / g if g.is_Integer else _exact_quotient(b, g)
+            rest = _exact_quotient(b, g)
             if isinstance(e, FloorDiv):
                 return _rewrite(FloorDiv(large, rest), range_items)
             return _rewrite(g * ModIndex(large, rest) + small, range_items)

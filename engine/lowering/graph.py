@@ -331,6 +331,8 @@ def host_nodes(gm: torch.fx.GraphModule, device: str) -> set[torch.fx.Node]:
 def host_reads_inputs(gm: torch.fx.GraphModule, host: set[torch.fx.Node]) -> bool:
     """Whether a host node's value depends on a tensor input or on a value computed on the device (Note [Host
     work under CUDA graphs]); sizes and constants do not count."""
+    if not host:
+        return False
     aten = torch.ops.aten
     sizes = (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default)
     fixed: set[torch.fx.Node] = set()  # nodes whose value is the same at every call of the same sizes

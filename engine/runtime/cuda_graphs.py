@@ -270,6 +270,11 @@ class CudaGraphCall:
         return tuple((args[p].item() if isinstance(args[p], torch.Tensor) else args[p]) if d is None
                      else args[p].size(d) for p, d in self.sizes)
 
+    def _site(self, sizes: tuple, args: list) -> tuple:
+        """A call site's key (Note [Call sites]): the sizes and where the chained inputs are."""
+        return sizes, tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None
+                            for i in self.chained[sizes])
+
     @property
     def output_pointers(self) -> set[int]:
         """Where the live recordings keep their outputs (Note [Training under CUDA graphs]); derived, so a
@@ -282,9 +287,8 @@ class CudaGraphCall:
         args = list(boxed)
         boxed.clear()  # the boxed calling convention: the caller's list no longer holds the inputs
         sizes = key = self._key(args) if self.sizes else ()
-        chained = self.chained.get(sizes)
-        if chained:  # Note [Call sites]: the recording of the place the chained inputs come from
-            key = (sizes, tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None for i in chained))
+        if sizes in self.chained:  # Note [Call sites]: the recording of the place the chained inputs come from
+            key = self._site(sizes, args)
             if key not in self.graphs and self.sites.get(sizes, 0) >= MAX_CALL_SITES:
                 self.plain_calls += 1
                 return self.call(list(args))
@@ -320,7 +324,7 @@ class CudaGraphCall:
             and not (self.static_inputs is not None and i in self.static_inputs)]
         if chained and sizes not in self.chained:  # Note [Call sites]: from now on, a recording per call site
             self.chained[sizes] = chained
-            key = (sizes, tuple(args[i].data_ptr() for i in chained))
+            key = self._site(sizes, args)
         if key != sizes:
             self.sites[sizes] = self.sites.get(sizes, 0) + 1
         copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in set(fixed)]

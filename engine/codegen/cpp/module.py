@@ -46,19 +46,21 @@ def generate_kernel(kernel: Kernel, buffers: dict, size_symbols: list[sympy.Symb
     return _pointwise_kernel(kernel, plan, buffers, size_symbols, tiling)
 
 
+def _inner_dims(sizes, most_dims: int | None = None) -> int:
+    """How many of the last dims the inner loop walks: while its row is under 64 elements and the sizes are
+    numbers, at most `most_dims` of them (Note [Inner loops without gathers]), and always one that is not a 1."""
+    inner, dims = sympy.Integer(1), 0
+    for size in reversed(sizes):
+        if int(inner) >= 64 or not size.is_Integer or most_dims is not None and dims >= most_dims:
+            return dims + 1 if inner == 1 else dims
+        inner, dims = inner * size, dims + 1
+    return dims
+
+
 def _pointwise_split(sizes, total, most_dims: int | None = None) -> tuple[sympy.Expr, sympy.Expr]:
     """(outer, inner) trip counts of `total` elements over `sizes`: the inner loop walks the last dim(s) so
-    that it vectorizes, at most `most_dims` of them (Note [Inner loops without gathers])."""
-    inner = sympy.Integer(1)
-    for n, size in enumerate(reversed(sizes)):
-        if (inner.is_Integer and int(inner) >= 64 or not (size.is_Integer and inner.is_Integer)
-                or most_dims is not None and n >= most_dims):
-            if inner == 1:
-                inner = size
-            break
-        inner = inner * size
-    if inner == 1 and sizes:
-        inner = sizes[-1]
+    that it vectorizes (_inner_dims)."""
+    inner = product(sizes[len(sizes) - _inner_dims(sizes, most_dims):])
     outer = sympy.cancel(total / inner)
     if outer.is_Integer and inner.is_Integer and int(outer) < 16 and int(inner) % 1024 == 0 and int(inner) > 4096:
         outer, inner = outer * (inner // 1024), sympy.Integer(1024)  # give the threads work
@@ -82,7 +84,7 @@ def _pointwise_kernel(kernel: Kernel, plan: KernelPlan, buffers, size_symbols, t
     nodes = kernel.stored_nodes
     body, printer = _whole_loops(plan, buffers, nodes, sizes, scatter)
     if printer.inner_gathers and not scatter:  # Note [Inner loops without gathers]
-        for most_dims in range(_merged_dims(sizes, plan.rows) - 1, 0, -1):
+        for most_dims in range(_inner_dims(sizes) - 1, 0, -1):
             if product(sizes[len(sizes) - most_dims:]) < MIN_UNMERGED_INNER:
                 break
             fewer = _whole_loops(plan, buffers, nodes, sizes, scatter, most_dims)

@@ -52,3 +52,18 @@ def test_triton_long_sum_through_an_expanded_view():
 def test_triton_sum_of_2_pow_31_ones_on_the_gpu():
     x = torch.ones(1, device="cuda").expand(2 ** 31)
     assert _check(lambda t: t.sum(), x, backend="triton", device="cuda", rtol=0, atol=0).item() == 2 ** 31
+
+
+@pytest.mark.parametrize("rows", [3001, 20000])
+def test_column_sums_are_as_accurate_as_eagers_cascade(rows):
+    """Note [Column cascades]: summed in turn, a column of 3001 float32 values was 8-10x further from float64
+    than eager at its worst element, and the verdict failed about one random input in 30."""
+    compiled = engine.compile(lambda t: t.sum(0) * 2, backend="cpp")
+    worst = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(rows, 300)
+        exact = x.double().sum(0) * 2
+        ours, eager = compiled(x), x.sum(0) * 2
+        worst.append(((ours.double() - exact).abs().max() / (eager.double() - exact).abs().max()).item())
+    assert max(worst) < 3.0, worst

@@ -44,6 +44,17 @@ inverse) instead, the clone stored in eager's memory order (the same bytes, fuse
 the views saved from it have eager's strides. Values our kernels cannot produce in eager's strides
 (symbolic strides, overlapping or gapped layouts) stay as they were.
 
+Note [Saved values in the forward's strides]
+The forward may also hand a saved value over in strides of its own choosing: channels-last around convolutions
+(Note [Channels-last training graphs] in lowering/layout.py). The partition marks the outputs that are only
+saved (mark_saved: a user's output keeps eager's strides), the forward's compile reports the strides it returns
+them in to AOTAutograd (report_saved_strides: TracingContext's output strides, the channel Inductor uses;
+None where they are eager's), AOTAutograd restrides the backward's example inputs by them, and the backward's
+placeholders take those strides before it is lowered (restride_saved_inputs). So the halves agree without a
+copy: the backward's kernels and library calls read the saved tensors as they are. Should the forward fall back
+to eager on its first run, its outputs are copied into the reported strides (FirstRunGuard), since the backward
+was compiled for them.
+
 Note [Operands the backward stores]
 The min cut weighs memory only: a cheap value recomputed in the backward is taken to cost nothing. It costs a
 store when a library call of the backward reads it: a Linear's weight gradient reads the Linear's input, so a
@@ -70,6 +81,7 @@ import networkx
 import torch
 
 from engine.decompose import input_writes, split_joint
+from engine.lowering.layout import FORWARD_STRIDES, SAVED_FOR_BACKWARD  # Note [Saved values in the forward's strides]
 from engine.options import PARTITIONS  # Note [Operands the backward stores]
 from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
 
@@ -428,6 +440,34 @@ def keep_saved_layouts(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> lis
     return fixed
 
 
+def mark_saved(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> None:
+    """Note [Saved values in the forward's strides]: marks the forward's outputs returned only to be saved for
+    the backward (after the first num_fwd_outputs), whose strides its compile may choose."""
+    outputs = torch.utils._pytree.arg_tree_leaves(*next(iter(fw_gm.graph.find_nodes(op="output"))).args)
+    user = set(outputs[:num_fwd_outputs])
+    for node in outputs[num_fwd_outputs:]:
+        if isinstance(node, torch.fx.Node) and node not in user:
+            node.meta[SAVED_FOR_BACKWARD] = True
+
+
+def restride_saved_inputs(bw_gm: torch.fx.GraphModule, example_inputs) -> None:
+    """Note [Saved values in the forward's strides]: the backward's placeholders take the strides of the inputs
+    AOTAutograd compiles it for, where it restrided them to the forward's."""
+    for node, example in zip(bw_gm.graph.find_nodes(op="placeholder"), example_inputs):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(example, torch.Tensor) and \
+                tuple(example.stride()) != tuple(val.stride()):
+            node.meta["val"], node.meta[FORWARD_STRIDES] = example, True
+
+
+def report_saved_strides(strides: list) -> None:
+    """Note [Saved values in the forward's strides]: the forward's output strides (None: eager's) to AOTAutograd,
+    which restrides the backward's placeholders by them (as Inductor reports its own)."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.output_strides is not None and any(s is not None for s in strides):
+        context.output_strides.extend(strides)
+
+
 def make_partition_fn(on_partition: Callable[[PartitionRecord], None] | None = None,
                       option: str | None = None) -> Callable:
     """AOTAutograd's partition_fn: our min cut under the policy (partition_policy(option)), then torch's graph
@@ -441,6 +481,7 @@ def make_partition_fn(on_partition: Callable[[PartitionRecord], None] | None = N
         fw_gm, bw_gm = split_joint(joint_gm, values, symbols, num_fwd_outputs)
         choice["saved"] = values + symbols  # the split drops values the backward turned out not to read
         choice["eager_layout"] = keep_saved_layouts(fw_gm, num_fwd_outputs)
+        mark_saved(fw_gm, num_fwd_outputs)
         if on_partition is not None:
             on_partition(partition_record(joint_gm, choice, bw_gm))
         return fw_gm, bw_gm

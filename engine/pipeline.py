@@ -44,7 +44,8 @@ from engine.decompose import aot_compile, lift_input_writes, static_inputs, trac
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.lowering.graph import lower
-from engine.partition import make_partition_fn, partition_policy
+from engine.lowering.layout import handed_over_strides
+from engine.partition import make_partition_fn, partition_policy, report_saved_strides, restride_saved_inputs
 from engine.reproducer import fill_repro
 from engine.verdict import verify_record
 from engine.options import BACKENDS, MODES, TEMPLATE_MODES, Options  # noqa: F401 - the public names
@@ -417,6 +418,8 @@ class Compilation:
 
     def _compile_graph(self, fx_gm, aten_gm, aten_inputs, graph: GraphRecord | None, phase: str,
                        real_inputs=None) -> Callable:
+        if phase == "backward":  # Note [Saved values in the forward's strides] in partition.py
+            restride_saved_inputs(aten_gm, aten_inputs)
         artifact: Any = AtenGraph(aten_gm, list(aten_inputs), phase, static_inputs(phase),
                                   frozenset(n.name for n in fx_gm.graph.nodes),
                                   real_inputs=list(real_inputs) if real_inputs is not None and phase == "inference"
@@ -435,6 +438,8 @@ class Compilation:
             return eager_call(aten_gm)
         compiled: CompiledGraph = artifact
         call = compiled.call
+        strides = handed_over_strides(rewritten.gm, compiled.lowered.outputs) if phase == "forward" else []
+        report_saved_strides(strides)  # Note [Saved values in the forward's strides] in partition.py
         if graph is None:  # compile(): no record to list the ops we run eagerly (Note [A fallback is loud])
             for eager_ops in fallbacks.op_fallbacks(compiled.lowered.nodes, rewritten.gm):
                 fallbacks.warn(eager_ops)
@@ -452,7 +457,7 @@ class Compilation:
                 call = self.bisector.watch(graph, compiled, rewritten.gm, hints, call)
             # Note [Wrapper overhead]: the first call measures the wrapper's own cost into the record
             call = MeasuredFirstCall(call, compiled.call, [k.name for k in compiled.module.kernels], graph.code.overhead)
-        return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error, fx_gm))
+        return FirstRunGuard(call, aten_gm, lambda error: self._fall_back(graph, "run", error, fx_gm), strides)
 
     def _fall_back(self, graph: GraphRecord | None, stage_name: str, error: BaseException, fx_gm=None,
                    aten_gm=None) -> None:

@@ -113,14 +113,17 @@ def _grouped(x, weight):
 
 def test_cuda_heuristic_weighs_the_convolutions_flops():
     """On CUDA, inference graphs go channels-last unless grouped convolutions (more than one input channel per
-    group: slower in NHWC) carry the FLOPs; training graphs keep eager's strides."""
+    group: slower in NHWC) carry the FLOPs; a training forward by the same rule, its backward as the forward
+    handed the saved tensors over (Note [Channels-last training graphs])."""
     half = dict(dtype=torch.float16)
     inputs = [torch.randn(2, 3, 6, 7, **half), torch.randn(16, 3, 3, 3, **half), torch.randn(16, 1, 3, 3, **half),
               torch.randn(24, 16, 1, 1, **half)]
     gm = make_fx(_convnet, tracing_mode="fake")(*inputs)
     on = layout.decide_layout(gm, "cuda", "inference")
     assert on.channels_last and "small" in on.reason and on.preferred, on
-    assert not layout.decide_layout(gm, "cuda", "forward").channels_last
+    forward = layout.decide_layout(gm, "cuda", "forward")
+    assert forward.channels_last and "saved for the backward" in forward.reason, forward
+    assert not layout.decide_layout(gm, "cuda", "backward").channels_last  # its inputs arrive NCHW
     grouped = make_fx(_grouped, tracing_mode="fake")(torch.randn(2, 16, 8, 8, **half), torch.randn(16, 8, 3, 3, **half))
     off = layout.decide_layout(grouped, "cuda", "inference")
     assert not off.channels_last and "grouped" in off.reason, off

@@ -35,13 +35,13 @@ import torch
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, out_dtype, out_size, pointwise_node
 from engine.lowering.extern import extern_call
-from engine.lowering.registry import register_lowering
+from engine.lowering.layout import channels_last_convolution_backward
+from engine.lowering.registry import current, register_lowering
 from engine.lowering.scatters import ATOMIC_ADD_DTYPES, checked_position, scatter_node
 
 aten = torch.ops.aten
 
-BACKWARD_LIBRARY_OPS = [
-    aten.convolution_backward.default,
+BACKWARD_LIBRARY_OPS = [  # and convolution_backward (below)
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten._scaled_dot_product_efficient_attention_backward.default,
     aten._scaled_dot_product_flash_attention_backward.default,
@@ -50,6 +50,14 @@ if hasattr(aten, "_scaled_dot_product_cudnn_attention_backward"):
     BACKWARD_LIBRARY_OPS.append(aten._scaled_dot_product_cudnn_attention_backward.default)
 
 register_lowering(*BACKWARD_LIBRARY_OPS)(extern_call)
+
+
+@register_lowering(aten.convolution_backward.default)
+def convolution_backward(*args, **kwargs):
+    graph = current()
+    if graph.prefers_channels_last():  # Note [Channels-last training graphs]
+        return channels_last_convolution_backward(graph, args, kwargs)
+    return extern_call(*args, **kwargs)
 
 
 @register_lowering(aten.embedding_dense_backward.default)

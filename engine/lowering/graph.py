@@ -32,6 +32,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.device = device
         self.layout = layout or layouts.LayoutDecision(False, "")
         self.channels_last: list[str] = []  # buffers stored channels-last (Note [Channels-last convolutions])
+        self.converted: dict[str, str] = {}  # of those, copies made for a library call: buffer -> FX node copied
         self.buffers: dict[str, Buffer] = {}
         self.nodes: list[Buffer] = []
         self.inputs: list[InputBuffer | None] = []
@@ -374,7 +375,10 @@ def lower(gm: torch.fx.GraphModule, device: str, layout: str = "auto", phase: st
         outputs = graph.run(*placeholders)
     finally:
         registry.set_current(previous)
+    record = decision.record(graph.channels_last, graph.converted)
+    if phase != "inference":  # Note [Channels-last training graphs]
+        record.update(layouts.shared_tensors(gm, outputs))
     return LoweredGraph(inputs=graph.inputs, constants=graph.constants, nodes=graph.nodes,
                         buffers=graph.buffers, outputs=outputs, size_vars=graph.size_vars,
                         derived_sizes=graph.derived_sizes, device=device,
-                        layout=decision.record(graph.channels_last), host_reads_inputs=graph.host_reads_inputs)
+                        layout=record, host_reads_inputs=graph.host_reads_inputs)

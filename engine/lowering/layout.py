@@ -28,6 +28,23 @@ dimension), as Inductor's layout optimization does:
   (permute, reshape) never carry the preference across: convnext's permute to NHWC for its layer norm
   already is a channels-last view of a channels-last convolution output.
 
+Note [Channels-last training graphs]
+A training step is two graphs that share the forward's saved tensors (partition.py), and the backward holds the
+convolutions' gradients (convolution_backward: the input's and the weight's, two more cuDNN convolutions). So on
+CUDA both halves are channels-last or neither, as with Inductor's layout optimization:
+- the forward decides by the rule below, as an inference graph does; its user-visible outputs keep eager's
+  strides, but the tensors it saves for the backward (marked SAVED_FOR_BACKWARD by the partition) are no
+  user's: they stay channels-last, no copy back to NCHW, and the forward tells AOTAutograd their real strides
+  (`handed_over_strides`, TracingContext's output strides, Inductor's channel), which restrides the backward's
+  placeholders before the backward compiles (partition.restride_saved_inputs);
+- the backward follows its forward: it goes channels-last when saved 4D tensors arrive channels-last, and
+  its convolution_backward calls then get NHWC gradients, inputs and weights and return the input's gradient
+  channels-last into the pointwise kernels around them; the gradients it returns (a conv weight's .grad
+  above all) keep eager's strides, as every graph output (the wrapper copies a library's channels-last weight
+  gradient into them: Note [Library output layout]);
+- input writes (batch norm's running stats) are 1D and unchanged.
+Nothing is handed over in other strides where they are not static integers (AOTAutograd restrides with ints).
+
 Note [Channels-last and TF32]
 Eager's verdict is our oracle. With torch.backends.cudnn.allow_tf32 on (PyTorch's default), cuDNN runs float32
 NHWC convolutions in TF32 while the NCHW ones eager picks for the same shapes stay in float32: measured on the
@@ -54,6 +71,12 @@ aten = torch.ops.aten
 # convolutions; < 1 is a speedup). A graph goes channels-last when its FLOP-weighted average is a speedup.
 SLOWDOWN = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
 FEW_CONVS = 300  # a graph of more than this many nodes per convolution is not about its convolutions
+# node meta keys (partition.py): a forward's value returned only to be saved for the backward; a backward's
+# placeholder that arrives in the strides its forward reported, not eager's
+SAVED_FOR_BACKWARD = "saved_for_backward"
+FORWARD_STRIDES = "forward_strides"
+# per convolution op: (the weight's argument, the groups' argument, the 4D arguments read in the layout)
+CONVOLUTIONS = {aten.convolution.default: (1, 8, (0,)), aten.convolution_backward.default: (2, 9, (0, 1))}
 
 
 @dataclass(frozen=True)
@@ -62,21 +85,27 @@ class LayoutDecision:
     reason: str
     preferred: frozenset = frozenset()  # FX node names whose values prefer channels-last
 
-    def record(self, stored: list[str]) -> dict:
-        """For the memory plan's record: the layout, why, and the buffers stored channels-last."""
+    def record(self, stored: list[str], converted: dict[str, str]) -> dict:
+        """For the memory plan's record: the layout, why, the buffers stored channels-last, and those of them
+        that are copies of another value made for a library call (buffer -> the FX node it copies)."""
         return {"format": "channels_last" if self.channels_last else "contiguous", "reason": self.reason,
-                "buffers": list(stored)}
+                "buffers": list(stored), "converted": dict(converted)}
+
+
+def _weight(node: torch.fx.Node):
+    return node.args[CONVOLUTIONS[node.target][0]].meta.get("val")
 
 
 def conv2d_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in gm.graph.nodes if n.target is aten.convolution.default
-            and isinstance(n.args[1].meta.get("val"), torch.Tensor) and n.args[1].meta["val"].dim() == 4]
+    """The 2D convolutions and their gradients (convolution_backward)."""
+    return [n for n in gm.graph.nodes if n.target in CONVOLUTIONS
+            and isinstance(_weight(n), torch.Tensor) and _weight(n).dim() == 4]
 
 
 def _conv_class(node: torch.fx.Node) -> str:
-    weight = node.args[1].meta["val"]
+    weight = _weight(node)
     out_channels, in_per_group, kernel_h = weight.shape[0], weight.shape[1], weight.shape[2]
-    if node.args[8] > 1 and in_per_group > 1:
+    if node.args[CONVOLUTIONS[node.target][1]] > 1 and in_per_group > 1:
         return "grouped"  # depthwise (one input channel per group) is not: it gains most from NHWC
     if out_channels <= 64 and in_per_group <= 64:
         return "small"
@@ -91,7 +120,8 @@ def _conv_flops(node: torch.fx.Node) -> int:
 
 
 def decide_layout(gm: torch.fx.GraphModule, device: str, phase: str, option: str = "auto") -> LayoutDecision:
-    """Channels-last or NCHW for this graph, and why (Note [Channels-last convolutions])."""
+    """Channels-last or NCHW for this graph, and why (Note [Channels-last convolutions]; a training graph's
+    halves: Note [Channels-last training graphs])."""
     convs = conv2d_nodes(gm)
     if option == "contiguous":
         return LayoutDecision(False, "NCHW (eager's layout): forced (Options.layout='contiguous')")
@@ -99,13 +129,43 @@ def decide_layout(gm: torch.fx.GraphModule, device: str, phase: str, option: str
         return LayoutDecision(False, "NCHW (eager's layout): the graph has no 2D convolution")
     if option == "channels_last":
         return LayoutDecision(True, f"channels-last around {len(convs)} convolution(s): forced "
-                                    f"(Options.layout='channels_last')", preferred_nodes(gm, convs))
+                                    f"(Options.layout='channels_last'){_handover(phase)}", preferred_nodes(gm, convs))
     if not device.startswith("cuda"):
         return LayoutDecision(False, "NCHW (eager's layout): channels-last is chosen for cuDNN's NHWC kernels; "
                                      "on the CPU it has not been measured to pay here")
-    if phase != "inference":
-        return LayoutDecision(False, f"NCHW (eager's layout): a {phase} graph shares its saved tensors with the "
-                                     f"other half of the training step in eager's strides")
+    if phase == "backward":
+        return _follow_forward(gm, convs)
+    decision = _by_flops(gm, convs)
+    if not decision.channels_last:
+        return decision
+    return LayoutDecision(True, decision.reason + _handover(phase), preferred_nodes(gm, convs))
+
+
+def _handover(phase: str) -> str:
+    """What a training graph's layout means for the tensors its halves share (Note [Channels-last training
+    graphs])."""
+    if phase == "forward":
+        return ("; the tensors saved for the backward stay channels-last, their strides told to the backward "
+                "(no copy between the halves)")
+    if phase == "backward":
+        return "; the saved tensors are read in the strides the forward handed them over in"
+    return ""
+
+
+def _follow_forward(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> LayoutDecision:
+    """A backward graph takes its forward's layout: channels-last when saved tensors arrive so (Note
+    [Channels-last training graphs])."""
+    arriving = received(gm)
+    if not arriving:
+        return LayoutDecision(False, "NCHW (eager's layout): the forward handed its saved tensors over in eager's "
+                                     "strides (it kept NCHW)")
+    return LayoutDecision(True, f"channels-last around {len(convs)} convolution gradient(s): as the forward, which "
+                                f"handed {len(arriving)} saved tensor(s) over channels-last{_handover('backward')}",
+                          preferred_nodes(gm, convs))
+
+
+def _by_flops(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> LayoutDecision:
+    """Inductor's rule for a graph of convolutions (the decision's `preferred` left empty)."""
     shapes = [t for n in convs for t in (n.args[0].meta.get("val"), n.args[1].meta["val"])]
     if any(not isinstance(t, torch.Tensor) or any(isinstance(s, torch.SymInt) for s in t.shape) for t in shapes):
         return LayoutDecision(False, "NCHW (eager's layout): the convolutions have symbolic shapes")
@@ -128,7 +188,23 @@ def decide_layout(gm: torch.fx.GraphModule, device: str, phase: str, option: str
                                      f"{weighted / total:.2f}x as long channels-last (grouped ones are slower)")
     return LayoutDecision(True, f"channels-last around {len(convs)} convolution(s): by FLOPs ({shares}) cuDNN's "
                                 f"NHWC kernels take {weighted / total:.2f}x the NCHW time, and the tensors "
-                                f"between convolutions need no conversion", preferred_nodes(gm, convs))
+                                f"between convolutions need no conversion")
+
+
+def _is_channels_last_val(val) -> bool:
+    """A 4D tensor of static shape in channels-last strides that are not also NCHW's."""
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
+            not all(isinstance(s, int) for s in (*val.shape, *val.stride())):
+        return False
+    return not _trivial(val.shape) and all(a == b for a, b, n in zip(val.stride(), channels_last_strides(val.shape),
+                                                                     val.shape) if n != 1)
+
+
+def received(gm: torch.fx.GraphModule) -> list[str]:
+    """A backward graph's saved tensors that its forward handed over channels-last (a channels-last input of
+    the user's, saved as it is, does not count: the forward may have kept NCHW)."""
+    return [n.name for n in gm.graph.find_nodes(op="placeholder")
+            if n.meta.get(FORWARD_STRIDES) and _is_channels_last_val(n.meta.get("val"))]
 
 
 def _shape(node) -> tuple | None:
@@ -145,23 +221,76 @@ def _keeps_shape(producer: torch.fx.Node, user: torch.fx.Node) -> bool:
 
 def preferred_nodes(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> frozenset:
     """FX node names whose 4D values prefer channels-last: the convolutions, what feeds them (through
-    shape-keeping ops) and what is computed from them the same way."""
+    shape-keeping ops) and what is computed from them the same way; never an output a user sees."""
     preferred = {n for n in convs}
     for node in reversed(gm.graph.nodes):  # upstream: a value some preferred op reads
         if node in preferred or _shape(node) is None or getattr(node.target, "is_view", False):
             continue
-        if any(u in preferred and (u.target is aten.convolution.default and u.args[0] is node or
-                                   _keeps_shape(node, u)) for u in node.users):
+        if any(u in preferred and (node in _conv_activations(u) or _keeps_shape(node, u)) for u in node.users):
             preferred.add(node)
     for node in gm.graph.nodes:  # downstream: the same-shape values computed from a preferred one
         if node in preferred:
             preferred.update(u for u in node.users if u.op == "call_function" and _keeps_shape(node, u))
+            preferred.update(_input_gradient(node))
     # an op of several results (max pooling's values and indices) is lowered as one: it stores the results
     # whose getitem nodes prefer channels-last that way (store_preferred)
     preferred.update(p for n in list(preferred) if n.target is operator.getitem
                      for p in n.args[:1] if isinstance(p, torch.fx.Node))
-    # the graph's outputs keep eager's strides
-    return frozenset(n.name for n in preferred if not any(u.op == "output" for u in n.users))
+    seen = user_visible(gm)
+    return frozenset(n.name for n in preferred if n not in seen)
+
+
+def _conv_activations(node: torch.fx.Node) -> list:
+    """The 4D tensors a convolution (or its gradient) reads besides the weight."""
+    return [node.args[i] for i in CONVOLUTIONS[node.target][2]] if node.target in CONVOLUTIONS else []
+
+
+def _input_gradient(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """A convolution_backward's input gradient (its getitem 0), which cuDNN returns in its arguments' layout."""
+    if node.target is not aten.convolution_backward.default:
+        return []
+    return [u for u in node.users if u.target is operator.getitem and u.args[1] == 0]
+
+
+def user_visible(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The graph's outputs that keep eager's strides: all but those a training forward returns only to save them
+    for its backward (Note [Channels-last training graphs])."""
+    return {n for n in _outputs(gm) if isinstance(n, torch.fx.Node) and not handed_over(n)}
+
+
+def _outputs(gm: torch.fx.GraphModule) -> list:
+    """The graph's outputs in order (FX nodes, or constants and None)."""
+    return torch.utils._pytree.arg_tree_leaves(*next(iter(gm.graph.find_nodes(op="output"))).args)
+
+
+def handed_over(node: torch.fx.Node) -> bool:
+    """A value returned only to be saved for the backward, in strides the forward may report (static ones)."""
+    val = node.meta.get("val")
+    return bool(node.meta.get(SAVED_FOR_BACKWARD)) and isinstance(val, torch.Tensor) and \
+        all(isinstance(s, int) for s in val.shape)
+
+
+def handed_over_strides(gm: torch.fx.GraphModule, outputs: list) -> list[tuple[int, ...] | None]:
+    """Per output of the graph, the strides it is returned in where the backward must be told them: a saved
+    tensor stored in others than eager's (None otherwise, and for non-tensors: AOTAutograd keeps eager's)."""
+    return [_strides_if_not_eager(node, value) for node, value in zip(_outputs(gm), outputs)]
+
+
+def shared_tensors(gm: torch.fx.GraphModule, outputs: list) -> dict:
+    """For a training graph's record: the saved tensors it hands over in other strides than eager's (forward)
+    and those it receives channels-last (backward), by name (Note [Channels-last training graphs])."""
+    handed = [n.name for n, s in zip(_outputs(gm), handed_over_strides(gm, outputs)) if s is not None]
+    return {"handed_over": handed, "received": received(gm)}
+
+
+def _strides_if_not_eager(node, value) -> tuple[int, ...] | None:
+    if not isinstance(node, torch.fx.Node) or not handed_over(node) or not isinstance(value, TensorValue):
+        return None
+    layout, eager = value.strided_layout(), node.meta["val"].stride()
+    if layout is None or not all(sympy.sympify(s).is_Integer for s in layout[0]):
+        return None
+    ours = tuple(int(s) if n != 1 else e for s, e, n in zip(layout[0], eager, node.meta["val"].shape))
+    return ours if ours != tuple(eager) else None
 
 
 def channels_last_strides(size) -> tuple:
@@ -280,12 +409,20 @@ def _is_channels_last(value: TensorValue) -> bool:
 def channels_last_input(graph, x, weight):
     """The convolution's input, converted to channels-last by our own kernel where the library would convert it
     (Note [Converting a convolution's input ourselves])."""
-    if not isinstance(x, TensorValue) or x.ndim != 4 or _trivial(x.size) or _is_channels_last(x) or \
-            not isinstance(weight, TensorValue) or all(sympy.sympify(k) == 1 for k in weight.size[2:]):
+    if not isinstance(weight, TensorValue) or all(sympy.sympify(k) == 1 for k in weight.size[2:]):
+        return x
+    return _converted(graph, x)
+
+
+def _converted(graph, x):
+    """`x` stored channels-last by a kernel of ours, unless it already is (or is no 4D tensor, or trivially so)."""
+    if not isinstance(x, TensorValue) or x.ndim != 4 or _trivial(x.size) or _is_channels_last(x):
         return x
     first_new = len(graph.nodes)
     placed = store_channels_last(realize(x), first_new, graph.nodes)
-    graph.channels_last.extend([placed.node.name] if placed.node in graph.nodes[first_new:] else [])
+    if placed.node in graph.nodes[first_new:]:
+        graph.channels_last.append(placed.node.name)
+        graph.converted[placed.node.name] = x.node.origins[0] if x.node.origins else x.node.name
     return placed
 
 
@@ -299,3 +436,17 @@ def channels_last_convolution(graph, args: tuple, kwargs: dict) -> TensorValue:
     if not _trivial(value.node.size):
         value.node.out_stride = channels_last_strides(value.node.size)
     return value
+
+
+def channels_last_convolution_backward(graph, args: tuple, kwargs: dict) -> tuple:
+    """A convolution's gradients by the library on channels-last arguments (the saved input arrives so; the
+    incoming gradient, stored so by our kernels, or converted), the input's gradient promised channels-last where
+    our kernels read it (Note [Channels-last training graphs]); the weight's keeps eager's strides, a graph
+    output (the wrapper copies should the library return it channels-last: Note [Library output layout])."""
+    grad, x, weight = args[:3]
+    args = (_converted(graph, grad), _converted(graph, x), channels_last_weight(graph, weight), *args[3:])
+    results = graph.fallback(aten.convolution_backward.default, args, kwargs, reason="", node_class=Extern)
+    wanted = {u.name for u in _input_gradient(graph.current_node)} & graph.layout.preferred
+    if wanted and results[0] is not None and not _trivial(results[0].node.size):
+        results[0].node.out_stride = channels_last_strides(results[0].node.size)
+    return results

@@ -134,22 +134,32 @@ def with_layout(tensor, size, stride):
     return torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
-def eager_call(aten_gm: torch.fx.GraphModule) -> Callable:
-    """The ATen graph run op by op by PyTorch: a graph's fallback (Note [Internal failure falls back to eager])."""
+def eager_call(aten_gm: torch.fx.GraphModule, strides: list | None = None) -> Callable:
+    """The ATen graph run op by op by PyTorch: a graph's fallback (Note [Internal failure falls back to eager]),
+    its outputs copied into `strides` where one is given (not None)."""
     def call(args: list):
         values = list(args)
         args.clear()
-        return aten_gm(*values)
+        outputs = aten_gm(*values)
+        if not strides:
+            return outputs
+        padded = list(strides) + [None] * (len(outputs) - len(strides))
+        return [out if stride is None else with_layout(out, tuple(out.shape), tuple(stride))
+                for out, stride in zip(outputs, padded)]
 
     call._boxed_call = True
     return call
 
 
 class FirstRunGuard:
-    """Our compiled call, until its first run succeeds; if that raises, the eager ATen graph from then on."""
+    """Our compiled call, until its first run succeeds; if that raises, the eager ATen graph from then on, its
+    outputs in `strides` where given (a training forward's saved tensors in the strides its backward was told:
+    Note [Saved values in the forward's strides] in engine/partition.py)."""
 
-    def __init__(self, call: Callable, aten_gm: torch.fx.GraphModule, on_failure: Callable[[BaseException], None]):
+    def __init__(self, call: Callable, aten_gm: torch.fx.GraphModule, on_failure: Callable[[BaseException], None],
+                 strides: list | None = None):
         self.call, self._aten_gm, self._on_failure = call, aten_gm, on_failure
+        self._strides = strides or []
         self._boxed_call = True
 
     def __call__(self, args: list):
@@ -160,7 +170,7 @@ class FirstRunGuard:
             outputs = self.call(args)
         except Exception as error:  # Note [Internal failure falls back to eager]
             self._on_failure(error)
-            self.call = eager_call(self._aten_gm)
+            self.call = eager_call(self._aten_gm, self._strides)
             args.clear()
             outputs = self.call(kept)
         self._aten_gm = None

@@ -8,6 +8,8 @@
     python -m engine bench train --device cuda --partition save-library-operands
                                                         # our partition saving what a backward matmul reads
                                                         # (Note [Operands the backward stores])
+    python -m engine bench train --device cuda --cases resnet50 --modes default --layout contiguous
+                                                        # our convolutions in eager's NCHW (A/B against auto)
     python -m engine bench train --device cuda --cases llama --modes default --profile $OUT/train_profile
                                                         # also where the time goes: torch.profiler summaries and
                                                         # tables of ours and Inductor (Note [Training-step profile])
@@ -282,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                              "shares a short device budget)")
     parser.add_argument("--no-inductor", action="store_true")
     engine_options.add_flag(parser, "templates")
+    parser.add_argument("--layout", default="auto", choices=engine_options.LAYOUTS,
+                        help="our 4D tensors around convolutions (Note [Channels-last training graphs] in "
+                             "engine/lowering/layout.py): auto (the heuristic), channels_last, contiguous (eager's)")
     parser.add_argument("--partition", choices=engine_options.PARTITIONS, default=None,
                         help="our partition (GLASSBOX_PARTITION, Note [Operands the backward stores] in "
                              "engine/partition.py): min-memory (the default) recomputes cheap values even where "
@@ -330,7 +335,7 @@ def bench(args) -> tuple[list[dict], int]:
                 reports.append(bench_train(spec, backend="triton" if device == "cuda" else "cpp", device=device,
                                            mode=mode, with_inductor=not args.no_inductor,
                                            min_run_time=min_time, measure=measure, profile=hook,
-                                           templates=args.templates))
+                                           templates=args.templates, layout=args.layout))
                 if finish is not None:
                     finish()
             except Exception as error:  # noqa: BLE001 - one failing case must not hide the others

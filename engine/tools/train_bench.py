@@ -88,12 +88,12 @@ def saved_activation_bytes(fn: Callable, model, inputs: tuple, loss_fn: Callable
 def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = None, device: str = "cpu",
                 with_inductor: bool = True, min_run_time: float = 0.5, inductor_cache_dir: str | None = None,
                 progress: Callable[[str], None] | None = None, mode: str = "default",
-                measure: Measure | None = None, templates: str = "auto",
+                measure: Measure | None = None, templates: str = "auto", layout: str = "auto",
                 profile: Callable[[str, Callable[[], Any]], None] | None = None) -> dict:
     """Time a training step of `spec`'s model under eager, Glassbox and Inductor. The report has bench()'s keys
     (eager_ms, glassbox_ms, inductor_ms and their *_iqr_ms, speedup_vs_eager = eager_ms / glassbox_ms,
     ratio_vs_inductor = glassbox_ms / inductor_ms, compile_s and inductor_compile_s: the first step's seconds,
-    verify per compiler, the machine's load, templates) and `train: true`, `saved_bytes` {eager, glassbox,
+    verify per compiler, the machine's load, templates, layout) and `train: true`, `saved_bytes` {eager, glassbox,
     inductor}.
     Steps are timed taking turns in rounds (Note [Fair timing] in engine/runtime/timing.py), or by `measure({who: step}) -> {who: (median ms, spread ms)}`
     if given (`bench train` passes its GPU timing: Note [Fair GPU timing] in engine/runtime/timing.py).
@@ -109,7 +109,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     inputs = prepare_inputs(model, inputs)
     report: dict[str, Any] = {
         "name": spec.name, "backend": backend, "device": device, "threads": threads, "mode": mode, "train": True,
-        "templates": templates, **why,
+        "templates": templates, "layout": layout, **why,
         "eager_ms": None, "glassbox_ms": None, "inductor_ms": None, "compile_s": None, "inductor_compile_s": None,
         "speedup_vs_eager": None, "ratio_vs_inductor": None, "verify": {}, "saved_bytes": {},
     }
@@ -117,7 +117,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     expected = _eager_step(model, inputs, spec)
     compilers = {"eager": lambda m: m,
                  "glassbox": lambda m: glassbox_compile(m, backend=backend, device=device, mode=mode,
-                                                        templates=templates)}
+                                                        templates=templates, layout=layout)}
     if with_inductor:
         compilers["inductor"] = lambda m: torch.compile(m, mode=None if mode == "default" else mode)
     steps = {}

@@ -68,3 +68,44 @@ def test_what_runs_eagerly_says_why(backend):
     assert any("65 bins" in r for r in _reasons(lambda t: torch.histc(t, bins=65, min=-1, max=1), (x,), backend))
     reasons = _reasons(lambda t: torch.ops.glassbox_test.twice(t) + 1, (x,), backend)
     assert any("glassbox_test::twice is a custom op" in r for r in reasons), reasons
+
+
+def test_integer_histc_on_the_cpu_is_eagers_and_says_why():
+    """Note [Integer histograms]: eager's CPU kernel raises for integers, and so does the compiled model."""
+    ids = torch.randint(0, 8, (64,), dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="histogram_cpu"):
+        torch.histc(ids, bins=8, min=0, max=7)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="histogram_cpu"):
+        engine.compile(lambda t: torch.histc(t, bins=8, min=0, max=7) + 1)(ids)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_histc_on_the_gpu_counts_as_eager(dtype):
+    """A router's int32 expert ids, one bin per expert, and a range that ids fall outside of and whose bins are
+    uneven (7 values over 3 bins), with the maximum itself counted in the last bin."""
+    torch.manual_seed(0)
+    ids = torch.randint(-2, 10, (4096, 2), device="cuda", dtype=dtype)
+    for fn in (lambda t: torch.histc(t, bins=8, min=0, max=7), lambda t: torch.histc(t.t(), bins=3, min=1, max=7)):
+        torch._dynamo.reset()
+        exploration = engine.explore(fn, (ids,), backend="triton", device="cuda", name="histc")
+        assert not exploration.errors and exploration.verify.ok, exploration.verify
+        assert [k.kind for k in exploration.kernels if k.kind == "fallback"] == [], exploration.kernels
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grouped_mm_is_a_library_call(backend):
+    """Note [Grouped GEMMs are library calls]: an MoE layer's grouped GEMM over data-dependent groups is the
+    library's kernel, with our kernels around it, not an eager fallback."""
+    torch.manual_seed(0)
+    tokens = torch.randn(12, 16, dtype=torch.bfloat16)
+    weights = torch.randn(3, 16, 8, dtype=torch.bfloat16)
+    offs = torch.tensor([4, 9, 12], dtype=torch.int32)
+    fn = lambda t, w, o: torch.nn.functional.silu(torch._grouped_mm(t * 2, w, offs=o))  # noqa: E731
+    torch._dynamo.reset()
+    exploration = engine.explore(fn, (tokens, weights, offs), backend=backend, name="grouped_mm")
+    assert not exploration.errors and exploration.verify.ok, exploration.verify
+    kinds = [k.kind for k in exploration.kernels]
+    assert "fallback" not in kinds and "extern" in kinds, kinds

@@ -36,7 +36,7 @@ def sort(*args, **kwargs):
 # over the rows offs assigns it, with offs read on the host (a device sync); its backward is a second
 # custom op. A generated form would be a grouped GEMM whose row blocks find their expert from offs at run
 # time: no template of ours does that yet.
-CUSTOM_OP_REASONS = {
+CUSTOM_OP_REASONS = {  # the bfloat16 CUDA path calls aten._grouped_mm: Note [Grouped GEMMs are library calls]
     "transformers::grouped_mm_fallback": "a loop of one matmul per expert over the rows offs assigns it, offs "
                                          "read on the host; a grouped GEMM that reads offs at run time is not "
                                          "generated",

@@ -18,6 +18,14 @@ EXTERN_OPS = [aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbm
               aten.scaled_dot_product_attention.default]  # made by the attention rewrite (engine/rewrite/attention.py)
 if hasattr(aten, "_scaled_dot_product_cudnn_attention"):  # what SDPA dispatches to under dynamic shapes on CUDA
     EXTERN_OPS.append(aten._scaled_dot_product_cudnn_attention.default)
+if hasattr(aten, "_grouped_mm"):  # Note [Grouped GEMMs are library calls]
+    EXTERN_OPS.append(aten._grouped_mm.default)
+
+# Note [Grouped GEMMs are library calls]
+# Mixture-of-experts layers (transformers' grouped experts, bfloat16 on CUDA) multiply each expert's rows by
+# its weight in one aten._grouped_mm: a grouped GEMM whose group boundaries are the `offs` tensor, data known
+# only at run time. Our GEMM template tiles static shapes, so the call stays the library's kernel (CUTLASS on
+# sm90), fed by our buffers, as mm stays cuBLAS's: recorded as a library call, not as eager work.
 
 
 # Note [Convolution bias in the epilogue]

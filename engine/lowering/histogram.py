@@ -12,6 +12,12 @@ in float32. Each element is read once per bin, so only small histograms are gene
 MAX_GENERATED_BINS bins, a router's expert count); a larger one needs a scatter that adds 1 per element
 (atomics on a GPU) and runs eagerly. When min == max (histc's default 0, 0) the range is the data's own
 min and max, reduced before any element can be binned: that runs eagerly too.
+
+Note [Integer histograms]
+Eager's CPU histc has no integer kernel (it raises); its CUDA kernel bins integers (a router's int32 expert
+ids) in 64-bit integer arithmetic: pos = (x - min) * bins / (max - min), exact and truncated, min and max
+converted to x's type, and counts of x's type. Generated the same way on CUDA; on the CPU the op is left to
+eager, whose error the user should see.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import torch
 
 from engine.ir.ops import ops
 from engine.lowering.common import load_as, out_dtype, out_size, reduction_node
-from engine.lowering.registry import Unsupported, register_lowering
+from engine.lowering.registry import Unsupported, current, register_lowering
 
 aten = torch.ops.aten
 MAX_GENERATED_BINS = 64
@@ -28,9 +34,15 @@ MAX_GENERATED_BINS = 64
 
 @register_lowering(aten.histc.default)
 def histc(x, bins=100, min=0, max=0):
-    low, high, bins = float(min), float(max), int(bins)
-    if x.dtype not in (torch.float32, torch.float64):
-        raise Unsupported(f"histc of {x.dtype} runs eagerly (generated for float32 and float64)")
+    integer = not x.dtype.is_floating_point and x.dtype is not torch.bool
+    low, high, bins = (int(min), int(max), int(bins)) if integer else (float(min), float(max), int(bins))
+    if integer and not str(current().device).startswith("cuda"):
+        raise Unsupported(f"histc of {x.dtype} on the CPU runs eagerly: eager's CPU kernel has no integer "
+                          "version and raises its own error (Note [Integer histograms])")
+    if not integer and x.dtype not in (torch.float32, torch.float64):
+        raise Unsupported(f"histc of {x.dtype} runs eagerly: eager bins half-precision values in their own "
+                          "type, whose rounding of (x - min) * bins / (max - min) is not reproduced here "
+                          "(generated for float32, float64 and integers)")
     if low == high:
         raise Unsupported("histc with min == max (the default 0, 0) bins over the data's own min and max, two "
                           "reductions that must finish before any element is binned; it runs eagerly (Note "
@@ -42,6 +54,8 @@ def histc(x, bins=100, min=0, max=0):
                           f"every element, it is generated up to {MAX_GENERATED_BINS} bins; more needs a scatter "
                           "that adds 1 per element (Note [Histogram as a reduction per bin])")
     dtype = x.dtype
+    if integer:
+        return _integer_histc(x, bins, low, high)
 
     def count(index, rindex):
         value = load_as(x, rindex, dtype)
@@ -53,6 +67,21 @@ def histc(x, bins=100, min=0, max=0):
         pos = ops.where(ops.eq(pos, ops.constant(bins, torch.int64)), last, pos)
         here = ops.logical_and(inside, ops.eq(pos, ops.index_expr(index[0], torch.int64)))
         return ops.where(here, ops.constant(1.0, dtype), ops.constant(0.0, dtype))
+
+    return reduction_node(count, size=out_size(), reduction_size=list(x.size) or [sympy.Integer(1)],
+                          reduction_type="sum", dtype=out_dtype())
+
+
+def _integer_histc(x, bins: int, low: int, high: int):
+    """Note [Integer histograms]: eager CUDA's integer bins, counted in x's type."""
+    def count(index, rindex):
+        value = load_as(x, rindex, torch.int64)
+        lo, hi = ops.constant(low, torch.int64), ops.constant(high, torch.int64)
+        inside = ops.logical_and(ops.ge(value, lo), ops.le(value, hi))
+        pos = ops.floordiv(ops.mul(ops.sub(value, lo), ops.constant(bins, torch.int64)), ops.constant(high - low, torch.int64))
+        pos = ops.where(ops.eq(pos, ops.constant(bins, torch.int64)), ops.constant(bins - 1, torch.int64), pos)
+        here = ops.logical_and(inside, ops.eq(pos, ops.index_expr(index[0], torch.int64)))
+        return ops.where(here, ops.constant(1, x.dtype), ops.constant(0, x.dtype))
 
     return reduction_node(count, size=out_size(), reduction_size=list(x.size) or [sympy.Integer(1)],
                           reduction_type="sum", dtype=out_dtype())

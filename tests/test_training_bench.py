@@ -57,6 +57,28 @@ def test_a_function_without_parameters_differentiates_its_inputs():
     assert report["ratio_vs_inductor"] is None
 
 
+
+def test_eager_repeats_rerun_the_step_and_move_it_by_rounding_alone():
+    """Note [Eager's own spread]: the rerun is eager's step exactly; each repeat (inputs and parameters one ulp up,
+    then down, then one more thread) moves the gradients by rounding alone here, on copies of the model."""
+    from engine.tools.train_bench import _eager_repeats, _own_copy, _step_tensors, _trained, step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    inputs = (torch.randn(8, 16),)
+    before = [p.clone() for p in model.parameters()]
+    spec = ModelSpec(name="mlp", filename=__file__, source="", model=model, example_inputs=inputs)
+    own, own_inputs = _own_copy(model, inputs)
+    loss = step(own, own, own_inputs)
+    eager = _step_tensors([t.grad for t in _trained(own, own_inputs)], loss)
+    rerun, repeats = _eager_repeats(model, inputs, spec, "cpu")
+    assert all(name == n and torch.equal(t, u) for (name, t), (n, u) in zip(eager, rerun))
+    assert len(repeats) == 3 and all([n for n, _ in run] == [n for n, _ in eager] for run in repeats)
+    for run in repeats:
+        assert all(torch.allclose(t, u, rtol=1e-5, atol=1e-6) for (_, t), (_, u) in zip(eager, run))
+    assert any(not torch.equal(t, u) for (_, t), (_, u) in zip(eager, repeats[0]))  # it did move
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
 @pytest.mark.slow
 def test_dumped_code_carries_each_forward_partition(tmp_path):
     """`bench train --dump-code` writes beside every graph's code the forward's partition: what this

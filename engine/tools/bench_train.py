@@ -237,10 +237,11 @@ def _partition_text(partition) -> str:
 
 
 def _check_words(check: dict) -> str:
-    """A step check in a word: mismatch, ok, or ok (fp64) where some tensor passed by float64 alone."""
+    """A step check in a word: mismatch, ok, ok (fp64) where some tensor passed by float64 alone, or ok (spread)
+    where some passed by eager's own spread alone (Note [Eager's own spread] in engine/tools/step_verdict.py)."""
     if not check.get("ok"):
         return "MISMATCH"
-    return "ok (fp64)" if check.get("judged_by_fp64") else "ok"
+    return "ok (spread)" if check.get("judged_by_spread") else "ok (fp64)" if check.get("judged_by_fp64") else "ok"
 
 
 def table(reports: list[dict]) -> str:
@@ -264,7 +265,8 @@ def table(reports: list[dict]) -> str:
                      "(ours and Inductor's alike; see the docstring)")
     loads = sorted({round(r["load_avg_1m"], 2) for r in reports if "load_avg_1m" in r})
     lines.append("grad err: the largest error of our loss or a gradient relative to eager's largest value; "
-                 "ok (fp64): where over the limit, as close to float64 as eager's (judge_step)")
+                 "ok (fp64): where over the limit, as close to float64 as eager's; ok (spread): within eager's own "
+                 "spread under one-ulp and thread-count changes (judge_step)")
     lines.append(f"our partition: {os.environ.get('GLASSBOX_PARTITION') or 'min-memory'}")
     lines.append(f"load average (1 min) while measuring: {', '.join(map(str, loads))}; "
                  f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; ours/ind below 1: Glassbox is faster")

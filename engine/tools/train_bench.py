@@ -10,7 +10,8 @@ backward to time. Each compiler gets its own copy of the model, so every step st
 Before timing, each compiled step's loss and every parameter's gradient are compared with an eager step's:
 the largest error relative to that tensor's largest eager value (`verify[who].max_rel_err`; ok below 1e-3 in
 float32, 5e-2 in half precision, where a gradient summed over thousands of products differs by rounding;
-judge_step in engine/tools/step_verdict.py, which judges a sandboxed bench's steps outside the job).
+judge_step in engine/tools/step_verdict.py, which judges a sandboxed bench's steps outside the job; a step
+that fails it is judged again with eager's own spread: Note [Eager's own spread] there).
 Activation memory (`saved_bytes`) is what the forward keeps for the backward: every tensor autograd saves
 during the forward (torch.autograd.graph.saved_tensors_hooks sees what a compiled graph's partition saves as
 well as eager's own saves), each storage once, parameters, buffers and inputs left out (they are alive
@@ -19,6 +20,8 @@ anyway). So eager's figure is autograd's own choice, ours is engine/partition.py
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import tempfile
 import time
 from typing import Any, Callable
@@ -115,6 +118,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
     }
     say("eager step")
     expected = _eager_step(model, inputs, spec)
+    eager_runs = functools.cache(lambda: _eager_repeats(model, inputs, spec, device))  # taken when needed
     compilers = {"eager": lambda m: m,
                  "glassbox": lambda m: glassbox_compile(m, backend=backend, device=device, mode=mode,
                                                         templates=templates, layout=layout)}
@@ -127,7 +131,7 @@ def bench_train(spec: ModelSpec, backend: str = "cpp", threads: int | None = Non
         # Dynamo keeps one cache entry per backend (its guards check the backend), so the three live side by side
         for who, make in compilers.items():
             try:
-                steps[who] = _compiled_step(who, make, model, inputs, spec, report, say, expected)
+                steps[who] = _compiled_step(who, make, model, inputs, spec, report, say, expected, eager_runs)
             except Exception as error:  # noqa: BLE001 - Inductor failing must not discard our numbers
                 if who != "inductor":
                     raise
@@ -174,6 +178,47 @@ def _eager_step(model, inputs: tuple, spec: ModelSpec) -> tuple[list, torch.Tens
     return gradients, loss, fp64
 
 
+def _eager_repeats(model, inputs: tuple, spec: ModelSpec, device: str) -> tuple[list, list]:
+    """Note [Eager's own spread] (engine/tools/step_verdict.py): eager's step rerun as it was, and repeated with
+    every floating input and parameter one ulp up, then down, and on the CPU with one more thread; each its loss
+    and gradients as the check names them."""
+    rerun = _repeat(model, inputs, spec)
+    repeats = [_repeat(model, inputs, spec, toward) for toward in (math.inf, -math.inf)]
+    if device == "cpu":
+        threads = torch.get_num_threads()
+        torch.set_num_threads(threads + 1)  # another split of each parallel sum
+        try:
+            repeats.append(_repeat(model, inputs, spec))
+        finally:
+            torch.set_num_threads(threads)
+    return rerun, repeats
+
+
+def _repeat(model, inputs: tuple, spec: ModelSpec, toward: float | None = None) -> list:
+    """An eager step on a copy, its floating inputs and parameters moved one ulp `toward` if given."""
+    own, own_inputs = _own_copy(model, inputs)
+    if toward is not None:
+        floating = list(own.parameters()) if isinstance(own, nn.Module) else []
+        floating += [x for x in own_inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        with torch.no_grad():
+            for tensor in floating:  # on the CPU, where nextafter has every floating type
+                tensor.copy_(torch.nextafter(tensor.cpu(), torch.tensor(toward, dtype=tensor.dtype)))
+    loss = step(own, own, own_inputs, spec.loss_fn)
+    return _step_tensors([t.grad for t in _trained(own, own_inputs)], loss)
+
+
+def _judged(evidence: StepEvidence, eager_runs: Callable[[], tuple[list, list]]) -> dict:
+    """judge_step, and where the step fails it, again with eager's rerun and repeats (Note [Eager's own spread]:
+    four eager steps, taken only then); the evidence goes to the collectors as judged."""
+    result = judge_step(evidence)
+    if not result["ok"]:
+        evidence.rerun, evidence.repeats = eager_runs()
+        result = judge_step(evidence)
+    for collector in evidence_collectors():
+        collector.append(evidence)
+    return result
+
+
 def _step_tensors(gradients: list, loss) -> list:
     """A step's loss and gradients by the names its check gives them."""
     return [("loss", loss)] + [(f"gradient[{n}]", g) for n, g in enumerate(gradients)]
@@ -186,7 +231,8 @@ def _own_copy(model, inputs: tuple) -> tuple[Any, tuple]:
 
 
 def _compiled_step(who: str, make: Callable, model, inputs: tuple, spec: ModelSpec, report: dict,
-                   say: Callable[[str], None], expected: tuple) -> tuple[Callable, Callable]:
+                   say: Callable[[str], None], expected: tuple,
+                   eager_runs: Callable[[], tuple[list, list]]) -> tuple[Callable, Callable]:
     """Compile one compiler's copy (its first step) and check its gradients: (its step, its saved bytes)."""
     own, own_inputs = _own_copy(model, inputs)
     fn = make(own)
@@ -202,8 +248,6 @@ def _compiled_step(who: str, make: Callable, model, inputs: tuple, spec: ModelSp
         gradients, eager_loss, fp64 = expected
         evidence = StepEvidence(_step_tensors(gradients, eager_loss),
                                 _step_tensors([t.grad for t in _trained(own, own_inputs)], loss), who, fp64)
-        for collector in evidence_collectors():
-            collector.append(evidence)
-        report["verify"][who] = judge_step(evidence)
+        report["verify"][who] = _judged(evidence, eager_runs)
     return (lambda: step(fn, own, own_inputs, spec.loss_fn),
             lambda: saved_activation_bytes(fn, own, own_inputs, spec.loss_fn))

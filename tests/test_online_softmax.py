@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import engine
+from engine.schedule.policy import SPLIT_MAX_OUTPUTS
 
 BACKENDS = ["cpp", "triton"]
 
@@ -34,9 +35,10 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_long_rows_run_online(backend, row, case):
     fn, loops = CASES[case]
-    x = torch.randn(3, row) * 4
+    # more rows than a few-rows split takes on Triton (Note [Few long rows]; the test below)
+    x = torch.randn(SPLIT_MAX_OUTPUTS + 1, row) * 4
     if case == "cross_entropy":
-        fn, inputs = (lambda a, b: F.cross_entropy(a, b)), (x, torch.randint(0, row, (3,)))
+        fn, inputs = (lambda a, b: F.cross_entropy(a, b)), (x, torch.randint(0, row, (x.shape[0],)))
     else:
         inputs = (x,)
     kernel = _rows_kernel(_explore(fn, inputs, backend))
@@ -48,6 +50,14 @@ def test_long_rows_run_online(backend, row, case):
         assert f"{loops} read(s) of each row" in reason
     else:
         assert "no online softmax" in reason
+
+
+def test_few_long_rows_split_their_passes_on_triton():
+    """Note [Few long rows]: 3 rows of 32768 would run on 3 programs; on Triton each pass splits over the SMs
+    instead of one online kernel (C++ is unchanged)."""
+    kernels = _explore(lambda t: t.softmax(-1), (torch.randn(3, 32768) * 4,), "triton")
+    assert sum(k.name.endswith("_partials") for k in kernels) == 2, [(k.name, k.tiling.reason) for k in kernels]
+    assert not any("gb_online_softmax_combine" in k.source for k in kernels)
 
 
 SPECIAL_ROWS = {

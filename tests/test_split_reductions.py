@@ -62,8 +62,10 @@ def _group_norm(x):  # a per-image norm over 64K elements, then elementwise work
 
 
 @pytest.mark.parametrize("fn,make", [(_two_passes, lambda: torch.randn(LONG)),
-                                     (_group_norm, lambda: torch.randn(4, 16, 64, 64))],
-                         ids=["two_passes", "group_norm"])
+                                     (_group_norm, lambda: torch.randn(4, 16, 64, 64)),
+                                     # Note [Few long rows]: PoolFormer's later stages, under C++'s floor
+                                     (_group_norm, lambda: torch.randn(16, 32, 28, 28))],
+                         ids=["two_passes", "group_norm", "group_norm_25088"])
 def test_few_rows_stay_splittable_on_triton(fn, make):
     # Note [Few rows stay splittable]: a reduction reading another, and elementwise work over every element
     # after one, are not fused into a few-rows reduction on Triton: each pass splits in two stages
@@ -96,3 +98,14 @@ def test_split_stages_compile_for_sm90_without_a_gpu():
             asm = kernel.asm
             if asm is not None:
                 assert not asm.error and ".target sm_90" in asm.ptx, asm.error
+
+
+def test_rows_from_16384_elements_split_on_triton_only():
+    """Note [Few long rows]: 16 outputs of 16384 elements split in two kernels on Triton; C++ keeps one kernel
+    with a thread per row, and 16383 elements stay one kernel on both."""
+    from engine.schedule.policy import GPU_SPLIT_MIN_REDUCTION
+    fn = lambda t: t.sum(1) * 2  # noqa: E731
+    kernels = _explore(fn, (torch.randn(16, GPU_SPLIT_MIN_REDUCTION),), "triton")
+    assert sorted(k.tiling.reason.split(" of ")[0] for k in kernels) == ["stage 1", "stage 2"]
+    assert [k.tiling.choice for k in _explore(fn, (torch.randn(16, GPU_SPLIT_MIN_REDUCTION),), "cpp")] == ["row"]
+    assert len(_explore(fn, (torch.randn(16, GPU_SPLIT_MIN_REDUCTION - 1),), "triton")) == 1

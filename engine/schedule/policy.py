@@ -19,14 +19,23 @@ from engine.schedule.templates import epilogue_verdict
 
 MAX_REDUCTION_PASSES = 4  # more passes over a row than this re-read it too often to pay off
 SPLIT_MAX_OUTPUTS = 16  # Note [Split reductions on the GPU] in split.py: this few outputs of a reduction ...
-SPLIT_MIN_REDUCTION = 1 << 16  # ... this long are split over the GPU's SMs
+SPLIT_MIN_REDUCTION = 1 << 16  # ... this long are tiled "split" (C++: over the threads) ...
+GPU_SPLIT_MIN_REDUCTION = 1 << 14  # ... and from this long split in two kernels on Triton (Note [Few long rows])
+
+# Note [Few long rows]
+# On Triton a reduction of few outputs runs one program per output, on as many of the GPU's 132 SMs: a timm
+# PoolFormer's GroupNorm(1, C) over 16 images reduces 62720 and 25088 elements a row in its later stages, under
+# the C++ threads' 65536 floor, and those kernels (3 passes each, 16 of them a call) were most of its device
+# time, 2.4x Inductor's in reduce-overhead mode where launches cost nothing (H100). From 16384 elements a row
+# (64 KB of float32 a pass, microseconds on one SM) the split's second launch is the cheaper side, so Triton
+# splits from there; C++ keeps 65536, where its threads, not SMs, are what a few rows leave idle.
 
 
-def wants_split(rows, red) -> bool:
-    """Few outputs, each a long reduction: split in two kernels on Triton (Note [Split reductions on the GPU])."""
+def wants_split(rows, red, floor: int = SPLIT_MIN_REDUCTION) -> bool:
+    """Few outputs, each a reduction of at least `floor` elements: split (Note [Split reductions on the GPU];
+    Triton passes GPU_SPLIT_MIN_REDUCTION, Note [Few long rows])."""
     rows, red = sympy.sympify(rows), sympy.sympify(red)
-    return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS
-                and int(red) >= SPLIT_MIN_REDUCTION)
+    return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS and int(red) >= floor)
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def few_rows_stay_splittable(c: Candidate) -> Verdict | None:
     if not c.splits_few_rows:
         return None
     reduction = c.first if c.first.has_reduction else c.second if c.second.has_reduction else None
-    if reduction is None or not wants_split(*reduction.shape):
+    if reduction is None or not wants_split(*reduction.shape, GPU_SPLIT_MIN_REDUCTION):
         return None
     rows, red = reduction.shape
     few = f"{rows} outputs each reducing {red} elements are split over the GPU's SMs"

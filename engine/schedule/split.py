@@ -70,7 +70,7 @@ from engine.ir.indexing import unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
 from engine.ir.ops import compute_dtype, ops, reduction_identity
 from engine.schedule.fusion import Kernel, Schedule
-from engine.schedule.policy import wants_split
+from engine.schedule.policy import GPU_SPLIT_MIN_REDUCTION, wants_split
 from engine.schedule.strides import column_access, kernel_accesses
 
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
@@ -132,7 +132,7 @@ def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> t
         if kernel.scans:  # a scan walks its whole row in order: nothing to split
             kernels.append(kernel)
             continue
-        few = kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red)
+        few = kernel.kind == "reduction" and wants_split(kernel.rows, kernel.red, GPU_SPLIT_MIN_REDUCTION)
         # the reads are probed only where some element size would split (1 byte: the widest bound)
         probe = few or kernel.kind == "reduction" and wants_column_split(kernel.rows, kernel.red, 1)
         itemsize = column_itemsize(kernel, graph.buffers) if probe else None

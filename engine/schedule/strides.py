@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import sympy
 
 from engine.ir.handlers import AccessRecorder, Var
+from engine.ir.indexing import expand
 from engine.ir.nodes import Buffer, Reduction
 from engine.ir.ops import use_handler
 from engine.schedule.kernel_plan import Inliner, KernelPlan
@@ -45,12 +46,19 @@ def kernel_accesses(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored
     result = []
     for name, index in loads + stores:
         try:
-            result.append(Access(name, sympy.expand(buffers[name].storage_offset(index))))
+            result.append(Access(name, expand(buffers[name].storage_offset(index))))
         except (TypeError, ValueError):  # a data-dependent index (gather): no stride to read
             continue
     return result
 
 
+# Note [Substituting a symbol]
+# The passes that probe offsets (strides here, the runs of tiling.py) put numbers or expressions in for loop
+# variables with xreplace, not subs. subs treats what it replaces as a pattern: at every node it first asks
+# whether the node matches it (an Add or Mul inside a bigger one, a power's base), then rebuilds; xreplace
+# swaps the symbol and rebuilds each node the same way, so for a symbol the two give the same expression
+# (checked on every probe of MaxViT-T: 330 distinct, none differs), and xreplace took 0.06 s where subs took
+# 0.47 s.
 def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> int | None:
     """offset(variable = step) - offset(variable = 0), the other loop variables at 0; None if not a number."""
     return _probe_stride(offset, variable, step, tuple(others))
@@ -60,12 +68,13 @@ def probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others) -> in
 def _probe_stride(offset: sympy.Expr, variable: sympy.Symbol, step, others: tuple) -> int | None:
     """Cached by expression: the tiling and the split of reductions probe the same offsets of a kernel along
     the same variables, and substituting into a clamped (Min/Max) offset re-evaluates its comparisons."""
-    origin = {v: 0 for v in others}
-    try:
-        moved = offset.subs({**origin, variable: step}) - offset.subs({**origin, variable: 0})
+    origin = {v: sympy.Integer(0) for v in others}
+    try:  # Note [Substituting a symbol]
+        moved = offset.xreplace({**origin, variable: sympy.sympify(step)}) - offset.xreplace(
+            {**origin, variable: sympy.Integer(0)})
     except (TypeError, ValueError):
         return None
-    moved = sympy.expand(moved)
+    moved = expand(moved)
     if moved.free_symbols:
         return None  # Note [Strides under symbolic sizes]
     moved = sympy.simplify(moved)

@@ -81,7 +81,8 @@ import networkx
 import torch
 
 from engine.decompose import input_writes, split_joint
-from engine.lowering.layout import FORWARD_STRIDES, SAVED_FOR_BACKWARD  # Note [Saved values in the forward's strides]
+# Note [Saved values in the forward's strides]
+from engine.lowering.layout import FORWARD_STRIDES, SAVED_FOR_BACKWARD, graph_outputs
 from engine.options import PARTITIONS  # Note [Operands the backward stores]
 from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
 
@@ -443,7 +444,7 @@ def keep_saved_layouts(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> lis
 def mark_saved(fw_gm: torch.fx.GraphModule, num_fwd_outputs: int) -> None:
     """Note [Saved values in the forward's strides]: marks the forward's outputs returned only to be saved for
     the backward (after the first num_fwd_outputs), whose strides its compile may choose."""
-    outputs = torch.utils._pytree.arg_tree_leaves(*next(iter(fw_gm.graph.find_nodes(op="output"))).args)
+    outputs = graph_outputs(fw_gm)
     user = set(outputs[:num_fwd_outputs])
     for node in outputs[num_fwd_outputs:]:
         if isinstance(node, torch.fx.Node) and node not in user:

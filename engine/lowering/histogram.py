@@ -53,35 +53,20 @@ def histc(x, bins=100, min=0, max=0):
         raise Unsupported(f"histc over {bins} bins runs eagerly: generated as one reduction per bin, each reading "
                           f"every element, it is generated up to {MAX_GENERATED_BINS} bins; more needs a scatter "
                           "that adds 1 per element (Note [Histogram as a reduction per bin])")
-    dtype = x.dtype
-    if integer:
-        return _integer_histc(x, bins, low, high)
+    # Note [Integer histograms]: integers are binned in exact 64-bit arithmetic, counted in x's type
+    compute = torch.int64 if integer else x.dtype
+    divide, scale, one, zero = (ops.floordiv, bins, 1, 0) if integer else (ops.truediv, float(bins), 1.0, 0.0)
 
     def count(index, rindex):
-        value = load_as(x, rindex, dtype)
-        lo, hi = ops.constant(low, dtype), ops.constant(high, dtype)
+        value = load_as(x, rindex, compute)
+        lo, hi = ops.constant(low, compute), ops.constant(high, compute)
         inside = ops.logical_and(ops.ge(value, lo), ops.le(value, hi))
-        scaled = ops.truediv(ops.mul(ops.sub(value, lo), ops.constant(float(bins), dtype)), ops.sub(hi, lo))
+        scaled = divide(ops.mul(ops.sub(value, lo), ops.constant(scale, compute)), ops.sub(hi, lo))
         pos = ops.to_dtype(scaled, torch.int64)
         last = ops.constant(bins - 1, torch.int64)
         pos = ops.where(ops.eq(pos, ops.constant(bins, torch.int64)), last, pos)
         here = ops.logical_and(inside, ops.eq(pos, ops.index_expr(index[0], torch.int64)))
-        return ops.where(here, ops.constant(1.0, dtype), ops.constant(0.0, dtype))
-
-    return reduction_node(count, size=out_size(), reduction_size=list(x.size) or [sympy.Integer(1)],
-                          reduction_type="sum", dtype=out_dtype())
-
-
-def _integer_histc(x, bins: int, low: int, high: int):
-    """Note [Integer histograms]: eager CUDA's integer bins, counted in x's type."""
-    def count(index, rindex):
-        value = load_as(x, rindex, torch.int64)
-        lo, hi = ops.constant(low, torch.int64), ops.constant(high, torch.int64)
-        inside = ops.logical_and(ops.ge(value, lo), ops.le(value, hi))
-        pos = ops.floordiv(ops.mul(ops.sub(value, lo), ops.constant(bins, torch.int64)), ops.constant(high - low, torch.int64))
-        pos = ops.where(ops.eq(pos, ops.constant(bins, torch.int64)), ops.constant(bins - 1, torch.int64), pos)
-        here = ops.logical_and(inside, ops.eq(pos, ops.index_expr(index[0], torch.int64)))
-        return ops.where(here, ops.constant(1, x.dtype), ops.constant(0, x.dtype))
+        return ops.where(here, ops.constant(one, x.dtype), ops.constant(zero, x.dtype))
 
     return reduction_node(count, size=out_size(), reduction_size=list(x.size) or [sympy.Integer(1)],
                           reduction_type="sum", dtype=out_dtype())

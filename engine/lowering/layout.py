@@ -196,8 +196,7 @@ def _is_channels_last_val(val) -> bool:
     if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
             not all(isinstance(s, int) for s in (*val.shape, *val.stride())):
         return False
-    return not _trivial(val.shape) and all(a == b for a, b, n in zip(val.stride(), channels_last_strides(val.shape),
-                                                                     val.shape) if n != 1)
+    return not _trivial(val.shape) and _channels_last_strides(val.shape, val.stride())
 
 
 def received(gm: torch.fx.GraphModule) -> list[str]:
@@ -255,10 +254,10 @@ def _input_gradient(node: torch.fx.Node) -> list[torch.fx.Node]:
 def user_visible(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The graph's outputs that keep eager's strides: all but those a training forward returns only to save them
     for its backward (Note [Channels-last training graphs])."""
-    return {n for n in _outputs(gm) if isinstance(n, torch.fx.Node) and not handed_over(n)}
+    return {n for n in graph_outputs(gm) if isinstance(n, torch.fx.Node) and not handed_over(n)}
 
 
-def _outputs(gm: torch.fx.GraphModule) -> list:
+def graph_outputs(gm: torch.fx.GraphModule) -> list:
     """The graph's outputs in order (FX nodes, or constants and None)."""
     return torch.utils._pytree.arg_tree_leaves(*next(iter(gm.graph.find_nodes(op="output"))).args)
 
@@ -273,13 +272,13 @@ def handed_over(node: torch.fx.Node) -> bool:
 def handed_over_strides(gm: torch.fx.GraphModule, outputs: list) -> list[tuple[int, ...] | None]:
     """Per output of the graph, the strides it is returned in where the backward must be told them: a saved
     tensor stored in others than eager's (None otherwise, and for non-tensors: AOTAutograd keeps eager's)."""
-    return [_strides_if_not_eager(node, value) for node, value in zip(_outputs(gm), outputs)]
+    return [_strides_if_not_eager(node, value) for node, value in zip(graph_outputs(gm), outputs)]
 
 
 def shared_tensors(gm: torch.fx.GraphModule, outputs: list) -> dict:
     """For a training graph's record: the saved tensors it hands over in other strides than eager's (forward)
     and those it receives channels-last (backward), by name (Note [Channels-last training graphs])."""
-    handed = [n.name for n, s in zip(_outputs(gm), handed_over_strides(gm, outputs)) if s is not None]
+    handed = [n.name for n, s in zip(graph_outputs(gm), handed_over_strides(gm, outputs)) if s is not None]
     return {"handed_over": handed, "received": received(gm)}
 
 
@@ -400,10 +399,14 @@ def channels_last_weight(graph, weight):
 # it may become a GEMM template (Note [1x1 convolutions as GEMMs]), which reads an NCHW input in place.
 
 
+def _channels_last_strides(size, stride) -> bool:
+    """Whether `stride` is channels-last's for `size` on every dim that is not a 1."""
+    return all(a == b for a, b, n in zip(stride, channels_last_strides(size), size) if sympy.sympify(n) != 1)
+
+
 def _is_channels_last(value: TensorValue) -> bool:
     layout = value.strided_layout()
-    return layout is not None and all(a == b for a, b, n in zip(layout[0], channels_last_strides(value.size),
-                                                                 value.size) if sympy.sympify(n) != 1)
+    return layout is not None and _channels_last_strides(value.size, layout[0])
 
 
 def channels_last_input(graph, x, weight):

@@ -16,20 +16,38 @@ warmup) or a key that comes out different (an argument misaligned where the mock
 config to compile where it is timed, as before, where its error is recorded. The pool starts at the first
 max-autotune compile on a GPU (spawned processes: a forked child of a process holding a CUDA context cannot
 use CUDA), with at most MAX_WORKERS workers, each holding a CUDA context while it lives.
+
+Note [Compiling a graph's kernels before its first call]
+Triton compiles a kernel at its first launch, so a graph's first call compiled its kernels one after another:
+MaxViT-T's 218 kernels took 60.5 s of Triton compiling on the 2-core CPU for sm_90 (reports/compile_time.md),
+most of its first call. A kernel with static sizes needs nothing of the call to be compiled: its arguments'
+dtypes and its block sizes are known when its module is loaded (KernelLaunch.arg_dtypes). So loading a native
+module that is new to the cache (its source file was just written) hands every such kernel to the workers
+above and waits for them; each first launch then finds its kernel in Triton's cache. The pool costs a few
+seconds to start (each worker imports torch and makes a CUDA context), so a graph starts it only with at least
+GRAPH_MIN_KERNELS kernels to compile; once it runs, any graph with two or more uses it. Kernels with symbolic
+sizes (their values are the call's) and autotuned ones (Note [Parallel compiles] above) compile as before.
+`GLASSBOX_COMPILE_WORKERS` sets the pool's size (0: no pool); the model sweep gives each of its parallel
+children its share of the machine's cores.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 
 import torch
 
 MAX_WORKERS = 8
-WAIT_S = 300.0  # for one kernel's configs; a compile still running after it is left to the timing loop
+WAIT_S = 300.0  # for one batch; a compile still running after it is left to the kernel's first launch
+GRAPH_MIN_KERNELS = 12  # a graph's kernels that are worth starting the pool for (the Note above)
 
 _pool: ProcessPoolExecutor | None = None
+_SPAWN_LOCK = threading.Lock()
 
 
 def warm_spec(function, args, kwargs: dict) -> tuple | None:
@@ -58,34 +76,78 @@ def _warm(path: str, module_name: str, name: str, args: list, kwargs: dict) -> b
     return True
 
 
-def _workers() -> int:
-    return max(0, min(MAX_WORKERS, (os.cpu_count() or 1) - 1))
+def workers() -> int:
+    """The pool's size: GLASSBOX_COMPILE_WORKERS where set, else one fewer than the cores this process may
+    use, at most MAX_WORKERS."""
+    asked = os.environ.get("GLASSBOX_COMPILE_WORKERS", "").strip()
+    if asked:
+        if not asked.isdigit():
+            raise ValueError(f"GLASSBOX_COMPILE_WORKERS must be a whole number of processes, not {asked!r}")
+        return int(asked)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(MAX_WORKERS, cores - 1))
+
+
+def worth_starting(kernels: int) -> bool:
+    """Whether a graph with this many kernels to compile goes to the workers (Note [Compiling a graph's
+    kernels before its first call]): two or more once the pool runs, GRAPH_MIN_KERNELS to start it."""
+    return kernels >= (2 if _pool is not None else GRAPH_MIN_KERNELS) and workers() >= 2
 
 
 def _start() -> ProcessPoolExecutor | None:
     global _pool
-    if _pool is None and _workers() >= 2:
+    if _pool is None and workers() >= 2:
         import multiprocessing
 
-        _pool = ProcessPoolExecutor(_workers(), mp_context=multiprocessing.get_context("spawn"))
+        _pool = ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
     return _pool
+
+
+@contextmanager
+def _without_the_main_script():
+    """Spawned workers that do not run the user's script: a spawned child imports the parent's __main__ (as
+    __mp_main__) before it works, and a script that compiles a model at its top level, without an `if __name__
+    == "__main__"` guard, would build and run that model again in every worker. Our workers need only their
+    task's module, which they import by name, so while the pool starts its processes the data handed to them
+    names no main module."""
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def preparation_data(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _SPAWN_LOCK:
+        spawn.get_preparation_data = preparation_data
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
 
 
 def precompile(specs: list) -> dict:
     """Compile these warm specs in the worker processes and wait for them (Note [Parallel compiles]). Returns
-    counts for the record: compiled, failed (with the first reason) and left to the timing loop."""
+    counts for the record: compiled, failed (with the first reason) and left to the first launches."""
+    global _pool
     specs = [s for s in specs if s is not None]
     if len(specs) < 2 or not all(_pickles(s) for s in specs):
         return {"compiled": 0, "failed": 0, "left": len(specs)}
     try:
-        pool = _start()
-        if pool is None:
-            return {"compiled": 0, "failed": 0, "left": len(specs)}
-        futures = [pool.submit(_warm, *spec) for spec in specs]
+        with _without_the_main_script():  # a spawn pool starts its processes as tasks are submitted
+            pool = _start()
+            if pool is None:
+                return {"compiled": 0, "failed": 0, "left": len(specs)}
+            futures = [pool.submit(_warm, *spec) for spec in specs]
     except Exception as error:  # noqa: BLE001 - Note [Parallel compiles]: only ever a head start
+        _pool = None  # a broken pool is not used again; the next batch starts a new one
         return {"compiled": 0, "failed": len(specs), "left": len(specs), "error": f"{type(error).__name__}: {error}"}
     done, pending = wait(futures, timeout=WAIT_S)
     errors = [f.exception() for f in done if f.exception() is not None]
+    if any(isinstance(e, BrokenProcessPool) for e in errors):
+        _pool = None
     result = {"compiled": len(done) - len(errors), "failed": len(errors), "left": len(pending)}
     if errors:
         result["error"] = f"{type(errors[0]).__name__}: {str(errors[0])[:200]}"

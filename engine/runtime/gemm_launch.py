@@ -374,6 +374,12 @@ class TritonTemplateRunner:
         return precompile([self._launch(config, from_memory)[0].warm_spec(
             [*tensors, tile if from_memory else tensors[0]]) for config, from_memory in modes])
 
+    def first_launch_spec(self) -> tuple | None:
+        """What a compile worker needs for the launch default mode makes: the first config, computing its tile
+        (Note [Compiling a graph's kernels before its first call] in compile_pool.py)."""
+        dtypes = list(self.kernel.arg_dtypes)
+        return self._launch(self.configs()[0], False)[0].warm_spec([*dtypes, dtypes[0]]) if dtypes else None
+
     def launcher(self, config: dict, from_memory: bool):
         """`run(tensors, acc)` for one config and mode, its launch looked up once (Note [Library plan in
         place]); the stream is read at each call (a capture may run on another)."""

@@ -12,7 +12,7 @@ import ctypes
 
 import torch
 
-from engine.runtime import triton_build
+from engine.runtime import compile_pool, spans, triton_build
 from engine.runtime.build import build_library, load_library
 from engine.runtime.gemm_launch import CppTemplateRunner, TemplateLaunch, TritonTemplateRunner
 
@@ -75,4 +75,19 @@ def _load_triton(module, namespace: dict, device: str) -> bool:
                                                     tune=module.autotune and not interpret)
         else:
             triton_build.bind_launch(module.launches[kernel.name], function, interpret, device, namespace)
+    if not interpret and not cache_hit:
+        _precompile(module, namespace)
     return cache_hit
+
+
+def _precompile(module, namespace: dict) -> None:
+    """Compile the module's statically sized kernels in the compile workers now, not one by one at their first
+    launches (Note [Compiling a graph's kernels before its first call] in compile_pool.py)."""
+    specs = [namespace[name].warm_spec(list(launch.arg_dtypes)) for name, launch in module.launches.items()
+             if launch.arg_dtypes is not None and launch.tune is None]
+    if not module.autotune:  # a template's default launch (max-autotune compiles its candidates itself)
+        specs += [namespace[k.name].backend.first_launch_spec() for k in module.kernels if hasattr(k, "template")]
+    specs = [spec for spec in specs if spec is not None]
+    if compile_pool.worth_starting(len(specs)):
+        with spans.span("precompile Triton kernels", kernels=len(specs), workers=compile_pool.workers()) as span:
+            span["args"].update(compile_pool.precompile(specs))

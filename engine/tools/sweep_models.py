@@ -196,6 +196,13 @@ def _child_command(name: str, args) -> list[str]:
     return command + (["--no-inductor"] if args.no_inductor else [])
 
 
+def _child_environment(jobs: int) -> dict:
+    """Each of the `jobs` children compiles with its share of the cores (Note [Compiling a graph's kernels
+    before its first call]), unless GLASSBOX_COMPILE_WORKERS says otherwise."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"GLASSBOX_COMPILE_WORKERS": str(max(0, cores // max(jobs, 1) - 1)), **os.environ}
+
+
 def run_one(name: str, args) -> list[dict]:
     root = Path(__file__).resolve().parents[2]
     start = time.perf_counter()
@@ -204,7 +211,7 @@ def run_one(name: str, args) -> list[dict]:
         return [{"name": name, "status": "not run", "why": "the run's --budget was spent"}]
     try:
         done = subprocess.run(_child_command(name, args), cwd=root, capture_output=True, text=True,
-                              timeout=limit)
+                              timeout=limit, env=_child_environment(args.jobs))
     except subprocess.TimeoutExpired:
         return [{"name": name, "status": "timeout", "why": f"over {limit:.0f} s", "seconds": round(limit)}]
     rows = [json.loads(line[len(ROW):]) for line in done.stdout.splitlines() if line.startswith(ROW)]

@@ -69,6 +69,7 @@ def interpreter_config(spec: GemmSpec) -> GemmConfig:
 class TritonTemplateKernel(TemplateKernel):
     interpreter: bool = True  # kernels for the CPU interpreter (its config), else for a GPU
     signature: dict = field(default_factory=dict)  # argument -> triton type, for triton.compile (display)
+    arg_dtypes: tuple = ()  # the arguments' dtypes: compiled before the first call (runtime/compile_pool.py)
 
     def configs(self) -> list[GemmConfig]:
         return [interpreter_config(self.spec)] if self.interpreter else gpu_configs(self.spec)
@@ -229,7 +230,8 @@ def generate_template(kernel: Kernel, buffers: dict, interpreter: bool) -> Trito
     signature.update({c: "constexpr" for c in CONSTEXPRS})
     generated = TritonTemplateKernel(kernel.name, "\n".join(lines), args, [], template, [n.name for n in epilogue],
                                      tags, library_host=library_host(kernel, plan, template),
-                                     interpreter=interpreter, signature=signature)
+                                     interpreter=interpreter, signature=signature,
+                                     arg_dtypes=tuple(buffers[name].dtype for name in args))
     return with_launch_data(generated, "triton")
 
 

@@ -96,14 +96,16 @@ class TritonModule:
         but the buffers the wrapper allocates for generated kernels (Note [Bound Triton launches])."""
         return tuple(i for i, name in enumerate(kernel.args + kernel.size_args) if name not in self.produced)
 
-    def launch(self, kernel: TritonKernel) -> KernelLaunch:
+    def launch(self, kernel: TritonKernel, buffers: dict) -> KernelLaunch:
         """How the runtime launches `kernel`: its config, the arguments it checks, and, when tunable, the
-        candidate configs with their grids (the heuristic's first)."""
+        candidate configs with their grids (the heuristic's first); with static sizes, its arguments' dtypes,
+        from which it can be compiled before the first call."""
         tune = None
         if self.tunable(kernel):
             configs = candidate_configs(kernel.form, kernel.rows, kernel.red, kernel.itemsize)
             tune = TunePlan(kernel.source, [(c.kwargs(), kernel.grid(c)) for c in configs], kernel.tuning)
-        return KernelLaunch(kernel.name, kernel.config.kwargs(), self.checked_arguments(kernel), tune)
+        dtypes = None if kernel.size_args else tuple(buffers[name].dtype for name in kernel.args)
+        return KernelLaunch(kernel.name, kernel.config.kwargs(), self.checked_arguments(kernel), tune, dtypes)
 
 
 def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
@@ -124,5 +126,5 @@ def generate_module(kernels: list[Kernel], buffers: dict, size_symbols: list,
     produced = frozenset(n for k in kernels if k.kind in ("pointwise", "reduction", "template") for n in k.stored)
     module = TritonModule(source, generated, line_kernel, interpreter, produced=produced,
                           autotune=mode == "max-autotune")
-    module.launches = {k.name: module.launch(k) for k in generated if not hasattr(k, "template")}
+    module.launches = {k.name: module.launch(k, buffers) for k in generated if not hasattr(k, "template")}
     return module

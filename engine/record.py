@@ -33,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # The pipeline's stages, in order (engine/pipeline.py STAGES has the same names): the keys of `timings`,
 # and the stage names the CLI, the charts and the app show.
 STAGE_NAMES = ("capture", "decompose", "rewrite", "lower", "schedule", "codegen", "build", "run")
@@ -643,7 +643,7 @@ class CheckRecord(Record):
     max_abs_err: float | None = optional_key()
     max_rel_err: float | None = optional_key()
     close_to_eager: bool | None = optional_key()  # rule 1 held
-    judged_by: str | None = optional_key()  # eager | fp64 | eager and fp64: the reference that decided
+    judged_by: str | None = optional_key()  # eager | fp64 | eager and fp64 | spread: the reference that decided
     problem: str | None = optional_key()
     note: str | None = optional_key()  # e.g. a parameter no gradient reaches
     fp64: dict[str, Any] | None = optional_key()  # rule 2: ours' and eager's errors against float64, the worst one
@@ -671,6 +671,7 @@ class VerifyRecord(Record):
     buffers: list[CheckRecord] | None = optional_key()
     skipped: list[str] | None = optional_key()
     notes: list[str] | None = optional_key()
+    eager_spread: float | None = optional_key()  # training: eager's own spread (Note [Eager's own spread])
 
 
 @dataclass

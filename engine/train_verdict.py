@@ -5,7 +5,9 @@ A training step's evidence is, per named tensor (the loss, the outputs, every gr
 input position, the buffers after the step), eager's value and ours; the float64 shadow of eager's step
 (engine/shadow64.py, Note [Float64 shadow]: the backward's ops are shadowed too, so every gradient has its
 float64 value without the model ever running in float64); and, when some tensor is not close to eager, the
-loss of a second eager step from the same RNG state (to tell a random step from a wrong compile). judge()
+loss of a second eager step from the same RNG state (to tell a random step from a wrong compile), and where
+the step still fails, eager's step rerun and repeated under rounding-level changes (Note [Eager's own spread]
+in engine/eager_spread.py: a tensor eager's own step moves as far passes within that spread). judge()
 here runs no model code, so a sandboxed job hands this back as data and a process the model never ran in
 judges it (engine/tools/judged.py, Note [Judged outside the job]), as for inference.
 """
@@ -15,7 +17,7 @@ import dataclasses
 
 import torch
 
-from engine import verdict
+from engine import eager_spread, verdict
 
 
 @dataclasses.dataclass
@@ -28,6 +30,8 @@ class TrainingEvidence:
     skipped: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
     tolerance: dict | None = None
+    rerun: list = dataclasses.field(default_factory=list)  # eager's step again: [(name, tensor)]
+    repeats: list = dataclasses.field(default_factory=list)  # ... nudged by rounding: [[(name, tensor)], ...]
 
 
 def entry(name: str, expected, actual, reference, tolerance) -> dict:
@@ -77,7 +81,31 @@ def judge(evidence: TrainingEvidence) -> dict:
             result.update(ok=False, verdict="random", problem=(
                 "the training step is random: two eager steps from the same RNG state disagree, so it cannot be "
                 "checked. Make the randomness an input, or call model.eval()."))
+        elif not ok and evidence.repeats:
+            _judge_by_spread(evidence, checked, result)
     return result
+
+
+def _judge_by_spread(evidence: TrainingEvidence, checked: list[dict], result: dict) -> None:
+    """Note [Eager's own spread]: the failing tensors judged again within eager's own spread, in place."""
+    eager = {name: e for name, e, _ in evidence.pairs if isinstance(e, torch.Tensor)}
+    ours = {name: a for name, _, a in evidence.pairs}
+    spread = eager_spread.eager_spread(eager, evidence.rerun, evidence.repeats)
+    result["eager_spread"] = spread
+    for entry in checked:
+        name = entry["name"]
+        if entry["ok"] or name not in eager or not isinstance(ours.get(name), torch.Tensor) or \
+                ours[name].shape != eager[name].shape:
+            continue
+        if eager_spread.within_spread(eager[name], ours[name], evidence.fp64.get(name), spread):
+            entry["ok"], entry["judged_by"] = True, "spread"
+            entry["note"] = (f"within {eager_spread.SPREAD_MULTIPLIER:g}x eager's own spread: eager's step moves by "
+                             f"up to {spread:.3g} of a tensor's largest value when its inputs and parameters move by "
+                             "one ulp, and eager is itself farther than that from float64 here")
+    if all(entry["ok"] for entry in checked):
+        result.update(ok=True, verdict="ok")
+        result.pop("problem", None)
+    result["reference"] = verdict.reference_words(checked, evidence.fp64_why_not)
 
 
 # --- as data -------------------------------------------------------------------------------------------------
@@ -89,7 +117,9 @@ def payload(evidence: TrainingEvidence) -> dict:
     return {"kind": "train", "pairs": [[str(n), plain(e), plain(a)] for n, e, a in evidence.pairs],
             "fp64": {str(k): plain(v) for k, v in evidence.fp64.items()}, "fp64_why_not": evidence.fp64_why_not,
             "again_loss": plain(evidence.again_loss), "skipped": list(evidence.skipped),
-            "notes": list(evidence.notes), "tolerance": evidence.tolerance}
+            "notes": list(evidence.notes), "tolerance": evidence.tolerance,
+            "rerun": [[str(n), plain(t)] for n, t in evidence.rerun],
+            "repeats": [[[str(n), plain(t)] for n, t in repeat] for repeat in evidence.repeats]}
 
 
 def from_payload(data: dict) -> TrainingEvidence:
@@ -100,4 +130,19 @@ def from_payload(data: dict) -> TrainingEvidence:
     fp64 = data.get("fp64") if isinstance(data.get("fp64"), dict) else {}
     return TrainingEvidence([(n, e, a) for n, e, a in pairs], fp64, str(data.get("fp64_why_not") or ""),
                             data.get("again_loss"), list(data.get("skipped") or []), list(data.get("notes") or []),
-                            data.get("tolerance"))
+                            data.get("tolerance"), _named(data.get("rerun", [])),
+                            [_named(repeat) for repeat in _list(data.get("repeats", []))])
+
+
+def _list(value) -> list:
+    if not isinstance(value, list):
+        raise ValueError("the job's training evidence is malformed")
+    return value
+
+
+def _named(entries) -> list:
+    """[(name, tensor or None)] from the payload's pairs, or ValueError."""
+    if not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and
+               (e[1] is None or isinstance(e[1], torch.Tensor)) for e in _list(entries)):
+        raise ValueError("the job's training evidence is malformed")
+    return [(n, t) for n, t in entries]

@@ -23,12 +23,13 @@ eager's step, from values alone (engine/train_verdict.py, Note [Training verdict
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from engine import run, shadow64, train_verdict, verdict
+from engine import eager_spread, run, shadow64, train_verdict, verdict
 from engine.train_verdict import TrainingEvidence
 
 
@@ -180,16 +181,48 @@ class TrainingStep:
         found = TrainingEvidence(pairs, fp64, why_not, skipped=list(self.skipped), notes=list(self.notes),
                                  tolerance=tolerance)
         if not train_verdict.close_to_eager(pairs, tolerance):
-            found.again_loss = self.eager(self.original, self.inputs).loss
+            again = self.eager(self.original, self.inputs)
+            found.again_loss, found.rerun = again.loss, self._named(again)
         return found
 
     def verify(self, tolerance: dict | None = None) -> dict:
-        """Every tensor of the step judged by Note [Tolerance policy] (engine/train_verdict.py); the evidence
-        goes to run.collect_evidence's collectors too, for a judge outside the job."""
+        """Every tensor of the step judged by Note [Tolerance policy] (engine/train_verdict.py), and where that
+        fails, again within eager's own spread (Note [Eager's own spread]: two or three more eager steps, taken
+        only then); the evidence goes to run.collect_evidence's collectors too, for a judge outside the job."""
         found = self.evidence(tolerance)
+        result = train_verdict.judge(found)
+        if result["verdict"] == "mismatch" and found.rerun and found.fp64:
+            found.repeats = self._repeats()
+            result = train_verdict.judge(found)
         for collector in run.evidence_collectors():
             collector.append(found)
-        return train_verdict.judge(found)
+        return result
+
+    def _repeats(self) -> list[list]:
+        """Eager's step with every floating input and parameter one ulp up, then down, and on the CPU with one
+        more thread (Note [Eager's own spread] in engine/eager_spread.py), each as named tensors."""
+        repeats = []
+        for toward in (math.inf, -math.inf):
+            model = copy.deepcopy(self.original) if isinstance(self.original, torch.nn.Module) else self.original
+            inputs = run.fresh(self.inputs)
+            floating = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+            floating += [x for x in torch.utils._pytree.tree_leaves(list(inputs))
+                         if isinstance(x, torch.Tensor) and x.is_floating_point()]
+            eager_spread.nudge_(floating, toward)
+            repeats.append(self._named(self.eager(model, inputs)))
+        tensors = [x for x in torch.utils._pytree.tree_leaves(list(self.inputs)) if isinstance(x, torch.Tensor)]
+        if all(x.device.type == "cpu" for x in tensors):
+            threads = torch.get_num_threads()
+            torch.set_num_threads(threads + 1)  # another split of each parallel sum
+            try:
+                repeats.append(self._named(self.eager(self.original, self.inputs)))
+            finally:
+                torch.set_num_threads(threads)
+        return repeats
+
+    def _named(self, result: StepResult) -> list:
+        """A step's tensors by the names the check gives them."""
+        return [(name, value) for name, (_, value) in self._pairs(result, result).items()]
 
     @staticmethod
     def _pairs(eager: StepResult, ours: StepResult) -> dict[str, tuple]:

@@ -331,12 +331,16 @@ def reference_words(outputs: list[dict], fp64_why_not: str = "") -> str:
     """Which reference judged the outputs, in words (Note [Verdicts])."""
     by_fp64 = sum(1 for o in outputs if o.get("judged_by") == "fp64")
     by_eager = sum(1 for o in outputs if o.get("judged_by") == "eager")
+    by_spread = sum(1 for o in outputs if o.get("judged_by") == "spread")
     parts = []
     if by_eager:
         parts.append(f"{by_eager} output(s) judged against eager (within atol/rtol)")
     if by_fp64:
         parts.append(f"{by_fp64} output(s) judged against the float64 shadow of eager's run (no less accurate "
                      "than eager)")
+    if by_spread:
+        parts.append(f"{by_spread} within eager's own spread (eager's step moves as far when its inputs move by "
+                     "one ulp: Note [Eager's own spread])")
     failed = sum(1 for o in outputs if not o.get("ok"))
     if failed:
         parts.append(f"{failed} output(s) failed")

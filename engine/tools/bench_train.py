@@ -238,7 +238,7 @@ def _partition_text(partition) -> str:
 
 def _check_words(check: dict) -> str:
     """A step check in a word: mismatch, ok, ok (fp64) where some tensor passed by float64 alone, or ok (spread)
-    where some passed by eager's own spread alone (Note [Eager's own spread] in engine/tools/step_verdict.py)."""
+    where some passed by eager's own spread alone (Note [Eager's own spread] in engine/eager_spread.py)."""
     if not check.get("ok"):
         return "MISMATCH"
     return "ok (spread)" if check.get("judged_by_spread") else "ok (fp64)" if check.get("judged_by_fp64") else "ok"

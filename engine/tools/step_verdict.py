@@ -2,30 +2,7 @@
 that a sandboxed bench's steps are judged outside the job (Note [Bench and compare judged outside the job] in
 engine/tools/judged_commands.py).
 
-Note [Eager's own spread]
-A step can decide near-ties by rounding, and then eager is no reference for it. The small ResNet-50 bench (`bench
-train --small`: batch 2 at 64x64, so layer4's batch norms see 8 values a channel, and the loss is a plain sum) has
-ReLU inputs nearer zero than the forward's own float32 error (-4.4e-5 in eager, -1.2e-4 in float64, +2.1e-5 in eager
-on 2 threads, beside values up to 2.6). A ReLU is continuous, so the loss hardly notices which way one goes, but its
-derivative jumps: the batch-norm channel's whole gradient changes, and everything the backward computes from it.
-Eager's own step on 2 threads instead of 1, or with its inputs one ulp up, flips two such ReLUs, moves gradients by
-up to 24% of their largest value and fails judge_step's check on 26 and 30 tensors (ours failed on 26, Inductor on
-17; at the worst element of layer4.2.conv2's gradient eager on 2 threads gives 0.6488, ours 0.6487, Inductor 0.6491,
-eager on 1 thread 0.0151, float64 0.0096).
-
-So where a step fails that check, eager's step is repeated under rounding-level changes (StepEvidence.repeats: every
-floating input and parameter one ulp up, then down, and on the CPU one more thread), and the step's spread is the
-largest move of any repeat at any tensor, relative to that tensor's largest value. Where it is past the limit, a
-tensor over the limit passes when eager's own value there is farther than the limit from float64 (eager is no more
-accurate than that there: at 158 of that step's 161 gradients, by up to 36%, not at its loss, 1.2e-5 off) and ours
-is within SPREAD_MULTIPLIER times the spread, and never past MAX_SPREAD, so a zeroed, doubled or negated gradient
-always fails. The step's spread, not each tensor's: which tensors a flipped ReLU reaches depends on where it
-flipped, and the bench's repeats moved layer4.2.conv3's gradient by at most 7.4e-4 where eager with its inputs one
-ulp down moved it by 36%, while every eager variant's largest move at any tensor was within 1.6x of the repeats'
-largest. Eager's step is also rerun as it was (StepEvidence.rerun): where that moves past the limit the step is
-random, its spread would be its randomness, and none is used. A model that looks at its threads or its inputs' last
-bits can widen its own spread, never past MAX_SPREAD; the verdict names the tensors passed by the spread, and the
-spread.
+The rule for tensors eager's own step cannot decide is Note [Eager's own spread] in engine/eager_spread.py.
 """
 from __future__ import annotations
 
@@ -34,10 +11,9 @@ import dataclasses
 import torch
 
 from engine import verdict
+from engine.eager_spread import MAX_SPREAD, SPREAD_MULTIPLIER, eager_spread, relative_error, rounding_decides
 
 HALF = (torch.float16, torch.bfloat16)
-SPREAD_MULTIPLIER = 2.0  # ours may move up to this many times eager's own spread (Note [Eager's own spread])
-MAX_SPREAD = 0.5  # ... and never more than half a tensor's largest value: a zeroed gradient is wrong
 
 
 @dataclasses.dataclass
@@ -66,7 +42,7 @@ def judge_step(evidence: StepEvidence) -> dict:
         return _unjudged("the compiled step's loss and gradients do not match eager's in number or name")
     half = any(isinstance(t, torch.Tensor) and t.dtype in HALF for t in eager.values())
     limit = 5e-2 if half else 1e-3
-    spread = _eager_spread(eager, evidence.rerun, evidence.repeats, limit)
+    spread = eager_spread(eager, evidence.rerun, evidence.repeats, limit)
     worst_abs = worst_rel = 0.0
     by_fp64, by_spread, failing = [], [], []
     for name, expected in eager.items():
@@ -75,14 +51,14 @@ def judge_step(evidence: StepEvidence) -> dict:
             continue
         if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
             return _unjudged(f"{name}: missing or of another shape in the compiled step")
-        error, relative = _errors(expected, actual)
+        error, relative = relative_error(expected, actual)
         worst_abs, worst_rel = max(worst_abs, error), max(worst_rel, relative)
         if relative <= limit:
             continue
         reference = fp64.get(name)
         if isinstance(reference, torch.Tensor) and verdict.compare_tensor(expected, actual, reference)["ok"]:
             by_fp64.append(name)
-        elif spread > limit and _rounding_decides(expected, reference, limit) and \
+        elif spread > limit and rounding_decides(expected, reference, limit) and \
                 relative <= min(SPREAD_MULTIPLIER * spread, MAX_SPREAD):
             by_spread.append(name)
         else:
@@ -104,35 +80,6 @@ def judge_step(evidence: StepEvidence) -> dict:
 def _unjudged(problem: str) -> dict:
     return {"ok": False, "verdict": "mismatch", "max_abs_err": float("inf"), "max_rel_err": float("inf"),
             "problem": problem}
-
-
-def _errors(expected: torch.Tensor, actual: torch.Tensor) -> tuple[float, float]:
-    """The largest error of `actual`, and that relative to `expected`'s largest value."""
-    error = float((actual.double() - expected.double()).abs().max()) if expected.numel() else 0.0
-    error = error if error == error else float("inf")  # NaN where eager has none is the worst error
-    scale = float(expected.double().abs().max()) if expected.numel() else 0.0
-    return error, error / max(scale, 1e-6)
-
-
-def _eager_spread(eager: dict, rerun: list, repeats: list, limit: float) -> float:
-    """Note [Eager's own spread]: the largest move of any repeat of eager's step at any tensor, relative to that
-    tensor's largest eager value; 0 where eager's step, rerun as it was, moves past `limit` itself (a random
-    step: its spread would be its randomness)."""
-    if not rerun or _largest_move(eager, rerun) > limit:
-        return 0.0
-    return max((_largest_move(eager, repeat) for repeat in repeats), default=0.0)
-
-
-def _largest_move(eager: dict, run: list) -> float:
-    """The largest distance of `run`'s tensors from eager's, each relative to that tensor's largest value."""
-    return max((_errors(eager[name], value)[1] for name, value in run
-                if isinstance(eager.get(name), torch.Tensor) and isinstance(value, torch.Tensor)
-                and value.shape == eager[name].shape), default=0.0)
-
-
-def _rounding_decides(expected: torch.Tensor, reference, limit: float) -> bool:
-    """Whether eager's own value is farther than `limit` from float64 (Note [Eager's own spread])."""
-    return isinstance(reference, torch.Tensor) and _errors(reference, expected)[1] > limit
 
 
 def _reference_words(limit: float, by_fp64: list, by_spread: list, spread: float) -> str:

@@ -11,7 +11,7 @@ Before timing, each compiled step's loss and every parameter's gradient are comp
 the largest error relative to that tensor's largest eager value (`verify[who].max_rel_err`; ok below 1e-3 in
 float32, 5e-2 in half precision, where a gradient summed over thousands of products differs by rounding;
 judge_step in engine/tools/step_verdict.py, which judges a sandboxed bench's steps outside the job; a step
-that fails it is judged again with eager's own spread: Note [Eager's own spread] there).
+that fails it is judged again with eager's own spread: Note [Eager's own spread] in engine/eager_spread.py).
 Activation memory (`saved_bytes`) is what the forward keeps for the backward: every tensor autograd saves
 during the forward (torch.autograd.graph.saved_tensors_hooks sees what a compiled graph's partition saves as
 well as eager's own saves), each storage once, parameters, buffers and inputs left out (they are alive
@@ -35,6 +35,7 @@ from engine.run import evidence_collectors
 from engine.runtime.timing import load_summary, timed_in_rounds
 from engine.tools.bench import choose_threads, environment, figures, on_device
 from engine.tools.model_file import ModelSpec
+from engine.eager_spread import nudge_
 from engine.tools.step_verdict import StepEvidence, judge_step
 from engine.train_verify import default_loss
 
@@ -179,7 +180,7 @@ def _eager_step(model, inputs: tuple, spec: ModelSpec) -> tuple[list, torch.Tens
 
 
 def _eager_repeats(model, inputs: tuple, spec: ModelSpec, device: str) -> tuple[list, list]:
-    """Note [Eager's own spread] (engine/tools/step_verdict.py): eager's step rerun as it was, and repeated with
+    """Note [Eager's own spread] (engine/eager_spread.py): eager's step rerun as it was, and repeated with
     every floating input and parameter one ulp up, then down, and on the CPU with one more thread; each its loss
     and gradients as the check names them."""
     rerun = _repeat(model, inputs, spec)
@@ -200,9 +201,7 @@ def _repeat(model, inputs: tuple, spec: ModelSpec, toward: float | None = None) 
     if toward is not None:
         floating = list(own.parameters()) if isinstance(own, nn.Module) else []
         floating += [x for x in own_inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-        with torch.no_grad():
-            for tensor in floating:  # on the CPU, where nextafter has every floating type
-                tensor.copy_(torch.nextafter(tensor.cpu(), torch.tensor(toward, dtype=tensor.dtype)))
+        nudge_(floating, toward)
     loss = step(own, own, own_inputs, spec.loss_fn)
     return _step_tensors([t.grad for t in _trained(own, own_inputs)], loss)
 

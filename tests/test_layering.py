@@ -37,6 +37,7 @@ RANKS = [
     ("engine.codegen", 5),
     ("engine.run", 6), ("engine.verdict", 6), ("engine.capture", 6), ("engine.break_fixes", 6),
     ("engine.decompose", 6), ("engine.rewrite", 6), ("engine.shadow64", 6), ("engine.train_verdict", 6),
+    ("engine.eager_spread", 6),
     ("engine.report", 7),
     ("engine.pipeline", 8), ("engine", 8),
     ("engine.reference", 9),

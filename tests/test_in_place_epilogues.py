@@ -58,3 +58,22 @@ def test_cpp_kernels_do_not_write_in_place():
     assert not any(life.reuses for life in compiled.memory.lives), compiled.memory.lives
     (out,) = compiled.call(list(inputs))
     torch.testing.assert_close(out, _convs(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def _transposed_sibling(a, b, c):
+    y = a @ b
+    return torch.relu(y) @ c + (y.t() + 1) @ c  # one kernel stores both: relu(y) at y's address, y.t() + 1
+
+
+def test_a_sibling_output_reading_the_source_elsewhere_keeps_it_whole():
+    """Two outputs of one kernel: relu(y) could be written over y, but y.t() + 1 reads y transposed, so programs
+    would read elements others already overwrote (at 256 x 256 the interpreter runs two programs, in turn)."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(256, 256) for _ in range(3)]
+    gm = make_fx(_transposed_sibling, tracing_mode="fake")(*inputs)
+    compiled = compile_graph(gm, inputs, Options(backend="triton", templates="off"))
+    (kernel,) = [k for k in compiled.schedule.kernels if k.kind == "pointwise" and len(k.stored) == 2]
+    reused = {life.name: life.reuses for life in compiled.memory.lives}
+    assert not any(reused[name] for name in kernel.stored), reused
+    (out,) = compiled.call(list(inputs))
+    torch.testing.assert_close(out, _transposed_sibling(*inputs), atol=1e-3, rtol=1e-4)

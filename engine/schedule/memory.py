@@ -64,8 +64,9 @@ def _peak(intervals: list[tuple[int, int, int]]) -> int:
 # call, Inductor's 10; on a host-bound GPU model each allocation and free is host time). Taken only when it is
 # safe for any tiling: a pointwise kernel, the source a fresh library output (a matmul or convolution: never a
 # view of an input) of the same dtype and element count, not a graph output, last read by this kernel, and every
-# load of it in the kernel at exactly the address the kernel stores the result to, so each element is read and
-# then overwritten by the one program that owns it. Triton kernels only, and not in max-autotune (`in_place`):
+# load of it in the kernel, for any of the kernel's outputs, at exactly the address the kernel stores the result
+# to, so each element is read and then overwritten by the one program that owns it (a second output reading the
+# source transposed would read elements other programs already overwrote). Triton kernels only, and not in max-autotune (`in_place`):
 # our C++ kernels declare their pointers __restrict__, which an input that is also the output would break, and
 # autotuning runs a kernel several times on its real arguments, which must leave its inputs as they were.
 FRESH_OUTPUTS = {torch.ops.aten.convolution.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
@@ -89,8 +90,9 @@ def _in_place_source(kernel: Kernel, output: Buffer, candidates: list[Buffer], g
 
     inliner = Inliner(plan, external=external, accumulator=lambda name: Var("acc", graph.buffers[name].dtype))
     recorder = AccessRecorder(graph.buffers, on_load=inliner.load)
-    with use_handler(recorder):
-        store_node(plan, output)
+    with use_handler(recorder):  # every output's loads: another output may read the source elsewhere
+        for name in kernel.stored:
+            store_node(plan, graph.buffers[name])
     stored = [index for name, index in recorder.stores if name == output.name]
     if len(stored) != 1:
         return None

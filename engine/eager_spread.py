@@ -5,10 +5,7 @@ A training step can decide near-ties by rounding: a ReLU whose input is nearer z
 in a batch norm over few values or in half precision. The loss hardly notices which way it goes, but its
 derivative jumps, and the channel's whole gradient moves with it. Eager's own step then moves by as much when
 its inputs and parameters move by one ulp or its threads change, so "close to eager" and "as close to float64 as
-eager" both ask for the luck of eager's rounding. (Measured: the small ResNet-50 bench step on 2 CPU threads
-instead of 1 fails the float64 check on the same 26 tensors ours does; a bf16 ResNet-style step on an H100 and on
-this CPU, ours nearer float64 than eager in RMS and at the worst element, failed it at 0.3% of one conv weight's
-gradient: reports/eager_spread.md.)
+eager" both ask for the luck of eager's rounding (the measurements: reports/eager_spread.md).
 So where a step fails the check, eager's step is rerun as it was and repeated with every floating input and
 parameter one ulp up, then down, and on the CPU with one more thread. The step's spread is the largest move of
 any repeat at any tensor, relative to that tensor's largest value. A tensor that fails the check passes when the

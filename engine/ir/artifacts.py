@@ -47,7 +47,8 @@ class KernelLaunch:
     checked: tuple[int, ...]  # arguments whose specialization may vary (Note [Bound Triton launches])
     tune: TunePlan | None = None  # mode="max-autotune" on a GPU: tuned at the first launch
     # every argument's dtype, when the launch has no size arguments: enough to compile it before its first
-    # launch (Note [Parallel compiles] in runtime/compile_pool.py); None where a size is known only at the call
+    # launch (Note [Compiling a graph's kernels before its first call] in runtime/compile_pool.py); None where a
+    # size is known only at the call
     arg_dtypes: tuple | None = None
 
 

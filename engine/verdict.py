@@ -43,8 +43,9 @@ Note [Verdicts]
 named finding, listed under `findings` and said by every front end, not a silent pass), "random" (a second
 eager run disagrees with the first: nothing can be checked; said as such, not as a mismatch) or "nothing
 compared" (the model returned no tensor and no float, so nothing was computed that could be checked). `ok`
-is true for "ok" and "layout differs" (the values are right; our compiler does not yet give every output
-eager's strides, and failing those would fail models whose values we compute exactly). `reference` says in
+is true for "ok" and "layout differs" (the values are right; outputs come back in eager's strides where
+eager's are a dense layout, Note [Outputs in eager's strides], so what is left is an overlapping or gapped
+layout, which failing would fail models whose values we compute exactly). `reference` says in
 words which reference judged the outputs.
 
 Note [Verdict from data]

@@ -25,7 +25,7 @@ def _cases():
                               None),
         "permuted_batch": (lambda a, b: F.gelu(a.permute(1, 0, 2) @ b), (r(17, 3, 31), r(3, 31, 18)), None),
         "transposed_b_batch": (lambda a, b: torch.relu(a @ b.transpose(1, 2)), (r(2, 17, 31), r(2, 18, 31)), None),
-        "output_read_transposed": (lambda a, b: (a @ b).t() + 1, (r(20, 31), r(31, 24)), None),
+        "output_read_transposed": (lambda a, b: ((a @ b).t() + 1).contiguous(), (r(20, 31), r(31, 24)), None),
         "output_used_twice": (lambda a, b: (torch.relu(a @ b), (a @ b) * 2), (r(20, 31), r(31, 24)), None),
         "ragged_k_and_n": (lambda a, b, c: torch.relu(a @ b) * c, (r(37, 65), r(65, 33), r(33)), None),
         "integer": (lambda a, b: (a @ b) + 1, (torch.randint(-4, 4, (6, 5)), torch.randint(-4, 4, (5, 7))),

@@ -79,3 +79,46 @@ def test_a_channels_last_output_is_stored_in_place_not_copied():
     (graph,) = exploration.graphs
     assert len(graph.kernels) == 1
     assert graph.memory.layout["buffers"], graph.memory.layout
+
+
+def _transposed_product(x):
+    return x.t() * 2  # eager follows x's transposed layout: strides (1, rows)
+
+
+def _permuted_and_reduced(x):
+    y = x.permute(0, 2, 1) * 3  # returned and also read by the sum
+    return y, y.sum(1)
+
+
+def _channels_last_and_pooled(x):
+    y = x * 2 + 1  # ConvNeXt-V2's last hidden state: returned channels-last, and read by the pooler's mean
+    return y, y.mean((2, 3))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("fn,make", [
+    (_transposed_product, lambda: (torch.randn(5, 7),)),
+    (_permuted_and_reduced, lambda: (torch.randn(3, 5, 7),)),
+    (_channels_last_and_pooled, lambda: (torch.randn(2, 6, 4, 3).to(memory_format=CHANNELS_LAST),)),
+], ids=["transposed", "permuted_and_reduced", "channels_last_and_pooled"])
+def test_every_output_comes_back_in_eagers_strides(backend, fn, make):
+    """Note [Outputs in eager's strides]: an output eager returns in a permuted layout comes back so, whether
+    or not another kernel reads it too, and the record's verdict is ok (not "layout differs")."""
+    inputs = make()
+    exploration = engine.explore(fn, inputs, backend=backend)
+    assert exploration.verify.verdict == "ok", exploration.verify.problem
+    expected = fn(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = engine.compile(fn, backend=backend)(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    for ours, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        assert [s for s, n in zip(ours.stride(), ours.shape) if n != 1] == \
+            [s for s, n in zip(theirs.stride(), theirs.shape) if n != 1], (ours.stride(), theirs.stride())
+
+
+def test_an_output_made_only_to_be_returned_is_computed_in_eagers_order():
+    """x.t() * 2 is one kernel that writes the transposed layout itself, not a kernel and a copy."""
+    exploration = engine.explore(_transposed_product, (torch.randn(5, 7),), backend="cpp")
+    assert exploration.verify.verdict == "ok"
+    assert sum(len(g.kernels) for g in exploration.graphs) == 1

@@ -28,8 +28,8 @@ def test_transposed_and_permuted_pointwise_are_2d_tiles(backend, case):
         "transpose_add": (lambda a, b: a.t() + b, (torch.randn(64, 48), torch.randn(48, 64))),
         "nchw_to_nhwc_add": (lambda a, b: a.permute(0, 2, 3, 1) + b, (torch.randn(2, 32, 8, 8), torch.randn(2, 8, 8, 32))),
         "nhwc_to_nchw": (lambda a: a.permute(0, 3, 1, 2).contiguous() * 2, (torch.randn(2, 8, 8, 33),)),
-        "odd_transpose": (lambda a: (a.t() + 1).sin(), (torch.randn(37, 53),)),
-        "wide_transpose": (lambda a: a.t() * 3, (torch.randn(1100, 20),)),  # several X blocks a Y block
+        "odd_transpose": (lambda a: (a.t() + 1).sin().contiguous(), (torch.randn(37, 53),)),
+        "wide_transpose": (lambda a: (a.t() * 3).contiguous(), (torch.randn(1100, 20),)),  # several X blocks a Y block
     }[case]
     (kernel,) = explored_kernels(fn, inputs, backend)
     assert kernel.tiling.choice == "2d" and "contiguous along dim" in kernel.tiling.reason

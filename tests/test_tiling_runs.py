@@ -49,8 +49,8 @@ def test_no_run_when_the_inner_dims_are_too_short():
 
 
 PERMUTE_CASES = {
-    "nchw_to_nhwc_add": (lambda a, b: a.permute(0, 2, 3, 1) + b, (torch.randn(2, 32, 8, 8), torch.randn(2, 8, 8, 32))),
-    "nchw_to_nhwc_add_fp16": (lambda a, b: a.permute(0, 2, 3, 1) + b,
+    "nchw_to_nhwc_add": (lambda a, b: (a.permute(0, 2, 3, 1) + b).contiguous(), (torch.randn(2, 32, 8, 8), torch.randn(2, 8, 8, 32))),
+    "nchw_to_nhwc_add_fp16": (lambda a, b: (a.permute(0, 2, 3, 1) + b).contiguous(),
                               (torch.randn(3, 16, 6, 6).half(), torch.randn(3, 6, 6, 16).half())),
 }
 

@@ -146,17 +146,20 @@ class GraphLowering(torch.fx.Interpreter):
                                                      self.layout.preferred)
             self.channels_last += stored
         if isinstance(result, tuple):  # a result whose getitem is such an output (max pooling's values)
-            returned = {u.args[1] for u in self.current_node.users if u.target is operator.getitem
-                        and layouts.eager_returns_channels_last(u, u.meta.get("val"))}
-            result = tuple(self._as_eager_returns(v, first_new) if i in returned else v for i, v in enumerate(result))
-        elif layouts.eager_returns_channels_last(self.current_node, val):
-            result = self._as_eager_returns(result, first_new)
+            orders = {u.args[1]: layouts.eager_order(u, u.meta.get("val")) for u in self.current_node.users
+                      if u.target is operator.getitem}
+            result = tuple(self._as_eager_returns(v, first_new, orders.get(i)) for i, v in enumerate(result))
+        else:
+            result = self._as_eager_returns(result, first_new, layouts.eager_order(self.current_node, val))
         return result
 
-    def _as_eager_returns(self, result, first_new: int):
-        """A graph output that eager returns channels-last, stored that way."""
-        placed = layouts.store_channels_last(result, first_new, self.nodes)
-        if placed is not result:
+    def _as_eager_returns(self, result, first_new: int, order):
+        """A graph output that eager returns in other strides than contiguous ones, computed in eager's order
+        (Note [Outputs in eager's strides])."""
+        if order is None or not isinstance(result, TensorValue) or not self.nodes or result.node is not self.nodes[-1]:
+            return result  # a node of this lowering that a later one reads keeps its order: output() copies it
+        placed = layouts.store_permuted(result, order, first_new, self.nodes)
+        if placed is not result and order == (0, *range(2, len(order)), 1):
             self.channels_last.append(placed.node.name)
         return placed
 
@@ -167,8 +170,14 @@ class GraphLowering(torch.fx.Interpreter):
         outputs = [realize(v) if isinstance(v, TensorValue) and v.strided_layout() is None else v for v in outputs]
         fx_outputs = self.current_node.args[0]
         fx_outputs = list(fx_outputs) if isinstance(fx_outputs, (tuple, list)) else [fx_outputs]
-        return [self._to_host(v, n.meta.get("val")) if isinstance(n, torch.fx.Node) else v
-                for v, n in zip(outputs, fx_outputs)]
+        return [self._to_host(self._in_eager_strides(v, n), n.meta.get("val")) if isinstance(n, torch.fx.Node)
+                else v for v, n in zip(outputs, fx_outputs)]
+
+    def _in_eager_strides(self, value, node: torch.fx.Node):
+        """Note [Outputs in eager's strides]; a saved tensor handed over to the backward keeps its own."""
+        if layouts.handed_over(node):
+            return value
+        return layouts.in_eager_strides(value, node.meta.get("val"), self.nodes)
 
     def _to_host(self, value, val):
         """An output eager returns on the CPU, computed here on the graph's device, copied back to the CPU

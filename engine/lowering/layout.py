@@ -18,13 +18,14 @@ dimension), as Inductor's layout optimization does:
 - a convolution's output is promised channels-last, and its weight is converted once and kept while the
   parameter is unchanged (ChannelsLastWeight), so cuDNN sees NHWC arguments and needs no transform kernels;
 - the graph's outputs keep eager's strides where nothing else reads them (their values are stored
-  channels-last when eager returns them so: `eager_returns_channels_last`, in any graph, as eager's elementwise
+  channels-last when eager returns them so: `eager_order`, in any graph, as eager's elementwise
   ops and max pools follow a channels-last input; a 5D output likewise, channels_last_3d (N, D, H, W, C);
   stored NCHW instead, x * x.mean((2, 3)) over a channels-last x came back
   with other strides than eager's, through a transposing store that made it 1.2x Inductor's time on the H200
-  and 1.3-1.5x on the CPU). An output that another kernel also reads keeps NCHW: the column reduction that reads it
-  (y and y.mean((2, 3)), a squeeze-excitation's input) fuses it as a stored prologue by the order of its
-  logical dims (policy.stored_prologue_of_column), and a channels-last y would fall out of it; and views
+  and 1.3-1.5x on the CPU). An output that another kernel also reads is stored NCHW for its readers: the column
+  reduction that reads it (y and y.mean((2, 3)), a squeeze-excitation's input) fuses it as a stored prologue by
+  the order of its logical dims (policy.stored_prologue_of_column), and a channels-last y would fall out of it;
+  the output is then a copy in eager's strides (Note [Outputs in eager's strides]); and views
   (permute, reshape) never carry the preference across: convnext's permute to NHWC for its layer norm
   already is a channels-last view of a channels-last convolution output.
 
@@ -307,14 +308,73 @@ def _trivial(size) -> bool:
     return c == 1 or math.prod(spatial) == 1
 
 
-def eager_returns_channels_last(node: torch.fx.Node, val) -> bool:
-    """Whether `node` is a graph output, read by nothing else of the graph, that eager returns in channels-last
-    strides (channels_last_3d for a 5D one; and not also contiguous: a trivial C or H*W has both)."""
-    if not isinstance(val, torch.Tensor) or val.dim() not in (4, 5) or not node.users or \
-            any(u.op != "output" for u in node.users):
-        return False
-    size, stride = tuple(sympy.sympify(s) for s in val.shape), tuple(sympy.sympify(s) for s in val.stride())
-    return not _trivial(size) and stride == tuple(channels_last_strides(size))
+def _only_returned(node: torch.fx.Node) -> bool:
+    return bool(node.users) and all(u.op == "output" for u in node.users)
+
+
+# Note [Outputs in eager's strides]
+# A graph output comes back in the strides eager gives it, as Inductor's do: code that reads an output's memory
+# (.view, a C extension, data_ptr arithmetic) must see eager's data. Eager's elementwise ops follow their
+# inputs' layout, so x.t() * 2 is returned transposed and ConvNeXt-V2's last hidden state (a residual add over
+# a channels-last convolution) channels-last. An output that nothing else reads is computed in that order where
+# it is made (`eager_order`, store_permuted: one kernel, as for channels-last outputs); one that other kernels
+# also read keeps the layout they were lowered against, and the output is a copy in eager's order
+# (`in_eager_strides`). A saved tensor a training forward hands over keeps its own strides: the backward is told
+# them (Note [Channels-last training graphs]).
+
+
+def dense_order(size, stride) -> tuple[int, ...] | None:
+    """The dims from outermost to innermost in memory when `stride` lays `size` out densely, with no gap and no
+    overlap (a permutation of the contiguous layout); None when it does not, or when symbolic strides cannot be
+    ordered (then only the contiguous and channels-last orders are tried)."""
+    size, stride = [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride]
+    candidates = [tuple(range(len(size)))]
+    if len(size) in (4, 5):
+        candidates.append((0, *range(2, len(size)), 1))
+    if all(s.is_Integer for s in stride):  # outermost first; a size-1 dim's stride says nothing, so it goes last
+        candidates.append(tuple(sorted(range(len(size)), key=lambda d: (size[d] == 1, -int(stride[d]), d))))
+    for order in candidates:
+        if _same_strides(size, stride, permuted_strides(size, order)):
+            return order
+    return None
+
+
+def permuted_strides(size, order) -> tuple:
+    """The strides of `size` stored densely with its dims in memory in `order` (outermost first)."""
+    strides, step = [sympy.Integer(0)] * len(size), sympy.Integer(1)
+    for d in reversed(order):
+        strides[d] = step
+        step = step * sympy.sympify(size[d])
+    return tuple(strides)
+
+
+def _same_strides(size, a, b) -> bool:
+    return all(sympy.expand(x - y) == 0 for x, y, n in zip(a, b, size) if sympy.sympify(n) != 1)
+
+
+def eager_order(node: torch.fx.Node, val) -> tuple[int, ...] | None:
+    """The order to compute `node` in when it is a graph output, read by nothing else, that eager returns in
+    strides other than contiguous ones (Note [Outputs in eager's strides]); None otherwise."""
+    if not isinstance(val, torch.Tensor) or val.dim() < 2 or not _only_returned(node):
+        return None
+    order = dense_order(val.shape, val.stride())
+    return None if order is None or order == tuple(range(val.dim())) else order
+
+
+def in_eager_strides(value, val, nodes: list[Buffer]):
+    """A graph output in eager's strides (Note [Outputs in eager's strides]): `value` where it already is (or
+    eager's strides are no dense layout), else a copy of it stored in eager's order."""
+    if not isinstance(value, TensorValue) or not isinstance(val, torch.Tensor) or val.dim() < 2:
+        return value
+    layout = value.strided_layout()
+    eager = [sympy.sympify(s) for s in val.stride()]
+    if layout is not None and _same_strides(value.size, layout[0], eager):
+        return value
+    order = dense_order(val.shape, val.stride())
+    if order is None:
+        return value
+    first_new = len(nodes)
+    return store_permuted(realize(value), order, first_new, nodes)
 
 
 def store_preferred(node: torch.fx.Node, result, first_new: int, nodes: list[Buffer], preferred: frozenset):
@@ -335,22 +395,32 @@ def store_channels_last(value, first_new: int, nodes: list[Buffer]):
     """The lowering's result as a node whose loop runs over N, H, W, C (N, D, H, W, C in 5D), seen through a
     permutation; unchanged when it is no new node of ours (a view, an input, a library call) or channels-last is
     NCHW for its shape."""
-    if not isinstance(value, TensorValue) or value.index_map is not None or value.ndim not in (4, 5):
+    if not isinstance(value, TensorValue) or value.ndim not in (4, 5) or _trivial(value.size):
+        return value
+    return store_permuted(value, (0, *range(2, value.ndim), 1), first_new, nodes)
+
+
+def store_permuted(value, order: tuple[int, ...], first_new: int, nodes: list[Buffer]):
+    """The lowering's result as a node whose loop runs over its dims in `order` (outermost first), so its buffer
+    is dense in that order, seen through the permutation; unchanged when it is no new node of ours (a view, an
+    input, a library call)."""
+    if not isinstance(value, TensorValue) or value.index_map is not None:
         return value
     node = value.node
     if not isinstance(node, (Pointwise, Reduction)) or node not in nodes[first_new:] or \
-            tuple(value.size) != tuple(node.size) or _trivial(node.size):
+            tuple(value.size) != tuple(node.size) or order == tuple(range(len(order))):
         return value
     size, body = tuple(node.size), node.inner_fn
-    node.size = (size[0], *size[2:], size[1])
+    node.size = tuple(size[d] for d in order)
+    where = {d: i for i, d in enumerate(order)}
 
-    def logical(index):  # N, (D,) H, W, C -> N, C, (D,) H, W
-        return [index[0], index[-1], *index[1:-1]]
+    def logical(index):  # memory order -> the tensor's dims
+        return [index[where[d]] for d in range(len(order))]
     if isinstance(node, Pointwise):
         node.inner_fn = lambda index: body(logical(index))
     else:
         node.inner_fn = lambda index, rindex: body(logical(index), rindex)
-    return TensorValue(node, size, lambda index: [index[0], *index[2:], index[1]])
+    return TensorValue(node, size, lambda index: [index[d] for d in order])
 
 
 class ChannelsLastWeight:

@@ -20,11 +20,12 @@ kernel read sent the whole graph to eager (torchvision Swin-T, Hugging Face DeBE
 fake inputs' metadata, never the mode, so lower..build run with the mode unset, as real code.
 
 Note [Internal failure falls back to eager]
-An exception inside our own compile of a graph (lower, schedule, codegen, build, or writing its record), or in
-our compiled call on its first run, is our bug, never the user's: the graph runs its ATen graph eagerly instead, the record says so
-(GraphRecord.fallback, and an error of kind "fallback" with the stage, the exception type and its message) and
-the model still returns eager's results. Errors in the model itself surface before any of that (the CLI runs
-it eagerly first), and Dynamo's own failures stay Dynamo's.
+An exception inside our own compile of a graph (AOTAutograd's trace with our decompositions, rewrite, lower,
+schedule, codegen, build, or writing its record), or in our compiled call on its first run, is our bug, never
+the user's: the graph runs its ATen graph eagerly instead (Dynamo's graph, when the trace itself failed), the
+record says so (GraphRecord.fallback, and an error of kind "fallback" with the stage, the exception type and its
+message) and the model still returns eager's results. Errors in the model itself surface before any of that (the
+CLI runs it eagerly first), and Dynamo's own failures stay Dynamo's.
 """
 from __future__ import annotations
 
@@ -385,6 +386,11 @@ class Compilation:
             compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler,
                                                      make_partition_fn(on_partition, self.options.partition),
                                                      rewrite_forward))
+        except torch._dynamo.exc.TorchDynamoException:
+            raise  # Dynamo's own signals (a restarted analysis) and failures stay Dynamo's
+        except Exception as error:  # Note [Internal failure falls back to eager]: our decompositions' trace
+            self._fall_back(graph, "decompose", error, gm)
+            compiled = gm  # Dynamo's graph, run as eager code (with autograd where it trains)
         finally:
             self._graph = outer
         if graph is not None:

@@ -35,7 +35,7 @@ def _fallback_warnings(record) -> list[str]:
     return [str(w.message) for w in record if issubclass(w.category, engine.FallbackWarning)]
 
 
-@pytest.mark.parametrize("stage", pipeline.GRAPH_STAGES)
+@pytest.mark.parametrize("stage", ("decompose",) + pipeline.GRAPH_STAGES)
 def test_a_graph_that_falls_back_warns_once_with_stage_reason_and_line(monkeypatch, stage):
     def broken(artifact, options):
         raise RuntimeError("injected failure")
@@ -50,6 +50,31 @@ def test_a_graph_that_falls_back_warns_once_with_stage_reason_and_line(monkeypat
     (message,) = _fallback_warnings(caught)
     assert f"our {stage} stage failed" in message and "RuntimeError: injected failure" in message
     assert "test_loud_fallback.py:" in message, message
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_a_failed_trace_runs_dynamos_graph_and_the_record_says_so(monkeypatch, train):
+    """AOTAutograd's trace with our decompositions is our stage too (Note [Internal failure falls back to
+    eager]): when it raises, the graph runs as Dynamo captured it, gradients included, and explore's record
+    names the stage, while Dynamo's own signals still reach Dynamo."""
+    def broken(artifact, options):
+        raise ValueError("injected trace failure")
+
+    _replace_stage(monkeypatch, "decompose", broken)
+    x = torch.randn(4, 8, requires_grad=train)
+    record = engine.explore(_model, (x,), train=train)
+    assert record.verify.ok, record.verify
+    assert [g.fallback.stage for g in record.graphs] == ["decompose"]
+    assert [(e.kind, e.stage) for e in record.errors] == [("fallback", "decompose")]
+    assert "injected trace failure" in record.errors[0].message
+
+    def restarted(artifact, options):
+        raise torch._dynamo.exc.RestartAnalysis("Dynamo's own")
+
+    _replace_stage(monkeypatch, "decompose", restarted)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="Dynamo's own|RestartAnalysis"):
+        engine.compile(_model)(torch.randn(4, 8))
 
 
 def test_a_first_run_that_raises_warns_with_the_run_stage(monkeypatch):

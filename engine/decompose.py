@@ -30,7 +30,7 @@ EXTRA_DECOMPOSITIONS = [
     aten.hardsigmoid, aten.softplus, aten.elu, aten.log_sigmoid_forward, aten.mish, aten.addcmul, aten.addcdiv,
     aten.lerp, aten.std, aten.std_mean, aten.linalg_vector_norm, aten._unsafe_index,
     aten.avg_pool2d, aten._adaptive_avg_pool2d,
-    aten.masked_fill, aten.repeat, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
+    aten.masked_fill, aten.flip, aten.roll, aten.tril, aten.triu, aten.logit, aten.xlogy,
     aten.glu, aten.hardshrink, aten.softshrink, aten.prelu, aten.threshold, aten.rrelu_with_noise,
     # found by the OpInfo sweep: torch has a decomposition into ops we lower (`python -m engine sweep opinfo`)
     aten.addmv, aten.ldexp, aten.as_strided_copy,
@@ -85,10 +85,29 @@ def _core_aten_table() -> dict:
     return dict(explicit() if explicit is not None else torch._decomp.core_aten_decompositions())
 
 
+# Note [repeat in eager's strides]
+# Eager's repeat always returns a contiguous tensor, so model code may .view() it (WavLM's position bias:
+# `bias.unsqueeze(0).repeat(bsz, 1, 1, 1).view(bsz * heads, t, t)`). torch's reference decomposition clones the
+# expanded input and permutes it into place, which gives a permuted result when the input is a permuted view;
+# the .view after it then fails while AOTAutograd traces. Ours expands each dim as (repeats, size), clones that
+# contiguously and merges the pairs: eager's strides for every input, and still a broadcast copy for lowering.
+def _repeat(x: torch.Tensor, repeats) -> torch.Tensor:
+    repeats = list(repeats)
+    torch._check(len(repeats) >= x.dim(), lambda: "repeat: Number of dimensions of repeat dims can not be smaller "
+                                                  "than number of dimensions of tensor")
+    sizes = [1] * (len(repeats) - x.dim()) + list(x.shape)
+    pairs = x.reshape(sizes)
+    for d in range(len(sizes)):  # (..., size, ...) -> (..., 1, size, ...): a view, whatever x's strides
+        pairs = pairs.unsqueeze(2 * d)
+    tiled = pairs.expand([n for r, size in zip(repeats, sizes) for n in (r, size)])
+    return tiled.clone(memory_format=torch.contiguous_format).view([r * size for r, size in zip(repeats, sizes)])
+
+
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict:
     table = _core_aten_table()
     table.update(get_decompositions(EXTRA_DECOMPOSITIONS))
+    table[aten.repeat.default] = _repeat
     for op in KEEP_AS_LIBRARY + LOWERED_WHOLE:
         table.pop(op, None)
     return table

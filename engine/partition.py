@@ -82,6 +82,7 @@ import torch
 
 from engine.decompose import input_writes, split_joint
 # Note [Saved values in the forward's strides]
+from engine.lowering.declined import RANDOM_OPS
 from engine.lowering.layout import FORWARD_STRIDES, SAVED_FOR_BACKWARD, graph_outputs
 from engine.options import PARTITIONS  # Note [Operands the backward stores]
 from engine.record import JointNode, PartitionRecord, RecomputedValue, SavedValue
@@ -99,9 +100,6 @@ VIEW_OPS = {
 CREATION_OPS = {aten.scalar_tensor.default, aten.full.default, aten.zeros.default, aten.ones.default,
                 aten.arange.default, aten.arange.start, aten.arange.start_step, aten.full_like.default,
                 aten.zeros_like.default, aten.ones_like.default}
-RANDOM_OPS = {aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default,
-              aten.bernoulli.default, aten.bernoulli.p, aten.native_dropout.default, aten.randint.default,
-              aten.randint_like.default, aten.normal.Tensor_float, aten.uniform.default}
 PRIMAL_COST = 1  # Note [Min-cut partition]: a saved input or parameter costs no activation memory
 
 

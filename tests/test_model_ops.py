@@ -114,3 +114,20 @@ def test_moe_routing_and_complex_fall_back_with_their_reasons(backend):
     assert sum("sorting" in r for r in reasons) == 1 and len(reasons) == 1, reasons
     exploration = _explore(lambda x: torch.fft.fft(x).real * 2, (torch.randn(4, 8),), backend)
     assert all("complex" in r and "FFT" in r for r in _fallbacks(exploration)), _fallbacks(exploration)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_numbers_run_eagerly_and_say_why(backend):
+    """ViT-MAE's random masking (Note [Random numbers run eagerly]): the draws are eager's, each with its reason,
+    and everything around them is generated."""
+    def mask(x):
+        noise = torch.rand(x.shape[0], x.shape[1])
+        keep = torch.argsort(noise, dim=1, stable=True)[:, :3]
+        return torch.gather(x, 1, keep.unsqueeze(-1).expand(-1, -1, x.shape[2])) * 2, torch.randn_like(x) * 0
+
+    torch._dynamo.reset()
+    exploration = engine.explore(mask, (torch.randn(2, 6, 4),), backend=backend, name="ops")
+    assert not exploration.errors
+    reasons = _fallbacks(exploration)
+    assert len(reasons) == 2 and all("eager's generator" in r for r in reasons), reasons
+    assert len(exploration.kernels) > len(reasons)

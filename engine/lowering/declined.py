@@ -28,6 +28,26 @@ def sort(*args, **kwargs):
                       "[Sorting runs eagerly] in engine/lowering/declined.py)")
 
 
+# Note [Random numbers run eagerly]
+# A random op (rand, randn, bernoulli, dropout's mask, ...) runs eager's kernel on eager's generator, in the
+# graph's order, which is the model's: the compiled model then draws the very numbers eager draws from the same
+# state, so its outputs and a training step's gradients can be checked against eager (Note [Same RNG state] in
+# engine/train_verify.py). Generated random numbers (Inductor's Philox streams) would be other numbers, and a
+# model using them could only be called random, never verified. The draws are a small part of any model's time.
+RANDOM_OPS = {aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default,
+              aten.bernoulli.default, aten.bernoulli.p, aten.native_dropout.default, aten.randint.default,
+              aten.randint.low, aten.randint_like.default, aten.normal.Tensor_float, aten.normal.float_Tensor,
+              aten.normal.Tensor_Tensor, aten.normal.float_float, aten.uniform.default, aten.exponential.default,
+              aten.multinomial.default, aten.randperm.default}
+
+
+@register_lowering(*RANDOM_OPS)
+def random_numbers(*args, **kwargs):
+    raise Unsupported("random numbers are drawn by eager's kernel from eager's generator, so the compiled model "
+                      "draws the numbers eager draws and can be checked against it (Note [Random numbers run "
+                      "eagerly] in engine/lowering/declined.py)")
+
+
 # Note [Custom ops run as written]
 # An op registered through torch.library by a library (a namespace other than aten and prims) reaches the
 # graph as one call: Dynamo and AOTAutograd do not trace into its body, so there is nothing to lower and its

@@ -36,6 +36,12 @@ if str(ROOT) not in sys.path:
 # than about 1.5 s on a warm cache (a whole Hugging Face model, Inductor beside us, a long scan under the Triton
 # interpreter). Each compiler stage keeps its own fast tests in the other lane, and a sweep over the samples or
 # over op variants stays fast as a whole: the lane must still catch a wrong kernel in any stage.
+# Note [Vision lane]
+# torchvision and timm (timm imports torchvision) do not import beside the CPU torch 2.13.0 wheel that the
+# project's venv installs, so the tests that need them (marked `vision`: the zoo's torchvision and timm models,
+# timm's ViT through the attention rewrite, tests/test_vision_models.py) skip there and run in .ci/run's second
+# venv, on torch 2.14.1 with torchvision 0.29.1 and timm: `pytest -m vision`. That lane also runs the engine on
+# the newest torch we support, which no other test does.
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 # Every exploration measures its graphs' call and wrapper overhead (Note [Wrapper overhead]) within a wall-clock
 # budget that one call under the Triton interpreter outlasts: the tests check that the figures exist, not their

@@ -74,6 +74,7 @@ def test_llama_trains_through_sdpa_backward():
     assert sum("scaled_dot_product" in op and "backward" in op for op in backward) == 2, backward
 
 
+@pytest.mark.vision  # Note [Vision lane] in tests/conftest.py
 def test_timm_vit_unfused_attention():
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)

@@ -19,7 +19,11 @@ def test_every_zoo_case_is_runnable_or_skipped_with_a_reason():
     assert all("not installed" in s["skipped"] for s in skipped)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+VISION = ("torchvision", "timm")  # Note [Vision lane] in tests/conftest.py
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.vision] if c.library in VISION else [])
+                                  for c in CASES], ids=[c.name for c in CASES])
 def test_zoo_model_explores_and_matches_eager_on_cpu(case):
     reason = missing_library(case)
     if reason:

@@ -37,11 +37,14 @@ def _conv_then_add(x, w):
 ], ids=["se_channels_last", "elementwise_channels_last", "elementwise_nchw", "conv_add_channels_last",
         "empty_like_channels_last"])
 def test_outputs_have_eagers_values_and_strides(backend, fn, make):
-    inputs = make()
+    _compiled_outputs_are_eagers(fn, make(), backend)
+
+
+def _compiled_outputs_are_eagers(fn, inputs, backend):
+    """engine.compile's outputs have eager's values and strides."""
     expected = fn(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
-    compiled = engine.compile(fn, backend=backend)
-    got = compiled(*inputs)
+    got = engine.compile(fn, backend=backend)(*inputs)
     got = got if isinstance(got, tuple) else (got,)
     for ours, theirs in zip(got, expected, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
@@ -107,14 +110,7 @@ def test_every_output_comes_back_in_eagers_strides(backend, fn, make):
     inputs = make()
     exploration = engine.explore(fn, inputs, backend=backend)
     assert exploration.verify.verdict == "ok", exploration.verify.problem
-    expected = fn(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = engine.compile(fn, backend=backend)(*inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    for ours, theirs in zip(got, expected, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-        assert [s for s, n in zip(ours.stride(), ours.shape) if n != 1] == \
-            [s for s, n in zip(theirs.stride(), theirs.shape) if n != 1], (ours.stride(), theirs.stride())
+    _compiled_outputs_are_eagers(fn, inputs, backend)
 
 
 def test_an_output_made_only_to_be_returned_is_computed_in_eagers_order():

@@ -96,19 +96,26 @@ class TrainingStep:
             if self.skipped:
                 self.notes.append(f"{len(self.skipped)} parameter(s) frozen with requires_grad=False get no "
                                   f"gradient and are not checked: {', '.join(self.skipped)}")
-        self._check_leaf_mutation()
+        self._check_input_grads()
 
-    def _check_leaf_mutation(self) -> None:
-        """Autograd forbids in-place ops on a leaf that requires grad: an input the model changes in place is
-        not differentiated (its gradient is not checked), and we say so."""
+    def _check_input_grads(self) -> None:
+        """Autograd forbids two things on inputs that require grad: an in-place op on a leaf, and setting
+        requires_grad on a view of one (HuBERT's feature extractor sets it on input_values[:, None]). A dry run
+        of the model with inputs that require grad tells; where it raises and a run without them does not, the
+        inputs the model changes in place, or else all of them, are not differentiated, and we say so."""
         leaves = torch.utils._pytree.tree_leaves(list(self.inputs))
         if not any(isinstance(x, torch.Tensor) and x.dtype.is_floating_point for x in leaves):
             return
-        model = copy.deepcopy(self.reference) if isinstance(self.reference, torch.nn.Module) else self.reference
+        try:
+            with torch.enable_grad():
+                self._dry_model()(*_leaf_inputs(self.inputs, self.frozen_inputs))
+            return
+        except Exception as error:
+            refused = f"{type(error).__name__}: {str(error).strip()[:200]}"
         copies = run.fresh(self.inputs)
         try:
             with torch.no_grad():
-                model(*copies)
+                self._dry_model()(*copies)
         except Exception:
             return  # the step itself will report it
         changed = frozenset(i for i, (before, after) in enumerate(zip(leaves, torch.utils._pytree.tree_leaves(
@@ -119,6 +126,14 @@ class TrainingStep:
             self.notes.append(f"the model changes input(s) {', '.join(f'input[{i}]' for i in sorted(changed))} in "
                               "place, which autograd forbids on a tensor that requires grad: they are not "
                               "differentiated. Clone an input inside the model to get its gradient.")
+            return
+        self.frozen_inputs = frozenset(i for i, x in enumerate(leaves)
+                                       if isinstance(x, torch.Tensor) and x.dtype.is_floating_point)
+        self.notes.append(f"the model raises when its inputs require grad ({refused}) and runs when they do not: "
+                          "its inputs are not differentiated, and their gradients are not checked.")
+
+    def _dry_model(self):
+        return copy.deepcopy(self.reference) if isinstance(self.reference, torch.nn.Module) else self.reference
 
     def _step(self, fn: Callable, owner) -> StepResult:
         """One step of `fn`; `owner` is the module whose parameters and buffers it trains (None: a function)."""

@@ -212,6 +212,30 @@ def test_in_place_update_of_an_input_is_explained():
     assert all(e.name != "input[0]" for e in verify.gradients)
 
 
+class _MarksItsViewForCheckpointing(nn.Module):
+    """HuBERT's feature extractor: `hidden = x[:, None]; hidden.requires_grad = True` raises when x requires
+    grad (a view is no leaf) and runs when it does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 3)
+
+    def forward(self, x):
+        hidden = x[:, None]
+        if self.training:
+            hidden.requires_grad = True
+        return self.conv(hidden).relu()
+
+
+def test_a_model_that_refuses_inputs_requiring_grad_trains_with_its_inputs_frozen():
+    exploration = _train(_MarksItsViewForCheckpointing(), (torch.randn(2, 16),))
+    verify = exploration.verify
+    assert verify.ok and not exploration.errors, (verify, exploration.errors)
+    assert any("raises when its inputs require grad" in note for note in verify.notes), verify.notes
+    assert not [g for g in verify.gradients if g.name.startswith("input")]
+    assert {g.name for g in verify.gradients} == {"param:conv.weight", "param:conv.bias"}
+
+
 def test_dynamic_shapes_train_and_keep_graph_order():
     """Under dynamic shapes AOTAutograd compiles the backward at once: it still follows its forward."""
     spec = load_model_file("mlp")

@@ -97,6 +97,9 @@ class FxGraph:
     # a training graph's before-joint rewrites (Note [Where rewrites run]): forward ATen graph -> the graph
     # AOTAutograd traces the joint from
     rewrite_forward: Callable[[torch.fx.GraphModule, list], torch.fx.GraphModule] | None = None
+    # told when AOTAutograd could not trace the joint graph from the rewritten forward, so the graph was traced
+    # from Dynamo's graph instead (Note [Where rewrites run])
+    unrewritten: Callable[[Exception], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,12 +172,22 @@ def rewrite_passes(options: Options) -> tuple[str, ...]:
 def decompose_stage(fx: FxGraph, options: Options) -> Callable:
     """AOTAutograd: FX graph -> functional ATen graph(s), handed to fx.compile_aten; returns the graph's callable.
     A graph that will train gets its before-joint rewrites first (Note [Where rewrites run])."""
-    gm = fx.gm
+    def traced(gm: torch.fx.GraphModule) -> Callable:
+        return aot_compile(gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
+                           fx.partition_fn, fx.compile_aten("inference"))
+
     if fx.rewrite_forward is not None and will_train(fx.example_inputs) and \
             any(rewrite.REWRITES[name].before_joint for name in rewrite_passes(options)):
-        gm = fx.rewrite_forward(gm, fx.example_inputs)
-    return aot_compile(gm, fx.example_inputs, fx.compile_aten("forward"), fx.compile_aten("backward"),
-                       fx.partition_fn, fx.compile_aten("inference"))
+        rewritten = fx.rewrite_forward(fx.gm, fx.example_inputs)
+        if rewritten is not fx.gm:
+            try:
+                return traced(rewritten)
+            except torch._dynamo.exc.TorchDynamoException:
+                raise
+            except Exception as error:  # an op of the functional forward autograd cannot differentiate
+                if fx.unrewritten is not None:
+                    fx.unrewritten(error)
+    return traced(fx.gm)
 
 
 def rewrite_stage(aten: AtenGraph, options: Options) -> AtenGraph:
@@ -381,11 +394,23 @@ class Compilation:
                 report.add_rewrites(graph, done, gm)
             return done.gm if done.before is not None else fx_gm
 
+        def unrewritten(error: Exception) -> None:
+            """Note [Where rewrites run]: the joint graph was traced from Dynamo's graph after all."""
+            if graph is None:
+                return
+            graph.rewrites = [r for r in graph.rewrites if r.where != "forward"]
+            graph.aten_before = []
+            graph.rewrites.append(RewriteRecord(
+                rewrite="(before the joint graph)", applied=False, nodes=[], where="forward",
+                reason=f"the training graph was not rewritten: AOTAutograd could not trace the backward of the "
+                       f"rewritten forward ({type(error).__name__}: {str(error).strip()[:300]}), so it traced "
+                       "the graph as Dynamo captured it"))
+
         outer, self._graph = self._graph, graph
         try:
             compiled = self.run("decompose", FxGraph(gm, example_inputs, compiler,
                                                      make_partition_fn(on_partition, self.options.partition),
-                                                     rewrite_forward))
+                                                     rewrite_forward, unrewritten))
         except torch._dynamo.exc.TorchDynamoException:
             raise  # Dynamo's own signals (a restarted analysis) and failures stay Dynamo's
         except Exception as error:  # Note [Internal failure falls back to eager]: our decompositions' trace

@@ -198,6 +198,30 @@ def test_dropout_in_training_is_refused():
     assert any("dropout in training" in r.reason for r in _refusals(record))
 
 
+def _attention_beside_a_scan(q, k, v, h):
+    """RecurrentGemma's layer: attention, and a scan written slice by slice into a buffer (`out[:, t] = s`),
+    which the functional forward holds as aten.copy, an op autograd has no derivative for."""
+    attention = torch.softmax(q @ k.transpose(-1, -2) * 0.125, dim=-1) @ v
+    state, out = torch.zeros(h[:, 0].shape), torch.zeros_like(h)
+    for t in range(h.shape[1]):
+        state = state * 0.5 + h[:, t]
+        out[:, t] = state
+    return attention, out
+
+
+def test_a_rewritten_forward_autograd_cannot_trace_trains_unrewritten():
+    """Note [Where rewrites run]: the joint graph is traced from Dynamo's graph instead, our kernels still run,
+    and the record says why the graph was not rewritten (no whole-graph fallback)."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 3, 4))
+    record = engine.explore(_attention_beside_a_scan, inputs, train=True)
+    assert record.verify.ok and not record.errors, (record.verify, record.errors)
+    assert all(g.fallback is None for g in record.graphs)
+    assert not _attention_matches(record)
+    assert any("could not trace the backward of the rewritten forward" in r.reason and not r.applied
+               for g in record.graphs for r in g.rewrites), [r.reason for g in record.graphs for r in g.rewrites]
+
+
 def test_compile_trains_through_the_rewrite():
     torch.manual_seed(0)
     model = CausalSelfAttention()

@@ -15,6 +15,9 @@ values no longer computed. A pass that must change what is differentiated (atten
 SDPA's own backward) is marked before_joint, and for a graph that will train, the decompose stage traces the
 Dynamo graph to ATen once without autograd, runs those passes on that forward graph, and gives AOTAutograd the
 rewritten graph to trace the joint from (decompose.trace_forward); the record keeps them on the forward graph.
+That forward is functional ATen, and some of its ops have no derivative (aten.copy, which an in-place slice write
+becomes: RecurrentGemma's scan): where AOTAutograd cannot trace the joint graph from it, the graph is traced as
+Dynamo captured it, unrewritten, and the record says why.
 """
 from engine.rewrite import freezing, attention, padding  # noqa: F401,I001  (registration order is pipeline order)
 from engine.rewrite.registry import REWRITES, Outcome, RewriteGraph, register_rewrite, resolve, run_rewrites

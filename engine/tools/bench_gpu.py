@@ -21,7 +21,9 @@
 
 Sections (--sections, comma-separated; default tests,bench): `tests` the GPU tests; `bench` the cases below
 (with issue 29's: cumsum_rows_fp32, upsample_bilinear_add_fp16, softmax_chain32, inception_v3_fp16 where
-torchvision is installed; `--only` picks them by name);
+torchvision is installed; issue 28's: causal_attention_fp16, gpt2_lm_fp16 and bert_eager_attention_fp16 where
+transformers is, resnet50_frozen_fp16 (freezing on both sides) where torchvision is; `--only` picks them by
+name);
 `chain` chains of 16 and 32 small dependent kernels (fusion cannot merge them), timed through our bound
 launches, through Triton's JITFunction.run (the launch path before binding: GLASSBOX_TRITON_DIRECT_LAUNCH=0),
 in reduce-overhead mode and through Inductor's two modes: the per-launch cost; `zoo` real models from
@@ -151,6 +153,72 @@ def issue29_cases(device: str, small: bool) -> list[dict]:
     return found
 
 
+def causal_attention(q, k, v):
+    """Attention written out by hand, causal through a triu mask: the pattern the attention rewrite turns into
+    scaled_dot_product_attention (Note [Rewrite stage])."""
+    t = q.shape[-2]
+    mask = torch.full((t, t), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.125 + mask, dim=-1) @ v
+
+
+def _gpt2_lm(small: bool):
+    """Hugging Face GPT-2 with its tied LM head (vocab 50257: an odd N for the output matmul)."""
+    import transformers
+    from engine.tools.zoo import LogitsOnly
+
+    width, layers, heads = (64, 2, 4) if small else (768, 4, 12)
+    config = transformers.GPT2Config(vocab_size=50257, n_embd=width, n_layer=layers, n_head=heads,
+                                     n_positions=1024)
+    return LogitsOnly(transformers.GPT2LMHeadModel(config).eval())
+
+
+def _bert_eager_attention(small: bool):
+    """Hugging Face BERT-base with attn_implementation="eager" (its own matmul-softmax attention) and a padding
+    mask."""
+    import transformers
+    from engine.tools.zoo import _Encoder
+
+    width, layers, heads = (64, 2, 4) if small else (768, 12, 12)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=width, num_hidden_layers=layers,
+                                     num_attention_heads=heads, intermediate_size=4 * width,
+                                     attn_implementation="eager")
+    return _Encoder(transformers.BertModel(config).eval())
+
+
+def _resnet50():
+    try:
+        from torchvision.models import resnet50
+    except ImportError:
+        return None
+    return resnet50(weights=None)
+
+
+def issue28_cases(device: str, small: bool) -> list[dict]:
+    """Issue 28's graph rewrites at the issue's sizes: attention written by hand, GPT-2's odd-N LM head, BERT's
+    eager attention, and ResNet-50 with freezing on both sides (Inductor's config.freezing)."""
+    import importlib.util
+
+    n = lambda big, tiny: tiny if small else big  # noqa: E731
+    f16 = dict(device=device, dtype=torch.float16)
+    found = [dict(name="causal_attention_fp16", model=causal_attention,
+                  inputs=lambda: tuple(torch.randn(n(8, 1), n(16, 2), n(1024, 32), 64, **f16) for _ in range(3)))]
+    if importlib.util.find_spec("transformers") is not None:
+        def padded(vocab, batch, tokens):
+            ids = torch.randint(0, vocab, (batch, tokens), device=device)
+            mask = torch.ones(batch, tokens, dtype=torch.long, device=device)
+            mask[batch // 2:, tokens * 3 // 4:] = 0
+            return ids, mask
+        found.append(dict(name="gpt2_lm_fp16", model=_gpt2_lm(small).half(),
+                          inputs=lambda: (torch.randint(0, 50257, (n(4, 2), n(512, 16)), device=device),)))
+        found.append(dict(name="bert_eager_attention_fp16", model=_bert_eager_attention(small).half(),
+                          inputs=lambda: padded(30522, n(8, 2), n(256, 16))))
+    model = _resnet50()
+    if model is not None:
+        found.append(dict(name="resnet50_frozen_fp16", model=model.half(), freezing=True,
+                          inputs=lambda: (torch.randn(n(32, 2), 3, n(224, 32), n(224, 32), **f16),)))
+    return found
+
+
 def cases(device: str, small: bool) -> list[dict]:
     """name, model, inputs (a function of the device), mode; `small` shrinks every shape for --dry-run."""
     n = lambda big, tiny: tiny if small else big  # noqa: E731
@@ -178,7 +246,7 @@ def cases(device: str, small: bool) -> list[dict]:
              inputs=lambda: (torch.randn(2, 32, 64, **f32),)),
         dict(name="tiny_transformer", model=Block(64, 4),
              inputs=lambda: (torch.randn(2, 32, 64, **f32),), mode="reduce-overhead"),
-    ] + tiling_cases(device, small) + issue29_cases(device, small)
+    ] + tiling_cases(device, small) + issue29_cases(device, small) + issue28_cases(device, small)
 
 
 # --- measuring -----------------------------------------------------------------------------------------------
@@ -324,8 +392,9 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         start = time.perf_counter()
         from engine.runtime import triton_build
         triton_build.DIRECT_LAUNCH = case.get("launch", "bound") == "bound"  # read when kernels load
+        freezing = case.get("freezing", False)  # both sides: ours and Inductor's config.freezing
         runners["glassbox"] = engine.compile(model, backend="triton", device=device, mode=mode,
-                                             layout=case.get("layout", "auto"))
+                                             layout=case.get("layout", "auto"), freezing=freezing)
         try:
             with fallbacks.collected() as eager_runs:  # Note [A fallback is loud]
                 report["glassbox_compile_s"] = _first_call(runners["glassbox"], inputs, device, start)
@@ -336,7 +405,8 @@ def run_case(case: dict, device: str, measure, with_inductor: bool) -> dict:
         if with_inductor:
             start = time.perf_counter()
             runners["inductor"] = torch.compile(model, mode=None if mode == "default" else mode)
-            report["inductor_compile_s"] = _first_call(runners["inductor"], inputs, device, start)
+            with torch._inductor.config.patch(freezing=freezing):  # Inductor freezes while it compiles
+                report["inductor_compile_s"] = _first_call(runners["inductor"], inputs, device, start)
         judge = Verdicts(model, inputs, outputs, case.get("tolerance"))
         for name, runner in runners.items():
             if name != "eager":

@@ -97,11 +97,19 @@ def _judge_by_spread(evidence: TrainingEvidence, checked: list[dict], result: di
         if entry["ok"] or name not in eager or not isinstance(ours.get(name), torch.Tensor) or \
                 ours[name].shape != eager[name].shape:
             continue
-        if eager_spread.within_spread(eager[name], ours[name], evidence.fp64.get(name), spread):
+        reference = evidence.fp64.get(name)
+        if eager_spread.within_spread(eager[name], ours[name], reference, spread):
             entry["ok"], entry["judged_by"] = True, "spread"
             entry["note"] = (f"within {eager_spread.SPREAD_MULTIPLIER:g}x eager's own spread: eager's step moves by "
                              f"up to {spread:.3g} of a tensor's largest value when its inputs and parameters move by "
                              "one ulp, and eager is itself farther than that from float64 here")
+        elif eager_spread.unfixed_by_eager(eager[name], ours[name], reference,
+                                           eager_spread.runs_of(name, evidence.rerun, evidence.repeats), spread):
+            entry["ok"], entry["judged_by"] = True, "spread"
+            entry["note"] = (f"eager cannot fix this tensor: its own step moves it by more than "
+                             f"{eager_spread.MAX_SPREAD:g} of its largest value when its inputs and parameters move by "
+                             f"one ulp, and ours is within {eager_spread.SPREAD_MULTIPLIER:g}x the farthest of eager's "
+                             "runs from float64 (Note [Tensors eager cannot fix])")
     if all(entry["ok"] for entry in checked):
         result.update(ok=True, verdict="ok")
         result.pop("problem", None)

@@ -4,7 +4,8 @@ decides near-ties by rounding (Note [Eager's own spread])."""
 import pytest
 import torch
 
-from engine.tools.step_verdict import MAX_SPREAD, StepEvidence, judge_step, step_from, step_payload
+from engine.eager_spread import MAX_SPREAD
+from engine.tools.step_verdict import StepEvidence, judge_step, step_from, step_payload
 
 
 def _evidence(ours_grad: torch.Tensor, fp64: bool) -> StepEvidence:
@@ -77,9 +78,19 @@ def test_a_wrong_gradient_fails_whatever_eager_spread(wrong):
 
 
 def test_no_spread_passes_a_gradient_half_its_size_off():
-    verdict = judge_step(_unstable(EAGER + 0.55 * CHANNEL, flip=0.6))  # eager's repeat moved it by 0.6
-    assert not verdict["ok"] and verdict["eager_spread"] == pytest.approx(0.6, rel=1e-3)
-    assert judge_step(_unstable(EAGER + 0.45 * CHANNEL, flip=0.6))["ok"]
+    verdict = judge_step(_unstable(EAGER + 0.55 * CHANNEL, flip=0.4))  # eager's repeat moved it by 0.4
+    assert not verdict["ok"] and verdict["eager_spread"] == pytest.approx(0.4, rel=1e-3)
+    assert judge_step(_unstable(EAGER + 0.45 * CHANNEL, flip=0.4))["ok"]
+
+
+def test_past_half_its_size_eager_cannot_fix_a_gradient_and_float64_judges_it():
+    """Note [Tensors eager cannot fix]: eager's repeat moved the gradient by 0.6 of its size, so a gradient 0.55
+    off eager's passes as no farther from float64 than twice eager's farthest run; one 1.5 off does not."""
+    verdict = judge_step(_unstable(EAGER + 0.55 * CHANNEL, flip=0.6))
+    assert verdict["ok"] and verdict["judged_by_spread"] == ["gradient[0]"], verdict
+    assert verdict["eager_spread"] == pytest.approx(0.6, rel=1e-3) and "cannot fix" in verdict["reference"]
+    wrong = judge_step(_unstable(EAGER + 1.5 * CHANNEL, flip=0.6))
+    assert not wrong["ok"] and "gradient[0]" in wrong["problem"]
 
 
 @pytest.mark.parametrize("where", ["loss", "gradient[1]"])

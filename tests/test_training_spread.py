@@ -82,3 +82,51 @@ def test_verify_takes_eagers_repeats_only_when_the_step_fails(monkeypatch):
     assert result["ok"] and taken == []
     result, taken = _verified(1.5, monkeypatch)
     assert not result["ok"] and taken == [1] and result["eager_spread"] < 1e-3
+
+
+def _noise(seed: int, scale: float = 1.0) -> torch.Tensor:
+    """Rounding noise as a flipped ReLU leaves it: small everywhere, and `scale` at four channels of its own."""
+    generator = torch.Generator().manual_seed(seed)
+    noise = 1e-3 * torch.randn(64, generator=generator, dtype=torch.float64)
+    noise[torch.randperm(64, generator=generator)[:4]] = scale
+    return noise
+
+
+SMALL_TRUTH = 0.01 * TRUTH  # a gradient far smaller than the step's rounding noise
+
+
+def _unfixed_evidence(ours: torch.Tensor, fp64: bool = True) -> train_verdict.TrainingEvidence:
+    """A tensor eager's own runs move by more than its largest value: each run is the truth plus a noise draw."""
+    loss = torch.tensor(2.0)
+    eager = (SMALL_TRUTH + _noise(1)).bfloat16()
+    rerun = [("loss", loss), ("param:w", eager)]
+    repeats = [[("loss", loss), ("param:w", (SMALL_TRUTH + _noise(seed)).bfloat16())] for seed in (2, 3)]
+    return train_verdict.TrainingEvidence(
+        [("loss", loss, loss), ("param:w", eager, ours.bfloat16())],
+        {"loss": loss.double(), **({"param:w": SMALL_TRUTH} if fp64 else {})}, again_loss=loss,
+        rerun=rerun, repeats=repeats)
+
+
+def test_a_tensor_eager_cannot_fix_is_judged_by_float64():
+    """Note [Tensors eager cannot fix]: another noise draw passes and says why; a gradient farther from float64
+    than twice eager's farthest run fails, and so does any without a float64 value."""
+    result = train_verdict.judge(_unfixed_evidence(SMALL_TRUTH + _noise(4, scale=1.8)))
+    assert result["ok"], result
+    (gradient,) = result["gradients"]
+    assert gradient["judged_by"] == "spread" and "cannot fix" in gradient["note"]
+    for wrong in (SMALL_TRUTH + _noise(4, scale=3.0), -10 * _noise(1)):
+        assert not train_verdict.judge(_unfixed_evidence(wrong))["ok"]
+    assert not train_verdict.judge(_unfixed_evidence(SMALL_TRUTH + _noise(4, scale=1.8), fp64=False))["ok"]
+
+
+def test_the_bench_judges_a_tensor_eager_cannot_fix_alike():
+    from engine.tools.step_verdict import StepEvidence, judge_step
+
+    def judged(ours):
+        evidence = _unfixed_evidence(ours)
+        return judge_step(StepEvidence(
+            eager=[(n, e) for n, e, _ in evidence.pairs], ours=[(n, a) for n, _, a in evidence.pairs],
+            fp64=list(evidence.fp64.items()), rerun=evidence.rerun, repeats=evidence.repeats))
+    result = judged(SMALL_TRUTH + _noise(4, scale=1.8))
+    assert result["ok"] and result["judged_by_spread"] == ["param:w"], result
+    assert not judged(SMALL_TRUTH + _noise(4, scale=3.0))["ok"]

@@ -11,7 +11,8 @@ import dataclasses
 import torch
 
 from engine import verdict
-from engine.eager_spread import MAX_SPREAD, SPREAD_MULTIPLIER, eager_spread, relative_error, rounding_decides
+from engine.eager_spread import (SPREAD_MULTIPLIER, eager_spread, relative_error, runs_of, unfixed_by_eager,
+                                 within_spread)
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -58,8 +59,8 @@ def judge_step(evidence: StepEvidence) -> dict:
         reference = fp64.get(name)
         if isinstance(reference, torch.Tensor) and verdict.compare_tensor(expected, actual, reference)["ok"]:
             by_fp64.append(name)
-        elif spread > limit and rounding_decides(expected, reference, limit) and \
-                relative <= min(SPREAD_MULTIPLIER * spread, MAX_SPREAD):
+        elif within_spread(expected, actual, reference, spread) or unfixed_by_eager(
+                expected, actual, reference, runs_of(name, evidence.rerun, evidence.repeats), spread):
             by_spread.append(name)
         else:
             failing.append(name)
@@ -91,7 +92,8 @@ def _reference_words(limit: float, by_fp64: list, by_spread: list, spread: float
     if by_spread:
         words += (f", or within {SPREAD_MULTIPLIER:g}x eager's own spread, where eager's step itself moves by up "
                   f"to {spread:.3g} of a tensor's largest value when its inputs and parameters move by one ulp or "
-                  f"its threads change: near-ties (a ReLU at zero) decided by rounding ({some(by_spread)})")
+                  f"its threads change: near-ties (a ReLU at zero) decided by rounding, or tensors eager's own runs "
+                  f"cannot fix, judged by float64 (Note [Tensors eager cannot fix]) ({some(by_spread)})")
     return words
 
 

@@ -172,6 +172,12 @@ class Bounded(sympy.Function):
     def eval(cls, e, n):
         if e.is_Integer:  # a probe at a point (a stride, a refutation) gets the number itself
             return e
+        if isinstance(e, Bounded):  # promised twice: the narrower promise holds (clamping twice is clamping
+            inner, m = e.args       # once); a chain of slice writes nests one Bounded per write
+            if m == n or (n - m).is_nonnegative:
+                return e
+            if (m - n).is_nonnegative:
+                return Bounded(inner, n)
         return None
 
 
@@ -473,7 +479,10 @@ class _IndexPrinter(StrPrinter):
         return f"({self._operand(e.args[0])} % {self._operand(e.args[1])})"
 
     def _print_Bounded(self, e):  # C reads every lane's address: clamp it (Note [Bounded positions])
-        return self._print(sympy.Max(0, sympy.Min(e.args[0], e.args[1] - 1), evaluate=False))
+        # printed directly: building sympy's Min would compare e with n - 1 first, which nested Bounded
+        # positions (a chain of slice writes under dynamic sizes) made the costliest step of codegen
+        value, top = e.args
+        return f"{self.max_fn}(0, {self.min_fn}({self._print(value)}, {self._print(top - 1)}))"
 
     def _print_Pow(self, e, rational=False):
         base, exp = e.args

@@ -27,7 +27,11 @@ def _torch_integer_functions() -> dict:
     # torch's Mod is defined for a >= 0 (torch proved it); PythonMod takes any a, which only a derived size
     # computes exactly (Python's %) unless sympy sees a >= 0 too (Note [Splitting keeps operands non-negative])
     python_mod = lambda a, b: ModIndex(a, b) if a.is_nonnegative else f.PythonMod(a, b)
-    return {f.FloorDiv: FloorDiv, f.CleanDiv: FloorDiv, f.PythonMod: python_mod, f.Mod: ModIndex,
+    # likewise a floor division of a negated number (-(n + 1) // 2): C's `/` rounds it toward zero, so it stays
+    # torch's, a derived size computed in Python (Note [Negative symbolic positions] in lowering/views.py)
+    floor_div = lambda a, b: f.FloorDiv(a, b) if a.is_negative or (
+        not a.is_nonnegative and a.could_extract_minus_sign()) else FloorDiv(a, b)
+    return {f.FloorDiv: floor_div, f.CleanDiv: FloorDiv, f.PythonMod: python_mod, f.Mod: ModIndex,
             f.ModularIndexing: lambda x, div, mod: ModIndex(FloorDiv(x, div), mod),
             f.CeilDiv: lambda a, b: FloorDiv(a + b - 1, b)}
 

@@ -12,10 +12,10 @@ import torch
 from engine.ir.indexing import Bounded, FloorDiv, linearize, product, unflatten
 from engine.ir.nodes import Scatter, TensorValue
 from engine.ir.ops import compute_dtype, ops
-from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node, sympify_size
+from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node
 from engine.lowering.creation import clamp_index
 from engine.lowering.registry import Unsupported, current, register_lowering
-from engine.lowering.views import _diagonal_geometry
+from engine.lowering.views import _diagonal_geometry, symbolic_position
 
 aten = torch.ops.aten
 
@@ -52,7 +52,7 @@ def _normalized_start(start, length):
             start = start + length
         return sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
             sympy.Integer(min(max(0, start), int(length)))
-    return sympify_size(start)
+    return symbolic_position(start, length)
 
 
 @register_lowering(aten.slice_scatter.default)
@@ -78,7 +78,7 @@ def select_scatter(x, src, dim, index_value):
     dim = normalize_dim(dim, x.ndim)
     if isinstance(index_value, int) and index_value < 0:
         index_value = x.size[dim] + index_value
-    target = sympify_size(index_value)
+    target = symbolic_position(index_value, x.size[dim])
 
     def region(index):
         inside = ops.eq(_index(index[dim]), _index(target))

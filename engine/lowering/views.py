@@ -4,7 +4,8 @@ from __future__ import annotations
 import sympy
 import torch
 
-from engine.ir.indexing import linearize, product, unflatten
+from engine.ir import indexing
+from engine.ir.indexing import FloorDiv, ModIndex, linearize, product, unflatten
 from engine.ir.nodes import TensorValue
 from engine.lowering.common import normalize_dim, out_size, realize, sympify_size
 from engine.lowering.registry import Unsupported, current, register_lowering
@@ -76,6 +77,36 @@ def squeeze(x: TensorValue, dim=None):
     return x.view([x.size[d] for d in kept], remap)
 
 
+# Note [Negative symbolic positions]
+# ATen counts a negative slice start or select index from the end of the dim. A Python int shows its sign; a
+# SymInt is an expression such as -(w + 1) (Longformer's x[:, :, -(w + 1):-1] under dynamic shapes), which was
+# taken as the position itself, so the view read before its dim's start: wrong values, no error. Its sign is
+# read from the size symbols' assumptions (positive integers): a negative one has the dim's length added, as a
+# number would. A position whose sign the sizes do not decide is declined, and the op runs eagerly with its
+# reason; so is one that floor-divides a number not proved nonnegative (-(n + 1) // 2), which C's `/` would
+# round toward zero.
+
+
+def symbolic_position(value, length):
+    """A SymInt slice start or select index as a position in [0, length] (Note [Negative symbolic positions])."""
+    from torch.utils._sympy import functions
+
+    raw = indexing.sympify_size(value)  # a derived size's own expression: torch's functions, which it hides
+    raw = raw.xreplace(current().derived_sizes) if isinstance(raw, sympy.Basic) else raw
+    if any(not part.args[0].is_nonnegative for part in raw.atoms(FloorDiv, ModIndex, functions.FloorDiv)):
+        # -(n + 1) // 2: C's `/` is exact only for a numerator >= 0, and a derived size claims a sign it lacks
+        raise Unsupported(f"a position {raw} that divides a number the sizes do not prove nonnegative "
+                          f"(Note [Negative symbolic positions])")
+    position = sympify_size(value)
+    if position.is_nonnegative:
+        return position
+    if position.is_negative:
+        shifted = position + length
+        return shifted if shifted.is_nonnegative else sympy.Max(0, shifted)
+    raise Unsupported(f"a position {position} whose sign the sizes do not decide (Note [Negative symbolic "
+                      f"positions])")
+
+
 @register_lowering(aten.slice.Tensor)
 def slice_(x: TensorValue, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, x.ndim)
@@ -88,7 +119,7 @@ def slice_(x: TensorValue, dim=0, start=None, end=None, step=1):
         start = sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
             sympy.Integer(min(max(0, start), int(length)))
     else:
-        start = sympify_size(start)
+        start = symbolic_position(start, length)
     return x.view(size, lambda idx: idx[:dim] + [start + idx[dim] * step] + idx[dim + 1:])
 
 
@@ -97,7 +128,7 @@ def select(x: TensorValue, dim, index):
     dim = normalize_dim(dim, x.ndim)
     if isinstance(index, int) and index < 0:
         index = x.size[dim] + index
-    index = sympify_size(index)
+    index = symbolic_position(index, x.size[dim])
     return x.view(out_size(), lambda idx: idx[:dim] + [index] + idx[dim:])
 
 

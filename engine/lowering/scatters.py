@@ -15,7 +15,7 @@ from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import load_as, normalize_dim, out_dtype, pointwise_node, reduction_node
 from engine.lowering.creation import clamp_index
 from engine.lowering.registry import Unsupported, current, register_lowering
-from engine.lowering.views import _diagonal_geometry, symbolic_position
+from engine.lowering.views import _diagonal_geometry, normalized_start, symbolic_position
 
 aten = torch.ops.aten
 
@@ -44,21 +44,10 @@ def _in_range(expr, low, high):
     return ops.logical_and(ops.ge(_index(expr), _index(low)), ops.lt(_index(expr), _index(high)))
 
 
-def _normalized_start(start, length):
-    if start is None:
-        return sympy.Integer(0)
-    if isinstance(start, int):
-        if start < 0:
-            start = start + length
-        return sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
-            sympy.Integer(min(max(0, start), int(length)))
-    return symbolic_position(start, length)
-
-
 @register_lowering(aten.slice_scatter.default)
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, x.ndim)
-    start = _normalized_start(start, x.size[dim])
+    start = normalized_start(start, x.size[dim])
     count = src.size[dim]
 
     def region(index):

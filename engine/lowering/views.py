@@ -107,19 +107,24 @@ def symbolic_position(value, length):
                       f"positions])")
 
 
+def normalized_start(start, length):
+    """A slice's start as ATen takes it: None is 0, a negative one counts from the end, and a number is clamped
+    into [0, length] (Note [Negative symbolic positions] for a SymInt)."""
+    if start is None:
+        return sympy.Integer(0)
+    if isinstance(start, int):
+        if start < 0:
+            start = start + length
+        return sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
+            sympy.Integer(min(max(0, start), int(length)))
+    return symbolic_position(start, length)
+
+
 @register_lowering(aten.slice.Tensor)
 def slice_(x: TensorValue, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, x.ndim)
     size = out_size()
-    length = x.size[dim]
-    start = 0 if start is None else start
-    if isinstance(start, int):
-        if start < 0:
-            start += length
-        start = sympy.Max(0, sympy.Min(start, length)) if not length.is_Integer else \
-            sympy.Integer(min(max(0, start), int(length)))
-    else:
-        start = symbolic_position(start, length)
+    start = normalized_start(start, x.size[dim])
     return x.view(size, lambda idx: idx[:dim] + [start + idx[dim] * step] + idx[dim + 1:])
 
 

@@ -118,3 +118,26 @@ def test_an_output_made_only_to_be_returned_is_computed_in_eagers_order():
     exploration = engine.explore(_transposed_product, (torch.randn(5, 7),), backend="cpp")
     assert exploration.verify.verdict == "ok"
     assert sum(len(g.kernels) for g in exploration.graphs) == 1
+
+
+def _diagonals_seen_per_head(x, stack, b, h):
+    """Longformer's sliding-chunk scores (transformers' LED): a slice write into a buffer the caller passed, then
+    that buffer viewed as (batch, heads, seq, 2w + 1) and returned transposed. The returned tensor aliases the
+    input, so AOTAutograd rebuilds it from the input with the strides our graph returns."""
+    w = stack.shape[2]
+    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
+    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_permuted_output_under_symbolic_strides_keeps_eagers_order(backend):
+    """Note [Outputs in eager's strides] under dynamic shapes: eager's strides are symbolic, ordered by their
+    example values and proved for every size. A contiguous copy of an output that aliases an input was read
+    back by AOTAutograd with eager's view of the input's memory in mind: wrong values, not only a layout."""
+    def inputs(b, h, w):
+        return torch.randn(b * h, 1, 2 * w, 2 * w + 1), torch.randn(b * h, 2, w, 2 * w + 1), b, h
+
+    exploration = engine.explore(_diagonals_seen_per_head, inputs(2, 2, 4), dynamic=True, backend=backend,
+                                 dynamic_inputs=[inputs(2, 3, 3), inputs(3, 1, 5)])
+    assert exploration.verify.verdict == "ok", exploration.verify.problem
+    assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]

@@ -321,22 +321,46 @@ def _only_returned(node: torch.fx.Node) -> bool:
 # also read keeps the layout they were lowered against, and the output is a copy in eager's order
 # (`in_eager_strides`). A saved tensor a training forward hands over keeps its own strides: the backward is told
 # them (Note [Channels-last training graphs]).
+# Under dynamic shapes it is a matter of values, not only layout: an output that aliases a graph input is
+# rebuilt by AOTAutograd from that input with the size and strides our graph returns (its view replay is off
+# for symbolic views), so a contiguous copy of a transposed view reads the input's memory in the wrong order
+# (LED's sliding-chunk scores). Symbolic strides are ordered by their example values and the order is then
+# proved for every size (`dense_order`).
 
 
-def dense_order(size, stride) -> tuple[int, ...] | None:
+def dense_order(size_in, stride_in) -> tuple[int, ...] | None:
     """The dims from outermost to innermost in memory when `stride` lays `size` out densely, with no gap and no
     overlap (a permutation of the contiguous layout); None when it does not, or when symbolic strides cannot be
-    ordered (then only the contiguous and channels-last orders are tried)."""
-    size, stride = [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride]
+    ordered."""
+    hinted_size, hinted_stride = _hints(size_in), _hints(stride_in)
+    size, stride = [sympy.sympify(s) for s in size_in], [sympy.sympify(s) for s in stride_in]
     candidates = [tuple(range(len(size)))]
     if len(size) in (4, 5):
         candidates.append((0, *range(2, len(size)), 1))
-    if all(s.is_Integer for s in stride):  # outermost first; a size-1 dim's stride says nothing, so it goes last
-        candidates.append(tuple(sorted(range(len(size)), key=lambda d: (size[d] == 1, -int(stride[d]), d))))
+    if hinted_size is not None and hinted_stride is not None:
+        # outermost first by the strides' values (a symbolic stride by its example value: the order is then
+        # proved for every size below); a size-1 dim's stride says nothing, so it goes last
+        candidates.append(tuple(sorted(range(len(size)),
+                                       key=lambda d: (hinted_size[d] == 1, -hinted_stride[d], d))))
     for order in candidates:
         if _same_strides(size, stride, permuted_strides(size, order)):
             return order
     return None
+
+
+def _hints(values) -> list[int] | None:
+    """Example values of sizes or strides: a SymInt's hint (the value it had when traced), an int as it is; None
+    when one has no hint (a sympy expression, an unbacked size)."""
+    hints = []
+    for v in values:
+        if isinstance(v, torch.SymInt):
+            v = getattr(v.node, "hint", None)
+        elif isinstance(v, sympy.Basic) and v.is_Integer:
+            v = int(v)
+        if not isinstance(v, int):
+            return None
+        hints.append(v)
+    return hints
 
 
 def permuted_strides(size, order) -> tuple:

@@ -141,3 +141,62 @@ def test_a_permuted_output_under_symbolic_strides_keeps_eagers_order(backend):
                                  dynamic_inputs=[inputs(2, 3, 3), inputs(3, 1, 5)])
     assert exploration.verify.verdict == "ok", exploration.verify.problem
     assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]
+
+
+def _scores_tail(x, stack, b, h):
+    """The same written buffer, returned as a slice of its per-head view: a gapped view with an offset."""
+    w = stack.shape[2]
+    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
+    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1)[:, :, 1:]
+
+
+def _strided_scores(x, stack, b, h):
+    w = stack.shape[2]
+    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
+    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)[:, 1:, :, ::2]
+
+
+def _strided_view_of_input(x, stack, b, h):
+    w = stack.shape[2]
+    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)[:, 1:, :, ::2]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("fn", [_scores_tail, _strided_scores, _strided_view_of_input])
+def test_an_output_that_views_an_input_has_eagers_geometry(backend, fn):
+    """Note [Outputs that are views]: a gapped view (a slice, a step) of an input, or of an input the graph
+    writes into, under symbolic sizes whose reshape our IR cannot prove strided: eager's as_strided of the base,
+    so AOTAutograd's rebuild from the input reads the right elements."""
+    def inputs(b, h, w):
+        return torch.randn(b * h, 1, 2 * w, 2 * w + 1), torch.randn(b * h, 2, w, 2 * w + 1), b, h
+
+    exploration = engine.explore(fn, inputs(2, 2, 4), dynamic=True, backend=backend,
+                                 dynamic_inputs=[inputs(2, 3, 3), inputs(3, 1, 5)])
+    assert exploration.verify.verdict == "ok", exploration.verify.problem
+    assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]
+    compiled = engine.compile(fn, backend=backend, dynamic=True)
+    for size in ((2, 2, 4), (3, 2, 3)):
+        ours, theirs = inputs(*size), inputs(*size)
+        theirs[0].copy_(ours[0]), theirs[1].copy_(ours[1])
+        got, expected = compiled(*ours), fn(*theirs)
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride() and got.storage_offset() == expected.storage_offset()
+        torch.testing.assert_close(ours[1], theirs[1])  # the write reached the caller's buffer
+
+
+def test_the_base_of_a_returned_view_lives_as_long_as_it():
+    """Note [A view keeps its base alive]: the as_strided output shares its base buffer's memory, so the memory
+    plan keeps that buffer to the end (no later kernel may take its memory) and the wrapper does not drop it."""
+    def fn(x, stack, b, h):
+        w = stack.shape[2]
+        y = stack * 2
+        return y.view(b, h, stack.shape[1] * w, 2 * w + 1)[:, :, 1:], stack * y.sum()
+
+    inputs = torch.randn(4, 1, 8, 9), torch.randn(4, 2, 4, 9), 2, 2
+    exploration = engine.explore(fn, inputs, dynamic=True, backend="cpp")
+    assert exploration.verify.verdict == "ok", exploration.verify.problem
+    (graph,) = exploration.graphs
+    views = [k for k in graph.kernels if k.kind == "extern" and "as_strided" in k.source]
+    assert views, [(k.kind, k.source) for k in graph.kernels]
+    (base,) = [b for b in graph.memory.buffers if b.name in views[0].reads]
+    assert base.last == len(graph.kernels)

@@ -10,7 +10,8 @@ import torch.fx
 from engine.ir import derived
 from engine.ir.graph import LoweredGraph
 from engine.ir.indexing import Expr
-from engine.ir.nodes import Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, TensorArg, TensorValue
+from engine.ir.nodes import (Buffer, Constant, Extern, Fallback, InputBuffer, MultiOutput, Pointwise, Reduction,
+                             TensorArg, TensorValue)
 from engine.ir.ops import compute_dtype, ops
 from engine.lowering.common import allocation, pointwise_node, realize, sympify_size
 from engine.lowering.declined import unlowered_reason
@@ -24,6 +25,36 @@ def _meta_sizes(val) -> tuple[Expr, ...]:
 
 def _meta_strides(val) -> tuple[Expr, ...]:
     return tuple(sympify_size(s) for s in val.stride())
+
+
+# Note [Outputs that are views]
+# An output that eager returns as a view (a chain of view ops from some base: an input, or a value of the
+# graph) must come back with eager's size, strides and storage offset, not only eager's values: where it views
+# a graph input, or the new value of an input the graph mutates, AOTAutograd rebuilds it from that input with
+# the geometry our graph returns and throws our values away. Our view lowerings give eager's geometry where the
+# view is strided in our IR; one they cannot prove strided under symbolic sizes (a reshape by a floor-divided
+# size, then a slice: Longformer's chunk scores) came back as a copy, and the input's memory was read in the
+# wrong order. Such an output is eager's own as_strided of its base: a view, no kernel. The base must be an
+# input or a buffer of ours stored in eager's strides; other bases keep the copy.
+
+
+def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node `node` is a chain of views of (each op's result aliases its first argument); None when `node`
+    is no view."""
+    base = node
+    while base.op == "call_function":
+        schema = getattr(base.target, "_schema", None)
+        alias = schema.returns[0].alias_info if schema is not None and len(schema.returns) == 1 else None
+        if alias is None or alias.is_write or not base.args or not isinstance(base.args[0], torch.fx.Node):
+            break
+        base = base.args[0]
+    return None if base is node else base
+
+
+def _same_layout(layout, strides, offset, size) -> bool:
+    """Our (strides, offset) is eager's, ignoring the strides of size-1 dims."""
+    return layout is not None and sympy.expand(layout[1] - offset) == 0 and all(
+        sympy.expand(ours - sympify_size(theirs)) == 0 for ours, theirs, n in zip(layout[0], strides, size) if n != 1)
 
 
 class GraphLowering(torch.fx.Interpreter):
@@ -170,8 +201,32 @@ class GraphLowering(torch.fx.Interpreter):
         outputs = [realize(v) if isinstance(v, TensorValue) and v.strided_layout() is None else v for v in outputs]
         fx_outputs = self.current_node.args[0]
         fx_outputs = list(fx_outputs) if isinstance(fx_outputs, (tuple, list)) else [fx_outputs]
-        return [self._to_host(self._in_eager_strides(v, n), n.meta.get("val")) if isinstance(n, torch.fx.Node)
-                else v for v, n in zip(outputs, fx_outputs)]
+        return [self._to_host(self._in_eager_strides(self._as_eager_view(v, n), n), n.meta.get("val"))
+                if isinstance(n, torch.fx.Node) else v for v, n in zip(outputs, fx_outputs)]
+
+    def _as_eager_view(self, value, node: torch.fx.Node):
+        """Note [Outputs that are views]."""
+        base = _view_base(node)
+        val = node.meta.get("val")
+        if base is None or not isinstance(value, TensorValue) or not isinstance(val, torch.Tensor) or \
+                layouts.handed_over(node):  # a saved tensor keeps the strides the backward is told
+            return value
+        base_value, base_val = self.env.get(base), base.meta.get("val")
+        if not isinstance(base_value, TensorValue) or not isinstance(base_val, torch.Tensor):
+            return value
+        offset = sympify_size(val.storage_offset()) - sympify_size(base_val.storage_offset())
+        if value.node is base_value.node and _same_layout(value.strided_layout(), val.stride(), offset, value.size):
+            return value
+        if isinstance(base_value.node, InputBuffer):
+            start = sympify_size(val.storage_offset())  # the input is passed as it is, its storage offset too
+        elif isinstance(base_value.node, (Pointwise, Reduction)) and \
+                _same_layout(base_value.strided_layout(), base_val.stride(), 0, base_value.size):
+            start = offset  # a buffer of ours (allocated, so at its storage's start) in eager's strides
+        else:
+            return value
+        return self.fallback(torch.ops.aten.as_strided.default,
+                             (base_value, list(_meta_sizes(val)), list(_meta_strides(val)), start), {},
+                             reason="", node_class=Extern, val=val)
 
     def _in_eager_strides(self, value, node: torch.fx.Node):
         """Note [Outputs in eager's strides]; a saved tensor handed over to the backward keeps its own."""

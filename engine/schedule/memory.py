@@ -8,7 +8,7 @@ import sympy
 import torch
 
 from engine.ir.handlers import AccessRecorder, Var
-from engine.ir.nodes import Buffer, Extern, TensorValue
+from engine.ir.nodes import Buffer, Extern, TensorArg, TensorValue
 from engine.ir.graph import LoweredGraph
 from engine.ir.ops import use_handler
 from engine.ir.indexing import simplify_index
@@ -105,6 +105,26 @@ def _in_place_source(kernel: Kernel, output: Buffer, candidates: list[Buffer], g
     return None
 
 
+# Note [A view keeps its base alive]
+# A library or eager call whose result is a view of its first argument (a view op run eagerly, the as_strided
+# of Note [Outputs that are views]) shares that buffer's memory: the base must not die, nor its memory go to
+# another buffer, while the view is read or returned. So the view's last reader counts as the base's, and a
+# returned view makes its base a graph output.
+
+
+def _viewed_buffers(graph: LoweredGraph) -> list[tuple[str, str]]:
+    """(view, base) for each call whose result aliases its first argument, in graph order."""
+    pairs = []
+    for node in graph.nodes:
+        schema = getattr(getattr(node, "target", None), "_schema", None)
+        if not isinstance(node, Extern) or schema is None or len(schema.returns) != 1 or not node.args:
+            continue
+        alias = schema.returns[0].alias_info
+        if alias is not None and not alias.is_write and isinstance(node.args[0], TensorArg):
+            pairs.append((node.name, node.args[0].name))
+    return pairs
+
+
 def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict, in_place: bool = False) -> MemoryPlan:
     """Greedy reuse: a buffer takes the memory of a buffer of the same size and dtype that just died.
 
@@ -117,6 +137,11 @@ def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict, in_plac
     for index, kernel in enumerate(kernels):
         for name in kernel.reads:
             last_use[name] = index
+    for view, base in reversed(_viewed_buffers(graph)):  # Note [A view keeps its base alive]
+        if view in outputs:
+            outputs.add(base)
+        if view in last_use:
+            last_use[base] = max(last_use.get(base, 0), last_use[view])
     lives: list[BufferLife] = []
     dies_after: dict[int, list[BufferLife]] = {}
     # (size, dtype) -> storages whose last reader was the previous kernel. Only those are reused, right

@@ -120,13 +120,34 @@ def test_an_output_made_only_to_be_returned_is_computed_in_eagers_order():
     assert sum(len(g.kernels) for g in exploration.graphs) == 1
 
 
+def _chunk_inputs(b, h, w):
+    """Longformer's chunked scores (b * h, chunks, 2w, 2w + 1), the buffer they are written into, b and h."""
+    return torch.randn(b * h, 1, 2 * w, 2 * w + 1), torch.randn(b * h, 2, w, 2 * w + 1), b, h
+
+
+def _matches_eager_at_three_sizes(fn, backend):
+    exploration = engine.explore(fn, _chunk_inputs(2, 2, 4), dynamic=True, backend=backend,
+                                 dynamic_inputs=[_chunk_inputs(2, 3, 3), _chunk_inputs(3, 1, 5)])
+    assert exploration.verify.verdict == "ok", exploration.verify.problem
+    assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]
+
+
+def _per_head(stack, b, h):
+    w = stack.shape[2]
+    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1)
+
+
+def _write_chunks(x, stack):
+    w = stack.shape[2]
+    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
+
+
 def _diagonals_seen_per_head(x, stack, b, h):
     """Longformer's sliding-chunk scores (transformers' LED): a slice write into a buffer the caller passed, then
     that buffer viewed as (batch, heads, seq, 2w + 1) and returned transposed. The returned tensor aliases the
     input, so AOTAutograd rebuilds it from the input with the strides our graph returns."""
-    w = stack.shape[2]
-    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
-    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)
+    _write_chunks(x, stack)
+    return _per_head(stack, b, h).transpose(2, 1)
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -134,31 +155,22 @@ def test_a_permuted_output_under_symbolic_strides_keeps_eagers_order(backend):
     """Note [Outputs in eager's strides] under dynamic shapes: eager's strides are symbolic, ordered by their
     example values and proved for every size. A contiguous copy of an output that aliases an input was read
     back by AOTAutograd with eager's view of the input's memory in mind: wrong values, not only a layout."""
-    def inputs(b, h, w):
-        return torch.randn(b * h, 1, 2 * w, 2 * w + 1), torch.randn(b * h, 2, w, 2 * w + 1), b, h
-
-    exploration = engine.explore(_diagonals_seen_per_head, inputs(2, 2, 4), dynamic=True, backend=backend,
-                                 dynamic_inputs=[inputs(2, 3, 3), inputs(3, 1, 5)])
-    assert exploration.verify.verdict == "ok", exploration.verify.problem
-    assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]
+    _matches_eager_at_three_sizes(_diagonals_seen_per_head, backend)
 
 
 def _scores_tail(x, stack, b, h):
     """The same written buffer, returned as a slice of its per-head view: a gapped view with an offset."""
-    w = stack.shape[2]
-    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
-    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1)[:, :, 1:]
+    _write_chunks(x, stack)
+    return _per_head(stack, b, h)[:, :, 1:]
 
 
 def _strided_scores(x, stack, b, h):
-    w = stack.shape[2]
-    stack[:, :-1, :, w:] = x[:, :, :w, : w + 1]
-    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)[:, 1:, :, ::2]
+    _write_chunks(x, stack)
+    return _per_head(stack, b, h).transpose(2, 1)[:, 1:, :, ::2]
 
 
 def _strided_view_of_input(x, stack, b, h):
-    w = stack.shape[2]
-    return stack.view(b, h, stack.shape[1] * w, 2 * w + 1).transpose(2, 1)[:, 1:, :, ::2]
+    return _per_head(stack, b, h).transpose(2, 1)[:, 1:, :, ::2]
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -167,16 +179,10 @@ def test_an_output_that_views_an_input_has_eagers_geometry(backend, fn):
     """Note [Outputs that are views]: a gapped view (a slice, a step) of an input, or of an input the graph
     writes into, under symbolic sizes whose reshape our IR cannot prove strided: eager's as_strided of the base,
     so AOTAutograd's rebuild from the input reads the right elements."""
-    def inputs(b, h, w):
-        return torch.randn(b * h, 1, 2 * w, 2 * w + 1), torch.randn(b * h, 2, w, 2 * w + 1), b, h
-
-    exploration = engine.explore(fn, inputs(2, 2, 4), dynamic=True, backend=backend,
-                                 dynamic_inputs=[inputs(2, 3, 3), inputs(3, 1, 5)])
-    assert exploration.verify.verdict == "ok", exploration.verify.problem
-    assert [run.verify.verdict for run in exploration.runs] == ["ok", "ok"]
+    _matches_eager_at_three_sizes(fn, backend)
     compiled = engine.compile(fn, backend=backend, dynamic=True)
     for size in ((2, 2, 4), (3, 2, 3)):
-        ours, theirs = inputs(*size), inputs(*size)
+        ours, theirs = _chunk_inputs(*size), _chunk_inputs(*size)
         theirs[0].copy_(ours[0]), theirs[1].copy_(ours[1])
         got, expected = compiled(*ours), fn(*theirs)
         torch.testing.assert_close(got, expected)
@@ -188,12 +194,10 @@ def test_the_base_of_a_returned_view_lives_as_long_as_it():
     """Note [A view keeps its base alive]: the as_strided output shares its base buffer's memory, so the memory
     plan keeps that buffer to the end (no later kernel may take its memory) and the wrapper does not drop it."""
     def fn(x, stack, b, h):
-        w = stack.shape[2]
         y = stack * 2
-        return y.view(b, h, stack.shape[1] * w, 2 * w + 1)[:, :, 1:], stack * y.sum()
+        return _per_head(y, b, h)[:, :, 1:], stack * y.sum()
 
-    inputs = torch.randn(4, 1, 8, 9), torch.randn(4, 2, 4, 9), 2, 2
-    exploration = engine.explore(fn, inputs, dynamic=True, backend="cpp")
+    exploration = engine.explore(fn, _chunk_inputs(2, 2, 4), dynamic=True, backend="cpp")
     assert exploration.verify.verdict == "ok", exploration.verify.problem
     (graph,) = exploration.graphs
     views = [k for k in graph.kernels if k.kind == "extern" and "as_strided" in k.source]

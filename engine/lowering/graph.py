@@ -217,7 +217,7 @@ class GraphLowering(torch.fx.Interpreter):
         offset = sympify_size(val.storage_offset()) - sympify_size(base_val.storage_offset())
         if value.node is base_value.node and _same_layout(value.strided_layout(), val.stride(), offset, value.size):
             return value
-        if isinstance(base_value.node, InputBuffer):
+        if base.op == "placeholder" and isinstance(base_value.node, InputBuffer):
             start = sympify_size(val.storage_offset())  # the input is passed as it is, its storage offset too
         elif isinstance(base_value.node, (Pointwise, Reduction)) and \
                 _same_layout(base_value.strided_layout(), base_val.stride(), 0, base_value.size):

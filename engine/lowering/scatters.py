@@ -49,6 +49,13 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, x.ndim)
     start = normalized_start(start, x.size[dim])
     count = src.size[dim]
+    if step == 1 and start == 0 and sympy.expand(count - x.size[dim]) == 0:
+        # the region is the whole tensor (x[:] = src, as a decomposed copy into a full slice writes it): src,
+        # with no region test and no read of x. Under symbolic sizes the test would not fold away, and a chain
+        # of such writes, each reading the one before as src and as x under complementary masks, doubled the
+        # code per write (an RNN's per-timestep writes: 2^T masked bodies)
+        compute = compute_dtype(out_dtype())
+        return pointwise_node(lambda index: load_as(src, index, compute))
 
     def region(index):
         relative = index[dim] - start

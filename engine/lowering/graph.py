@@ -39,22 +39,19 @@ def _meta_strides(val) -> tuple[Expr, ...]:
 
 
 def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The node `node` is a chain of views of (each op's result aliases its first argument); None when `node`
-    is no view."""
+    """The node `node` is a chain of views of (each op's result aliases its first argument: torch's is_view);
+    None when `node` is no view."""
     base = node
-    while base.op == "call_function":
-        schema = getattr(base.target, "_schema", None)
-        alias = schema.returns[0].alias_info if schema is not None and len(schema.returns) == 1 else None
-        if alias is None or alias.is_write or not base.args or not isinstance(base.args[0], torch.fx.Node):
-            break
+    while base.op == "call_function" and _is_view_op(base.target) and base.args and \
+            isinstance(base.args[0], torch.fx.Node):
         base = base.args[0]
     return None if base is node else base
 
 
 def _same_layout(layout, strides, offset, size) -> bool:
     """Our (strides, offset) is eager's, ignoring the strides of size-1 dims."""
-    return layout is not None and sympy.expand(layout[1] - offset) == 0 and all(
-        sympy.expand(ours - sympify_size(theirs)) == 0 for ours, theirs, n in zip(layout[0], strides, size) if n != 1)
+    return layout is not None and sympy.expand(layout[1] - offset) == 0 and \
+        layouts.same_strides(size, layout[0], [sympify_size(s) for s in strides])
 
 
 class GraphLowering(torch.fx.Interpreter):

@@ -328,12 +328,12 @@ def _only_returned(node: torch.fx.Node) -> bool:
 # proved for every size (`dense_order`).
 
 
-def dense_order(size_in, stride_in) -> tuple[int, ...] | None:
+def dense_order(size, stride) -> tuple[int, ...] | None:
     """The dims from outermost to innermost in memory when `stride` lays `size` out densely, with no gap and no
     overlap (a permutation of the contiguous layout); None when it does not, or when symbolic strides cannot be
     ordered."""
-    hinted_size, hinted_stride = _hints(size_in), _hints(stride_in)
-    size, stride = [sympy.sympify(s) for s in size_in], [sympy.sympify(s) for s in stride_in]
+    hinted_size, hinted_stride = _hints(size), _hints(stride)
+    size, stride = [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride]
     candidates = [tuple(range(len(size)))]
     if len(size) in (4, 5):
         candidates.append((0, *range(2, len(size)), 1))
@@ -343,7 +343,7 @@ def dense_order(size_in, stride_in) -> tuple[int, ...] | None:
         candidates.append(tuple(sorted(range(len(size)),
                                        key=lambda d: (hinted_size[d] == 1, -hinted_stride[d], d))))
     for order in candidates:
-        if _same_strides(size, stride, permuted_strides(size, order)):
+        if same_strides(size, stride, permuted_strides(size, order)):
             return order
     return None
 
@@ -372,7 +372,8 @@ def permuted_strides(size, order) -> tuple:
     return tuple(strides)
 
 
-def _same_strides(size, a, b) -> bool:
+def same_strides(size, a, b) -> bool:
+    """Strides `a` and `b` of `size` are the same, but for the strides of size-1 dims (which say nothing)."""
     return all(sympy.expand(x - y) == 0 for x, y, n in zip(a, b, size) if sympy.sympify(n) != 1)
 
 
@@ -392,7 +393,7 @@ def in_eager_strides(value, val, nodes: list[Buffer]):
         return value
     layout = value.strided_layout()
     eager = [sympy.sympify(s) for s in val.stride()]
-    if layout is not None and _same_strides(value.size, layout[0], eager):
+    if layout is not None and same_strides(value.size, layout[0], eager):
         return value
     order = dense_order(val.shape, val.stride())
     if order is None:

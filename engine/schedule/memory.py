@@ -113,16 +113,10 @@ def _in_place_source(kernel: Kernel, output: Buffer, candidates: list[Buffer], g
 
 
 def _viewed_buffers(graph: LoweredGraph) -> list[tuple[str, str]]:
-    """(view, base) for each call whose result aliases its first argument, in graph order."""
-    pairs = []
-    for node in graph.nodes:
-        schema = getattr(getattr(node, "target", None), "_schema", None)
-        if not isinstance(node, Extern) or schema is None or len(schema.returns) != 1 or not node.args:
-            continue
-        alias = schema.returns[0].alias_info
-        if alias is not None and not alias.is_write and isinstance(node.args[0], TensorArg):
-            pairs.append((node.name, node.args[0].name))
-    return pairs
+    """(view, base) for each call whose result aliases its first argument (torch's is_view), in graph order."""
+    return [(node.name, node.args[0].name) for node in graph.nodes
+            if isinstance(node, Extern) and getattr(node.target, "is_view", False) and node.args
+            and isinstance(node.args[0], TensorArg)]
 
 
 def plan_memory(kernels: list[Kernel], graph: LoweredGraph, hints: dict, in_place: bool = False) -> MemoryPlan:

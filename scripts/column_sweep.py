@@ -9,7 +9,7 @@ column form's config heuristic from measurements instead of guesses:
 Each line: the config (XBLOCK, RBLOCK, num_warps, num_stages), its median ms and GB/s of the kernel's input
 bytes; the heuristic's config is marked. Each case ends with the sum of its column kernels' times at the
 heuristic's configs (a split's two stages). --row-bytes compiles each case again for each value of
-engine/schedule/split.COLUMN_ROW_BYTES (the width in bytes below which a column reduction splits, and the
+engine/schedule/policy.COLUMN_ROW_BYTES (the width in bytes below which a column reduction splits, and the
 width of its stage 1's rows: Note [Column splits by bytes]), to time other part counts. Without a GPU it
 says so and stops.
 """
@@ -143,7 +143,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: 16-wide shapes, 3 configs, interpreter")
-    parser.add_argument("--row-bytes", help="comma-separated values of split.COLUMN_ROW_BYTES to compile with")
+    parser.add_argument("--row-bytes", help="comma-separated values of policy.COLUMN_ROW_BYTES to compile with")
     parser.add_argument("--most", type=int, default=None, help="time at most this many configs a kernel")
     args = parser.parse_args()
     if args.dry_run:
@@ -160,11 +160,11 @@ def main() -> int:
     wanted = args.only.split(",") if args.only else list(CASES)
     if set(wanted) - set(CASES):
         parser.error(f"unknown cases {sorted(set(wanted) - set(CASES))}; choose from {', '.join(CASES)}")
-    from engine.schedule import split
+    from engine.schedule import policy
 
-    widths = [int(w) for w in args.row_bytes.split(",")] if args.row_bytes else [split.COLUMN_ROW_BYTES]
+    widths = [int(w) for w in args.row_bytes.split(",")] if args.row_bytes else [policy.COLUMN_ROW_BYTES]
     for width in widths:
-        split.COLUMN_ROW_BYTES = width  # read at each call of split.wants_column_split and split.split_parts
+        policy.COLUMN_ROW_BYTES = width  # read at each call of policy.wants_column_split and split.split_parts
         if args.row_bytes:
             print(f"=== COLUMN_ROW_BYTES {width}", flush=True)
         for name in wanted:

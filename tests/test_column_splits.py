@@ -70,6 +70,28 @@ def test_full_store_rides_along_in_stage_1(backend):
         assert len(first.writes) == 2, first.writes  # the partial sums and the full-size output
 
 
+def test_training_batch_norm_statistics_split():
+    """Note [Per-output values of a split]: a training batch norm over channels-last activations updates its
+    running statistics per channel beside the batch's mean and variance; that update neither reads the input nor
+    feeds the sums, so the statistics still split into stages (they ran as one program per 64 channels)."""
+    module = torch.nn.BatchNorm2d(32).train()
+    kernels, exploration = _explore(module, (_channels_last(4, 32, 64, 64),), "triton")
+    stages = [k for k in kernels if k.kind == "reduction" and k.tiling.reason.startswith("stage ")]
+    assert len(stages) == 4, [k.tiling.reason for k in kernels if k.kind == "reduction"]  # the mean, the variance
+    assert not any("not split" in k.tiling.reason for k in kernels if k.kind == "reduction")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_full_store_takes_a_count_of_parts_below_that_divides(backend):
+    """6272 rows of 64 float32 columns: the row-width rule asks 24 parts (capped by 256 rows a part), which do not
+    divide 6272; the full-size relu output stored beside the sum rides along in stage 1 on 16 parts of 392."""
+    kernels, _ = _explore(lambda x: (torch.relu(x), torch.relu(x).sum((0, 2, 3))),
+                          (_channels_last(2, 64, 56, 56),), backend)
+    if backend == "triton":
+        first = next(k for k in kernels if k.name.endswith("_partials"))
+        assert len(first.writes) == 2 and "16 partial results" in first.tiling.reason, first.tiling.reason
+
+
 @pytest.mark.slow
 def test_no_split_when_a_full_store_does_not_divide():
     """H*W = 2053 (a prime): no number of parts divides it, so the full-size store cannot ride along; the

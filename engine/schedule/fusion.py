@@ -186,6 +186,7 @@ class Scheduler:
         self.decisions: list[FusionDecision] = []
         self.private: set[str] = set()  # nodes inlined into a consumer of another size, never stored
         self._strided_rows: dict[tuple, bool] = {}  # (node, rows, red) -> reads strided along a row (_persistent_row)
+        self._column_itemsize: dict[tuple, int | None] = {}  # (reduction, rows, red) -> its column reads' narrowest
 
     def _template_or_node(self, node: Buffer) -> Buffer:
         """A matmul the template policy takes becomes a Template node (Note [GEMM templates])."""
@@ -360,6 +361,24 @@ class Scheduler:
         return f"each row of {red} elements fits one block (at most {PERSISTENT_ROW}) and is read along its " \
                f"contiguous axis, so it is read once whatever the passes"
 
+    def _splits_columns(self, a: Group, b: Group) -> bool:
+        """Triton would split the pair's reduction by columns (Note [Column splits] in split.py): few outputs, each
+        a long column its reduction reads with a stride; asked of the reduction the policy looks at."""
+        group = a if a.has_reduction else b if b.has_reduction else None
+        if self.template_options.backend != "triton" or group is None or group.reduction is None:
+            return False
+        rows, red = group.shape
+        if not policy.wants_column_split(rows, red, 1):
+            return False  # no element size would split it
+        node = group.reduction
+        key = (node.name, rows, red)
+        if key not in self._column_itemsize:
+            own = KernelPlan([node], rows, red)
+            accesses = kernel_accesses([node], own, self.buffers, [node.name])
+            self._column_itemsize[key] = min((self.buffers[x.name].dtype.itemsize for x in accesses
+                                              if column_access(own, [x]) is not None), default=None)
+        return policy.wants_column_split(rows, red, self._column_itemsize[key])
+
     # -- candidates -------------------------------------------------------------------------------------------
     def consider(self, a: Group, b: Group, kind: str) -> bool:
         """One candidate: the policy's verdict, then legality; recorded, and merged when both agree."""
@@ -370,7 +389,8 @@ class Scheduler:
         persistent = self._persistent_row(a, b) if passes > policy.MAX_REDUCTION_PASSES else None
         verdict = policy.decide(policy.Candidate(a, b, kind, passes, only_feeds, self.knobs, self._visible,
                                                  window=window, persistent_row=persistent,
-                                                 splits_few_rows=self.template_options.backend == "triton"))
+                                                 splits_few_rows=self.template_options.backend == "triton",
+                                                 splits_columns=self._splits_columns(a, b)))
         if kind == "horizontal" and (not verdict.fuse or self._path_through_others(a, b)
                                      or b in a.consumers or a in b.consumers):
             return False  # siblings are only candidates when the policy would fuse them and neither reads the other

@@ -21,6 +21,10 @@ MAX_REDUCTION_PASSES = 4  # more passes over a row than this re-read it too ofte
 SPLIT_MAX_OUTPUTS = 16  # Note [Split reductions on the GPU] in split.py: this few outputs of a reduction ...
 SPLIT_MIN_REDUCTION = 1 << 16  # ... this long are tiled "split" (C++: over the threads) ...
 GPU_SPLIT_MIN_REDUCTION = 1 << 14  # ... and from this long split in two kernels on Triton (Note [Few long rows])
+# Column splits on Triton (Note [Column splits by bytes] in split.py):
+COLUMN_ROW_BYTES = 8192 * 4  # a row of the measured-good 8192-column float32 sum
+COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
+COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 
 # Note [Few long rows]
 # On Triton a reduction of few outputs runs one program per output, on as many of the GPU's 132 SMs: a timm
@@ -36,6 +40,16 @@ def wants_split(rows, red, floor: int = SPLIT_MIN_REDUCTION) -> bool:
     Triton passes GPU_SPLIT_MIN_REDUCTION, Note [Few long rows])."""
     rows, red = sympy.sympify(rows), sympy.sympify(red)
     return bool(rows.is_Integer and red.is_Integer and int(rows) <= SPLIT_MAX_OUTPUTS and int(red) >= floor)
+
+
+def wants_column_split(rows, red, itemsize: int | None) -> bool:
+    """A column reduction whose column form would keep too few bytes of each row in flight: rows of `rows`
+    values of `itemsize` bytes (its narrowest column read; None: it reads no columns) narrower than
+    COLUMN_ROW_BYTES (Note [Column splits by bytes] in split.py)."""
+    rows, red = sympy.sympify(rows), sympy.sympify(red)
+    return bool(itemsize is not None and rows.is_Integer and red.is_Integer
+                and int(rows) * itemsize < COLUMN_ROW_BYTES and int(red) >= COLUMN_SPLIT_MIN_REDUCTION
+                and int(rows) * int(red) >= COLUMN_SPLIT_MIN_ELEMENTS)
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,7 @@ class Candidate:
     # or None when they are looped
     persistent_row: str | None = None
     splits_few_rows: bool = False  # the backend splits a few-rows reduction (Triton: Note [Few rows stay splittable])
+    splits_columns: bool = False  # ... and this pair's reduction reads columns it would split (Note [Column splits])
 
 
 @dataclass(frozen=True)
@@ -214,12 +229,15 @@ def too_many_passes(c: Candidate) -> Verdict | None:
 # program per output. A timm PoolFormer's GroupNorm(1, C) over 16 images of 64 x 56 x 56 fused that way ran
 # on 16 of 132 SMs at ~55 GB/s, 0.25-0.46 ms a kernel (3.7 ms of device time a call against Inductor's 1.0).
 # So on Triton such a reduction takes neither: each pass is a kernel that splits, and the normalize is an
-# elementwise kernel over every element, at the price of reading the input once per kernel.
+# elementwise kernel over every element, at the price of reading the input once per kernel. The same holds for
+# a column reduction that splits (Note [Column splits] in split.py): a training batch norm's mean and variance
+# over channels-last activations (64-2048 outputs, 401408 rows in ResNet-50's stem at batch 32) fused into one
+# kernel of two passes ran as one program for every 64 columns, 1 ms a kernel on an H100.
 def few_rows_stay_splittable(c: Candidate) -> Verdict | None:
     if not c.splits_few_rows:
         return None
     reduction = c.first if c.first.has_reduction else c.second if c.second.has_reduction else None
-    if reduction is None or not wants_split(*reduction.shape, GPU_SPLIT_MIN_REDUCTION):
+    if reduction is None or not (wants_split(*reduction.shape, GPU_SPLIT_MIN_REDUCTION) or c.splits_columns):
         return None
     rows, red = reduction.shape
     few = f"{rows} outputs each reducing {red} elements are split over the GPU's SMs"

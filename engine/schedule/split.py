@@ -12,7 +12,13 @@ IR, so code generation, the memory plan and the wrapper need nothing new:
            kind: a sum of sums, a max of maxima), followed by the kernel's epilogue and stores.
 The partials are a workspace buffer the schedule adds to the graph (in the reduction's compute dtype: a
 half-precision sum keeps its float32 partials), laid out part-major, (parts, *outputs): partial p of every
-output is contiguous, as the input's rows are in a column reduction (Note [Column splits]). C++ splits inside
+output is contiguous, as the input's rows are in a column reduction (Note [Per-output values of a split]
+A per-output value that neither reads a reduction nor feeds one belongs to stage 2, which runs over the
+outputs: batch norm's running-mean update (running_mean * 0.9, added to the batch mean * 0.1) is one. Counted
+as stage 1's, it made the epilogue "read the reduction's input" and kept every training batch norm of a
+channels-last ResNet-50 unsplit: a 64-column mean over 401408 rows ran on one program for 1 ms on an H100.
+
+Note [Column splits]). C++ splits inside
 one kernel over its threads instead (Note [Split reductions in C++]). A kernel with several passes (a
 reduction reading another), an argmax/argmin, or an epilogue reading the reduction's input is not split; the
 tiling reason says why.
@@ -70,15 +76,13 @@ from engine.ir.indexing import unflatten
 from engine.ir.nodes import Buffer, Pointwise, Reduction
 from engine.ir.ops import compute_dtype, ops, reduction_identity
 from engine.schedule.fusion import Kernel, Schedule
-from engine.schedule.policy import GPU_SPLIT_MIN_REDUCTION, wants_split
+from engine.schedule import policy
+from engine.schedule.policy import GPU_SPLIT_MIN_REDUCTION, wants_column_split, wants_split
 from engine.schedule.strides import column_access, kernel_accesses
 
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
 MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
-COLUMN_ROW_BYTES = 8192 * 4  # Note [Column splits by bytes]: a row of the measured-good 8192-column float32 sum
 COLUMN_MIN_CHUNK = 256  # a part of a column split reduces at least this many rows (4 steps of 64)
-COLUMN_SPLIT_MIN_REDUCTION = 2048  # 8 steps of 256 a program and more
-COLUMN_SPLIT_MIN_ELEMENTS = 1 << 18  # below, the whole reduction takes a few microseconds either way
 COMBINABLE = ("sum", "prod", "max", "min", "any", "all")  # partial results combine with the same reduction
 
 
@@ -99,16 +103,6 @@ class SplitCombine(Reduction):
 
 def is_split_stage(nodes: list[Buffer]) -> bool:
     return any(isinstance(n, (SplitPartials, SplitCombine)) for n in nodes)
-
-
-def wants_column_split(rows, red, itemsize: int | None) -> bool:
-    """A column reduction whose column form would keep too few bytes of each row in flight: rows of `rows`
-    values of `itemsize` bytes (its narrowest column read; None: it reads no columns) narrower than
-    COLUMN_ROW_BYTES (Note [Column splits by bytes])."""
-    rows, red = sympy.sympify(rows), sympy.sympify(red)
-    return bool(itemsize is not None and rows.is_Integer and red.is_Integer
-                and int(rows) * itemsize < COLUMN_ROW_BYTES and int(red) >= COLUMN_SPLIT_MIN_REDUCTION
-                and int(rows) * int(red) >= COLUMN_SPLIT_MIN_ELEMENTS)
 
 
 def column_itemsize(kernel: Kernel, buffers: dict) -> int | None:
@@ -161,7 +155,7 @@ def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
     if any(kernel.plan.role(n) != "full" for n in stored):
         return "it stores a per-output value computed before the reduction"
     if stored:
-        parts, chunk = split_parts(int(kernel.red), int(kernel.rows), column_itemsize(kernel, buffers))
+        parts, chunk = split_parts(int(kernel.red), int(kernel.rows), column_itemsize(kernel, buffers), exact=True)
         if parts * chunk != int(kernel.red):
             return (f"it stores a full-size value of the reduction's input, which stage 1 can store only when "
                     f"the parts divide the reduction ({parts} parts of {chunk} do not divide {kernel.red})")
@@ -172,30 +166,39 @@ def split_refusal(kernel: Kernel, buffers: dict) -> str | None:
 
 
 def _prologue_and_epilogue(kernel: Kernel) -> tuple[list[Buffer], list[Buffer]]:
-    """Pointwise nodes before the reductions (what they read) and after them (reading a reduction)."""
+    """Pointwise nodes of stage 1 (what the reductions read, full-size values of their input, and what those
+    read) and of stage 2 (what reads a reduction, and per-output values that neither read nor feed one)
+    (Note [Per-output values of a split])."""
     after: set[str] = set()
     for node in kernel.nodes:  # program order: producers first
         if isinstance(node, Reduction) or set(kernel.node_reads[node.name]) & after:
             after.add(node.name)
     pointwise = [n for n in kernel.nodes if isinstance(n, Pointwise)]
-    return [n for n in pointwise if n.name not in after], [n for n in pointwise if n.name in after]
+    first = {n.name for n in kernel.nodes if isinstance(n, Reduction)} | {
+        n.name for n in pointwise if n.name not in after and kernel.plan.role(n) == "full"}
+    for node in reversed(kernel.nodes):  # consumers first: what stage 1 reads is computed in stage 1
+        if node.name in first:
+            first.update(kernel.node_reads[node.name])
+    return [n for n in pointwise if n.name in first], [n for n in pointwise if n.name not in first]
 
 
-def split_parts(red: int, outputs: int, itemsize: int | None) -> tuple[int, int]:
+def split_parts(red: int, outputs: int, itemsize: int | None, exact: bool = False) -> tuple[int, int]:
     """(parts, chunk) of a split reduction over `red` elements for each of `outputs`.
     Row reads (itemsize None): about PARTIALS partial results in all, each of at least MIN_CHUNK elements, a
     count of parts that divides the reduction when one is close below (no lane past the end, no clamp).
     Column reads of `itemsize` bytes: at least COLUMN_ROW_BYTES a row of stage 1, parts * outputs * itemsize
     (Note [Column splits by bytes]), each part at least COLUMN_MIN_CHUNK rows; a count that divides is looked
-    for above that floor, as fewer parts would narrow the rows again."""
+    for above that floor, as fewer parts would narrow the rows again. With `exact` (stage 1 stores a full-size
+    value, Note [Column splits]) a count that divides is then looked for below it too, down to half."""
     if itemsize is None:
         target = max(2, min(PARTIALS // outputs, red // MIN_CHUNK))
         candidates = range(target, max(1, target // 2), -1)
     else:
         most = red // COLUMN_MIN_CHUNK
-        target = max(2, min(-(-COLUMN_ROW_BYTES // (outputs * itemsize)), most))
+        target = max(2, min(-(-policy.COLUMN_ROW_BYTES // (outputs * itemsize)), most))
         candidates = range(target, max(target, min(2 * target, most)) + 1)
-    for parts in candidates:
+    below = range(target - 1, max(1, target // 2) - 1, -1) if exact and itemsize is not None else ()
+    for parts in (*candidates, *below):
         if red % parts == 0:
             return parts, red // parts
     return target, -(-red // target)
@@ -204,8 +207,8 @@ def split_parts(red: int, outputs: int, itemsize: int | None) -> tuple[int, int]
 def _split(kernel: Kernel, itemsize: int | None) -> tuple[Kernel, Kernel]:
     prologue, epilogue = _prologue_and_epilogue(kernel)
     outputs, red = int(kernel.rows), int(kernel.red)
-    parts, chunk = split_parts(red, outputs, itemsize)
     full = [n.name for n in prologue if n.name in kernel.stored]  # stored by stage 1 (Note [Column splits])
+    parts, chunk = split_parts(red, outputs, itemsize, exact=bool(full))
     partials = [_partials(node, parts, chunk) for node in kernel.passes[0]]
     combined = [_combined(node, part) for node, part in zip(kernel.passes[0], partials)]
     # a part reads what its reduction read, a combine reads its partial results (Note [Reads on the kernel])

@@ -31,7 +31,8 @@ from engine.record import TritonRecord, TritonTuning
 from engine.schedule.fusion import Kernel
 from engine.ir.indexing import loop_var
 from engine.schedule.online_softmax import OnlinePasses, online_passes
-from engine.schedule.split import column_itemsize, is_split_stage, split_refusal, wants_column_split
+from engine.schedule.policy import wants_column_split
+from engine.schedule.split import column_itemsize, is_split_stage, split_refusal
 from engine.schedule.tiling import Tiling, choose_tiling
 from engine.schedule.kernel_plan import KernelPlan
 

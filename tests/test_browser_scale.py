@@ -112,10 +112,10 @@ def open_and_pick(page, label: str, option: str, tries: int = 6) -> None:
         page.get_by_label(label, exact=True).first.click()
         try:
             wanted.wait_for(state="visible", timeout=10_000)
+            wanted.click(timeout=10_000)  # a rerun can redraw the list under the click: its option detaches
         except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list closed under a rerun; open it again
             page.keyboard.press("Escape")
             continue
-        wanted.click()
         page.keyboard.press("Escape")
         return
     raise AssertionError(f"the {label!r} list never showed {option!r}")

@@ -38,7 +38,7 @@ from engine.schedule import policy, recompute, templates
 from engine.schedule.bodies import body_ops, load_positions, node_reads
 from engine.schedule.groups import Group, same_size
 from engine.schedule.kernel_plan import PERSISTENT_ROW, Inliner, KernelPlan, NotFusable, reduction_passes
-from engine.schedule.strides import column_access, kernel_accesses
+from engine.schedule.strides import column_access, kernel_accesses, narrowest_column_read
 
 # names of the legality checks, in the record beside the policy's rule names
 LEGAL_ORDER = "legal_order"  # the kernels can still run in an order (no cycle)
@@ -373,10 +373,8 @@ class Scheduler:
         node = group.reduction
         key = (node.name, rows, red)
         if key not in self._column_itemsize:
-            own = KernelPlan([node], rows, red)
-            accesses = kernel_accesses([node], own, self.buffers, [node.name])
-            self._column_itemsize[key] = min((self.buffers[x.name].dtype.itemsize for x in accesses
-                                              if column_access(own, [x]) is not None), default=None)
+            self._column_itemsize[key] = narrowest_column_read([node], KernelPlan([node], rows, red), self.buffers,
+                                                               [node.name])
         return policy.wants_column_split(rows, red, self._column_itemsize[key])
 
     # -- candidates -------------------------------------------------------------------------------------------

@@ -12,16 +12,16 @@ IR, so code generation, the memory plan and the wrapper need nothing new:
            kind: a sum of sums, a max of maxima), followed by the kernel's epilogue and stores.
 The partials are a workspace buffer the schedule adds to the graph (in the reduction's compute dtype: a
 half-precision sum keeps its float32 partials), laid out part-major, (parts, *outputs): partial p of every
-output is contiguous, as the input's rows are in a column reduction (Note [Per-output values of a split]
+output is contiguous, as the input's rows are in a column reduction (Note [Column splits]). C++ splits inside
+one kernel over its threads instead (Note [Split reductions in C++]). A kernel with several passes (a
+reduction reading another), an argmax/argmin, or an epilogue reading the reduction's input is not split; the
+tiling reason says why.
+
+Note [Per-output values of a split]
 A per-output value that neither reads a reduction nor feeds one belongs to stage 2, which runs over the
 outputs: batch norm's running-mean update (running_mean * 0.9, added to the batch mean * 0.1) is one. Counted
 as stage 1's, it made the epilogue "read the reduction's input" and kept every training batch norm of a
 channels-last ResNet-50 unsplit: a 64-column mean over 401408 rows ran on one program for 1 ms on an H100.
-
-Note [Column splits]). C++ splits inside
-one kernel over its threads instead (Note [Split reductions in C++]). A kernel with several passes (a
-reduction reading another), an argmax/argmin, or an epilogue reading the reduction's input is not split; the
-tiling reason says why.
 
 Note [Column splits]
 A reduction over a non-innermost axis with few outputs (x.sum(0) of a 2^22 x 8 tensor; after channels-last
@@ -78,7 +78,7 @@ from engine.ir.ops import compute_dtype, ops, reduction_identity
 from engine.schedule.fusion import Kernel, Schedule
 from engine.schedule import policy
 from engine.schedule.policy import GPU_SPLIT_MIN_REDUCTION, wants_column_split, wants_split
-from engine.schedule.strides import column_access, kernel_accesses
+from engine.schedule.strides import narrowest_column_read
 
 PARTIALS = 1024  # partial results in all: ~8 programs for each of an H200's 132 SMs
 MIN_CHUNK = 4096  # a part reduces at least this many elements (two looped steps of 2048)
@@ -109,10 +109,7 @@ def column_itemsize(kernel: Kernel, buffers: dict) -> int | None:
     """The element size in bytes of the kernel's narrowest read along the outputs, strided along the reduction
     (Note [Column splits]); None when it reads no columns. The narrowest, because each read is its own stream
     of rows: the tile that gives it enough bytes gives the wider ones more (Note [Column splits by bytes])."""
-    plan = kernel.plan
-    accesses = kernel_accesses(kernel.nodes, plan, buffers, kernel.stored)
-    sizes = [buffers[a.name].dtype.itemsize for a in accesses if column_access(plan, [a]) is not None]
-    return min(sizes, default=None)
+    return narrowest_column_read(kernel.nodes, kernel.plan, buffers, kernel.stored)
 
 
 def split_reductions(schedule: Schedule, graph: LoweredGraph, backend: str) -> tuple[Schedule, LoweredGraph]:

@@ -90,3 +90,11 @@ def column_access(plan: KernelPlan, accesses: list[Access]) -> tuple[Access, int
         if along_x == 1 and along_r not in (0, 1, None):
             return access, along_r
     return None
+
+
+def narrowest_column_read(nodes: list[Buffer], plan: KernelPlan, buffers: dict, stored: list[str]) -> int | None:
+    """The element size in bytes of the narrowest read of `nodes` along the outputs, strided along the
+    reduction (Note [Column splits] in split.py); None when they read no columns."""
+    accesses = kernel_accesses(nodes, plan, buffers, stored)
+    return min((buffers[a.name].dtype.itemsize for a in accesses if column_access(plan, [a]) is not None),
+               default=None)
